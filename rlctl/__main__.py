@@ -1,0 +1,3 @@
+from rlctl.cli.app import main
+
+main()

@@ -1,0 +1,62 @@
+"""Hop 1: the root command, the registry of command groups, and the error map.
+
+Every command module is imported here, but none of them imports jax, tunix,
+google-cloud or kubernetes at module level, so ``rlctl --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from rlctl import __version__
+from rlctl.cli import runs, train
+from rlctl.cli._options import AppState
+
+app = typer.Typer(
+    name="rlctl",
+    help="RL post-training of LLMs (GRPO, GSPO): on this machine, or on GKE with TPUs/GPUs.\n\n"
+    "Example: rlctl train grpo --steps 20",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,  # never print credentials held in locals
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"rlctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")] = 0,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks for errors.", envvar="RLCTL_DEBUG")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+    ] = False,
+) -> None:
+    """RL post-training of LLMs, from a laptop to GKE."""
+    if ctx.obj is None:
+        ctx.obj = AppState(verbose=verbose, debug=debug)
+    else:
+        ctx.obj.verbose = max(ctx.obj.verbose, verbose)
+        ctx.obj.debug = ctx.obj.debug or debug
+
+
+app.add_typer(train.app, name="train")
+app.command("status")(runs.status)
+app.command("resume")(runs.resume)
+
+
+def main() -> None:
+    """Console entry point (``rlctl``)."""
+    app()

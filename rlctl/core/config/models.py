@@ -1,0 +1,173 @@
+"""Pydantic specs: what a user asks for. ``extra="forbid"`` so typos surface.
+
+A ``RunSpec`` is written once to the run store as ``spec.yaml`` and read back by
+the trainer, locally or in a pod; the same object crosses every boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rlctl.core.names import validate_name
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class Spec(BaseModel):
+    """Base for user-written specs: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(Spec):
+    source: Annotated[
+        str,
+        Field(
+            description="'smollm2-135m-instruct' (embedded, offline), a local Hugging Face "
+            "safetensors folder, or a hub id (needs network)"
+        ),
+    ] = DEFAULT_MODEL
+    dtype: Annotated[
+        Literal["float32", "bfloat16"],
+        Field(description="parameter dtype; float32 is faster than bfloat16 on most CPUs"),
+    ] = "float32"
+
+
+class DataSpec(Spec):
+    name: Annotated[
+        Literal["arithmetic", "gsm8k", "jsonl"],
+        Field(
+            description="'arithmetic' (embedded generator), 'gsm8k' (openai/gsm8k or a local "
+            "file with question/answer columns), 'jsonl' (question + number answer per line)"
+        ),
+    ] = "arithmetic"
+    path: Annotated[
+        str | None,
+        Field(description="local .jsonl/.parquet file for gsm8k/jsonl (train split)"),
+    ] = None
+    eval_path: Annotated[
+        str | None, Field(description="held-out file; default: the test split or a disjoint slice")
+    ] = None
+    question_field: str = "question"
+    answer_field: str = "answer"
+    max_operand: Annotated[
+        int, Field(ge=2, le=10_000, description="arithmetic generator: largest operand")
+    ] = 20
+    seed: Annotated[int, Field(ge=0, description="dataset shuffling/generation seed")] = 0
+
+
+class RolloutSpec(Spec):
+    engine: Annotated[
+        Literal["auto", "vanilla", "vllm"],
+        Field(description="generation engine; auto = vanilla on CPU/GPU, vllm on TPU"),
+    ] = "auto"
+    num_generations: Annotated[
+        int, Field(ge=2, le=256, description="completions sampled per prompt (the GRPO group)")
+    ] = 8
+    max_new_tokens: Annotated[int, Field(ge=1, le=32_768)] = 48
+    max_prompt_tokens: Annotated[int, Field(ge=8, le=32_768)] = 160
+    temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 1.0
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    top_k: Annotated[int | None, Field(ge=1)] = None
+
+
+class TrainingSpec(Spec):
+    steps: Annotated[int, Field(ge=1, le=10_000_000, description="optimizer steps to run")] = 20
+    prompts_per_step: Annotated[int, Field(ge=1, le=4096)] = 2
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)] = 5e-6
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    weight_decay: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    max_grad_norm: Annotated[float, Field(gt=0.0)] = 1.0
+    beta: Annotated[
+        float, Field(ge=0.0, le=10.0, description="KL penalty weight; 0 = no reference model")
+    ] = 0.0
+    kl_estimator: Annotated[
+        Literal["k1", "k3"], Field(description="k3 is the GRPO paper's low-variance estimator")
+    ] = "k3"
+    epsilon: Annotated[
+        float | None,
+        Field(gt=0.0, le=1.0, description="clip range; default 0.2 (grpo) or 3e-4 (gspo)"),
+    ] = None
+    epsilon_high: Annotated[
+        float | None,
+        Field(gt=0.0, le=1.0, description="upper clip; default = epsilon (grpo), 4e-4 (gspo)"),
+    ] = None
+    num_iterations: Annotated[
+        int | None,
+        Field(ge=1, le=64, description="updates per rollout batch; default 1 (grpo), 2 (gspo)"),
+    ] = None
+    loss_aggregation: Annotated[
+        Literal["sequence-mean-token-mean", "token-mean", "sequence-mean-token-sum"],
+        Field(description="how token losses are averaged"),
+    ] = "sequence-mean-token-mean"
+    lora_rank: Annotated[int | None, Field(ge=1, le=1024, description="LoRA rank; None = full")] = (
+        None
+    )
+    seed: Annotated[int, Field(ge=0)] = 0
+
+
+class CheckpointSpec(Spec):
+    interval: Annotated[int, Field(ge=1, description="save every N steps (and at the end)")] = 5
+    keep: Annotated[int, Field(ge=1, le=1000, description="checkpoints kept")] = 2
+
+
+class EvalSpec(Spec):
+    size: Annotated[int, Field(ge=0, le=100_000, description="held-out prompts; 0 = no eval")] = 64
+    interval: Annotated[int, Field(ge=0, description="also evaluate every N steps; 0 = off")] = 0
+    batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    samples: Annotated[int, Field(ge=0, le=100, description="completions kept in eval files")] = 4
+
+
+class OutputSpec(Spec):
+    root: Annotated[str, Field(description="run store root: a local path or gs://bucket/prefix")] = (
+        "./runs"
+    )
+    tensorboard: bool = True
+
+
+Algorithm = Literal["grpo", "gspo"]
+
+
+class RunSpec(Spec):
+    name: Annotated[str | None, Field(description="run name (DNS-1035); default generated")] = None
+    algorithm: Algorithm = "grpo"
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    output: OutputSpec = Field(default_factory=OutputSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, v: str | None) -> str | None:
+        return None if v is None else validate_name(v, "run")
+
+    @model_validator(mode="after")
+    def _algorithm_defaults(self) -> RunSpec:
+        """Fill what depends on the algorithm, so the stored spec is fully explicit.
+
+        GSPO equals GRPO exactly when each rollout batch gets one update (the
+        ratio is 1), so GSPO defaults to two; its ratio is a sequence-level
+        geometric mean, which is why its clip range is ~1000x smaller.
+        """
+        t = self.training
+        gspo = self.algorithm == "gspo"
+        updates: dict[str, object] = {}
+        if t.epsilon is None:
+            updates["epsilon"] = 3e-4 if gspo else 0.2
+        if t.epsilon_high is None:
+            updates["epsilon_high"] = 4e-4 if gspo else updates.get("epsilon", t.epsilon)
+        if t.num_iterations is None:
+            updates["num_iterations"] = 2 if gspo else 1
+        if updates:
+            object.__setattr__(self, "training", t.model_copy(update=updates))
+        eps_hi = self.training.epsilon_high
+        if eps_hi is not None and eps_hi < (self.training.epsilon or 0):
+            raise ValueError("training.epsilon_high must be >= training.epsilon")
+        if self.data.name in ("jsonl",) and not self.data.path:
+            raise ValueError("data.path is required when data.name is 'jsonl'")
+        return self

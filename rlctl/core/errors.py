@@ -1,0 +1,83 @@
+"""One exception tree for everything a user can cause or fix.
+
+The CLI maps each branch to one line on stderr and a documented exit code
+(see README "Exit codes"); nothing below the CLI prints or exits. Library
+exceptions are translated at the edge that calls the library, ``from e``.
+"""
+
+from __future__ import annotations
+
+
+class RlctlError(Exception):
+    """Root of user-facing errors. ``hint`` is the next thing to try."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class ConfigError(RlctlError):
+    """Bad input: a flag, a YAML field, a name, a path."""
+
+    exit_code = 2
+
+
+class NotFoundError(RlctlError):
+    exit_code = 3
+
+
+class AlreadyExistsError(RlctlError):
+    """Exists and is not ours (or a run name is taken)."""
+
+    exit_code = 4
+
+
+class ConflictError(RlctlError):
+    """The state does not allow it now (run still running, no checkpoint to resume)."""
+
+    exit_code = 4
+
+
+class PermissionDeniedError(RlctlError):
+    exit_code = 5
+
+
+class QuotaExceededError(RlctlError):
+    """Quota or capacity (stockout): retrying later or elsewhere may work."""
+
+    exit_code = 6
+
+
+class CloudError(RlctlError):
+    """A Google Cloud or Kubernetes call failed for a reason not covered above."""
+
+    exit_code = 7
+
+
+class MissingDependencyError(RlctlError):
+    """An optional extra (train, gcp, k8s) is not installed."""
+
+    exit_code = 8
+
+
+class InterruptedRun(RlctlError):
+    """Ctrl-C: the run stopped cleanly and can be resumed."""
+
+    exit_code = 130
+
+
+def require_extra(module: str, extra: str) -> None:
+    """Fail with the install command instead of an ImportError traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependencyError(
+            f"this command needs the '{extra}' extra ({module} is not installed)",
+            hint=f"pip install 'rlctl[{extra}]'",
+        )
