@@ -1,0 +1,55 @@
+"""Per-step metrics to ``metrics.jsonl`` and TensorBoard event files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlctl.core.runs.store import METRICS, TENSORBOARD, LocalRunDir
+
+
+class MetricsWriter:
+    def __init__(self, run: LocalRunDir, tensorboard: bool = True) -> None:
+        self.path = Path(run.path_for(METRICS))
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(run.path_for(TENSORBOARD), flush_secs=10)
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop lines of steps the checkpoint does not contain."""
+        if not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except json.JSONDecodeError:
+                continue  # torn last line of a killed writer
+        from rlctl.core.runs.store import atomic_write
+
+        atomic_write(self.path, "".join(f"{line}\n" for line in keep))
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+        if self._tb is not None:
+            step = row["step"]
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)):
+                    self._tb.add_scalar(f"train/{k}", v, step)
+
+    def scalars(self, prefix: str, values: dict[str, Any], step: int) -> None:
+        if self._tb is not None:
+            for k, v in values.items():
+                if isinstance(v, (int, float)):
+                    self._tb.add_scalar(f"{prefix}/{k}", v, step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.flush()
+            self._tb.close()

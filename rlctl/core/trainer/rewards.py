@@ -1,0 +1,88 @@
+"""Verifiable rewards for math answers: pure functions, registered by name.
+
+The model is told to put its final answer in ``<answer>...</answer>``; only the
+*last* such block counts, so a model cannot hedge with several answers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from decimal import Decimal, InvalidOperation
+
+from rlctl.core.errors import ConfigError
+
+RewardFn = Callable[[str, str], float]  # (completion, gold answer) -> reward
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
+
+
+def extract_answer(completion: str) -> str | None:
+    """The text inside the last well-formed ``<answer>`` block, stripped."""
+    blocks = _ANSWER.findall(completion)
+    return blocks[-1].strip() if blocks else None
+
+
+def normalize_number(text: str | None) -> str | None:
+    """'$1,234.00' -> '1234'; '-0.50' -> '-0.5'; not a number -> None."""
+    if text is None:
+        return None
+    t = text.strip().replace(",", "").replace("$", "").replace(" ", "")
+    t = t.rstrip(".")
+    if not _NUMBER.match(t):
+        return None
+    try:
+        d = Decimal(t)
+    except InvalidOperation:
+        return None
+    d = d.normalize()
+    if d == d.to_integral_value():
+        return str(int(d))
+    return format(d, "f")
+
+
+def gsm8k_gold(answer_field: str) -> str:
+    """GSM8K's gold answer is the number after ``####``."""
+    _, sep, tail = answer_field.rpartition("####")
+    value = normalize_number(tail if sep else answer_field)
+    if value is None:
+        raise ValueError(f"no number after '####' in answer {answer_field[-60:]!r}")
+    return value
+
+
+def correct_reward(completion: str, gold: str) -> float:
+    got = normalize_number(extract_answer(completion))
+    return 1.0 if got is not None and got == normalize_number(gold) else 0.0
+
+
+def format_reward(completion: str, gold: str, weight: float = 0.1) -> float:
+    """Small shaping reward for a numeric answer in exactly the asked-for tags."""
+    return weight if normalize_number(extract_answer(completion)) is not None else 0.0
+
+
+REGISTRY: dict[str, RewardFn] = {"correct": correct_reward, "format": format_reward}
+DEFAULT_REWARDS = ("correct", "format")
+
+
+def resolve(names: Sequence[str]) -> list[RewardFn]:
+    """Names from the registry or dotted paths ``package.module:function``."""
+    fns = []
+    for name in names:
+        if name in REGISTRY:
+            fns.append(REGISTRY[name])
+            continue
+        module, _, attr = name.replace(":", ".").rpartition(".")
+        try:
+            fns.append(getattr(importlib.import_module(module), attr))
+        except (ImportError, AttributeError, ValueError) as e:
+            raise ConfigError(
+                f"unknown reward {name!r}",
+                hint=f"use one of {sorted(REGISTRY)} or a dotted path module.function",
+            ) from e
+    return fns
+
+
+def total_reward(fns: Sequence[RewardFn], completion: str, gold: str) -> float:
+    return float(sum(fn(completion, gold) for fn in fns))

@@ -1,0 +1,103 @@
+"""A chat tokenizer from a model folder's ``tokenizer.json`` + ``tokenizer_config.json``.
+
+Built on the ``tokenizers`` library and the folder's Jinja chat template, so no
+torch/transformers is needed. It exposes the methods Tunix's sampler expects
+(``encode``, ``decode``, ``bos_id``, ``eos_id``, ``pad_id``).
+
+Padding: Tunix treats *every* token equal to ``pad_id`` as padding, prompts
+included. Models whose pad token is also their chat-turn separator (SmolLM2:
+``<|im_end|>``) would lose those separators, so the pad id is always a token
+that never appears in a chat: ``<|endoftext|>`` or another unused special token.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlctl.core.errors import ConfigError
+
+_PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "[PAD]", "<unk>")
+
+
+def _token_str(v: Any) -> str | None:
+    if isinstance(v, dict):
+        return v.get("content")
+    return v
+
+
+class ChatTokenizer:
+    def __init__(self, folder: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        folder = Path(folder)
+        tj = folder / "tokenizer.json"
+        if not tj.is_file():
+            raise ConfigError(f"model folder {str(folder)!r} has no tokenizer.json")
+        self._tok = Tokenizer.from_file(str(tj))
+        cfg_path = folder / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        gen_path = folder / "generation_config.json"
+        gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+        self.chat_template: str | None = cfg.get("chat_template")
+        eos_tok = _token_str(cfg.get("eos_token"))
+        eos_ids = []
+        if eos_tok is not None and self._tok.token_to_id(eos_tok) is not None:
+            eos_ids.append(self._tok.token_to_id(eos_tok))
+        gen_eos = gen.get("eos_token_id")
+        for i in gen_eos if isinstance(gen_eos, list) else [gen_eos]:
+            if isinstance(i, int) and i not in eos_ids:
+                eos_ids.append(i)
+        if not eos_ids:
+            raise ConfigError(f"model folder {str(folder)!r}: no eos token in tokenizer config")
+        self.eos_ids: list[int] = eos_ids
+        self._pad = self._choose_pad(_token_str(cfg.get("pad_token")))
+        bos = _token_str(cfg.get("bos_token"))
+        self.bos_token = bos
+
+    def _choose_pad(self, configured: str | None) -> int:
+        """A pad id that is neither an eos/separator nor a chat-template token."""
+        for cand in (configured, *_PAD_CANDIDATES):
+            if cand is None:
+                continue
+            i = self._tok.token_to_id(cand)
+            if i is not None and i not in self.eos_ids and cand not in (self.chat_template or ""):
+                return i
+        raise ConfigError("could not find a pad token distinct from eos in the tokenizer")
+
+    # --- the interface Tunix's TokenizerAdapter checks for ---------------------
+    def encode(self, text: str, **_: Any) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int], **_: Any) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def bos_id(self) -> int | None:
+        return None  # chat templates write their own start tokens
+
+    def eos_id(self) -> int:
+        return self.eos_ids[0]
+
+    def pad_id(self) -> int:
+        return self._pad
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        """Render messages with the model's template, ready for the assistant turn."""
+        if not self.chat_template:
+            # plain fallback for base models without a template
+            text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+            return text + "assistant:"
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(self.chat_template).render(
+            messages=messages, add_generation_prompt=True, bos_token=self.bos_token or ""
+        )

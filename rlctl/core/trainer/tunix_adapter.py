@@ -1,0 +1,279 @@
+"""The only module that imports Tunix: models, sampler, loss, advantages.
+
+Tunix's names drift (``RLCluster``/``RLEngine``, ``loss_algo``/``algo_variant``);
+keeping every Tunix call here means such a change touches one file. This module
+also carries rlctl's fixes for Tunix pitfalls measured on these machines
+(DESIGN.md section 4), each with a test under tests/core/trainer/.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rlctl.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    family: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    params: int
+
+
+# --- pitfall: tunix.models.llama3 ignores ModelConfig.rope_theta -------------------
+def _llama3_block_with_rope_theta(self, x, segment_pos, cache, attn_mask):
+    """Tunix 0.1.7's ``Attention.block`` with one change: ``apply_rope`` gets the
+    model's ``rope_theta``. Upstream calls it without, so every model runs with
+    1e6; SmolLM2 (1e5) then differs from transformers by up to 7.5 in the logits.
+    """
+    from tunix.models.llama3 import model as m
+
+    seq_len = x.shape[1]
+    q = m.shard(self.q_proj(x), self.shd_config.act_btnh)
+    k = m.shard(self.k_proj(x), self.shd_config.act_btnh)
+    v = m.shard(self.v_proj(x), self.shd_config.act_btnh)
+    theta = self.config.rope_theta
+    q = m.apply_rope(q, segment_pos, head_dim=self.head_dim, rope_theta=theta)
+    k = m.apply_rope(k, segment_pos, head_dim=self.head_dim, rope_theta=theta)
+    if cache is not None:
+        end_index = cache["end_index"][0]
+        idx = (0, end_index % cache["v"].shape[1], 0, 0)
+        v = jax.lax.dynamic_update_slice(cache["v"], v, idx)
+        k = jax.lax.dynamic_update_slice(cache["k"], k, idx)
+    b, t, qh, d = q.shape
+    _, s, kh, _ = k.shape
+    q = q.reshape((b, t, kh, qh // kh, d))
+    attn = jnp.einsum("BTHGD,BSHD->BHGTS", q, k) * self.scale
+    attn = attn.reshape((b, qh, t, s))
+    if attn_mask is not None:
+        attn = jnp.where(jnp.expand_dims(attn_mask, -3), attn, m.K_MASK)
+    attn = jax.nn.softmax(attn.astype(jnp.float32), axis=-1).astype(k.dtype)
+    attn = attn.reshape((b, kh, qh // kh, t, s))
+    qkv = jnp.einsum("BHGTS,BSHD->BTHGD", attn, v).reshape((b, t, qh, d))
+    out = m.shard(self.o_proj(qkv), self.shd_config.act_btd)
+    new_cache = None
+    if cache is not None:
+        new_cache = {"v": v, "k": k, "end_index": cache["end_index"] + seq_len}
+    return new_cache, out
+
+
+def patch_llama3_rope_theta() -> None:
+    from tunix.models.llama3 import model as m
+
+    if getattr(m.Attention.block, "_rlctl_patched", False):
+        return
+    _llama3_block_with_rope_theta._rlctl_patched = True  # type: ignore[attr-defined]
+    m.Attention.block = _llama3_block_with_rope_theta
+
+
+# --- models ----------------------------------------------------------------------
+def _llama_config(c: dict[str, Any]):
+    from tunix.models.llama3 import model as m
+
+    heads = c["num_attention_heads"]
+    return m.ModelConfig(
+        num_layers=c["num_hidden_layers"],
+        vocab_size=c["vocab_size"],
+        embed_dim=c["hidden_size"],
+        hidden_dim=c["intermediate_size"],
+        num_heads=heads,
+        head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+        num_kv_heads=c.get("num_key_value_heads", heads),
+        rope_theta=c.get("rope_theta", 10000.0),
+        norm_eps=c.get("rms_norm_eps", 1e-5),
+        weight_tying=bool(c.get("tie_word_embeddings", False)),
+    )
+
+
+def _qwen_config(module: str):
+    def build(c: dict[str, Any]):
+        import importlib
+
+        m = importlib.import_module(f"tunix.models.{module}.model")
+        heads = c["num_attention_heads"]
+        fields = {
+            "num_layers": c["num_hidden_layers"],
+            "vocab_size": c["vocab_size"],
+            "embed_dim": c["hidden_size"],
+            "hidden_dim": c["intermediate_size"],
+            "num_heads": heads,
+            "head_dim": c.get("head_dim") or c["hidden_size"] // heads,
+            "num_kv_heads": c.get("num_key_value_heads", heads),
+            "rope_theta": c.get("rope_theta", 1_000_000),
+            "norm_eps": c.get("rms_norm_eps", 1e-6),
+            "use_tied_embedding": bool(c.get("tie_word_embeddings", False)),
+        }
+        known = set(m.ModelConfig.__dataclass_fields__)
+        return m.ModelConfig(**{k: v for k, v in fields.items() if k in known})
+
+    return build
+
+
+FAMILIES = {
+    # model_type in config.json -> (tunix package, config builder)
+    "llama": ("llama3", _llama_config),
+    "qwen2": ("qwen2", _qwen_config("qwen2")),
+    "qwen3": ("qwen3", _qwen_config("qwen3")),
+}
+
+
+def load_model(folder: str | Path, dtype: str = "float32") -> tuple[nnx.Module, ModelInfo]:
+    """Build a Tunix model from a Hugging Face folder (config.json + safetensors)."""
+    import importlib
+
+    folder = Path(folder)
+    cfg_file = folder / "config.json"
+    if not cfg_file.is_file():
+        raise ConfigError(f"model folder {str(folder)!r} has no config.json")
+    c = json.loads(cfg_file.read_text())
+    family = c.get("model_type")
+    if family not in FAMILIES:
+        raise ConfigError(
+            f"model type {family!r} is not supported by the local trainer",
+            hint=f"use one of: {', '.join(sorted(FAMILIES))}",
+        )
+    if not list(folder.glob("*.safetensors")):
+        raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")
+    package, build = FAMILIES[family]
+    config = build(c)
+    if family == "llama":
+        patch_llama3_rope_theta()
+    params_mod = importlib.import_module(f"tunix.models.{package}.params")
+    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+    model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=None, dtype=jdtype)
+    n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    info = ModelInfo(
+        family=family,
+        num_layers=config.num_layers,
+        num_kv_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        vocab_size=config.vocab_size,
+        params=n,
+    )
+    return model, info
+
+
+# --- rollout ---------------------------------------------------------------------
+def make_sampler(model: nnx.Module, tokenizer: Any, info: ModelInfo, cache_size: int):
+    from tunix.generate import sampler as sampler_lib
+
+    cache = sampler_lib.CacheConfig(
+        cache_size=cache_size,
+        num_layers=info.num_layers,
+        num_kv_heads=info.num_kv_heads,
+        head_dim=info.head_dim,
+    )
+    return sampler_lib.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
+
+
+def sync_sampler(sampler: Any, model: nnx.Module) -> None:
+    """Give the sampler the policy's current weights (no recompilation)."""
+    sampler.transformer_state = nnx.variables(model)
+
+
+def generate(
+    sampler: Any,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    eos_ids: list[int],
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    seed: int,
+) -> Any:
+    """Sample (temperature set) or greedy decode (temperature None).
+
+    Pitfall: Tunix reuses one PRNG key when ``seed`` is None, so every step would
+    draw the same samples; callers pass a distinct seed per step.
+    """
+    greedy = temperature is None
+    return sampler(
+        prompts,
+        max_generation_steps=max_new_tokens,
+        max_prompt_length=max_prompt_tokens,
+        eos_tokens=eos_ids,
+        temperature=1.0 if greedy else temperature,
+        top_p=None if greedy else (top_p if top_p is not None else 1.0),
+        top_k=None if greedy else top_k,
+        seed=seed,
+        echo=False,
+    )
+
+
+# --- learning --------------------------------------------------------------------
+def algo_config(
+    *, algorithm: str, beta: float, epsilon: float, epsilon_high: float,
+    kl_estimator: str, loss_aggregation: str, temperature: float,
+) -> Any:
+    """What ``grpo_loss_fn`` reads, with names mapped from rlctl's spec.
+
+    A namespace (not ``GRPOConfig``) because Tunix 0.1.7's config has no
+    ``epsilon_high``/``temperature`` fields yet its loss function reads them.
+    """
+    return types.SimpleNamespace(
+        beta=beta,
+        epsilon=epsilon,
+        epsilon_high=epsilon_high,
+        loss_algo="gspo-token" if algorithm == "gspo" else "grpo",
+        loss_agg_mode={"sequence-mean-token-sum": "seq-mean-token-sum"}.get(
+            loss_aggregation, loss_aggregation
+        ),
+        kl_loss_mode={"k1": "kl", "k3": "low_var_kl"}[kl_estimator],
+        kl_clamp_value=None,
+        temperature=temperature,
+    )
+
+
+def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+    from tunix.rl import algo_core
+
+    return np.asarray(algo_core.compute_advantages(rewards, num_generations), np.float32)
+
+
+def train_example(
+    prompt_ids, completion_ids, completion_mask, advantages, pad_id,
+    ref_logps=None, old_logps=None,
+):
+    from tunix.rl import common
+
+    return common.TrainExample(
+        prompt_ids=jnp.asarray(prompt_ids),
+        prompt_mask=jnp.asarray(prompt_ids != pad_id),
+        completion_ids=jnp.asarray(completion_ids),
+        completion_mask=jnp.asarray(completion_mask),
+        advantages=jnp.asarray(advantages),
+        ref_per_token_logps=ref_logps,
+        old_per_token_logps=old_logps,
+    )
+
+
+def policy_loss(model, example, cfg, pad_id: int, eos_id: int):
+    from tunix.rl import algo_core
+
+    return algo_core.grpo_loss_fn(model, example, cfg, pad_id, eos_id)
+
+
+def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int, temperature=1.0):
+    from tunix.rl import common
+
+    graphdef, state = nnx.split(model)
+    return common.compute_per_token_logps(
+        graphdef, state,
+        prompt_tokens=jnp.asarray(prompt_ids),
+        completion_tokens=jnp.asarray(completion_ids),
+        pad_id=pad_id, eos_id=eos_id, stop_gradient=True, temperature=temperature,
+    )

@@ -1,0 +1,94 @@
+"""A tiny random Llama in Hugging Face layout, with a real BPE tokenizer and ChatML.
+
+Small enough that a GRPO step takes well under a second on CPU; untied
+embeddings and 0.02-scale init so it can actually learn (a tied random model
+learns nothing, see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _train_tokenizer(vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    corpus = [
+        "What is 4 + 3? 4 + 3 = 7. <answer>7</answer>",
+        "Tom has 5 apples and gets 2 more. How many apples does Tom have now?",
+        "You are a careful math assistant. Solve the problem, then give the final answer "
+        "as a number inside <answer></answer> tags.",
+        "system user assistant answer " + " ".join(str(i) for i in range(100)),
+    ] * 20
+    tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
+def write_tiny_llama(
+    folder: Path, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
+    ffn: int = 128, vocab: int = 384, seed: int = 0, rope_theta: float = 10000.0,
+    tie: bool = False,
+) -> Path:
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(vocab)
+    tok.save(str(folder / "tokenizer.json"))
+    vocab_size = tok.get_vocab_size(with_added_tokens=True)
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    tensors = {"model.embed_tokens.weight": w(vocab_size, hidden),
+               "model.norm.weight": np.ones(hidden, np.float32)}
+    if not tie:
+        tensors["lm_head.weight"] = w(vocab_size, hidden)
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors.update({
+            p + "self_attn.q_proj.weight": w(heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": w(kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": w(kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": w(hidden, heads * head_dim),
+            p + "mlp.gate_proj.weight": w(ffn, hidden),
+            p + "mlp.up_proj.weight": w(ffn, hidden),
+            p + "mlp.down_proj.weight": w(hidden, ffn),
+            p + "input_layernorm.weight": np.ones(hidden, np.float32),
+            p + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+        })
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": vocab_size, "hidden_size": hidden, "intermediate_size": ffn,
+        "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": head_dim, "rope_theta": rope_theta,
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 2048, "tie_word_embeddings": tie,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "torch_dtype": "float32",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>",
+        "pad_token": "<|im_end|>",
+    }))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    return folder
