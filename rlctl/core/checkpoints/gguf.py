@@ -206,11 +206,15 @@ def _tensors(reader: Any, config: dict[str, Any]) -> Iterator[tuple[str, np.ndar
             w = dequantize(t.data, t.tensor_type)
         except NotImplementedError as e:
             raise ConfigError(f"cannot dequantize {t.name} ({t.tensor_type.name}): {e}") from e
-        w = np.ascontiguousarray(w.reshape(shape), dtype=np.float32)
-        if name.endswith("q_proj.weight"):
-            w = llama_cpp_unpermute(w, config["num_attention_heads"])
-        elif name.endswith("k_proj.weight"):
-            w = llama_cpp_unpermute(w, config["num_key_value_heads"])
+        w = w.reshape(shape).astype(np.float32, copy=False)
+        heads = {
+            "q_proj": config["num_attention_heads"],
+            "k_proj": config["num_key_value_heads"],
+        }.get(name.rsplit(".", 2)[-2])
+        if heads is not None:
+            if w.shape[0] % (2 * heads):
+                raise ConfigError(f"{t.name}: {w.shape[0]} rows do not split into {heads} heads")
+            w = llama_cpp_unpermute(w, heads)
         yield name, np.ascontiguousarray(w)
 
 
@@ -248,12 +252,15 @@ def _write_safetensors_f32(
     with path.open("wb") as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
-        expected = iter(shapes.items())
-        for name, arr in tensors:
-            want_name, want_shape = next(expected)
+        expected = list(shapes.items())
+        written = 0
+        for (name, arr), (want_name, want_shape) in zip(tensors, expected, strict=True):
             if name != want_name or arr.shape != want_shape:
-                raise AssertionError(f"tensor order changed: {name}{arr.shape} vs {want_name}")
-            f.write(arr.astype("<f4", copy=False).tobytes())
+                raise RuntimeError(f"tensor order changed: {name}{arr.shape} vs {want_name}")
+            f.write(np.ascontiguousarray(arr, dtype="<f4").data)
+            written += arr.nbytes
+        if written != offset:
+            raise RuntimeError(f"wrote {written} tensor bytes, header promised {offset}")
 
 
 def _build_tokenizer(meta: _Meta) -> tuple[Any, list[dict[str, Any]]]:
