@@ -21,7 +21,7 @@ def validate_name(name: str, kind: str = "run", max_len: int = MAX_NAME) -> str:
             f"{kind} name {name!r} is {len(name)} characters; the limit is {max_len}",
             hint="choose a shorter name",
         )
-    if not _DNS_1035.match(name):
+    if not _DNS_1035.fullmatch(name):
         raise ConfigError(
             f"{kind} name {name!r} is not a DNS-1035 label",
             hint="start with a lowercase letter; use only lowercase letters, digits and '-'; "

@@ -140,6 +140,14 @@ class RunSpec(Spec):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
+    rewards: Annotated[
+        list[str],
+        Field(
+            min_length=1,
+            description="reward functions summed per completion: registry names "
+            "('correct', 'format') or dotted paths module.function(completion, gold)",
+        ),
+    ] = Field(default_factory=lambda: ["correct", "format"])
 
     @field_validator("name")
     @classmethod

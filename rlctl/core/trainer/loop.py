@@ -20,6 +20,7 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.runs.store import CHECKPOINTS, EVAL, LocalRunDir
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer.data import Problem, load_source
+from rlctl.core.trainer.loss import group_advantages
 from rlctl.core.trainer.prompts import chat_messages
 
 Progress = Callable[[dict[str, Any]], None]
@@ -73,7 +74,7 @@ class Trainer:
     def create_data(self) -> None:
         s = self.spec
         self.source = load_source(s.data, s.eval.size)
-        self.reward_fns = rewards_lib.resolve(rewards_lib.DEFAULT_REWARDS)
+        self.reward_fns = rewards_lib.resolve(s.rewards)
 
     def create_optimizer(self) -> None:
         import optax
@@ -90,29 +91,40 @@ class Trainer:
         self.optimizer = nnx.Optimizer(self.model, tx, wrt=nnx.Param)
 
     def create_steps(self) -> None:
-        """Jitted update and log-prob functions; Tunix supplies the loss math."""
-        import jax
+        """Jitted update and log-prob functions over prefix-shared forwards."""
         import optax
         from flax import nnx
 
         from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.loss import LossConfig, policy_loss
 
         s = self.spec
-        cfg = ta.algo_config(
+        cfg = LossConfig(
             algorithm=s.algorithm,
-            beta=s.training.beta,
             epsilon=s.training.epsilon,
             epsilon_high=s.training.epsilon_high,
+            beta=s.training.beta,
             kl_estimator=s.training.kl_estimator,
-            loss_aggregation=s.training.loss_aggregation,
-            temperature=s.rollout.temperature,
+            aggregation=s.training.loss_aggregation,
         )
-        pad, eos = self.tokenizer.pad_id(), self.tokenizer.eos_id()
+        self.loss_config = cfg
+
+        def logps_fn(model, prompt_ids, completion_ids):
+            return ta.shared_prefix_logps(
+                model, prompt_ids, completion_ids, group=s.rollout.num_generations,
+                pad_id=self.tokenizer.pad_id(), temperature=s.rollout.temperature,
+                info=self.info,
+            )
 
         @nnx.jit
-        def train_step(model, optimizer, example):
+        def train_step(model, optimizer, batch):
             def loss_fn(m):
-                return ta.policy_loss(m, example, cfg, pad, eos)
+                logps, entropy = logps_fn(m, batch["prompt_ids"], batch["completion_ids"])
+                loss, aux = policy_loss(
+                    logps, batch["mask"], batch["advantages"], cfg,
+                    old_logps=batch.get("old_logps"), ref_logps=batch.get("ref_logps"),
+                )
+                return loss, {**aux, "entropy": entropy}
 
             (loss, aux), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
             optimizer.update(model, grads)
@@ -120,13 +132,10 @@ class Trainer:
 
         @nnx.jit
         def logps(model, prompt_ids, completion_ids):
-            return ta.per_token_logps(
-                model, prompt_ids, completion_ids, pad, eos, s.rollout.temperature
-            )
+            return logps_fn(model, prompt_ids, completion_ids)[0]
 
         self.train_step = train_step
         self.logps = logps
-        del jax
 
     # --- checkpoints -----------------------------------------------------------
     def _checkpointer(self):
@@ -276,19 +285,20 @@ class Trainer:
                             zip(out.text, group)], np.float32)
         formatted = np.array([rewards_lib.format_reward(t, p.answer) > 0 for t, p in
                               zip(out.text, group)], np.float32)
-        adv = ta.group_advantages(rewards, G)
+        adv = group_advantages(rewards, G)
         completion_ids, mask = self.completion_arrays(list(out.tokens))
-        prompt_ids = np.asarray(out.padded_prompt_tokens, np.int32)
-        pad = self.tokenizer.pad_id()
-        ref = old = None
+        prompt_ids = np.asarray(out.padded_prompt_tokens, np.int32)[::G]  # one row per group
+        batch: dict[str, Any] = {
+            "prompt_ids": prompt_ids, "completion_ids": completion_ids,
+            "mask": mask, "advantages": adv,
+        }
         if self.ref_model is not None:
-            ref = self.logps(self.ref_model, prompt_ids, completion_ids)
-        if s.training.num_iterations > 1:
-            old = self.logps(self.model, prompt_ids, completion_ids)
-        example = ta.train_example(prompt_ids, completion_ids, mask, adv, pad, ref, old)
+            batch["ref_logps"] = self.logps(self.ref_model, prompt_ids, completion_ids)
+        if s.training.num_iterations > 1:  # the rollout policy, frozen for all iterations
+            batch["old_logps"] = self.logps(self.model, prompt_ids, completion_ids)
         losses, norms, auxes = [], [], []
         for _ in range(s.training.num_iterations):
-            loss, aux, gnorm = self.train_step(self.model, self.optimizer, example)
+            loss, aux, gnorm = self.train_step(self.model, self.optimizer, batch)
             losses.append(float(loss))
             norms.append(float(gnorm))
             auxes.append(aux)
@@ -307,7 +317,7 @@ class Trainer:
             "format_rate": float(formatted.mean()),
             "kl": float(aux["kl"]),
             "entropy": float(aux["entropy"]),
-            "clip_fraction": float(aux["pg_clipfrac"]),
+            "clip_fraction": float(aux["clip_fraction"]),
             "grad_norm": float(np.mean(norms)),
             "completion_length": float(lengths.mean()),
             "completion_tokens": comp_tokens,

@@ -267,6 +267,61 @@ def policy_loss(model, example, cfg, pad_id: int, eos_id: int):
     return algo_core.grpo_loss_fn(model, example, cfg, pad_id, eos_id)
 
 
+def shared_prefix_logps(
+    model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
+    info: ModelInfo,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-token log-probs of completions, computing each group's prompt once.
+
+    The ``group`` completions of a prompt share it, so the prompt goes through
+    the model once (batch P) into a KV cache that is then repeated for the P*G
+    completions, which attend to it. Gradients flow through the cache, so the
+    result equals Tunix's ``compute_per_token_logps`` on the concatenated
+    sequences (tested) at about a third of the tokens.
+
+    Args:
+      prompt_ids: [P, Lp] left-padded prompts (one per group).
+      completion_ids: [P*G, Lc] right-padded completions, grouped by prompt.
+
+    Returns:
+      (log-probs [P*G, Lc], mean entropy of the predicted distributions).
+    """
+    from tunix.generate import sampler as sampler_lib
+    from tunix.generate import utils as gen_utils
+
+    P, Lp = prompt_ids.shape
+    B, Lc = completion_ids.shape
+    S = Lp + Lc
+    pmask = prompt_ids != pad_id
+    cache = sampler_lib._init_cache(  # same layout the sampler uses
+        info.num_layers, S, P, info.num_kv_heads, info.head_dim, jnp.float32
+    )
+    p_logits, cache = model(
+        prompt_ids, gen_utils.build_positions_from_mask(pmask), cache,
+        gen_utils.make_causal_attn_mask(pmask, S),
+    )
+    cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+    pmask_b = jnp.repeat(pmask, group, axis=0)
+    cmask = completion_ids != pad_id
+    positions = pmask_b.sum(-1, keepdims=True) + jnp.arange(Lc)[None, :]
+    causal = jnp.concatenate(
+        [jnp.ones((Lc, Lp), jnp.bool_), jnp.tril(jnp.ones((Lc, Lc), jnp.bool_))], axis=-1
+    )
+    keys = jnp.concatenate([pmask_b, cmask], axis=-1)
+    c_logits, _ = model(completion_ids, positions, cache, keys[:, None, :] & causal[None])
+    # token j is predicted by position j-1: the first one by the prompt's last position
+    first = jnp.repeat(p_logits[:, -1:, :], group, axis=0)
+    logits = jnp.concatenate([first, c_logits[:, :-1, :]], axis=1).astype(jnp.float32)
+    if temperature not in (0.0, 1.0):
+        logits = logits / temperature
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    logps = jnp.take_along_axis(logp_all, completion_ids[..., None], axis=-1)[..., 0]
+    ent = -(jnp.exp(logp_all) * logp_all).sum(-1)
+    fm = cmask.astype(jnp.float32)
+    entropy = jax.lax.stop_gradient((ent * fm).sum() / jnp.clip(fm.sum(), min=1))
+    return logps, entropy
+
+
 def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int, temperature=1.0):
     from tunix.rl import common
 

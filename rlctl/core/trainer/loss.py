@@ -1,0 +1,100 @@
+"""GRPO / GSPO policy loss as pure JAX functions of per-token log-probs.
+
+Same formulas as Tunix's ``algo_core.grpo_loss_fn`` (``loss_algo`` ``grpo`` and
+``gspo-token``), which ``tests/core/trainer/test_loss.py`` checks to float
+precision; split from the model call so the trainer can compute log-probs its
+own (prefix-shared) way and so the math is testable on hand-made numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    algorithm: str  # "grpo" | "gspo"
+    epsilon: float
+    epsilon_high: float
+    beta: float
+    kl_estimator: str  # "k1" | "k3"
+    aggregation: str  # "token-mean" | "sequence-mean-token-mean" | "sequence-mean-token-sum"
+
+
+def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+    """(r - mean(group)) / (std(group, ddof=1) + 1e-6): the GRPO paper's outcome advantage."""
+    r = np.asarray(rewards, np.float64).reshape(-1, num_generations)
+    mean = r.mean(axis=1, keepdims=True)
+    std = r.std(axis=1, ddof=1, keepdims=True)
+    return ((r - mean) / (std + 1e-6)).reshape(-1).astype(np.float32)
+
+
+def aggregate(per_token: jax.Array, mask: jax.Array, mode: str) -> jax.Array:
+    mask = mask.astype(jnp.float32)
+    per_seq = (per_token * mask).sum(axis=-1)
+    counts = mask.sum(axis=-1)
+    rows = jnp.clip((counts > 0).sum(), min=1)
+    if mode == "token-mean":
+        return per_seq.sum() / jnp.clip(mask.sum(), min=1)
+    if mode == "sequence-mean-token-mean":
+        return (per_seq / jnp.clip(counts, min=1)).sum() / rows
+    if mode == "sequence-mean-token-sum":
+        return per_seq.sum() / rows
+    raise ValueError(f"unknown loss aggregation {mode!r}")
+
+
+def kl_divergence(logps: jax.Array, ref_logps: jax.Array, estimator: str) -> jax.Array:
+    """k1 = log p - log q; k3 = exp(q - p) - (q - p) - 1 (non-negative, low variance)."""
+    if estimator == "k1":
+        return logps - ref_logps
+    diff = ref_logps - logps
+    return jnp.exp(diff) - diff - 1
+
+
+def sequence_log_ratio(logps: jax.Array, old_logps: jax.Array, mask: jax.Array) -> jax.Array:
+    """GSPO's ratio: the length-normalized sequence log-likelihood ratio, per sequence."""
+    token = jnp.clip(logps - old_logps, -20.0, 20.0)
+    mask = mask.astype(jnp.float32)
+    return (token * mask).sum(-1) / jnp.clip(mask.sum(-1), min=1)
+
+
+def policy_loss(
+    logps: jax.Array,
+    mask: jax.Array,
+    advantages: jax.Array,
+    cfg: LossConfig,
+    old_logps: jax.Array | None = None,
+    ref_logps: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped surrogate loss. With ``old_logps`` None the rollout policy *is* the
+    current one (one update per batch): the ratio is 1 but its gradient is not."""
+    old = jax.lax.stop_gradient(logps) if old_logps is None else old_logps
+    log_ratio = jnp.clip(logps - old, -20.0, 20.0)
+    if cfg.algorithm == "gspo":
+        seq = sequence_log_ratio(logps, old, mask)
+        # token-level form: value = the sequence ratio, gradient = each token's log-prob
+        log_ratio = logps - jax.lax.stop_gradient(logps) + jax.lax.stop_gradient(seq)[:, None]
+        log_ratio = jnp.clip(log_ratio, max=10.0)
+    ratio = jnp.exp(log_ratio)
+    adv = advantages[:, None]
+    unclipped = -adv * ratio
+    clipped = -adv * jnp.clip(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon_high)
+    per_token = jnp.maximum(unclipped, clipped)
+    loss = aggregate(per_token, mask, cfg.aggregation)
+    fmask = mask.astype(jnp.float32)
+    denom = jnp.clip(fmask.sum(), min=1)
+    aux = {
+        "clip_fraction": ((clipped > unclipped) * fmask).sum() / denom,
+        "ratio_mean": (ratio * fmask).sum() / denom,
+        "kl": jnp.float32(0.0),
+    }
+    if ref_logps is not None:
+        kl = kl_divergence(logps, ref_logps, cfg.kl_estimator)
+        aux["kl"] = (kl * fmask).sum() / denom
+        if cfg.beta:
+            loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation)
+    return loss, aux

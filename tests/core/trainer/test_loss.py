@@ -1,0 +1,164 @@
+"""GRPO/GSPO math on hand-computed numbers, and parity with Tunix's own loss."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+from rlctl.core.trainer.loss import (  # noqa: E402
+    LossConfig,
+    aggregate,
+    group_advantages,
+    kl_divergence,
+    policy_loss,
+    sequence_log_ratio,
+)
+
+GRPO = LossConfig("grpo", 0.2, 0.2, 0.0, "k3", "sequence-mean-token-mean")
+GSPO = LossConfig("gspo", 3e-4, 4e-4, 0.0, "k3", "sequence-mean-token-mean")
+
+
+class TestGroupAdvantages:
+    def test_hand_computed(self):
+        # group 1: rewards 1, 0, 0, 1 -> mean 0.5, sample std sqrt(1/3)
+        adv = group_advantages(np.array([1, 0, 0, 1, 2, 2, 2, 2], np.float32), 4)
+        s = math.sqrt(1 / 3)
+        np.testing.assert_allclose(adv[:4], [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s], rtol=1e-5)
+        np.testing.assert_allclose(adv[4:], 0.0, atol=1e-6)  # no variance, no signal
+
+    def test_matches_tunix(self):
+        from rlctl.core.trainer import tunix_adapter as ta
+
+        r = np.random.default_rng(0).random(16).astype(np.float32)
+        np.testing.assert_allclose(group_advantages(r, 8), ta.group_advantages(r, 8), rtol=1e-5)
+
+
+class TestSequenceRatio:
+    def test_gspo_ratio_is_length_normalized_geometric_mean(self):
+        logps = jnp.array([[-1.0, -2.0, -3.0], [-1.0, -1.0, 0.0]])
+        old = jnp.array([[-1.5, -2.0, -2.0], [-2.0, -1.5, 0.0]])
+        mask = jnp.array([[1, 1, 1], [1, 1, 0]])
+        # row 0: (0.5 + 0 - 1) / 3; row 1: (1 + 0.5) / 2 (padding ignored)
+        np.testing.assert_allclose(sequence_log_ratio(logps, old, mask), [-0.5 / 3, 0.75])
+
+
+class TestPolicyLoss:
+    def test_on_policy_value_is_minus_mean_advantage(self):
+        logps = jnp.array([[-1.0, -2.0], [-0.5, -0.1]])
+        mask = jnp.ones((2, 2))
+        adv = jnp.array([1.0, -3.0])
+        loss, _ = policy_loss(logps, mask, adv, GRPO)
+        assert float(loss) == pytest.approx(1.0)  # -(1 - 3)/2
+
+    def test_grpo_clips_token_ratios(self):
+        logps = jnp.log(jnp.array([[0.5, 0.5]]))
+        old = jnp.log(jnp.array([[0.25, 0.5]]))  # ratios 2.0 and 1.0
+        loss, aux = policy_loss(logps, jnp.ones((1, 2)), jnp.array([1.0]), GRPO, old_logps=old)
+        # positive advantage: min(r, 1.2) per token -> (1.2 + 1.0) / 2, negated
+        assert float(loss) == pytest.approx(-1.1, rel=1e-5)
+        assert float(aux["clip_fraction"]) == pytest.approx(0.5)
+
+    def test_gspo_uses_one_ratio_per_sequence(self):
+        logps = jnp.log(jnp.array([[0.5, 0.5]]))
+        old = jnp.log(jnp.array([[0.25, 0.5]]))
+        loss, _ = policy_loss(logps, jnp.ones((1, 2)), jnp.array([1.0]), GSPO, old_logps=old)
+        seq_ratio = math.exp(math.log(2.0) / 2)  # geometric mean of 2.0 and 1.0 = 1.414
+        assert seq_ratio > 1 + GSPO.epsilon_high
+        assert float(loss) == pytest.approx(-(1 + GSPO.epsilon_high), rel=1e-6)
+
+    def test_gspo_equals_grpo_on_policy_and_differs_off_policy(self):
+        rng = np.random.default_rng(1)
+        logps = jnp.asarray(-rng.random((4, 5)), jnp.float32)
+        old = logps + jnp.asarray(rng.normal(0, 0.1, (4, 5)), jnp.float32)
+        mask = jnp.ones((4, 5))
+        adv = jnp.asarray(rng.normal(size=4), jnp.float32)
+        same = [policy_loss(logps, mask, adv, c)[0] for c in (GRPO, GSPO)]
+        assert float(same[0]) == pytest.approx(float(same[1]))
+        diff = [policy_loss(logps, mask, adv, c, old_logps=old)[0] for c in (GRPO, GSPO)]
+        assert abs(float(diff[0]) - float(diff[1])) > 1e-3
+
+    def test_kl_estimators(self):
+        p, q = jnp.array([-1.0]), jnp.array([-1.5])
+        assert float(kl_divergence(p, q, "k1")[0]) == pytest.approx(0.5)
+        assert float(kl_divergence(p, q, "k3")[0]) == pytest.approx(math.exp(-0.5) + 0.5 - 1)
+
+    def test_beta_adds_kl(self):
+        logps, ref = jnp.array([[-1.0, -1.0]]), jnp.array([[-2.0, -2.0]])
+        cfg = LossConfig("grpo", 0.2, 0.2, 0.5, "k1", "token-mean")
+        loss, aux = policy_loss(logps, jnp.ones((1, 2)), jnp.array([0.0]), cfg, ref_logps=ref)
+        assert float(aux["kl"]) == pytest.approx(1.0)
+        assert float(loss) == pytest.approx(0.5)
+
+    @pytest.mark.parametrize(
+        ("mode", "want"),
+        [("token-mean", 6 / 3), ("sequence-mean-token-mean", (1.5 + 3) / 2),
+         ("sequence-mean-token-sum", (3 + 3) / 2)],
+    )
+    def test_aggregation(self, mode, want):
+        per_token = jnp.array([[1.0, 2.0], [3.0, 9.0]])
+        mask = jnp.array([[1, 1], [1, 0]])
+        assert float(aggregate(per_token, mask, mode)) == pytest.approx(want)
+
+
+@pytest.mark.trainer
+class TestParityWithTunix:
+    """Prefix-shared log-probs + rlctl's loss == Tunix's grpo_loss_fn on full sequences."""
+
+    @pytest.fixture(scope="class")
+    def setup(self, tiny_model_dir):
+        from rlctl.core.trainer import tunix_adapter as ta
+
+        model, info = ta.load_model(tiny_model_dir)
+        rng = np.random.default_rng(0)
+        pad, G = 0, 3
+        prompts = rng.integers(3, info.vocab_size, (2, 8)).astype(np.int32)
+        prompts[0, :3] = pad  # left padding
+        comps = rng.integers(3, info.vocab_size, (6, 5)).astype(np.int32)
+        comps[1, 3:] = pad  # right padding
+        mask = (comps != pad).astype(np.int32)
+        adv = rng.normal(size=6).astype(np.float32)
+        return model, info, prompts, comps, mask, adv, pad, G
+
+    def test_log_probs_match_full_sequence(self, setup):
+        from rlctl.core.trainer import tunix_adapter as ta
+
+        model, info, prompts, comps, mask, _, pad, G = setup
+        ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
+                                         temperature=0.7, info=info)
+        full = ta.per_token_logps(model, np.repeat(prompts, G, 0), comps, pad, 2, 0.7)
+        np.testing.assert_allclose(np.asarray(ours) * mask, np.asarray(full) * mask, atol=2e-5)
+
+    @pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
+    def test_loss_and_gradient_match(self, setup, algorithm):
+        from flax import nnx
+
+        from rlctl.core.trainer import tunix_adapter as ta
+
+        model, info, prompts, comps, mask, adv, pad, G = setup
+        eps = (0.2, 0.28) if algorithm == "grpo" else (3e-4, 4e-4)
+        cfg = LossConfig(algorithm, *eps, 0.0, "k3", "sequence-mean-token-mean")
+        tcfg = ta.algo_config(algorithm=algorithm, beta=0.0, epsilon=eps[0],
+                              epsilon_high=eps[1], kl_estimator="k3",
+                              loss_aggregation=cfg.aggregation, temperature=1.0)
+        full_prompts = np.repeat(prompts, G, 0)
+        old = ta.per_token_logps(model, full_prompts, comps, pad, 2) - 0.05 * mask
+        ex = ta.train_example(full_prompts, comps, mask, adv, pad, old_logps=old)
+
+        def ours_fn(m):
+            lp, _ = ta.shared_prefix_logps(m, prompts, comps, group=G, pad_id=pad,
+                                           temperature=1.0, info=info)
+            return policy_loss(lp, mask, adv, cfg, old_logps=old)[0]
+
+        def tunix_fn(m):
+            return ta.policy_loss(m, ex, tcfg, pad, 2)[0]
+
+        l1, g1 = nnx.value_and_grad(ours_fn)(model)
+        l2, g2 = nnx.value_and_grad(tunix_fn)(model)
+        assert float(l1) == pytest.approx(float(l2), abs=1e-6)
+        for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)
