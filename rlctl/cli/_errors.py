@@ -22,7 +22,7 @@ def guarded(fn: F) -> F:
         from rlctl.cli._output import Output
         from rlctl.core.errors import RlctlError
 
-        ctx = typer.get_current_context(silent=True) if hasattr(typer, "get_current_context") else None
+        ctx = typer.get_current_context(silent=True)
         debug = bool(ctx and state(ctx).debug)
         try:
             return fn(*args, **kwargs)

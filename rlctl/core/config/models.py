@@ -121,9 +121,9 @@ class EvalSpec(Spec):
 
 
 class OutputSpec(Spec):
-    root: Annotated[str, Field(description="run store root: a local path or gs://bucket/prefix")] = (
-        "./runs"
-    )
+    root: Annotated[
+        str, Field(description="run store root: a local path or gs://bucket/prefix")
+    ] = "./runs"
     tensorboard: bool = True
 
 

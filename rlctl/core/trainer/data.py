@@ -114,7 +114,8 @@ def _gsm8k_from_hub(spec: DataSpec) -> tuple[list[Problem], list[Problem]]:
     except Exception as e:  # offline, hub down, auth: all mean the same to the user
         raise ConfigError(
             f"could not load openai/gsm8k from the hub ({type(e).__name__})",
-            hint="download it once and pass --data-path train.jsonl --set data.eval_path=test.jsonl",
+            hint="download it once, then pass --data-path train.jsonl "
+            "--set data.eval_path=test.jsonl",
         ) from e
     conv = [
         [Problem(r["question"], gsm8k_gold(r["answer"])) for r in ds[split]]

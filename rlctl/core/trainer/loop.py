@@ -28,7 +28,7 @@ BUCKET = 16  # sequence lengths are rounded up to this to bound recompilations
 
 
 def _round_up(n: int, to: int) -> int:
-    return max(to, int(math.ceil(n / to)) * to)
+    return max(to, math.ceil(n / to) * to)
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -224,6 +224,15 @@ class Trainer:
             mask[i, : lengths[i]] = 1
         return ids, mask
 
+    def score(self, texts: list[str], problems: list[Problem]):
+        """(training reward, exact-answer correctness, format) per completion."""
+        pairs = list(zip(texts, problems, strict=True))
+        total = [rewards_lib.total_reward(self.reward_fns, t, p.answer) for t, p in pairs]
+        correct = [rewards_lib.correct_reward(t, p.answer) for t, p in pairs]
+        formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in pairs]
+        return (np.array(total, np.float32), np.array(correct, np.float32),
+                np.array(formatted, np.float32))
+
     # --- eval ------------------------------------------------------------------
     def evaluate(self, which: str, step: int) -> dict[str, Any]:
         from rlctl.core.trainer import tunix_adapter as ta
@@ -238,10 +247,7 @@ class Trainer:
             padded = chunk + [chunk[0]] * (e.batch_size - len(chunk))  # one compiled shape
             out = self.sample(self.render(padded), seed=0, greedy=True)
             texts.extend(out.text[: len(chunk)])
-        correct = [rewards_lib.correct_reward(t, p.answer) for t, p in zip(texts, problems)]
-        formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in zip(texts, problems)]
-        total = [rewards_lib.total_reward(self.reward_fns, t, p.answer) for t, p in
-                 zip(texts, problems)]
+        total, correct, formatted = self.score(texts, problems)
         n = len(problems)
         result = {
             "which": which,
@@ -277,14 +283,7 @@ class Trainer:
         out = self.sample(self.render(group), seed=step_seed(s.training.seed, step, 4))
         t_roll = time.perf_counter() - t0
 
-        rewards = np.array(
-            [rewards_lib.total_reward(self.reward_fns, t, p.answer) for t, p in
-             zip(out.text, group)], np.float32,
-        )
-        correct = np.array([rewards_lib.correct_reward(t, p.answer) for t, p in
-                            zip(out.text, group)], np.float32)
-        formatted = np.array([rewards_lib.format_reward(t, p.answer) > 0 for t, p in
-                              zip(out.text, group)], np.float32)
+        rewards, correct, formatted = self.score(out.text, group)
         adv = group_advantages(rewards, G)
         completion_ids, mask = self.completion_arrays(list(out.tokens))
         prompt_ids = np.asarray(out.padded_prompt_tokens, np.int32)[::G]  # one row per group

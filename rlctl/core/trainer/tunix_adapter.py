@@ -69,11 +69,16 @@ def _llama3_block_with_rope_theta(self, x, segment_pos, cache, attn_mask):
     return new_cache, out
 
 
+UPSTREAM_LLAMA3_BLOCK: Any = None  # kept so tests can show what the patch fixes
+
+
 def patch_llama3_rope_theta() -> None:
+    global UPSTREAM_LLAMA3_BLOCK
     from tunix.models.llama3 import model as m
 
     if getattr(m.Attention.block, "_rlctl_patched", False):
         return
+    UPSTREAM_LLAMA3_BLOCK = m.Attention.block
     _llama3_block_with_rope_theta._rlctl_patched = True  # type: ignore[attr-defined]
     m.Attention.block = _llama3_block_with_rope_theta
 
@@ -290,7 +295,7 @@ def shared_prefix_logps(
     from tunix.generate import utils as gen_utils
 
     P, Lp = prompt_ids.shape
-    B, Lc = completion_ids.shape
+    _, Lc = completion_ids.shape
     S = Lp + Lc
     pmask = prompt_ids != pad_id
     cache = sampler_lib._init_cache(  # same layout the sampler uses

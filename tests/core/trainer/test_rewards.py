@@ -1,5 +1,6 @@
 import pytest
 
+from rlctl.core.errors import ConfigError
 from rlctl.core.trainer.rewards import (
     correct_reward,
     extract_answer,
@@ -9,7 +10,6 @@ from rlctl.core.trainer.rewards import (
     resolve,
     total_reward,
 )
-from rlctl.core.errors import ConfigError
 
 
 class TestExtractAnswer:

@@ -1,0 +1,101 @@
+"""The CLI surface: help for every command, JSON purity, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from rlctl.cli.app import app
+
+COMMANDS = [[], ["train"], ["train", "grpo"], ["train", "gspo"], ["status"], ["resume"]]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "root")
+def test_help_has_an_example(cmd):
+    r = CliRunner().invoke(app, [*cmd, "--help"])
+    assert r.exit_code == 0, r.output
+    if cmd and cmd != ["train"]:
+        assert "Example: rlctl" in r.output
+
+
+def test_version():
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.startswith("rlctl ")
+
+
+class TestStatus:
+    def test_json_is_the_only_stdout(self, tmp_path):
+        run = tmp_path / "r1"
+        run.mkdir()
+        (run / "spec.yaml").write_text("name: r1\n")
+        (run / "status.json").write_text(json.dumps({"phase": "running", "step": 2,
+                                                     "total_steps": 5, "algorithm": "grpo"}))
+        (run / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
+        out = subprocess.run(
+            [sys.executable, "-m", "rlctl", "status", "--runs-dir", str(tmp_path), "-o", "json"],
+            capture_output=True, text=True, check=True,
+        )
+        rows = json.loads(out.stdout)
+        assert rows[0]["name"] == "r1" and rows[0]["step"] == 2
+        assert rows[0]["latest_metrics"] == {"step": 1, "reward_mean": 0.5}  # torn line skipped
+        one = subprocess.run(
+            [sys.executable, "-m", "rlctl", "status", "r1", "--runs-dir", str(tmp_path),
+             "-o", "json"], capture_output=True, text=True, check=True,
+        )
+        assert json.loads(one.stdout)["phase"] == "running"
+
+    def test_table(self, tmp_path, runner):
+        (tmp_path / "r2").mkdir()
+        (tmp_path / "r2" / "spec.yaml").write_text("name: r2\n")
+        r = runner.invoke(app, ["status", "--runs-dir", str(tmp_path)])
+        assert r.exit_code == 0 and "r2" in r.output
+
+    def test_empty_store(self, tmp_path, runner):
+        r = runner.invoke(app, ["status", "--runs-dir", str(tmp_path / "none"), "-o", "json"])
+        assert r.exit_code == 0 and json.loads(r.output) == []
+
+    def test_unknown_run(self, tmp_path, runner):
+        r = runner.invoke(app, ["status", "nope", "--runs-dir", str(tmp_path)])
+        assert r.exit_code == 3 and "not found" in r.output
+
+
+class TestBadInput:
+    """One line on stderr, a documented exit code, no traceback, nothing written."""
+
+    @pytest.mark.parametrize(
+        ("args", "code", "text"),
+        [
+            (["train", "grpo", "--name", "Bad_Name"], 2, "not a DNS-1035 label"),
+            (["train", "grpo", "--steps", "0"], 2, "training.steps"),
+            (["train", "grpo", "--set", "training.stpes=3"], 2, "unknown field"),
+            (["train", "gspo", "--lr", "-1"], 2, "training.learning_rate"),
+            (["train", "grpo", "--set", "nokey"], 2, "key.path=value"),
+            (["train", "grpo", "--config", "/no/such.yaml"], 2, "does not exist"),
+            (["train", "grpo", "--dataset", "imagenet"], 2, "data.name"),
+            (["train", "grpo", "--model", "./no/such/dir"], 2, "neither a local folder"),
+            (["status", "-o", "xml"], 2, "--output must be"),
+            (["resume", "Nope!"], 2, "not a DNS-1035 label"),
+        ],
+    )
+    def test_errors(self, args, code, text, tmp_path):
+        out = subprocess.run(
+            [sys.executable, "-m", "rlctl", *args, "--runs-dir", str(tmp_path)]
+            if args[0] != "status" else [sys.executable, "-m", "rlctl", *args],
+            capture_output=True, text=True, cwd=tmp_path,
+        )
+        assert out.returncode == code, out.stderr
+        assert text in out.stderr
+        assert "Traceback" not in out.stderr
+        assert out.stdout == ""
+        assert not (tmp_path / "runs").exists()
+        assert [p.name for p in tmp_path.iterdir()] == []
+
+    def test_print_config_json(self, runner):
+        r = runner.invoke(app, ["train", "gspo", "--print-config", "-o", "json", "--steps", "3"])
+        spec = json.loads(r.output)
+        assert spec["algorithm"] == "gspo" and spec["training"]["steps"] == 3
+        assert spec["training"]["num_iterations"] == 2

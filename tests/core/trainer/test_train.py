@@ -1,0 +1,132 @@
+"""End-to-end runs of the trainer on a tiny random Llama (CPU, seconds per run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tunix")
+pytestmark = pytest.mark.trainer
+
+REPO = Path(__file__).resolve().parents[3]
+TIMING = {"step_seconds", "rollout_seconds", "tokens_per_s"}
+
+
+def tiny_args(model: Path, root: Path, name: str, algo: str = "grpo", *extra: str) -> list[str]:
+    return [
+        "train", algo, "--model", str(model), "--runs-dir", str(root), "--name", name,
+        "--eval-size", "4", "--prompts-per-step", "2", "-G", "4", "--max-new-tokens", "12",
+        "--lr", "3e-3", "--set", 'rewards=["tests.fakes.rewards.digit_count"]',
+        "--set", "eval.batch_size=4", *extra,
+    ]
+
+
+def rlctl(*args: str, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_CACHE": os.environ.get("RLCTL_CACHE", "")}
+    return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def metrics(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+def in_process(model: Path, root: Path, name: str, algo: str, *extra: str) -> list[dict]:
+    from typer.testing import CliRunner
+
+    from rlctl.cli.app import app
+
+    result = CliRunner().invoke(app, tiny_args(model, root, name, algo, *extra))
+    assert result.exit_code == 0, result.output
+    return metrics(root / name)
+
+
+class TestLocalRun:
+    def test_run_writes_the_whole_layout(self, tiny_model_dir, tmp_path):
+        rows = in_process(tiny_model_dir, tmp_path, "full", "grpo", "--steps", "3",
+                          "--set", "checkpoint.interval=2", "-o", "json")
+        run = tmp_path / "full"
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        assert {"loss", "reward_mean", "reward_min", "reward_max", "format_rate", "kl",
+                "grad_norm", "completion_length"} <= set(rows[0])
+        assert any(r["grad_norm"] > 0 for r in rows)  # the tiny model gets a learning signal
+        status = json.loads((run / "status.json").read_text())
+        assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 3, 3)
+        assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "3"]
+        for which in ("baseline", "final"):
+            ev = json.loads((run / "eval" / f"{which}.json").read_text())
+            assert ev["n"] == 4 and ev["greedy"] and len(ev["samples"]) == 4
+        assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+        assert (run / "spec.yaml").read_text().startswith("name: full")
+
+    def test_name_in_use_is_refused(self, tiny_model_dir, tmp_path):
+        from typer.testing import CliRunner
+
+        from rlctl.cli.app import app
+
+        (tmp_path / "taken").mkdir()
+        (tmp_path / "taken" / "spec.yaml").write_text("name: taken\n")
+        r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "taken"))
+        assert r.exit_code == 4
+        assert "already exists" in r.output and "rlctl resume taken" in r.output
+
+
+class TestGspo:
+    def test_equals_grpo_with_one_iteration(self, tiny_model_dir, tmp_path):
+        one = ("--steps", "1", "--set", "training.num_iterations=1", "--set",
+               "training.epsilon=0.2", "--set", "training.epsilon_high=0.2", "--eval-size", "0")
+        grpo = in_process(tiny_model_dir, tmp_path, "g1", "grpo", *one)
+        gspo = in_process(tiny_model_dir, tmp_path, "s1", "gspo", *one)
+        assert grpo[0]["loss"] == pytest.approx(gspo[0]["loss"], abs=1e-7)
+
+    def test_differs_from_grpo_with_two_iterations(self, tiny_model_dir, tmp_path):
+        two = ("--steps", "1", "--set", "training.num_iterations=2", "--eval-size", "0")
+        grpo = in_process(tiny_model_dir, tmp_path, "g2", "grpo", *two)
+        gspo = in_process(tiny_model_dir, tmp_path, "s2", "gspo", *two)
+        assert grpo[0]["reward_mean"] == gspo[0]["reward_mean"]  # same data and samples
+        assert abs(grpo[0]["loss"] - gspo[0]["loss"]) > 1e-6
+
+
+class TestResume:
+    def test_sigkill_then_resume_reproduces_an_uninterrupted_run(self, tiny_model_dir, tmp_path):
+        common = ("--steps", "6", "--set", "checkpoint.interval=2", "--seed", "3")
+        whole = rlctl(*tiny_args(tiny_model_dir, tmp_path, "whole", "grpo", *common))
+        assert whole.returncode == 0, whole.stderr
+
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlctl",
+             *tiny_args(tiny_model_dir, tmp_path, "killed", "grpo", *common)],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        ckpt = tmp_path / "killed" / "checkpoints" / "2"
+        deadline = time.time() + 300
+        while not ckpt.is_dir() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert ckpt.is_dir(), "no checkpoint appeared"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done = [r["step"] for r in metrics(tmp_path / "killed")]
+        assert done and max(done) < 6, "the run finished before it was killed"
+
+        resumed = rlctl("resume", "killed", "--runs-dir", str(tmp_path), "-o", "json")
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout)["phase"] == "completed"
+        assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
+        ev = [json.loads((tmp_path / n / "eval" / "final.json").read_text())["accuracy"]
+              for n in ("killed", "whole")]
+        assert ev[0] == ev[1]
+
+    def test_resume_of_a_completed_run_is_refused(self, tiny_model_dir, tmp_path):
+        in_process(tiny_model_dir, tmp_path, "done", "grpo", "--steps", "1", "--eval-size", "0")
+        r = rlctl("resume", "done", "--runs-dir", str(tmp_path))
+        assert r.returncode == 4 and "already completed" in r.stderr
+        assert "Traceback" not in r.stderr
