@@ -75,6 +75,12 @@ class Trainer:
         s = self.spec
         self.source = load_source(s.data, s.eval.size)
         self.reward_fns = rewards_lib.resolve(s.rewards)
+        # One prompt width for the whole run (every new width recompiles the sampler and
+        # the update): the longest of the held-out set and of the first training batches.
+        probe = self.source.eval_set + [
+            p for k in range(64) for p in self.source.batch(k, s.training.prompts_per_step)
+        ]
+        self._prompt_len = _round_up(max(self._prompt_tokens(p) for p in probe), BUCKET)
 
     def create_optimizer(self) -> None:
         import optax
@@ -182,6 +188,10 @@ class Trainer:
         return int(step)
 
     # --- rollout -----------------------------------------------------------------
+    def _prompt_tokens(self, problem: Problem) -> int:
+        text = self.tokenizer.apply_chat_template(chat_messages(problem.question))
+        return len(self.tokenizer.encode(text))
+
     def render(self, problems: list[Problem]) -> list[str]:
         prompts = [self.tokenizer.apply_chat_template(chat_messages(p.question)) for p in problems]
         longest = max(len(self.tokenizer.encode(p)) for p in prompts)
@@ -191,7 +201,8 @@ class Trainer:
                 f"{self.max_prompt}",
                 hint=f"--set rollout.max_prompt_tokens={_round_up(longest, 64)}",
             )
-        self._prompt_len = _round_up(longest, BUCKET)
+        if longest > self._prompt_len:  # rare: a longer prompt than probed; widen for good
+            self._prompt_len = _round_up(longest, BUCKET)
         return prompts
 
     def sample(self, prompts: list[str], seed: int, greedy: bool = False):
