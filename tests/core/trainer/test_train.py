@@ -125,6 +125,27 @@ class TestResume:
               for n in ("killed", "whole")]
         assert ev[0] == ev[1]
 
+    def test_ctrl_c_stops_cleanly_and_resumes(self, tiny_model_dir, tmp_path):
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlctl",
+             *tiny_args(tiny_model_dir, tmp_path, "ctrlc", "grpo", "--steps", "40",
+                        "--set", "checkpoint.interval=2")],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        ckpt = tmp_path / "ctrlc" / "checkpoints" / "2"
+        deadline = time.time() + 300
+        while not ckpt.is_dir() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "interrupted" in err and "rlctl resume ctrlc" in err and "Traceback" not in err
+        status = json.loads((tmp_path / "ctrlc" / "status.json").read_text())
+        assert status["phase"] == "interrupted" and status["latest_checkpoint"] >= 2
+        st = rlctl("status", "ctrlc", "--runs-dir", str(tmp_path), "-o", "json")
+        assert json.loads(st.stdout)["phase"] == "interrupted"
+
     def test_resume_of_a_completed_run_is_refused(self, tiny_model_dir, tmp_path):
         in_process(tiny_model_dir, tmp_path, "done", "grpo", "--steps", "1", "--eval-size", "0")
         r = rlctl("resume", "done", "--runs-dir", str(tmp_path))
