@@ -6,7 +6,6 @@ google-cloud or kubernetes at module level, so ``rlctl --help`` stays instant.
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer

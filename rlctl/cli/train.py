@@ -64,9 +64,8 @@ def _run(
             "training on a cluster (--cluster) is not available in this version",
             hint="run locally without --cluster",
         )
-    from rlctl.core.runs.local import train_local
-
     from rlctl.cli.progress import TrainProgress
+    from rlctl.core.runs.local import train_local
 
     with TrainProgress(out) as progress:
         record = train_local(spec, progress=progress.callback)
