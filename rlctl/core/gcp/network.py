@@ -138,40 +138,39 @@ def found(clients: Any, cluster: str, region: str) -> list[Change]:
 
 # --- apply ---------------------------------------------------------------------
 def apply(clients: Any, c: Change, region: str, on_poll: Any) -> None:
+    """Create, patch or delete one network/subnet/firewall and wait for its operation."""
     t = clients.compute_types
     what = f"{c.action} {c.kind} {c.name}"
-    rid = str(uuid.uuid4())  # makes retried inserts idempotent on the server side
-    p = clients.project
+
+    def send(fn: Any, **fields: Any) -> Any:
+        # A request id per change makes retried inserts/deletes idempotent server-side.
+        req = {"project": clients.project, "request_id": str(uuid.uuid4()), **fields}
+        return call(clients, what, fn, request=req)
+
     if c.kind == "network":
+        api, extra = clients.networks, {}
         if c.action == "create":
-            op = call(clients, what, clients.networks.insert_unary, project=p,
-                      network_resource=t.Network(c.body), request_id=rid)
+            op = send(api.insert_unary, network_resource=t.Network(c.body))
         elif c.action == "update":
-            op = call(clients, what, clients.networks.patch_unary, project=p, network=c.name,
-                      network_resource=t.Network(mtu=c.body["mtu"]), request_id=rid)
+            op = send(api.patch_unary, network=c.name,
+                      network_resource=t.Network(mtu=c.body["mtu"]))
         else:
-            op = call(clients, what, clients.networks.delete_unary, project=p, network=c.name,
-                      request_id=rid)
-        wait_compute(clients, op, what, on_poll=on_poll)
+            op = send(api.delete_unary, network=c.name)
     elif c.kind == "subnet":
+        api, extra = clients.subnetworks, {"region": region}
         if c.action == "create":
-            op = call(clients, what, clients.subnetworks.insert_unary, project=p, region=region,
-                      subnetwork_resource=t.Subnetwork(c.body), request_id=rid)
+            op = send(api.insert_unary, subnetwork_resource=t.Subnetwork(c.body), **extra)
         else:
-            op = call(clients, what, clients.subnetworks.delete_unary, project=p, region=region,
-                      subnetwork=c.name, request_id=rid)
-        wait_compute(clients, op, what, region=region, on_poll=on_poll)
+            op = send(api.delete_unary, subnetwork=c.name, **extra)
     elif c.kind == "firewall":
+        api, extra = clients.firewalls, {}
         if c.action == "create":
-            op = call(clients, what, clients.firewalls.insert_unary, project=p,
-                      firewall_resource=t.Firewall(c.body), request_id=rid)
+            op = send(api.insert_unary, firewall_resource=t.Firewall(c.body))
         elif c.action == "update":
             body = {k: c.body[k] for k in ("source_ranges", "allowed")}
-            op = call(clients, what, clients.firewalls.patch_unary, project=p, firewall=c.name,
-                      firewall_resource=t.Firewall(body), request_id=rid)
+            op = send(api.patch_unary, firewall=c.name, firewall_resource=t.Firewall(body))
         else:
-            op = call(clients, what, clients.firewalls.delete_unary, project=p, firewall=c.name,
-                      request_id=rid)
-        wait_compute(clients, op, what, on_poll=on_poll)
+            op = send(api.delete_unary, firewall=c.name)
     else:  # pragma: no cover - dispatch bug
         raise ValueError(f"network.apply cannot handle {c.key}")
+    wait_compute(clients, op, what, region=extra.get("region"), on_poll=on_poll)
