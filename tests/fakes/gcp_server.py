@@ -12,6 +12,7 @@ which it drops: this fake keeps those and merges them into its bucket responses.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import re
@@ -170,13 +171,14 @@ class FakeGCP:
         except ValueError:
             body = None
         req = Req(h.command, parts.path, parse_qs(parts.query), body)
+        logged = Req(h.command, parts.path, parse_qs(parts.query), copy.deepcopy(body))
         if parts.path.startswith(("/storage/", "/upload/", "/download/")):
             if not parts.path.endswith("/iam"):
                 with self.lock:
-                    self.requests.append(req)
+                    self.requests.append(logged)
                 return self._proxy(h, parts, raw)
         with self.lock:
-            self.requests.append(req)
+            self.requests.append(logged)
             fault = next((f for f in self.faults if f.times > 0 and f.method == h.command
                           and f.pattern.search(parts.path)), None)
             if fault:
@@ -451,6 +453,8 @@ class FakeGCP:
         if c is None:
             raise KeyError(f"projects/{self.project}/locations/{loc}/clusters/{cname}")
         pools = c.setdefault("nodePools", [])
+        if r.method == "GET":
+            self._tick(c["selfLink"])  # the server makes progress while clients look
         if "/nodePools" not in rest:
             if r.method == "GET":
                 return 200, self._cluster_json(c)
@@ -505,6 +509,11 @@ class FakeGCP:
             op = self._op("gke", "DELETE_NODE_POOL", np["selfLink"], gone, r.path, location=loc)
             return 200, self._op_json(op)
         raise KeyError(rest)
+
+    def _tick(self, target_prefix: str) -> None:
+        for op in list(self.ops.values()):
+            if op.state != "DONE" and op.target.startswith(target_prefix):
+                self._advance(op)
 
     def _channel_default(self, c: dict) -> str:
         ch = (c.get("releaseChannel") or {}).get("channel")

@@ -238,23 +238,12 @@ def gcloud_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-def build_infra_spec(
-    config: str | Path | None = None,
-    flags: Mapping[str, Any] | None = None,
-    overrides: list[str] | None = None,
-    env: Mapping[str, str] | None = None,
+def fill_defaults(
+    data: dict[str, Any], env: Mapping[str, str] | None = None,
     adc_project: Callable[[], str | None] | None = None,
-) -> InfraSpec:
-    """Merge the sources into a validated spec. ``flags`` holds only flags the user gave."""
+) -> dict[str, Any]:
+    """Fill project/region/zone missing in ``data`` from env, gcloud config, then ADC."""
     env = os.environ if env is None else env
-    data: dict[str, Any] = read_yaml(config) if config else {}
-    for key, value in (flags or {}).items():
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            data[key] = {**(data.get(key) or {}), **{k: v for k, v in value.items() if v is not None}}
-        else:
-            data[key] = value
     gcloud: dict[str, str] | None = None
     for key, names in _ENV.items():
         if data.get(key):
@@ -277,4 +266,40 @@ def build_infra_spec(
             hint="pass --project/--region, set them in the config file, or run "
             "'gcloud config set project P' and 'gcloud config set compute/region R'",
         )
+    return data
+
+
+def resolve_location(
+    config: str | Path | None, project: str | None, region: str | None,
+    env: Mapping[str, str] | None = None, adc_project: Callable[[], str | None] | None = None,
+) -> tuple[str, str]:
+    """(project, region) by the same precedence as ``build_infra_spec``."""
+    data: dict[str, Any] = read_yaml(config) if config else {}
+    data = {k: v for k, v in data.items() if k in ("project", "region", "zone")}
+    if project:
+        data["project"] = project
+    if region:
+        data["region"] = region
+    fill_defaults(data, env, adc_project)
+    return data["project"], data["region"]
+
+
+def build_infra_spec(
+    config: str | Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    overrides: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    adc_project: Callable[[], str | None] | None = None,
+) -> InfraSpec:
+    """Merge the sources into a validated spec. ``flags`` holds only flags the user gave."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = read_yaml(config) if config else {}
+    for key, value in (flags or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            data[key] = {**(data.get(key) or {}), **{k: v for k, v in value.items() if v is not None}}
+        else:
+            data[key] = value
+    fill_defaults(data, env, adc_project)
     return build(InfraSpec, data, overrides)
