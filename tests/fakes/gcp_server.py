@@ -7,7 +7,7 @@ errors can be injected per request (HTTP status) or per operation (an operation
 that finishes with an error). ``/storage/...`` is forwarded to fake-gcs-server,
 except bucket IAM policies (``GET/PUT /storage/v1/b/B/iam``), which
 fake-gcs-server does not implement, and bucket ``labels``/``iamConfiguration``,
-which it drops: this fake keeps those and merges them into its bucket responses.
+and ``location``, which it drops or ignores: this fake keeps those and merges them into its bucket responses.
 """
 
 from __future__ import annotations
@@ -564,8 +564,10 @@ class FakeGCP:
         if m and status < 300:
             with self.lock:
                 if bucket_create and sent:
-                    self.bucket_meta[sent["name"]] = {
-                        k: sent[k] for k in ("labels", "iamConfiguration") if k in sent}
+                    meta = {k: sent[k] for k in ("labels", "iamConfiguration") if k in sent}
+                    if sent.get("location"):
+                        meta["location"] = sent["location"].upper()
+                    self.bucket_meta[sent["name"]] = meta
                 if h.command == "DELETE" and m.group(1):
                     self.bucket_meta.pop(m.group(1), None)
                     self.bucket_iam.pop(m.group(1), None)
