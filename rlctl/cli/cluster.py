@@ -109,7 +109,7 @@ def create(
 
     Shows the plan with an hourly cost estimate, asks, then applies; re-running is safe.
 
-    Example: rlctl cluster create rl-v6e --region us-east5 --zone us-east5-b -a 'v6e-16 x2' --dcn-networks 2 --bucket my-rl-runs
+    Example: rlctl cluster create rl --region us-east5 -a 'v6e-16 x2' --dcn-networks 2 --bucket b
     """
     from rlctl.core.gcp import cluster as core
 
@@ -142,7 +142,7 @@ def delete(
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Delete everything rlctl made for a cluster: pools, cluster, firewalls, subnets, networks, bucket.
+    """Delete what rlctl made for a cluster: pools, cluster, firewalls, subnets, networks, bucket.
 
     Lists exactly what it found with rlctl's labels first; a non-empty bucket is kept.
 

@@ -7,7 +7,8 @@ errors can be injected per request (HTTP status) or per operation (an operation
 that finishes with an error). ``/storage/...`` is forwarded to fake-gcs-server,
 except bucket IAM policies (``GET/PUT /storage/v1/b/B/iam``), which
 fake-gcs-server does not implement, and bucket ``labels``/``iamConfiguration``,
-and ``location``, which it drops or ignores: this fake keeps those and merges them into its bucket responses.
+and ``location``, which it drops or ignores: this fake keeps those and merges them
+into its bucket responses.
 """
 
 from __future__ import annotations
@@ -172,11 +173,11 @@ class FakeGCP:
             body = None
         req = Req(h.command, parts.path, parse_qs(parts.query), body)
         logged = Req(h.command, parts.path, parse_qs(parts.query), copy.deepcopy(body))
-        if parts.path.startswith(("/storage/", "/upload/", "/download/")):
-            if not parts.path.endswith("/iam"):
-                with self.lock:
-                    self.requests.append(logged)
-                return self._proxy(h, parts, raw)
+        if parts.path.startswith(("/storage/", "/upload/", "/download/")) and \
+                not parts.path.endswith("/iam"):
+            with self.lock:
+                self.requests.append(logged)
+            return self._proxy(h, parts, raw)
         with self.lock:
             self.requests.append(logged)
             fault = next((f for f in self.faults if f.times > 0 and f.method == h.command

@@ -201,7 +201,8 @@ def is_ours(description: str | None, cluster: str | None = None) -> bool:
     d = description or ""
     if f"{MANAGED_BY}={RLCTL}" not in d:
         return False
-    return cluster is None or re.search(rf"\b{CLUSTER_LABEL}={re.escape(cluster)}(\s|$)", d) is not None
+    pattern = rf"\b{CLUSTER_LABEL}={re.escape(cluster)}(\s|$)"
+    return cluster is None or re.search(pattern, d) is not None
 
 
 # --- defaults: flags > file > env > gcloud config > ADC ---------------------
@@ -231,7 +232,8 @@ def gcloud_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
         return {}
     out = {}
     for key, (section, opt) in {
-        "project": ("core", "project"), "region": ("compute", "region"), "zone": ("compute", "zone"),
+        "project": ("core", "project"), "region": ("compute", "region"),
+        "zone": ("compute", "zone"),
     }.items():
         if cp.has_option(section, opt):
             out[key] = cp.get(section, opt)
@@ -298,7 +300,8 @@ def build_infra_spec(
         if value is None:
             continue
         if isinstance(value, dict):
-            data[key] = {**(data.get(key) or {}), **{k: v for k, v in value.items() if v is not None}}
+            given = {k: v for k, v in value.items() if v is not None}
+            data[key] = {**(data.get(key) or {}), **given}
         else:
             data[key] = value
     fill_defaults(data, env, adc_project)

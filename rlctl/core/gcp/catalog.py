@@ -100,7 +100,8 @@ def parse_slices(text: str) -> tuple[str, int]:
     m = _SLICES.match(text)
     if not m:
         raise ConfigError(
-            f"cannot read accelerator {text!r}", hint="write it as TYPE or 'TYPE xN', e.g. 'v6e-16 x2'"
+            f"cannot read accelerator {text!r}",
+            hint="write it as TYPE or 'TYPE xN', e.g. 'v6e-16 x2'",
         )
     n = int(m.group("n") or 1)
     if n < 1:

@@ -311,7 +311,8 @@ def plan_delete(clients: Any, project: str, region: str, cluster: str,
 
 def network_plan_create(clients: Any, spec: InfraSpec) -> Plan:
     """Only the DCN networks, subnets and firewalls (``rlctl network create``)."""
-    preflight.run(clients, spec.model_copy(update={"accelerators": [], "bucket": type(spec.bucket)()}))
+    only_networks = spec.model_copy(update={"accelerators": [], "bucket": type(spec.bucket)()})
+    preflight.run(clients, only_networks)
     return Plan(operation="create", target=spec.cluster, project=spec.project,
                 location=spec.region, changes=network.plan(clients, spec))
 

@@ -81,11 +81,10 @@ def translate(e: BaseException, what: str) -> RlctlError:
     text = _text(e)
     try:
         from google.api_core import exceptions as gx
-        from google.auth import exceptions as ga
     except ImportError:  # pragma: no cover - gcp extra missing
         return CloudError(f"{what} failed: {text}")
 
-    if isinstance(e, ga.DefaultCredentialsError):
+    if type(e).__name__ == "DefaultCredentialsError":  # google.auth, matched by name
         return PermissionDeniedError(
             "no Google Cloud credentials found",
             hint="run 'gcloud auth application-default login'",
@@ -99,7 +98,8 @@ def translate(e: BaseException, what: str) -> RlctlError:
             return PermissionDeniedError(
                 f"permission denied for {what}: {text}",
                 hint="grant your account roles/container.admin, roles/compute.networkAdmin and "
-                "roles/storage.admin on the project, or run 'gcloud auth application-default login'",
+                "roles/storage.admin on the project, or run "
+                "'gcloud auth application-default login'",
             )
         if isinstance(e, (gx.AlreadyExists, gx.Conflict)):
             return AlreadyExistsError(

@@ -102,13 +102,16 @@ def plan(clients: Any, spec: InfraSpec) -> list[Change]:
         d = diff_fields(have, want)
         if not d:
             out.append(c.model_copy(update={"action": "unchanged", "body": None}))
-        elif (c.kind == "network" and set(d) == {"mtu"}) or (c.kind == "firewall" and set(d) <= {"source_ranges", "allow"}):
+        elif (c.kind == "network" and set(d) == {"mtu"}) or (
+            c.kind == "firewall" and set(d) <= {"source_ranges", "allow"}
+        ):
             out.append(c.model_copy(update={"action": "update", "diff": d}))
         else:
             fields = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in d.items())
             raise ConflictError(
                 f"{c.kind} {c.name!r} differs in fields that cannot change in place: {fields}",
-                hint=f"delete it first (rlctl network delete {spec.cluster}) or keep the old values",
+                hint=f"delete it first (rlctl network delete {spec.cluster}) "
+                "or keep the old values",
             )
     return out
 

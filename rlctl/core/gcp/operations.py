@@ -42,7 +42,8 @@ def _sleep_schedule(clients: Any):
 
 
 def wait_compute(
-    clients: Any, op: Any, what: str, region: str | None = None, on_poll: Callable[[str], None] = lambda s: None
+    clients: Any, op: Any, what: str, region: str | None = None,
+    on_poll: Callable[[str], None] = lambda s: None,
 ) -> None:
     """Block until a Compute operation is DONE; raise its error if it failed."""
     Status = clients.compute_types.Operation.Status
@@ -87,10 +88,6 @@ def wait_gke(
 
 
 Handler = Callable[[Change, Callable[[str], None]], None]
-
-
-class ApplyError(RlctlError):
-    """Wraps the first failure of an apply with the list of what already completed."""
 
 
 def execute(

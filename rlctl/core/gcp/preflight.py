@@ -50,7 +50,9 @@ def check_names(spec: InfraSpec) -> list[str]:
             "starting and ending with a letter or digit, not starting with 'goog'"
         )
     if spec.zone and not spec.zone.startswith(spec.region + "-"):
-        out.append(f"zone {spec.zone!r} is not in region {spec.region!r}: pass --zone {spec.region}-X")
+        out.append(
+            f"zone {spec.zone!r} is not in region {spec.region!r}: pass --zone {spec.region}-X"
+        )
     if spec.bucket.name and bucket_location(spec) != spec.region.upper():
         out.append(
             f"bucket location {spec.bucket.location!r} differs from the cluster region "
