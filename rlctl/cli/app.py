@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rlctl import __version__
-from rlctl.cli import runs, train
+from rlctl.cli import cluster, network, runs, train
 from rlctl.cli._options import AppState
 
 app = typer.Typer(
@@ -52,6 +52,8 @@ def root(
 
 
 app.add_typer(train.app, name="train")
+app.add_typer(network.app, name="network")
+app.add_typer(cluster.app, name="cluster")
 app.command("status")(runs.status)
 app.command("resume")(runs.resume)
 

@@ -81,3 +81,18 @@ def require_extra(module: str, extra: str) -> None:
             f"this command needs the '{extra}' extra ({module} is not installed)",
             hint=f"pip install 'rlctl[{extra}]'",
         )
+
+
+class PreflightError(ConfigError):
+    """One or more pre-flight checks failed; nothing was changed.
+
+    ``lines`` holds one line per failed check, each naming the fix.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+        if len(lines) == 1:
+            msg = f"pre-flight check failed: {lines[0]}"
+        else:
+            msg = f"{len(lines)} pre-flight checks failed:\n" + "\n".join(f"  - {x}" for x in lines)
+        super().__init__(msg, hint="nothing was changed; fix the above and re-run")

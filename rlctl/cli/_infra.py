@@ -1,0 +1,131 @@
+"""Shared by ``rlctl network`` and ``rlctl cluster``: client lookup, plan rendering, apply.
+
+Plans go to stdout (a table, or JSON with ``-o json``); confirmation, progress and
+chatter go to stderr, so ``-o json`` output always parses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from rlctl.cli._options import state
+from rlctl.cli._output import Output, make_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlctl.core.plan import Change, Plan
+
+_STYLE = {"create": "green", "update": "yellow", "delete": "red", "wait": "cyan",
+          "unchanged": "dim"}
+
+
+def clients_for(ctx: typer.Context, project: str, region: str) -> Any:
+    """The injected factory (tests) or the real one, built without I/O."""
+    injected = state(ctx).clients
+    if injected is not None:
+        return injected
+    from rlctl.core.clients import Clients
+
+    return Clients(project, region)
+
+
+def adc_project() -> str | None:
+    from rlctl.core.errors import require_extra
+
+    require_extra("google.auth", "gcp")
+    from rlctl.core.clients import adc_project as find
+
+    return find()
+
+
+def _details(c: Change) -> str:
+    if c.diff:
+        return ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in c.diff.items())
+    parts = []
+    for k, v in c.fields.items():
+        if isinstance(v, list):
+            v = ",".join(str(x) for x in v)
+        parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def plan_table(plan: Plan):
+    rows = []
+    for c in plan.changes:
+        style = _STYLE.get(c.action, "")
+        cost = "" if c.cost_per_hour is None else f"${c.cost_per_hour:,.2f}"
+        if c.kind in ("nodepool", "cluster") and c.cost_per_hour is None and plan.cost:
+            cost = "n/a"
+        rows.append([f"[{style}]{c.action}[/{style}]", c.kind, c.name, _details(c), cost])
+    title = f"Plan: {plan.operation} {plan.target} ({plan.project}, {plan.location})"
+    return make_table(title, ["ACTION", "RESOURCE", "NAME", "DETAILS", "EST. $/H"], rows)
+
+
+def summary(plan: Plan) -> str:
+    n = plan.counts()
+    parts = [f"{n.get(a, 0)} to {a}" for a in ("create", "update", "delete")]
+    if n.get("wait"):
+        parts.append(f"{n['wait']} to wait for")
+    parts.append(f"{n.get('unchanged', 0)} unchanged")
+    lines = ["Plan: " + ", ".join(parts) + "."]
+    if plan.cost:
+        total = "n/a" if plan.cost.per_hour is None else f"${plan.cost.per_hour:,.2f}/hour"
+        lines.append(f"Estimated node cost ({plan.cost.capacity}): {total} -- {plan.cost.note}")
+        if plan.cost.unknown:
+            lines.append(f"  no list price for: {', '.join(plan.cost.unknown)}")
+    lines += [f"note: {x}" for x in plan.notes]
+    return "\n".join(lines)
+
+
+def show_plan(out: Output, plan: Plan) -> None:
+    """Table mode: the plan on stdout. JSON mode prints later, once, with the result."""
+    if not out.json:
+        out.result(None, plan_table(plan))
+        out.result(None, summary(plan))
+
+
+def apply_with_progress(out: Output, plan: Plan, apply: Any) -> dict[str, Any]:
+    """Run ``apply(on_event)`` showing one progress line per change on stderr."""
+    pending = plan.pending()
+    with out.progress() as progress:
+        tasks = {c.key: progress.add_task(f"{c.action} {c.key}", total=1, info="queued")
+                 for c in pending}
+
+        def on_event(key: str, state_: str, info: str) -> None:
+            t = tasks.get(key)
+            if t is None:
+                return
+            if state_ == "done":
+                progress.update(t, completed=1, info="[green]done[/green]")
+            elif state_ == "error":
+                progress.update(t, info=f"[red]failed[/red] {info[:80]}")
+            else:
+                progress.update(t, info=info)
+
+        return apply(on_event)
+
+
+def run_plan(out: Output, plan: Plan, dry_run: bool, apply: Any, done_msg: str) -> None:
+    """The plan -> confirm -> apply -> report sequence every mutating command shares."""
+    show_plan(out, plan)
+    dump = plan.model_dump(mode="json")
+    if dry_run:
+        if out.json:
+            out.result(dump)
+        else:
+            out.info("dry run: nothing was changed")
+        return
+    if plan.noop:
+        msg = (f"nothing to do: {plan.target} already matches the spec"
+               if plan.operation == "create" else f"nothing to delete for {plan.target}")
+        out.info(msg)
+        if out.json:
+            out.result({"plan": dump, "result": {"noop": True, "applied": []}})
+        return
+    n = len(plan.pending())
+    out.confirm(f"Apply {n} change{'s' if n != 1 else ''} to {plan.project}?")
+    result = apply_with_progress(out, plan, apply)
+    out.info(done_msg)
+    if out.json:
+        out.result({"plan": dump, "result": result})

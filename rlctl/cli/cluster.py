@@ -1,0 +1,247 @@
+"""``rlctl cluster``: the GKE cluster, its node pools, DCN networks, bucket and IAM."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from rlctl.cli._errors import guarded
+from rlctl.cli._infra import adc_project, clients_for, run_plan
+from rlctl.cli._options import ConfigOpt, DryRunOpt, OutputOpt, SetOpt, YesOpt, make_output
+from rlctl.cli._output import make_table
+
+app = typer.Typer(help="GKE clusters with TPU/GPU node pools (plan, then apply).",
+                  no_args_is_help=True)
+
+NameArg = Annotated[str | None, typer.Argument(help="Cluster name (or 'cluster' in --config).")]
+ProjectOpt = Annotated[str | None, typer.Option("--project", help="Google Cloud project id.")]
+RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the cluster.")]
+ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone of accelerator pools.")]
+AccelOpt = Annotated[
+    list[str] | None,
+    typer.Option("--accelerator", "-a",
+                 help="Slices as you say them: 'v6e-16 x2', v5p-128, tpu7x-128, a3-highgpu-8g "
+                 "(repeatable)."),
+]
+NumSlicesOpt = Annotated[
+    int | None, typer.Option("--num-slices", help="Slices per --accelerator given without 'xN'.")
+]
+SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot capacity for accelerator pools.")]
+ReservationOpt = Annotated[str | None, typer.Option("--reservation", help="Reservation name.")]
+DcnOpt = Annotated[int | None, typer.Option("--dcn-networks", help="Extra VPC networks for DCN.")]
+MtuOpt = Annotated[int | None, typer.Option("--mtu", help="MTU of DCN networks (8896).")]
+CidrOpt = Annotated[list[str] | None, typer.Option("--dcn-cidr", help="Subnet range per network.")]
+BucketOpt = Annotated[str | None, typer.Option("--bucket", help="GCS bucket for runs.")]
+BucketLocOpt = Annotated[
+    str | None, typer.Option("--bucket-location", help="Bucket location (must be the region).")
+]
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", help="Kubernetes namespace.")]
+KsaOpt = Annotated[
+    str | None, typer.Option("--service-account", help="Kubernetes service account.")
+]
+ChannelOpt = Annotated[
+    str | None, typer.Option("--release-channel", help="rapid, regular, stable or none.")
+]
+VersionOpt = Annotated[str | None, typer.Option("--cluster-version", help="GKE version.")]
+AutopilotOpt = Annotated[bool, typer.Option("--autopilot", help="GKE Autopilot mode.")]
+KeepBucketOpt = Annotated[bool, typer.Option("--keep-bucket", help="Do not delete the bucket.")]
+
+
+def build_spec(config: str | None, name: str | None, **opts: Any):
+    """Flags the user gave (None = not given) layered over the config file."""
+    from rlctl.core.config.infra import build_infra_spec
+    from rlctl.core.config.load import read_yaml
+
+    accel = opts.pop("accelerators", None) or None
+    num_slices = opts.pop("num_slices", None)
+    if accel is None and num_slices and config:
+        accel = [a if isinstance(a, str) else f"{a['type']} x{a.get('count', 1)}"
+                 for a in read_yaml(config).get("accelerators", [])]
+    if accel and num_slices:
+        accel = [a if " x" in a else f"{a} x{num_slices}" for a in accel]
+    capacity = None
+    if opts.pop("spot", False):
+        capacity = {"kind": "spot"}
+    reservation = opts.pop("reservation", None)
+    if reservation:
+        capacity = {"kind": "reservation", "reservation": reservation}
+    dcn = {"count": opts.pop("dcn_networks", None), "mtu": opts.pop("mtu", None),
+           "cidrs": opts.pop("dcn_cidrs", None) or None}
+    bucket = {"name": opts.pop("bucket", None), "location": opts.pop("bucket_location", None)}
+    flags: dict[str, Any] = {
+        "cluster": name, "accelerators": accel, "capacity": capacity, "dcn": dcn,
+        "bucket": bucket, "mode": "autopilot" if opts.pop("autopilot", False) else None,
+        **opts,
+    }
+    overrides = flags.pop("overrides", None)
+    return build_infra_spec(config, flags, overrides, adc_project=adc_project)
+
+
+@guarded
+def create(
+    ctx: typer.Context,
+    name: NameArg = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    zone: ZoneOpt = None,
+    accelerator: AccelOpt = None,
+    num_slices: NumSlicesOpt = None,
+    spot: SpotOpt = False,
+    reservation: ReservationOpt = None,
+    dcn_networks: DcnOpt = None,
+    mtu: MtuOpt = None,
+    dcn_cidr: CidrOpt = None,
+    bucket: BucketOpt = None,
+    bucket_location: BucketLocOpt = None,
+    namespace: NamespaceOpt = None,
+    service_account: KsaOpt = None,
+    release_channel: ChannelOpt = None,
+    cluster_version: VersionOpt = None,
+    autopilot: AutopilotOpt = False,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Create (or converge) the cluster, node pools, DCN networks, bucket and IAM binding.
+
+    Shows the plan with an hourly cost estimate, asks, then applies; re-running is safe.
+
+    Example: rlctl cluster create rl --region us-east5 -a 'v6e-16 x2' --dcn-networks 2 --bucket b
+    """
+    from rlctl.core.gcp import cluster as core
+
+    out = make_output(ctx, output, yes)
+    spec = build_spec(
+        config, name, project=project, region=region, zone=zone, accelerators=accelerator,
+        num_slices=num_slices, spot=spot, reservation=reservation, dcn_networks=dcn_networks,
+        mtu=mtu, dcn_cidrs=dcn_cidr, bucket=bucket, bucket_location=bucket_location,
+        namespace=namespace, service_account=service_account, release_channel=release_channel,
+        version=cluster_version, autopilot=autopilot, overrides=set_,
+    )
+    clients = clients_for(ctx, spec.project, spec.region)
+    out.info(f"planning cluster {spec.cluster} in {spec.project}/{spec.region} ...")
+    plan = core.plan_create(clients, spec)
+    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
+             f"cluster {spec.cluster} is ready "
+             f"(next: gcloud container clusters get-credentials {spec.cluster} "
+             f"--region {spec.region} --project {spec.project})")
+
+
+@guarded
+def delete(
+    ctx: typer.Context,
+    name: NameArg = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    keep_bucket: KeepBucketOpt = False,
+    config: ConfigOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Delete what rlctl made for a cluster: pools, cluster, firewalls, subnets, networks, bucket.
+
+    Lists exactly what it found with rlctl's labels first; a non-empty bucket is kept.
+
+    Example: rlctl cluster delete rl-v6e --region us-east5 --yes
+    """
+    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.gcp import cluster as core
+
+    out = make_output(ctx, output, yes)
+    name = _name(name, config)
+    project, region = resolve_location(config, project, region, adc_project=adc_project)
+    clients = clients_for(ctx, project, region)
+    plan = core.plan_delete(clients, project, region, name, keep_bucket)
+    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
+             f"deleted what rlctl made for {name}")
+
+
+def _name(name: str | None, config: str | None) -> str:
+    from rlctl.core.config.load import read_yaml
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.names import validate_name
+
+    name = name or (read_yaml(config).get("cluster") if config else None)
+    if not name:
+        raise ConfigError("no cluster name given", hint="pass NAME or set 'cluster' in --config")
+    return validate_name(name, "cluster")
+
+
+@guarded
+def list_(
+    ctx: typer.Context,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    all_: Annotated[bool, typer.Option("--all", help="Also clusters not made by rlctl.")] = False,
+    config: ConfigOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+) -> None:
+    """List GKE clusters in the project (rlctl's only, unless --all).
+
+    Example: rlctl cluster list --project my-proj -o json
+    """
+    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.gcp import cluster as core
+
+    out = make_output(ctx, output, yes)
+    project, default_region = resolve_location(config, project, region or "-",
+                                               adc_project=adc_project)
+    clients = clients_for(ctx, project, default_region)
+    rows = [c for c in core.list_clusters(clients, project, region or "-")
+            if all_ or c["managed_by_rlctl"]]
+    out.result(rows, make_table(
+        None, ["NAME", "LOCATION", "STATUS", "VERSION", "POOLS"],
+        [[c["name"], c["location"], c["status"], c["version"], c["node_pools"]] for c in rows],
+    ))
+
+
+@guarded
+def describe(
+    ctx: typer.Context,
+    name: NameArg = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+) -> None:
+    """Show a cluster, its node pools, their state and versions.
+
+    Example: rlctl cluster describe rl-v6e --region us-east5
+    """
+    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.gcp import cluster as core
+
+    out = make_output(ctx, output, yes)
+    name = _name(name, config)
+    project, region = resolve_location(config, project, region, adc_project=adc_project)
+    clients = clients_for(ctx, project, region)
+    d = core.describe(clients, project, region, name)
+    head = (
+        f"[bold]{d['name']}[/bold]  {d['location']}  {d['status']}  GKE {d['version']}\n"
+        f"  add-ons: Ray operator={d['addons']['ray_operator']}  "
+        f"GCS FUSE={d['addons']['gcs_fuse_csi_driver']}  dataplane v2={d['dataplane_v2']}  "
+        f"multi-networking={d['multi_networking']}\n  workload pool: {d['workload_pool']}"
+    )
+    pools = make_table(
+        "node pools", ["NAME", "STATUS", "VERSION", "MACHINE", "NODES", "TOPOLOGY", "NETWORKS"],
+        [[p["name"], p["status"], p["version"], p["machine_type"], p["nodes"],
+          p.get("topology", ""), ",".join(p.get("additional_networks", []))]
+         for p in d["node_pools"]],
+    )
+    if out.json:
+        out.result(d)
+    else:
+        out.result(None, head)
+        out.result(None, pools)
+
+
+app.command("create")(create)
+app.command("delete")(delete)
+app.command("list")(list_)
+app.command("describe")(describe)

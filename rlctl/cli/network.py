@@ -1,0 +1,110 @@
+"""``rlctl network``: the extra VPC networks for multi-slice DCN traffic, on their own."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rlctl.cli._errors import guarded
+from rlctl.cli._infra import adc_project, clients_for, run_plan
+from rlctl.cli._options import ConfigOpt, DryRunOpt, OutputOpt, SetOpt, YesOpt, make_output
+from rlctl.cli._output import make_table
+from rlctl.cli.cluster import CidrOpt, MtuOpt, NameArg, ProjectOpt, RegionOpt, _name, build_spec
+
+app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).",
+                  no_args_is_help=True)
+
+CountOpt = Annotated[int, typer.Option("--count", help="How many networks.")]
+
+
+@guarded
+def create(
+    ctx: typer.Context,
+    name: NameArg = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    count: CountOpt = 2,
+    mtu: MtuOpt = None,
+    dcn_cidr: CidrOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Create the DCN networks for a cluster (also done by 'rlctl cluster create').
+
+    Example: rlctl network create rl-v6e --region us-east5 --count 2 --dry-run
+    """
+    from rlctl.core.gcp import cluster as core
+
+    out = make_output(ctx, output, yes)
+    spec = build_spec(config, name, project=project, region=region, dcn_networks=count,
+                      mtu=mtu, dcn_cidrs=dcn_cidr, overrides=set_)
+    clients = clients_for(ctx, spec.project, spec.region)
+    plan = core.network_plan_create(clients, spec)
+    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
+             f"networks for {spec.cluster} are ready")
+
+
+@guarded
+def show(
+    ctx: typer.Context,
+    name: NameArg = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+) -> None:
+    """Show the networks, subnets and firewall rules rlctl made for a cluster.
+
+    Example: rlctl network show rl-v6e --region us-east5 -o json
+    """
+    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.gcp import network as core
+
+    out = make_output(ctx, output, yes)
+    name = _name(name, config)
+    project, region = resolve_location(config, project, region, adc_project=adc_project)
+    clients = clients_for(ctx, project, region)
+    rows = [{"kind": c.kind, "name": c.name, **c.fields}
+            for c in core.found(clients, name, region)]
+    out.result(rows, make_table(
+        None, ["RESOURCE", "NAME", "DETAILS"],
+        [[r["kind"], r["name"], " ".join(f"{k}={v}" for k, v in r.items()
+                                          if k not in ("kind", "name"))] for r in rows],
+    ))
+
+
+@guarded
+def delete(
+    ctx: typer.Context,
+    name: NameArg = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Delete a cluster's DCN networks (firewalls, subnets, then networks).
+
+    Example: rlctl network delete rl-v6e --region us-east5 --yes
+    """
+    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.gcp import cluster as core
+
+    out = make_output(ctx, output, yes)
+    name = _name(name, config)
+    project, region = resolve_location(config, project, region, adc_project=adc_project)
+    clients = clients_for(ctx, project, region)
+    plan = core.network_plan_delete(clients, project, region, name)
+    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
+             f"networks for {name} are deleted")
+
+
+app.command("create")(create)
+app.command("show")(show)
+app.command("delete")(delete)

@@ -1,0 +1,206 @@
+"""The one factory for Google Cloud clients (the only module importing google.cloud/auth).
+
+``Clients(project, region, credentials=None, endpoints=None)`` does no I/O when
+built; each SDK client is created on first use, with the same credentials, user
+agent, endpoint override and REST transport. Tests and the benchmark pass
+``endpoints={"compute": url, "container": url, ...}`` (or ``Clients.local(url)``)
+and anonymous credentials, so the real client libraries talk to local fakes.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from rlctl import __version__
+from rlctl.core.errors import require_extra
+
+if TYPE_CHECKING:  # pragma: no cover
+    from google.api_core.retry import Retry
+
+SERVICES = ("compute", "container", "tpu", "serviceusage", "storage")
+USER_AGENT = f"rlctl/{__version__}"
+
+
+class Clients:
+    """Lazily built, cached Google Cloud clients plus the retry/poll policy they share.
+
+    Args:
+        project: default project id.
+        region: default region.
+        credentials: google.auth credentials; None means Application Default Credentials.
+        endpoints: per-service endpoint override (keys in ``SERVICES``), e.g. a local fake.
+        retry_initial: first backoff (s) for transient 429/5xx retries.
+        retry_deadline: give up retrying after this many seconds.
+        poll_interval: first delay (s) between long-running-operation polls (grows to 10x).
+    """
+
+    def __init__(
+        self,
+        project: str | None = None,
+        region: str | None = None,
+        credentials: Any = None,
+        endpoints: dict[str, str] | None = None,
+        *,
+        retry_initial: float = 1.0,
+        retry_deadline: float = 300.0,
+        poll_interval: float = 2.0,
+    ) -> None:
+        self.project = project
+        self.region = region
+        self._credentials = credentials
+        self.endpoints = dict(endpoints or {})
+        unknown = set(self.endpoints) - set(SERVICES)
+        if unknown:
+            raise ValueError(f"unknown endpoint keys {sorted(unknown)}; use {SERVICES}")
+        self.retry_initial = retry_initial
+        self.retry_deadline = retry_deadline
+        self.poll_interval = poll_interval
+        self._lock = threading.RLock()
+
+    @classmethod
+    def local(cls, url: str, project: str = "p", region: str = "us-central1", **kw: Any) -> Clients:
+        """All services at one local URL with anonymous credentials (tests, bench)."""
+        from google.auth.credentials import AnonymousCredentials
+
+        kw.setdefault("retry_initial", 0.01)
+        kw.setdefault("poll_interval", 0.01)
+        return cls(project, region, AnonymousCredentials(), {s: url for s in SERVICES}, **kw)
+
+    # --- shared pieces ----------------------------------------------------
+    @property
+    def credentials(self) -> Any:
+        with self._lock:
+            if self._credentials is None:
+                require_extra("google.auth", "gcp")
+                import google.auth
+
+                from rlctl.core.gcp.errors import translate
+
+                try:
+                    self._credentials, _ = google.auth.default(
+                        scopes=["https://www.googleapis.com/auth/cloud-platform"]
+                    )
+                except Exception as e:  # DefaultCredentialsError
+                    raise translate(e, "Application Default Credentials") from e
+            return self._credentials
+
+    def _client_info(self) -> Any:
+        from google.api_core.gapic_v1.client_info import ClientInfo
+
+        return ClientInfo(user_agent=USER_AGENT)
+
+    def _options(self, service: str) -> dict[str, Any]:
+        url = self.endpoints.get(service)
+        return {"api_endpoint": url} if url else {}
+
+    def _gapic(self, module: str, cls_name: str, service: str) -> Any:
+        require_extra(module, "gcp")
+        import importlib
+
+        cls = getattr(importlib.import_module(module), cls_name)
+        with self._lock:
+            return cls(
+                credentials=self.credentials,
+                transport="rest",
+                client_options=self._options(service),
+                client_info=self._client_info(),
+            )
+
+    @cached_property
+    def retry(self) -> Retry:
+        """Retry transient 429/5xx with exponential backoff (google-api-core's Retry)."""
+        from google.api_core.retry import Retry
+
+        from rlctl.core.gcp.errors import is_transient
+
+        return Retry(
+            predicate=is_transient,
+            initial=self.retry_initial,
+            maximum=max(self.retry_initial * 32, self.retry_initial),
+            multiplier=2.0,
+            timeout=self.retry_deadline,
+        )
+
+    # --- Compute Engine ---------------------------------------------------
+    @cached_property
+    def networks(self) -> Any:
+        return self._gapic("google.cloud.compute_v1", "NetworksClient", "compute")
+
+    @cached_property
+    def subnetworks(self) -> Any:
+        return self._gapic("google.cloud.compute_v1", "SubnetworksClient", "compute")
+
+    @cached_property
+    def firewalls(self) -> Any:
+        return self._gapic("google.cloud.compute_v1", "FirewallsClient", "compute")
+
+    @cached_property
+    def global_operations(self) -> Any:
+        # Compute's ExtendedOperation.result() polls the default endpoint, so we wait
+        # on operations with these clients, built here with the same endpoint.
+        return self._gapic("google.cloud.compute_v1", "GlobalOperationsClient", "compute")
+
+    @cached_property
+    def region_operations(self) -> Any:
+        return self._gapic("google.cloud.compute_v1", "RegionOperationsClient", "compute")
+
+    @cached_property
+    def projects(self) -> Any:
+        return self._gapic("google.cloud.compute_v1", "ProjectsClient", "compute")
+
+    @cached_property
+    def machine_types(self) -> Any:
+        return self._gapic("google.cloud.compute_v1", "MachineTypesClient", "compute")
+
+    # --- GKE, TPU, Service Usage -----------------------------------------
+    @cached_property
+    def container(self) -> Any:
+        return self._gapic("google.cloud.container_v1", "ClusterManagerClient", "container")
+
+    @cached_property
+    def tpu(self) -> Any:
+        return self._gapic("google.cloud.tpu_v2", "TpuClient", "tpu")
+
+    @cached_property
+    def service_usage(self) -> Any:
+        return self._gapic("google.cloud.service_usage_v1", "ServiceUsageClient", "serviceusage")
+
+    # --- Cloud Storage ----------------------------------------------------
+    @cached_property
+    def storage(self) -> Any:
+        require_extra("google.cloud.storage", "gcp")
+        from google.cloud import storage
+
+        with self._lock:
+            return storage.Client(
+                project=self.project,
+                credentials=self.credentials,
+                client_options=self._options("storage") or None,
+                client_info=self._client_info(),
+            )
+
+    # --- types, re-exported so service modules need no google imports ------
+    @property
+    def compute_types(self) -> Any:
+        from google.cloud import compute_v1
+
+        return compute_v1
+
+    @property
+    def container_types(self) -> Any:
+        from google.cloud import container_v1
+
+        return container_v1
+
+
+def adc_project() -> str | None:
+    """The project of Application Default Credentials, or None (no network call)."""
+    try:
+        import google.auth
+
+        _, project = google.auth.default()
+        return project
+    except Exception:
+        return None

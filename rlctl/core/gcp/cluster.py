@@ -1,0 +1,452 @@
+"""The GKE cluster and its node pools, and the whole-stack plans behind ``rlctl cluster``.
+
+``plan_create`` composes network, cluster/node pool and storage changes into one
+``Plan``; ``plan_delete`` finds everything carrying rlctl's labels for a cluster;
+``apply_plan`` runs either, concurrently along the dependency edges, awaiting
+every long-running operation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rlctl.core.config.infra import DRANET_LABEL, MANAGED_BY, RLCTL, InfraSpec
+from rlctl.core.errors import AlreadyExistsError, ConflictError, NotFoundError
+from rlctl.core.gcp import network, preflight, prices, storage
+from rlctl.core.gcp.catalog import Accelerator, lookup
+from rlctl.core.gcp.errors import operation_error
+from rlctl.core.gcp.operations import Event, call, execute, wait_gke
+from rlctl.core.plan import Change, CostEstimate, Plan
+
+CPU_POOL = "cpu"
+_CHANNELS = {"rapid": "RAPID", "regular": "REGULAR", "stable": "STABLE", "none": "UNSPECIFIED"}
+
+
+# --- desired state (pure) ---------------------------------------------------
+def _node_networks(spec: InfraSpec) -> list[dict[str, str]]:
+    return [
+        {"network": spec.network_name(i), "subnetwork": spec.subnet_name(i)}
+        for i in range(spec.dcn.count)
+    ]
+
+
+def _capacity_config(spec: InfraSpec) -> dict[str, Any]:
+    if spec.capacity.kind == "spot":
+        return {"spot": True}
+    if spec.capacity.kind == "reservation":
+        return {"reservation_affinity": {
+            "consume_reservation_type": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [spec.capacity.reservation],
+        }}
+    return {}
+
+
+def pool_name(acc: Accelerator, index: int) -> str:
+    return f"{acc.name}-{index}"
+
+
+def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str, Any]]]:
+    """(name, accelerator, nodes, NodePool body) for each accelerator pool.
+
+    One pool per TPU slice (multi-slice = several pools); GPUs get one pool of
+    ``count`` machines per entry.
+    """
+    out = []
+    idx: dict[str, int] = {}
+    for s in spec.accelerators:
+        acc = lookup(s.type)
+        per_pool = [acc.hosts] * s.count if acc.kind == "tpu" else [s.count]
+        for nodes in per_pool:
+            i = idx.get(acc.name, 0)
+            idx[acc.name] = i + 1
+            name = pool_name(acc, i)
+            config: dict[str, Any] = {
+                "machine_type": acc.machine_type,
+                "resource_labels": spec.labels,
+                "gvnic": {"enabled": True},
+                "workload_metadata_config": {"mode": "GKE_METADATA"},
+                **_capacity_config(spec),
+            }
+            if spec.dcn.count:
+                config["labels"] = {DRANET_LABEL: "true"}
+            if acc.kind == "gpu":
+                config["accelerators"] = [{
+                    "accelerator_count": acc.gpus, "accelerator_type": acc.gpu_type,
+                    "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"},
+                }]
+            body: dict[str, Any] = {
+                "name": name, "initial_node_count": nodes, "locations": [spec.zone],
+                "config": config,
+                "management": {"auto_repair": True, "auto_upgrade": True},
+            }
+            if acc.kind == "tpu" and acc.multi_host:
+                body["placement_policy"] = {"type_": "COMPACT", "tpu_topology": acc.topology}
+            if spec.dcn.count:
+                body["network_config"] = {
+                    "additional_node_network_configs": _node_networks(spec)
+                }
+            out.append((name, acc, nodes, body))
+    return out
+
+
+def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
+    return {
+        "name": CPU_POOL, "initial_node_count": spec.cpu_nodes,
+        "config": {
+            "machine_type": spec.cpu_machine_type, "resource_labels": spec.labels,
+            "gvnic": {"enabled": True}, "workload_metadata_config": {"mode": "GKE_METADATA"},
+        },
+        "management": {"auto_repair": True, "auto_upgrade": True},
+    }
+
+
+def cluster_body(spec: InfraSpec) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": spec.cluster,
+        "resource_labels": spec.labels,
+        "addons_config": {
+            "ray_operator_config": {"enabled": True},
+            "gcs_fuse_csi_driver_config": {"enabled": True},
+        },
+        "network_config": {
+            "datapath_provider": "ADVANCED_DATAPATH",  # dataplane v2
+            "enable_multi_networking": spec.dcn.count > 0,
+        },
+        "ip_allocation_policy": {"use_ip_aliases": True},
+        "workload_identity_config": {"workload_pool": spec.workload_pool},
+        "release_channel": {"channel": _CHANNELS[spec.release_channel]},
+    }
+    if spec.version:
+        body["initial_cluster_version"] = spec.version
+    if spec.mode == "autopilot":
+        body["autopilot"] = {"enabled": True}
+    else:
+        body["locations"] = [spec.zone]
+        body["node_pools"] = [cpu_pool_body(spec)]
+    return body
+
+
+def _cluster_fields(spec: InfraSpec) -> dict[str, Any]:
+    return {
+        "location": spec.location, "mode": spec.mode,
+        "version": spec.version or f"{spec.release_channel} channel default",
+        "addons": ["RayOperator", "GcsFuseCsiDriver"], "dataplane": "v2",
+        "workload_pool": spec.workload_pool, "multi_networking": spec.dcn.count > 0,
+    }
+
+
+def _pool_fields(spec: InfraSpec, acc: Accelerator | None, nodes: int, machine: str) -> dict:
+    f: dict[str, Any] = {"machine_type": machine, "nodes": nodes}
+    if acc is not None:
+        f.update(accelerator=acc.name, zone=spec.zone, capacity=spec.capacity.kind)
+        if acc.kind == "tpu":
+            f.update(topology=acc.topology, chips=acc.chips)
+        else:
+            f.update(gpus=f"{acc.gpus} x {acc.gpu_type}")
+        if spec.dcn.count:
+            f.update(additional_networks=spec.dcn.count, dranet=True)
+    return f
+
+
+# --- observe + plan -----------------------------------------------------------
+def _parent(spec_or_project: Any, location: str) -> str:
+    project = getattr(spec_or_project, "project", spec_or_project)
+    return f"projects/{project}/locations/{location}"
+
+
+def get_cluster(clients: Any, project: str, location: str, name: str) -> Any | None:
+    try:
+        return call(clients, f"reading cluster {name}", clients.container.get_cluster,
+                    name=f"{_parent(project, location)}/clusters/{name}")
+    except NotFoundError:
+        return None
+
+
+def _is_ours(labels: Any) -> bool:
+    return dict(labels or {}).get(MANAGED_BY) == RLCTL
+
+
+def project_number(clients: Any, project: str) -> str:
+    return str(call(clients, f"reading project {project}", clients.projects.get,
+                    project=project).id)
+
+
+def _cluster_changes(clients: Any, spec: InfraSpec) -> tuple[list[Change], list[str]]:
+    notes: list[str] = []
+    ckey = f"cluster/{spec.cluster}"
+    subnets = [f"subnet/{spec.subnet_name(i)}" for i in range(spec.dcn.count)]
+    cur = get_cluster(clients, spec.project, spec.location, spec.cluster)
+    cost = prices.machine_hour(spec.cpu_machine_type, "on-demand")
+    cpu_cost = None if cost is None else round(cost * spec.cpu_nodes, 2)
+    cfields = _cluster_fields(spec)
+    if spec.mode == "standard":
+        cfields["default_pool"] = f"{CPU_POOL}: {spec.cpu_nodes} x {spec.cpu_machine_type}"
+    out: list[Change] = []
+    if cur is None:
+        out.append(Change(kind="cluster", name=spec.cluster, action="create", fields=cfields,
+                          depends_on=subnets, body=cluster_body(spec), cost_per_hour=cpu_cost))
+        have_pools: dict[str, Any] = {}
+    else:
+        if not _is_ours(cur.resource_labels):
+            raise AlreadyExistsError(
+                f"cluster {spec.cluster!r} exists in {spec.location} and is not managed by rlctl",
+                hint="choose another cluster name",
+            )
+        status = cur.status.name
+        if status in ("STOPPING",):
+            raise ConflictError(f"cluster {spec.cluster!r} is being deleted",
+                                hint="wait for the deletion to finish, then re-run")
+        if status == "ERROR":
+            raise ConflictError(f"cluster {spec.cluster!r} is in ERROR: {cur.status_message}",
+                                hint=f"delete it (rlctl cluster delete {spec.cluster}) and re-run")
+        action = "wait" if status in ("PROVISIONING", "RECONCILING") else "unchanged"
+        cfields = {**cfields, "status": status, "version": cur.current_master_version}
+        out.append(Change(kind="cluster", name=spec.cluster, action=action, fields=cfields,
+                          cost_per_hour=cpu_cost))
+        if not cur.addons_config.ray_operator_config.enabled:
+            notes.append("cluster has the Ray operator add-on disabled; rlctl does not change it")
+        have_pools = {p.name: p for p in cur.node_pools}
+    # accelerator pools
+    wanted = set()
+    for name, acc, nodes, body in desired_pools(spec) if spec.mode == "standard" else []:
+        wanted.add(name)
+        fields = _pool_fields(spec, acc, nodes, acc.machine_type)
+        c_cost = prices.pool_hour(acc, nodes, spec.capacity.kind)
+        have = have_pools.get(name)
+        base = dict(kind="nodepool", name=name, fields=fields, cost_per_hour=c_cost,
+                    depends_on=[ckey, *subnets])
+        if have is None:
+            out.append(Change(action="create", body=body, **base))
+            continue
+        if not _is_ours(have.config.resource_labels):
+            raise AlreadyExistsError(f"node pool {name!r} exists and is not managed by rlctl",
+                                     hint="remove it or choose another cluster")
+        if have.config.machine_type != acc.machine_type or (
+            acc.multi_host and have.placement_policy.tpu_topology != acc.topology
+        ):
+            raise ConflictError(
+                f"node pool {name!r} is {have.config.machine_type} "
+                f"{have.placement_policy.tpu_topology or ''}, the spec wants {acc.machine_type} "
+                f"{acc.topology or ''}",
+                hint=f"delete the cluster's pool first, or keep the old accelerator "
+                f"(rlctl cluster describe {spec.cluster})",
+            )
+        st = have.status.name
+        if st == "ERROR":
+            raise ConflictError(f"node pool {name!r} is in ERROR: {have.status_message}",
+                                hint=f"delete the cluster (rlctl cluster delete {spec.cluster}) "
+                                "or the pool, and re-run")
+        if st in ("PROVISIONING", "RECONCILING"):
+            out.append(Change(action="wait", **base))
+        elif have.initial_node_count != nodes and acc.kind == "gpu":
+            out.append(Change(action="update", body={"node_count": nodes},
+                              diff={"nodes": (have.initial_node_count, nodes)}, **base))
+        else:
+            out.append(Change(action="unchanged", **base))
+    for name, have in have_pools.items():
+        if name != CPU_POOL and name not in wanted and _is_ours(have.config.resource_labels):
+            out.append(Change(kind="nodepool", name=name, action="delete",
+                              fields={"machine_type": have.config.machine_type,
+                                      "nodes": have.initial_node_count}))
+    return out, notes
+
+
+def _cost(spec: InfraSpec, changes: list[Change]) -> CostEstimate:
+    pools = [c for c in changes if c.kind in ("cluster", "nodepool") and c.action != "delete"]
+    unknown = [c.name for c in pools if c.cost_per_hour is None]
+    total = None if unknown or not pools else round(sum(c.cost_per_hour or 0 for c in pools), 2)
+    return CostEstimate(capacity=spec.capacity.kind, per_hour=total, unknown=unknown,
+                        note=prices.caveat())
+
+
+def plan_create(clients: Any, spec: InfraSpec) -> Plan:
+    """Pre-flight checks, then network + cluster + node pools + bucket/IAM vs what exists."""
+    preflight.run(clients, spec)
+    changes = network.plan(clients, spec)
+    cluster_changes, notes = _cluster_changes(clients, spec)
+    changes += cluster_changes
+    if spec.bucket.name:
+        changes += storage.plan(clients, spec, project_number(clients, spec.project))
+    if spec.mode == "autopilot" and spec.accelerators:
+        notes.append("autopilot: accelerator nodes are provisioned per workload, no pools made")
+    return Plan(operation="create", target=spec.cluster, project=spec.project,
+                location=spec.location, changes=changes, cost=_cost(spec, changes), notes=notes)
+
+
+def plan_delete(clients: Any, project: str, region: str, cluster: str,
+                keep_bucket: bool = False) -> Plan:
+    """Everything labelled as rlctl's for ``cluster``, as deletes in dependency order."""
+    changes: list[Change] = []
+    cur = get_cluster(clients, project, region, cluster)
+    ckey = f"cluster/{cluster}"
+    if cur is not None:
+        if not _is_ours(cur.resource_labels):
+            raise AlreadyExistsError(
+                f"cluster {cluster!r} is not managed by rlctl; refusing to delete it",
+                hint="delete it with 'gcloud container clusters delete' if you mean to",
+            )
+        pools = [Change(kind="nodepool", name=p.name, action="delete",
+                        fields={"machine_type": p.config.machine_type,
+                                "nodes": p.initial_node_count, "status": p.status.name,
+                                "managed_by_rlctl": _is_ours(p.config.resource_labels)})
+                 for p in cur.node_pools if p.name != CPU_POOL]
+        changes += pools
+        changes.append(Change(kind="cluster", name=cluster, action="delete",
+                              depends_on=[p.key for p in pools],
+                              fields={"location": region, "status": cur.status.name,
+                                      "version": cur.current_master_version,
+                                      "default_pool": CPU_POOL}))
+    for c in network.found(clients, cluster, region):
+        if c.kind in ("firewall", "subnet") and cur is not None:
+            c.depends_on.append(ckey)
+        changes.append(c)
+    buckets, notes = storage.found(clients, cluster, keep_bucket)
+    changes += buckets
+    return Plan(operation="delete", target=cluster, project=project, location=region,
+                changes=changes, notes=notes)
+
+
+def network_plan_create(clients: Any, spec: InfraSpec) -> Plan:
+    """Only the DCN networks, subnets and firewalls (``rlctl network create``)."""
+    only_networks = spec.model_copy(update={"accelerators": [], "bucket": type(spec.bucket)()})
+    preflight.run(clients, only_networks)
+    return Plan(operation="create", target=spec.cluster, project=spec.project,
+                location=spec.region, changes=network.plan(clients, spec))
+
+
+def network_plan_delete(clients: Any, project: str, region: str, cluster: str) -> Plan:
+    cur = get_cluster(clients, project, region, cluster)
+    notes = []
+    if cur is not None:
+        raise ConflictError(
+            f"cluster {cluster!r} still exists and uses these networks",
+            hint=f"run 'rlctl cluster delete {cluster}', which also removes the networks",
+        )
+    return Plan(operation="delete", target=cluster, project=project, location=region,
+                changes=network.found(clients, cluster, region), notes=notes)
+
+
+# --- apply ----------------------------------------------------------------------
+def _wait_status(clients: Any, getter: Callable[[], Any], what: str,
+                 on_poll: Callable[[str], None], timeout: float = 3600) -> None:
+    """Poll a cluster/node pool until RUNNING (an earlier, interrupted apply's operation)."""
+    delay = clients.poll_interval
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = getter()
+        st = obj.status.name
+        on_poll(st)
+        if st == "RUNNING":
+            return
+        if st in ("ERROR", "STOPPING", "RUNNING_WITH_ERROR", "DEGRADED"):
+            raise operation_error(what, None, obj.status_message or st)
+        if time.monotonic() > deadline:
+            raise operation_error(what, None, f"still {st} after {timeout:.0f}s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, clients.poll_interval * 10)
+
+
+def _apply_gke(clients: Any, c: Change, project: str, location: str, cluster: str,
+               on_poll: Callable[[str], None]) -> None:
+    gke = clients.container
+    t = clients.container_types
+    cname = f"{_parent(project, location)}/clusters/{cluster}"
+    what = f"{c.action} {c.kind} {c.name}"
+    if c.kind == "cluster":
+        if c.action == "create":
+            op = call(clients, what, gke.create_cluster, parent=_parent(project, location),
+                      cluster=t.Cluster(c.body))
+        elif c.action == "delete":
+            op = call(clients, what, gke.delete_cluster, name=cname)
+        else:  # wait
+            return _wait_status(clients, lambda: call(clients, what, gke.get_cluster, name=cname),
+                                what, on_poll)
+    else:
+        pname = f"{cname}/nodePools/{c.name}"
+        if c.action == "create":
+            op = call(clients, what, gke.create_node_pool, parent=cname,
+                      node_pool=t.NodePool(c.body))
+        elif c.action == "update":
+            op = call(clients, what, gke.set_node_pool_size, name=pname,
+                      node_count=c.body["node_count"])
+        elif c.action == "delete":
+            op = call(clients, what, gke.delete_node_pool, name=pname)
+        else:
+            return _wait_status(
+                clients, lambda: call(clients, what, gke.get_node_pool, name=pname), what, on_poll
+            )
+    wait_gke(clients, op, location, what, on_poll=on_poll)
+
+
+def apply_plan(clients: Any, plan: Plan, on_event: Event | None = None) -> dict[str, Any]:
+    """Apply every non-unchanged change, concurrently where independent; wait for all."""
+    region = plan.location
+
+    def handler(c: Change, on_poll: Callable[[str], None]) -> None:
+        if c.kind in ("network", "subnet", "firewall"):
+            network.apply(clients, c, region, on_poll)
+        elif c.kind in ("cluster", "nodepool"):
+            _apply_gke(clients, c, plan.project, plan.location, plan.target, on_poll)
+        else:
+            storage.apply(clients, c, None)
+
+    done = execute(plan.pending(), handler, on_event or (lambda *a: None))
+    return {
+        "operation": plan.operation, "target": plan.target, "applied": done,
+        "unchanged": [c.key for c in plan.changes if c.action == "unchanged"],
+        "noop": plan.noop,
+    }
+
+
+# --- read-only views ------------------------------------------------------------
+def _pool_view(p: Any) -> dict[str, Any]:
+    cfg = p.config
+    v: dict[str, Any] = {
+        "name": p.name, "status": p.status.name, "version": p.version,
+        "machine_type": cfg.machine_type, "nodes": p.initial_node_count,
+        "locations": list(p.locations), "spot": bool(cfg.spot),
+        "managed_by_rlctl": _is_ours(cfg.resource_labels),
+    }
+    if p.placement_policy.tpu_topology:
+        v["topology"] = p.placement_policy.tpu_topology
+    if cfg.accelerators:
+        v["gpus"] = [f"{a.accelerator_count} x {a.accelerator_type}" for a in cfg.accelerators]
+    nets = p.network_config.additional_node_network_configs
+    if nets:
+        v["additional_networks"] = [n.network for n in nets]
+    return v
+
+
+def describe(clients: Any, project: str, location: str, name: str) -> dict[str, Any]:
+    cur = get_cluster(clients, project, location, name)
+    if cur is None:
+        raise NotFoundError(f"cluster {name!r} not found in {location}",
+                            hint="list clusters with 'rlctl cluster list'")
+    return {
+        "name": cur.name, "location": cur.location or location, "status": cur.status.name,
+        "version": cur.current_master_version, "endpoint": cur.endpoint,
+        "labels": dict(cur.resource_labels), "managed_by_rlctl": _is_ours(cur.resource_labels),
+        "autopilot": bool(cur.autopilot.enabled),
+        "addons": {
+            "ray_operator": bool(cur.addons_config.ray_operator_config.enabled),
+            "gcs_fuse_csi_driver": bool(cur.addons_config.gcs_fuse_csi_driver_config.enabled),
+        },
+        "dataplane_v2": cur.network_config.datapath_provider.name == "ADVANCED_DATAPATH",
+        "multi_networking": bool(cur.network_config.enable_multi_networking),
+        "workload_pool": cur.workload_identity_config.workload_pool,
+        "node_pools": [_pool_view(p) for p in cur.node_pools],
+    }
+
+
+def list_clusters(clients: Any, project: str, location: str = "-") -> list[dict[str, Any]]:
+    resp = call(clients, "listing clusters", clients.container.list_clusters,
+                parent=_parent(project, location))
+    return [
+        {"name": c.name, "location": c.location, "status": c.status.name,
+         "version": c.current_master_version, "node_pools": len(c.node_pools),
+         "managed_by_rlctl": _is_ours(c.resource_labels)}
+        for c in resp.clusters
+    ]

@@ -1,0 +1,162 @@
+"""Read-only checks run before any mutation; each failure is one line naming the fix."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rlctl.core.config.infra import InfraSpec
+from rlctl.core.errors import ConfigError, NotFoundError, PreflightError
+from rlctl.core.gcp.catalog import lookup
+from rlctl.core.gcp.operations import call
+from rlctl.core.gcp.storage import bucket_location
+from rlctl.core.names import validate_name
+
+# GKE managed DRANET (the node label on accelerator pools) needs at least these versions.
+DRANET_MIN = {"standard": "1.34.1-gke.1829001", "autopilot": "1.35.2-gke.1842000"}
+
+_DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+
+
+def parse_gke_version(v: str) -> tuple[int, ...]:
+    """``1.34.1-gke.1829001`` -> (1, 34, 1, 1829001); compares numerically, not as strings."""
+    nums = [int(x) for x in re.findall(r"\d+", v)]
+    return tuple(nums + [0] * (4 - len(nums)))
+
+
+def required_apis(spec: InfraSpec) -> list[str]:
+    apis = ["compute.googleapis.com", "container.googleapis.com"]
+    if any(lookup(s.type).kind == "tpu" for s in spec.accelerators):
+        apis.append("tpu.googleapis.com")
+    if spec.bucket.name:
+        apis.append("storage.googleapis.com")
+    return apis
+
+
+def check_names(spec: InfraSpec) -> list[str]:
+    out: list[str] = []
+    try:
+        validate_name(spec.cluster, "cluster")
+    except ConfigError as e:
+        out.append(f"{e.message}: {e.hint}")
+    for what, v in (("namespace", spec.namespace), ("service account", spec.service_account)):
+        if not (_DNS_1123.match(v) and len(v) <= 63):
+            out.append(f"{what} {v!r} is not a DNS-1123 label: use lowercase letters, digits, '-'")
+    b = spec.bucket.name
+    if b and (not _BUCKET.match(b) or b.startswith("goog") or ".." in b):
+        out.append(
+            f"bucket name {b!r} is invalid: use 3-63 lowercase letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit, not starting with 'goog'"
+        )
+    if spec.zone and not spec.zone.startswith(spec.region + "-"):
+        out.append(
+            f"zone {spec.zone!r} is not in region {spec.region!r}: pass --zone {spec.region}-X"
+        )
+    if spec.bucket.name and bucket_location(spec) != spec.region.upper():
+        out.append(
+            f"bucket location {spec.bucket.location!r} differs from the cluster region "
+            f"{spec.region!r}: set --bucket-location {spec.region} (or omit it)"
+        )
+    return out
+
+
+def check_apis(clients: Any, spec: InfraSpec) -> tuple[list[str], set[str]]:
+    """Failures, and the set of enabled APIs (so later checks skip disabled ones)."""
+    names = [f"projects/{spec.project}/services/{a}" for a in required_apis(spec)]
+    resp = call(clients, "checking enabled APIs", clients.service_usage.batch_get_services,
+                request={"parent": f"projects/{spec.project}", "names": names})
+    enabled = {s.name.rsplit("/", 1)[-1] for s in resp.services if s.state.name == "ENABLED"}
+    out = [
+        f"API {a} is not enabled in project {spec.project}: run "
+        f"'gcloud services enable {a} --project {spec.project}'"
+        for a in required_apis(spec) if a not in enabled
+    ]
+    return out, enabled
+
+
+def check_accelerators(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
+    out: list[str] = []
+    tpus = [lookup(s.type) for s in spec.accelerators if lookup(s.type).kind == "tpu"]
+    gpus = [lookup(s.type) for s in spec.accelerators if lookup(s.type).kind == "gpu"]
+    if tpus and "tpu.googleapis.com" in enabled:
+        offered = {
+            (t.type_ or t.name.rsplit("/", 1)[-1])
+            for t in call(clients, f"listing TPU types in {spec.zone}",
+                          clients.tpu.list_accelerator_types,
+                          parent=f"projects/{spec.project}/locations/{spec.zone}")
+        }
+        for acc in dict.fromkeys(tpus):
+            if acc.name not in offered:
+                near = sorted(z for z in offered if z.split("-")[0] == acc.name.split("-")[0])
+                alt = f" (offered there: {', '.join(near[:6])})" if near else ""
+                out.append(
+                    f"TPU type {acc.name} is not offered in zone {spec.zone}{alt}: pick another "
+                    f"--zone (see 'gcloud compute tpus accelerator-types list --zone ZONE')"
+                )
+    if gpus and "compute.googleapis.com" in enabled:
+        for acc in dict.fromkeys(gpus):
+            try:
+                call(clients, f"reading machine type {acc.machine_type}",
+                     clients.machine_types.get, project=spec.project, zone=spec.zone,
+                     machine_type=acc.machine_type)
+            except NotFoundError:
+                out.append(
+                    f"machine type {acc.machine_type} is not offered in zone {spec.zone}: pick "
+                    f"another --zone (see 'gcloud compute machine-types list --filter "
+                    f"name={acc.machine_type}')"
+                )
+    return out
+
+
+def check_version(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
+    if "container.googleapis.com" not in enabled:
+        return []
+    cfg = call(clients, "reading GKE server config", clients.container.get_server_config,
+               name=f"projects/{spec.project}/locations/{spec.location}")
+    out: list[str] = []
+    version = spec.version
+    if version and version not in set(cfg.valid_master_versions):
+        out.append(
+            f"GKE version {version} is not offered in {spec.location}: pick one from "
+            "'gcloud container get-server-config' or use --release-channel"
+        )
+        return out
+    if not version:
+        for ch in cfg.channels:
+            if ch.channel.name.lower() == spec.release_channel:
+                version = ch.default_version
+        version = version or cfg.default_cluster_version
+    if spec.dcn.count and version:
+        need = DRANET_MIN[spec.mode]
+        if parse_gke_version(version) < parse_gke_version(need):
+            out.append(
+                f"GKE {version} is too old for managed DRANET (needs {need} or newer): pass "
+                f"--version {need} or newer, or --release-channel rapid"
+            )
+    return out
+
+
+def check_bucket(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
+    if not spec.bucket.name or "storage.googleapis.com" not in enabled:
+        return []
+    b = call(clients, f"reading bucket {spec.bucket.name}", clients.storage.lookup_bucket,
+             spec.bucket.name)
+    if b is not None and (b.location or "").upper() != spec.region.upper():
+        return [
+            f"bucket {spec.bucket.name} is in {b.location}, not in the cluster region "
+            f"{spec.region}: use another --bucket name (or create the cluster in {b.location})"
+        ]
+    return []
+
+
+def run(clients: Any, spec: InfraSpec) -> None:
+    """All checks; raises ``PreflightError`` listing every failure. Reads only."""
+    lines = check_names(spec)
+    api_lines, enabled = check_apis(clients, spec)
+    lines += api_lines
+    lines += check_accelerators(clients, spec, enabled)
+    lines += check_version(clients, spec, enabled)
+    lines += check_bucket(clients, spec, enabled)
+    if lines:
+        raise PreflightError(lines)

@@ -1,0 +1,50 @@
+"""Estimated node-pool cost per hour from the dated price table in ``rlctl/data/prices.yaml``.
+
+An estimate only: public list prices for one region, no discounts. The plan shows
+the table's date and this caveat next to every figure.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from rlctl.core.gcp.catalog import Accelerator
+
+Capacity = str  # "on-demand" | "spot" | "reservation"
+
+
+@lru_cache(maxsize=1)
+def table() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("rlctl").joinpath("data/prices.yaml").read_text())
+
+
+def _rate(entry: dict[str, Any] | None, capacity: Capacity) -> float | None:
+    if not entry:
+        return None
+    # Reservations are billed at the on-demand rate (less any commitment discount).
+    return entry.get("spot" if capacity == "spot" else "on-demand")
+
+
+def machine_hour(machine_type: str, capacity: Capacity = "on-demand") -> float | None:
+    return _rate(table()["machine_hour"].get(machine_type), capacity)
+
+
+def pool_hour(acc: Accelerator, nodes: int, capacity: Capacity = "on-demand") -> float | None:
+    """Estimated USD/hour for ``nodes`` machines of ``acc`` (None if not in the table)."""
+    if acc.kind == "tpu":
+        rate = _rate(table()["tpu_chip_hour"].get(acc.family or ""), capacity)
+        return None if rate is None else round(rate * acc.chips_per_host * nodes, 2)
+    rate = machine_hour(acc.machine_type, capacity)
+    return None if rate is None else round(rate * nodes, 2)
+
+
+def caveat() -> str:
+    t = table()
+    return (
+        f"estimate from public list prices ({t['region']}, {t['currency']}, as of {t['as_of']}); "
+        "excludes discounts, storage and network"
+    )

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_local_gcloud(tmp_path, monkeypatch):
+    """Isolate from the machine's gcloud config and RLCTL_* env."""
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    for v in ("RLCTL_PROJECT", "RLCTL_REGION", "RLCTL_ZONE", "GOOGLE_CLOUD_PROJECT",
+              "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_COMPUTE_REGION", "CLOUDSDK_COMPUTE_ZONE",
+              "RLCTL_OUTPUT", "RLCTL_SET"):
+        monkeypatch.delenv(v, raising=False)
+
+
+@pytest.fixture
+def cli(clients):
+    from typer.testing import CliRunner
+
+    from rlctl.cli._options import AppState
+    from rlctl.cli.app import app
+
+    def invoke(*args: str):
+        return CliRunner().invoke(app, list(args), obj=AppState(clients=clients))
+
+    return invoke
