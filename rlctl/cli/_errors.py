@@ -22,8 +22,9 @@ def guarded(fn: F) -> F:
         from rlctl.cli._output import Output
         from rlctl.core.errors import RlctlError
 
-        ctx = typer.get_current_context(silent=True)
-        debug = bool(ctx and state(ctx).debug)
+        # Every command takes ``ctx: typer.Context``; typer passes parameters by name.
+        ctx = kwargs.get("ctx")
+        debug = bool(isinstance(ctx, typer.Context) and state(ctx).debug)
         try:
             return fn(*args, **kwargs)
         except RlctlError as e:

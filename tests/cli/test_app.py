@@ -99,3 +99,9 @@ class TestBadInput:
         spec = json.loads(r.output)
         assert spec["algorithm"] == "gspo" and spec["training"]["steps"] == 3
         assert spec["training"]["num_iterations"] == 2
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "rlctl", "--debug", "train", "grpo", "--name",
+                          "Bad_Name"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode != 0 and "Traceback" in out.stderr and "ConfigError" in out.stderr

@@ -116,7 +116,7 @@ class CheckpointSpec(Spec):
 class EvalSpec(Spec):
     size: Annotated[int, Field(ge=0, le=100_000, description="held-out prompts; 0 = no eval")] = 64
     interval: Annotated[int, Field(ge=0, description="also evaluate every N steps; 0 = off")] = 0
-    batch_size: Annotated[int, Field(ge=1, le=4096)] = 32
+    batch_size: Annotated[int, Field(ge=1, le=4096)] = 16
     samples: Annotated[int, Field(ge=0, le=100, description="completions kept in eval files")] = 4
 
 

@@ -122,7 +122,9 @@ class Trainer:
                 info=self.info,
             )
 
-        @nnx.jit
+        # Donating model and optimizer lets XLA update parameters and Adam moments in
+        # place instead of holding old and new copies (~1.6 GB less for SmolLM2-135M).
+        @nnx.jit(donate_argnums=(0, 1))
         def train_step(model, optimizer, batch):
             def loss_fn(m):
                 logps, entropy = logps_fn(m, batch["prompt_ids"], batch["completion_ids"])
