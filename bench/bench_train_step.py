@@ -38,8 +38,8 @@ def run(steps: int, baseline: bool) -> dict:
     t.create_steps()
     t.metrics = MetricsWriter(run_dir, tensorboard=False)
     if baseline:  # swap in Tunix's full-sequence loss for the update
-        from flax import nnx
         import optax
+        from flax import nnx
 
         cfg = ta.algo_config(algorithm="grpo", beta=0.0, epsilon=0.2, epsilon_high=0.2,
                              kl_estimator="k3", loss_aggregation="sequence-mean-token-mean",

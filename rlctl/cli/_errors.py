@@ -24,7 +24,7 @@ def guarded(fn: F) -> F:
 
         # Every command takes ``ctx: typer.Context``; typer passes parameters by name.
         ctx = kwargs.get("ctx")
-        debug = bool(isinstance(ctx, typer.Context) and state(ctx).debug)
+        debug = bool(hasattr(ctx, "find_root") and state(ctx).debug)
         try:
             return fn(*args, **kwargs)
         except RlctlError as e:
