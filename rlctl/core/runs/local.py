@@ -1,0 +1,159 @@
+"""Run the trainer on this machine: create or reopen a run, keep status.json true.
+
+``status.json`` moves pending -> evaluating/running -> completed | failed |
+interrupted, and always names the latest complete checkpoint, so ``rlctl status``
+and ``rlctl resume`` can trust it even after a crash (a SIGKILLed run stays
+"running" with a stale ``updated``; resume accepts that).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from rlctl.core.config.load import build, dump_yaml
+from rlctl.core.config.models import RunSpec
+from rlctl.core.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    ConflictError,
+    InterruptedRun,
+    RlctlError,
+    require_extra,
+)
+from rlctl.core.names import generate_run_name
+from rlctl.core.runs.status import read_status
+from rlctl.core.runs.store import SPEC, STATUS, LocalRunDir, latest_checkpoint_step, open_store
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class StatusFile:
+    def __init__(self, run: LocalRunDir, spec: RunSpec) -> None:
+        self.run = run
+        self.data = read_status(run) if run.exists(STATUS) else {}
+        self.data.update(
+            name=run.name, algorithm=spec.algorithm, total_steps=spec.training.steps,
+            backend="local",
+        )
+        self.data.setdefault("created", _now())
+        self.data.setdefault("step", 0)
+        self.data.setdefault("latest_checkpoint", latest_checkpoint_step(run))
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields, updated=_now())
+        self.run.write_json(STATUS, self.data)
+
+
+def train_local(spec: RunSpec, progress: Progress | None = None) -> dict[str, Any]:
+    """Start a new run. The name must be free: reusing one is what ``resume`` is for."""
+    require_extra("tunix", "train")
+    name = spec.name or generate_run_name(spec.algorithm)
+    spec = spec.model_copy(update={"name": name})
+    store = open_store(spec.output.root)
+    run = store.run(name)
+    _preflight(spec)
+    if run.exists(SPEC):
+        raise AlreadyExistsError(
+            f"run {name!r} already exists in {store.uri}",
+            hint=f"continue it with 'rlctl resume {name}' or choose another --name",
+        )
+    run.write_text(SPEC, dump_yaml(spec))
+    status = StatusFile(run, spec)
+    status.update(phase="pending")
+    return _execute(spec, run, status, progress)
+
+
+def _preflight(spec: RunSpec) -> None:
+    """Fail on a bad model, dataset or reward before anything is written."""
+    from rlctl.core.trainer.data import load_source
+    from rlctl.core.trainer.models import resolve_model_dir
+    from rlctl.core.trainer.rewards import resolve
+
+    resolve_model_dir(spec.model.source)
+    load_source(spec.data, spec.eval.size)
+    resolve(spec.rewards)
+
+
+def load_run_spec(run: LocalRunDir) -> RunSpec:
+    import yaml
+
+    try:
+        data = yaml.safe_load(run.read_text(SPEC))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{run.uri}/{SPEC} is not valid YAML") from e
+    return build(RunSpec, data)
+
+
+def resume_local(root: str, name: str, progress: Progress | None = None) -> dict[str, Any]:
+    require_extra("tunix", "train")
+    run = open_store(root).existing(name)
+    spec = load_run_spec(run)
+    status = StatusFile(run, spec)
+    phase = status.data.get("phase")
+    if phase == "completed":
+        raise ConflictError(
+            f"run {name!r} already completed {spec.training.steps} steps",
+            hint="start a new run with 'rlctl train'",
+        )
+    if phase == "running" and _alive(status.data.get("pid"), status.data.get("host")):
+        raise ConflictError(
+            f"run {name!r} is still running (pid {status.data['pid']})",
+            hint="wait for it, or stop it first",
+        )
+    step = latest_checkpoint_step(run)
+    if progress:
+        where = f"checkpoint at step {step}" if step else "the start (no checkpoint yet)"
+        progress({"event": "message", "message": f"resuming {name} from {where}"})
+    return _execute(spec, run, status, progress)
+
+
+def _alive(pid: Any, host: Any) -> bool:
+    if not isinstance(pid, int) or host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
+             progress: Progress | None) -> dict[str, Any]:
+    from rlctl.core.trainer.loop import run_trainer
+
+    status.update(phase="starting", pid=os.getpid(), host=socket.gethostname(),
+                  started=_now(), error=None)
+
+    def on_status(fields: dict[str, Any]) -> None:
+        status.update(**fields)
+
+    try:
+        evals = run_trainer(spec, run, progress, on_status)
+    except KeyboardInterrupt:
+        status.update(phase="interrupted", latest_checkpoint=latest_checkpoint_step(run))
+        raise InterruptedRun(
+            f"run {run.name!r} interrupted at step {status.data.get('step')}",
+            hint=f"continue with 'rlctl resume {run.name}'",
+        ) from None
+    except RlctlError as e:
+        status.update(phase="failed", error=str(e))
+        raise
+    except Exception as e:
+        status.update(phase="failed", error=f"{type(e).__name__}: {e}")
+        raise
+    status.update(phase="completed", finished=_now(), step=spec.training.steps,
+                  latest_checkpoint=latest_checkpoint_step(run))
+    return {
+        "name": run.name, "path": run.uri, "phase": "completed", "step": spec.training.steps,
+        "latest_checkpoint": latest_checkpoint_step(run), **evals,
+    }

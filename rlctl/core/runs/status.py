@@ -1,0 +1,70 @@
+"""Read-only views of runs for ``rlctl status``: pure reads of the run store."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rlctl.core.runs.store import (
+    EVAL,
+    METRICS,
+    STATUS,
+    LocalRunStore,
+    RunDir,
+    latest_checkpoint_step,
+)
+
+
+def read_status(run: RunDir) -> dict[str, Any]:
+    if not run.exists(STATUS):
+        return {"name": run.name, "phase": "unknown"}
+    try:
+        return json.loads(run.read_text(STATUS))
+    except json.JSONDecodeError:
+        return {"name": run.name, "phase": "unknown"}
+
+
+def read_metrics(run: RunDir) -> list[dict[str, Any]]:
+    """Parse metrics.jsonl, skipping a torn last line from a killed writer."""
+    if not run.exists(METRICS):
+        return []
+    rows = []
+    for line in run.read_text(METRICS).splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
+    rel = f"{EVAL}/{which}.json"
+    return json.loads(run.read_text(rel)) if run.exists(rel) else None
+
+
+def describe_run(run: RunDir) -> dict[str, Any]:
+    status = read_status(run)
+    metrics = read_metrics(run)
+    evals = {}
+    for which in ("baseline", "final"):
+        data = read_eval(run, which)
+        if data is not None:
+            evals[which] = {k: data.get(k) for k in ("accuracy", "format_rate", "mean_reward", "n")}
+    return {
+        "name": run.name,
+        "path": run.uri,
+        "phase": status.get("phase", "unknown"),
+        "algorithm": status.get("algorithm"),
+        "step": status.get("step", 0),
+        "total_steps": status.get("total_steps"),
+        "latest_checkpoint": latest_checkpoint_step(run),
+        "created": status.get("created"),
+        "updated": status.get("updated"),
+        "error": status.get("error"),
+        "latest_metrics": metrics[-1] if metrics else None,
+        "eval": evals,
+    }
+
+
+def list_runs(store: LocalRunStore) -> list[dict[str, Any]]:
+    return [describe_run(store.run(name)) for name in store.list_runs()]

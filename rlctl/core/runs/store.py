@@ -1,0 +1,129 @@
+"""The run store: one layout for a run, on a local path (now) or ``gs://`` (later).
+
+    <root>/<run>/spec.yaml           the RunSpec the trainer runs
+    <root>/<run>/status.json         phase, step, latest checkpoint, timestamps
+    <root>/<run>/metrics.jsonl       one JSON object per optimizer step
+    <root>/<run>/tensorboard/        TensorBoard event files
+    <root>/<run>/checkpoints/<step>/ Orbax checkpoints (complete ones only)
+    <root>/<run>/eval/{baseline,step-N,final}.json
+
+Writes of whole files are atomic (temp file + rename), so a reader or a killed
+writer never leaves a half-written ``status.json`` or ``spec.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlctl.core.errors import ConfigError, NotFoundError
+from rlctl.core.names import validate_name
+
+SPEC = "spec.yaml"
+STATUS = "status.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+CHECKPOINTS = "checkpoints"
+EVAL = "eval"
+
+
+class RunDir(Protocol):
+    """What the trainer and the commands need from one run's folder."""
+
+    name: str
+    uri: str
+
+    def exists(self, rel: str = "") -> bool: ...
+    def read_text(self, rel: str) -> str: ...
+    def write_text(self, rel: str, text: str) -> None: ...
+    def list(self, rel: str) -> list[str]: ...
+    def path_for(self, rel: str) -> str: ...
+
+
+class LocalRunDir:
+    def __init__(self, root: Path, name: str) -> None:
+        self.name = name
+        self.path = root / name
+        self.uri = str(self.path)
+
+    def exists(self, rel: str = "") -> bool:
+        return (self.path / rel).exists()
+
+    def read_text(self, rel: str) -> str:
+        return (self.path / rel).read_text()
+
+    def write_text(self, rel: str, text: str) -> None:
+        atomic_write(self.path / rel, text)
+
+    def list(self, rel: str) -> list[str]:
+        p = self.path / rel
+        return sorted(os.listdir(p)) if p.is_dir() else []
+
+    def path_for(self, rel: str) -> str:
+        return str(self.path / rel)
+
+    # JSON helpers shared by every backend
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_text(rel))
+
+    def write_json(self, rel: str, data: Any) -> None:
+        self.write_text(rel, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class LocalRunStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser()
+        self.uri = str(self.root)
+
+    def run(self, name: str) -> LocalRunDir:
+        return LocalRunDir(self.root, validate_name(name, "run"))
+
+    def list_runs(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and (p / SPEC).is_file()
+        )
+
+    def existing(self, name: str) -> LocalRunDir:
+        run = self.run(name)
+        if not run.exists(SPEC):
+            raise NotFoundError(
+                f"run {name!r} not found in {self.uri}",
+                hint="list runs with 'rlctl status' or pass --runs-dir",
+            )
+        return run
+
+
+def open_store(root: str) -> LocalRunStore:
+    if root.startswith("gs://"):
+        raise ConfigError(
+            f"run store {root!r}: gs:// run stores are not available in this version",
+            hint="use a local path for output.root",
+        )
+    return LocalRunStore(root)
+
+
+def latest_checkpoint_step(run: RunDir) -> int | None:
+    """The newest *complete* checkpoint: Orbax renames a finished save into a
+    plain ``<step>`` folder, so temp folders of a killed save never match."""
+    steps = [int(n) for n in run.list(CHECKPOINTS) if n.isdigit()]
+    return max(steps) if steps else None
