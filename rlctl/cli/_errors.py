@@ -22,7 +22,8 @@ def guarded(fn: F) -> F:
         from rlctl.cli._output import Output
         from rlctl.core.errors import RlctlError
 
-        ctx = typer.get_current_context(silent=True)
+        # typer 0.29.2 has no get_current_context: every command takes ctx as a parameter
+        ctx = next((a for a in (*args, *kwargs.values()) if isinstance(a, typer.Context)), None)
         debug = bool(ctx and state(ctx).debug)
         try:
             return fn(*args, **kwargs)

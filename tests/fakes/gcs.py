@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,12 +22,20 @@ def fake_gcs_server() -> Iterator[str]:
         os.environ.pop("STORAGE_EMULATOR_HOST", None)
     else:
         os.environ["STORAGE_EMULATOR_HOST"] = before
+    # The wrapper pipes the server's request log to stderr=PIPE and never reads it:
+    # once 64 KiB of log lines fill the pipe the server blocks. Drain it.
+    threading.Thread(target=_drain, args=(server._process.stderr,), daemon=True).start()
     try:
         yield server.url
     finally:
         server.stop()
         if before is not None:
             os.environ["STORAGE_EMULATOR_HOST"] = before
+
+
+def _drain(stream) -> None:
+    for _ in iter(lambda: stream.read(65536), b""):
+        pass
 
 
 def storage_client():
