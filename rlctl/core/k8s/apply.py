@@ -168,6 +168,14 @@ class KubeApi:
             return []
         return list(out.get("items") or [])
 
+    def log(self, pod: str, container: str | None = None, tail_lines: int | None = None
+            ) -> str:
+        query = [("container", container)] if container else []
+        if tail_lines is not None:
+            query.append(("tailLines", str(tail_lines)))
+        return self._call("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+                          f"log of {pod}", query=query, response_type="str")
+
     def last_log_line(self, pod: str, container: str | None = None,
                       previous: bool = False) -> str | None:
         query = [("tailLines", "1")]
@@ -260,3 +268,24 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
     if workload is None and not pods:
         return Diagnosis(phase="absent", reason="no workload on the cluster")
     return diagnose(workload, pods, events, last_lines)
+
+
+TRAINER_CONTAINERS = ("trainer", "ray-head")
+
+
+def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100) -> tuple[str, str]:
+    """(pod, text): the last lines of the run's leading trainer process.
+
+    The leader is the first pod by name that runs a trainer container (JobSet:
+    ``RUN-slice-0-0-…``; Pathways: the controller pod; Ray: the head, where the
+    driver runs). ``rlctl logs RUN`` prints this; ``-f`` polls it.
+    """
+    pods = sorted(api.list("v1", "Pod", run_selector(run)),
+                  key=lambda p: p["metadata"]["name"])
+    for p in pods:
+        names = [c.get("name") for c in (p.get("spec") or {}).get("containers") or []]
+        for c in TRAINER_CONTAINERS:
+            if c in names:
+                return p["metadata"]["name"], api.log(p["metadata"]["name"], c, tail_lines)
+    raise NotFoundError(f"no trainer pod for run {run!r} yet",
+                        hint=f"see why with 'rlctl status {run}'")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError
-from rlctl.core.k8s.apply import describe_workload
+from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
+from rlctl.core.k8s.apply import describe_workload, trainer_logs
 from rlctl.core.k8s.shapes import v6e_16
 from rlctl.core.runs.store import LocalRunStore
 from rlctl.core.runs.submit import (
@@ -279,3 +279,17 @@ class TestDelete:
         submit_run(make_spec("r1"), "jobset", v6e_16(1), api, store, OPTS)
         assert delete_run("r1", api, store) == ["JobSet/r1", "ConfigMap/r1-spec"]
         assert store.list_runs() == ["r1"]
+
+
+class TestLogs:
+    def test_tails_the_leading_trainer_pod(self, kube, api):
+        with pytest.raises(NotFoundError, match="rlctl status r1"):
+            trainer_logs(api, "r1")
+        for name in ("r1-slice-1-0", "r1-slice-0-0"):
+            kube.put("v1", "pods", pod(name, "Running"))
+            kube.logs[("default", name)] = "\n".join(f"{name} line {i}" for i in range(50))
+        name, text = trainer_logs(api, "r1", tail_lines=2)
+        assert name == "r1-slice-0-0"
+        assert text == "r1-slice-0-0 line 48\nr1-slice-0-0 line 49\n"
+        log_req = kube.requests[-1]
+        assert log_req["query"] == {"container": "trainer", "tailLines": "2"}

@@ -14,6 +14,7 @@ import pytest
 
 from tests.core.trainer.test_train import REPO, TIMING, tiny_args
 
+HF_SENTINEL = "hf_SENTINEL_trainer_env_52b1"
 pytest.importorskip("tunix")
 pytestmark = pytest.mark.trainer
 
@@ -29,7 +30,7 @@ def test_sigkill_then_resume_from_gcs_reproduces_an_uninterrupted_run(
     client, bucket = gcs
     root = f"gs://{bucket}/runs"
     env = {**os.environ, "PYTHONPATH": str(REPO), "STORAGE_EMULATOR_HOST": gcs_server_url,
-           "RLCTL_STAGING_DIR": str(tmp_path / "staging")}
+           "RLCTL_STAGING_DIR": str(tmp_path / "staging"), "HF_TOKEN": HF_SENTINEL}
     common = ("--steps", "6", "--set", "checkpoint.interval=2", "--seed", "3")
 
     def rlctl(*args: str) -> subprocess.CompletedProcess:
@@ -73,3 +74,9 @@ def test_sigkill_then_resume_from_gcs_reproduces_an_uninterrupted_run(
                          text=True, timeout=120)
     assert pod.returncode == 0, pod.stderr
     assert "already completed" in pod.stdout
+
+    # the token in the trainer's environment reaches no log and no run store object
+    logs = whole.stdout + whole.stderr + resumed.stdout + resumed.stderr + pod.stdout + pod.stderr
+    assert HF_SENTINEL not in logs
+    for blob in client.list_blobs(bucket):
+        assert HF_SENTINEL.encode() not in blob.download_as_bytes(), blob.name
