@@ -120,17 +120,27 @@ class GcsRunDir:
             raise _translate(e, f"{self.uri}/{rel}") from e
 
     def read_text(self, rel: str) -> str:
-        try:
-            blob = self.bucket.get_blob(self._key(rel))
-            if blob is None:
-                raise NotFoundError(f"{self.uri}/{rel} not found")
-            data = blob.download_as_bytes(if_generation_match=blob.generation)
-        except NotFoundError:
-            raise
-        except Exception as e:
-            raise _translate(e, f"{self.uri}/{rel}") from e
-        self._generations[rel] = int(blob.generation)
-        return data.decode()
+        """The object's content, pinned to one generation (recorded for a later
+        commit); replaced while being read -> read the new one."""
+        from google.api_core import exceptions as gexc
+
+        for attempt in range(5):
+            try:
+                blob = self.bucket.get_blob(self._key(rel))
+                if blob is None:
+                    raise NotFoundError(f"{self.uri}/{rel} not found")
+                data = blob.download_as_bytes(if_generation_match=blob.generation)
+            except NotFoundError:
+                raise
+            except (gexc.PreconditionFailed, gexc.NotFound) as e:
+                if attempt == 4:
+                    raise _translate(e, f"{self.uri}/{rel}") from e
+                continue
+            except Exception as e:
+                raise _translate(e, f"{self.uri}/{rel}") from e
+            self._generations[rel] = int(blob.generation)
+            return data.decode()
+        raise AssertionError("unreachable")
 
     def write_text(self, rel: str, text: str) -> None:
         blob = self.bucket.blob(self._key(rel))
