@@ -53,7 +53,7 @@ def workload_phase(workload: dict[str, Any] | None) -> tuple[str, str | None]:
         return "failed", c.get("message") or c.get("reason")
     if "Suspended" in conds:
         return "suspended", None
-    return "running", None  # refined by the pods
+    return "active", None  # not finished: the pods say whether it runs
 
 
 def _selector_text(pod: dict[str, Any]) -> str:
@@ -163,6 +163,8 @@ def diagnose(workload: dict[str, Any] | None, pods: list[dict[str, Any]],
         pending = severity == 1 or (counts.get("Pending", 0) > 0 and severity != 4)
         return Diagnosis(phase="pending" if pending else "running", reason=reason, pods=counts)
     if not pods:
+        if phase == "running":  # a RayJob that says so
+            return Diagnosis(phase="running", reason=None, pods=counts)
         return Diagnosis(phase="pending", reason=message or "no pods yet", pods=counts)
     if counts.get("Pending"):
         return Diagnosis(phase="pending", reason=f"{counts['Pending']} of {len(pods)} pods "
