@@ -70,7 +70,7 @@ def render_run(spec: RunSpec, backend: str, shape: SliceShape, store: RunStore,
     if not store.uri.startswith("gs://"):
         raise ConfigError(f"a cluster run needs a gs:// run store, not {store.uri!r}",
                           hint="pass --runs-dir gs://BUCKET/runs")
-    spec = _named(spec)
+    spec = _named(spec, store)
     assert spec.name is not None
     view = build_view(spec, backend, shape, store.run(spec.name).uri, opts, with_hf_secret)
     objs = render_workload(view)
@@ -78,10 +78,14 @@ def render_run(spec: RunSpec, backend: str, shape: SliceShape, store: RunStore,
     return objs
 
 
-def _named(spec: RunSpec) -> RunSpec:
-    if spec.name:
-        return spec
-    return spec.model_copy(update={"name": generate_run_name(spec.algorithm)})
+def _named(spec: RunSpec, store: RunStore | None = None) -> RunSpec:
+    """The spec as the pods will run it: named, with output.root = the run store."""
+    if not spec.name:
+        spec = spec.model_copy(update={"name": generate_run_name(spec.algorithm)})
+    if store is not None and spec.output.root != store.uri:
+        spec = spec.model_copy(update={"output": spec.output.model_copy(
+            update={"root": store.uri})})
+    return spec
 
 
 def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | None
@@ -100,7 +104,7 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     Returns {"name", "path", "backend", "applied": ['Kind/name (action)', ...]}.
     Raises AlreadyExistsError when the run name is taken in the store.
     """
-    spec = _named(spec)
+    spec = _named(spec, store)
     assert spec.name is not None
     name = spec.name
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))

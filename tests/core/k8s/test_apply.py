@@ -61,6 +61,9 @@ class TestSubmit:
         run = store.existing("r1")
         assert run.read_json("status.json")["phase"] == "pending"
         assert run.read_text("spec.yaml").startswith("name: r1")
+        from rlctl.core.runs.local import load_run_spec
+
+        assert load_run_spec(run).output.root == store.uri  # what the pods will see
 
     def test_a_taken_name_is_refused_before_anything_is_applied(self, crds, kube, api, store):
         submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
