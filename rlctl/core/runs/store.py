@@ -1,4 +1,4 @@
-"""The run store: one layout for a run, on a local path (now) or ``gs://`` (later).
+"""The run store: one layout for a run, on a local path or ``gs://`` (see gcs.py).
 
     <root>/<run>/spec.yaml           the RunSpec the trainer runs
     <root>/<run>/status.json         phase, step, latest checkpoint, timestamps
@@ -41,6 +41,25 @@ class RunDir(Protocol):
     def write_text(self, rel: str, text: str) -> None: ...
     def list(self, rel: str) -> list[str]: ...
     def path_for(self, rel: str) -> str: ...
+    def read_json(self, rel: str) -> Any: ...
+    def write_json(self, rel: str, data: Any) -> None: ...
+    # Files the trainer writes incrementally (metrics.jsonl, TensorBoard, Orbax) live
+    # under path_for(); a remote store syncs them with these. Local: no-ops.
+    def staging_dir(self) -> Path: ...
+    def pull(self, rel: str) -> None: ...
+    def push(self, rel: str) -> None: ...
+    def checkpoint_steps(self) -> list[int]: ...
+    def publish_checkpoint(self, step: int) -> None: ...
+    def fetch_checkpoint(self, step: int) -> None: ...
+    def delete(self, rel: str = "") -> list[str]: ...
+
+
+class RunStore(Protocol):
+    uri: str
+
+    def run(self, name: str) -> RunDir: ...
+    def list_runs(self) -> list[str]: ...
+    def existing(self, name: str) -> RunDir: ...
 
 
 class LocalRunDir:
@@ -53,7 +72,10 @@ class LocalRunDir:
         return (self.path / rel).exists()
 
     def read_text(self, rel: str) -> str:
-        return (self.path / rel).read_text()
+        try:
+            return (self.path / rel).read_text()
+        except FileNotFoundError as e:
+            raise NotFoundError(f"{self.uri}/{rel} not found") from e
 
     def write_text(self, rel: str, text: str) -> None:
         atomic_write(self.path / rel, text)
@@ -63,7 +85,10 @@ class LocalRunDir:
         return sorted(os.listdir(p)) if p.is_dir() else []
 
     def path_for(self, rel: str) -> str:
-        return str(self.path / rel)
+        """A local path to write ``rel`` at; its parent folder exists."""
+        p = self.path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return str(p)
 
     # JSON helpers shared by every backend
     def read_json(self, rel: str) -> Any:
@@ -71,6 +96,39 @@ class LocalRunDir:
 
     def write_json(self, rel: str, data: Any) -> None:
         self.write_text(rel, json.dumps(data, indent=2, default=str) + "\n")
+
+    # The trainer's files are written in place: nothing to stage or sync.
+    def staging_dir(self) -> Path:
+        return self.path
+
+    def pull(self, rel: str) -> None:
+        pass
+
+    def push(self, rel: str) -> None:
+        pass
+
+    def checkpoint_steps(self) -> list[int]:
+        """Orbax renames a finished save into a plain ``<step>`` folder, so temp
+        folders of a killed save never match."""
+        return sorted(int(n) for n in self.list(CHECKPOINTS) if n.isdigit())
+
+    def publish_checkpoint(self, step: int) -> None:
+        pass
+
+    def fetch_checkpoint(self, step: int) -> None:
+        pass
+
+    def delete(self, rel: str = "") -> list[str]:
+        import shutil
+
+        p = self.path / rel
+        if not p.exists():
+            return []
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+        return [str(p)]
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -113,17 +171,27 @@ class LocalRunStore:
         return run
 
 
-def open_store(root: str) -> LocalRunStore:
+def open_store(root: str) -> RunStore:
     if root.startswith("gs://"):
-        raise ConfigError(
-            f"run store {root!r}: gs:// run stores are not available in this version",
-            hint="use a local path for output.root",
-        )
+        try:
+            import google.cloud.storage  # noqa: F401
+        except ImportError as e:
+            from rlctl.core.errors import MissingDependencyError
+
+            raise MissingDependencyError(
+                "gs:// run stores need the 'gcp' extra", hint="pip install 'rlctl[gcp]'"
+            ) from e
+        from rlctl.core.runs.gcs import GcsRunStore
+
+        return GcsRunStore(root)
+    if "://" in root:
+        raise ConfigError(f"run store {root!r}: only local paths and gs:// are supported",
+                          hint="use a local path or gs://BUCKET/PREFIX")
     return LocalRunStore(root)
 
 
 def latest_checkpoint_step(run: RunDir) -> int | None:
-    """The newest *complete* checkpoint: Orbax renames a finished save into a
-    plain ``<step>`` folder, so temp folders of a killed save never match."""
-    steps = [int(n) for n in run.list(CHECKPOINTS) if n.isdigit()]
+    """The newest *complete* checkpoint (local: a finished Orbax folder; gs://: a
+    step with its COMMITTED marker)."""
+    steps = run.checkpoint_steps()
     return max(steps) if steps else None

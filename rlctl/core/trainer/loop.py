@@ -17,7 +17,7 @@ import numpy as np
 
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
-from rlctl.core.runs.store import CHECKPOINTS, EVAL, LocalRunDir
+from rlctl.core.runs.store import CHECKPOINTS, EVAL, LocalRunDir, latest_checkpoint_step
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer.data import Problem, load_source
 from rlctl.core.trainer.loss import group_advantages
@@ -150,6 +150,10 @@ class Trainer:
         import orbax.checkpoint as ocp
 
         c = self.spec.checkpoint
+        # run store sync (gs://): bring the latest committed checkpoint into staging
+        latest = latest_checkpoint_step(self.run)
+        if latest is not None:
+            self.run.fetch_checkpoint(latest)
         return ocp.CheckpointManager(
             self.run.path_for(CHECKPOINTS),
             options=ocp.CheckpointManagerOptions(
@@ -170,6 +174,7 @@ class Trainer:
 
         self.ckpt.save(step, args=ocp.args.StandardSave(self._state()))
         self.ckpt.wait_until_finished()
+        self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
 
     def restore_latest(self) -> int:
         import jax

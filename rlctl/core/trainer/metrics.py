@@ -11,7 +11,9 @@ from rlctl.core.runs.store import METRICS, TENSORBOARD, LocalRunDir
 
 class MetricsWriter:
     def __init__(self, run: LocalRunDir, tensorboard: bool = True) -> None:
+        self.run = run
         self.path = Path(run.path_for(METRICS))
+        run.pull(METRICS)  # a remote store: continue its metrics.jsonl on resume
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -32,6 +34,7 @@ class MetricsWriter:
         from rlctl.core.runs.store import atomic_write
 
         atomic_write(self.path, "".join(f"{line}\n" for line in keep))
+        self.run.push(METRICS)
 
     def write(self, row: dict[str, Any]) -> None:
         with self.path.open("a") as f:
@@ -42,6 +45,14 @@ class MetricsWriter:
             for k, v in row.items():
                 if k != "step" and isinstance(v, (int, float)):
                     self._tb.add_scalar(f"train/{k}", v, step)
+        self.sync()
+
+    def sync(self) -> None:
+        """Upload metrics.jsonl and the event files (a no-op for a local run store)."""
+        if self._tb is not None:
+            self._tb.flush()
+        self.run.push(METRICS)
+        self.run.push(TENSORBOARD)
 
     def scalars(self, prefix: str, values: dict[str, Any], step: int) -> None:
         if self._tb is not None:
@@ -53,3 +64,4 @@ class MetricsWriter:
         if self._tb is not None:
             self._tb.flush()
             self._tb.close()
+        self.run.push(TENSORBOARD)

@@ -1,0 +1,191 @@
+"""Render a run's Kubernetes objects from ``rlctl/templates``.
+
+Templates are data: one Jinja2 Environment (PackageLoader + StrictUndefined),
+fed a typed ``WorkloadView``; every value is emitted with ``tojson``, names are
+DNS-1035 labels checked before rendering, and the YAML is parsed back into
+dicts. The caller validates the dicts (``validate.py``) before applying them.
+No secret value is ever part of the view: the HF token is referenced by Secret
+name only.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rlctl.core.errors import ConfigError
+from rlctl.core.k8s.shapes import SliceShape
+from rlctl.core.names import validate_name
+
+Backend = Literal["jobset", "pathways", "ray"]
+BACKENDS: tuple[str, ...] = ("jobset", "pathways", "ray")
+MANAGED_BY = {"managed-by": "rlctl"}
+RUN_LABEL = "rlctl.dev/run"
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+class EnvVar(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    value: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _ENV_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not an environment variable name")
+        return v
+
+
+class WorkloadView(BaseModel):
+    """Everything a template may use; built by ``submit`` from the spec and shape."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: str
+    namespace: str = "default"
+    backend: Backend
+    image: str = Field(min_length=1)
+    run_uri: str = Field(description="gs://BUCKET/PREFIX/RUN: where the trainer's run lives.")
+    spec_yaml: str = Field(description="The run's spec.yaml, stored in the ConfigMap.")
+    shape: SliceShape
+    service_account: str = "rlctl"
+    hf_secret: str | None = Field(None, description="Secret holding the HF token, by name.")
+    hf_secret_key: str = "token"
+    max_restarts: int = Field(3, ge=0)
+    min_slices: int = Field(1, ge=1, description="Ray: fewest slices the job may shrink to.")
+    dcn_networks: list[str] = Field(default_factory=list)
+    cpu: str = "8"
+    memory: str = "32Gi"
+    env: list[EnvVar] = Field(default_factory=list)
+
+    @field_validator("run")
+    @classmethod
+    def _run(cls, v: str) -> str:
+        return validate_name(v, "run")
+
+    @field_validator("namespace", "service_account")
+    @classmethod
+    def _k8s_name(cls, v: str) -> str:
+        return validate_name(v, "Kubernetes object", max_len=63)
+
+    @field_validator("hf_secret")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        return None if v is None else validate_name(v, "secret", max_len=63)
+
+    @field_validator("dcn_networks")
+    @classmethod
+    def _networks(cls, v: list[str]) -> list[str]:
+        return [validate_name(n, "network", max_len=63) for n in v]
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        if not _QUANTITY.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Kubernetes quantity")
+        return v
+
+    @field_validator("run_uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        if not v.startswith("gs://") or any(c.isspace() for c in v):
+            raise ValueError(f"{v!r}: a cluster run needs a gs:// run store")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> WorkloadView:
+        if self.backend == "pathways" and self.shape.kind != "tpu":
+            raise ValueError("the pathways backend runs on TPU slices only")
+        if self.min_slices > self.shape.num_slices:
+            raise ValueError("min_slices is larger than the number of slices")
+        return self
+
+    # derived names, one place
+    @property
+    def spec_configmap(self) -> str:
+        return f"{self.run}-spec"
+
+    @property
+    def dcn_claim(self) -> str:
+        return f"{self.run}-dcn"
+
+    @property
+    def ray_accelerator_type(self) -> str:
+        # Ray's TPU accelerator type is the generation plus the chip count, e.g. "TPU-V6E"
+        gen = self.shape.accelerator.removeprefix("tpu-").split("-")[0].upper()
+        return f"TPU-{gen}"
+
+
+def make_view(**fields: Any) -> WorkloadView:
+    """Build a view, turning pydantic's errors into one ConfigError with field paths."""
+    from pydantic import ValidationError
+
+    try:
+        return WorkloadView(**fields)
+    except ValidationError as e:
+        msgs = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'view'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ConfigError(f"cannot render the workload: {msgs}") from e
+    except ConfigError:
+        raise
+
+
+@functools.lru_cache(maxsize=1)
+def environment():
+    """The one Jinja2 Environment (built once)."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("rlctl", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # YAML, not HTML: every value goes through tojson instead
+        keep_trailing_newline=True,
+    )
+
+
+def _render_yaml(template: str, **ctx: Any) -> dict[str, Any]:
+    import yaml
+
+    text = environment().get_template(template).render(**ctx)
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:  # a template bug, never a value: values are JSON-escaped
+        raise ConfigError(f"template {template} rendered invalid YAML: {e}") from e
+    if not isinstance(doc, dict):
+        raise ConfigError(f"template {template} did not render one object")
+    return doc
+
+
+def render_text(template: str, view: WorkloadView) -> str:
+    return environment().get_template(template).render(v=view)
+
+
+WORKLOAD_TEMPLATES = {"jobset": "jobset.yaml.j2", "pathways": "pathways.yaml.j2",
+                      "ray": "rayjob.yaml.j2"}
+
+
+def render_workload(view: WorkloadView) -> list[dict[str, Any]]:
+    """The run's objects in apply order: ServiceAccount, ConfigMap, [DRANET claim], workload.
+
+    The HF token Secret is not rendered: ``apply.py`` creates it from the value
+    without it ever passing through a template or a printed manifest.
+    """
+    extra = {}
+    if view.backend == "ray":
+        extra["ray_driver.py"] = render_text("ray_driver.py.j2", view)
+    objs = [
+        _render_yaml("serviceaccount.yaml.j2", v=view),
+        _render_yaml("configmap.yaml.j2", v=view, extra_files=extra),
+    ]
+    if view.dcn_networks and view.backend in ("jobset", "ray"):
+        objs.append(_render_yaml("resourceclaimtemplate.yaml.j2", v=view))
+    objs.append(_render_yaml(WORKLOAD_TEMPLATES[view.backend], v=view))
+    return objs

@@ -1,0 +1,198 @@
+"""Runs on a cluster: submit, resume (re-submit), describe and delete.
+
+Hop 3 for ``rlctl train --cluster``, ``rlctl resume`` of a cluster run,
+``rlctl status`` and ``rlctl delete run``. The caller (CLI) resolves the cluster
+(endpoint, CA, token -> ``KubeApi``), the accelerator shape (catalog ->
+``SliceShape``) and the run store (``open_store(gs://...)``); these functions
+only write the run store and talk to the Kubernetes API they are given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from rlctl.core.config.load import dump_yaml
+from rlctl.core.config.models import RunSpec
+from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
+from rlctl.core.k8s.apply import (
+    KubeApi,
+    apply_objects,
+    delete_objects,
+    describe_workload,
+    find_workload,
+    hf_token_secret,
+    list_run_objects,
+)
+from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
+from rlctl.core.k8s.shapes import SliceShape
+from rlctl.core.k8s.validate import validate_manifests
+from rlctl.core.names import generate_run_name
+from rlctl.core.runs.store import SPEC, STATUS, RunDir, RunStore, latest_checkpoint_step
+
+ACTIVE = {"pending", "running"}
+
+
+class ClusterOptions(BaseModel):
+    """Submission settings that are not part of the RunSpec."""
+
+    image: str
+    namespace: str = "default"
+    service_account: str = "rlctl"
+    max_restarts: int = 3
+    min_slices: int = 1
+    dcn_networks: list[str] = []
+    cpu: str = "8"
+    memory: str = "32Gi"
+
+
+def hf_secret_name(run: str) -> str:
+    return f"{run}-hf-token"
+
+
+def build_view(spec: RunSpec, backend: str, shape: SliceShape, run_uri: str,
+               opts: ClusterOptions, with_hf_secret: bool) -> WorkloadView:
+    assert spec.name is not None
+    return make_view(
+        run=spec.name, namespace=opts.namespace, backend=backend, image=opts.image,
+        run_uri=run_uri, spec_yaml=dump_yaml(spec), shape=shape,
+        service_account=opts.service_account,
+        hf_secret=hf_secret_name(spec.name) if with_hf_secret else None,
+        max_restarts=opts.max_restarts, min_slices=opts.min_slices,
+        dcn_networks=opts.dcn_networks, cpu=opts.cpu, memory=opts.memory,
+    )
+
+
+def render_run(spec: RunSpec, backend: str, shape: SliceShape, store: RunStore,
+               opts: ClusterOptions, with_hf_secret: bool = False) -> list[dict[str, Any]]:
+    """The validated manifests of a run (what ``--dry-run`` prints). No Secret value."""
+    if not store.uri.startswith("gs://"):
+        raise ConfigError(f"a cluster run needs a gs:// run store, not {store.uri!r}",
+                          hint="pass --runs-dir gs://BUCKET/runs")
+    spec = _named(spec, store)
+    assert spec.name is not None
+    view = build_view(spec, backend, shape, store.run(spec.name).uri, opts, with_hf_secret)
+    objs = render_workload(view)
+    validate_manifests(objs)
+    return objs
+
+
+def _named(spec: RunSpec, store: RunStore | None = None) -> RunSpec:
+    """The spec as the pods will run it: named, with output.root = the run store."""
+    if not spec.name:
+        spec = spec.model_copy(update={"name": generate_run_name(spec.algorithm)})
+    if store is not None and spec.output.root != store.uri:
+        spec = spec.model_copy(update={"output": spec.output.model_copy(
+            update={"root": store.uri})})
+    return spec
+
+
+def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | None
+           ) -> list[str]:
+    if hf_token:
+        # the Secret goes first, so the pods never start without it
+        objs = [objs[0], hf_token_secret(run, hf_token, hf_secret_name(run)), *objs[1:]]
+    return apply_objects(api, objs)
+
+
+def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
+               store: RunStore, opts: ClusterOptions, hf_token: str | None = None
+               ) -> dict[str, Any]:
+    """Write the spec to the run store, then create/apply the run's objects.
+
+    Returns {"name", "path", "backend", "applied": ['Kind/name (action)', ...]}.
+    Raises AlreadyExistsError when the run name is taken in the store.
+    """
+    spec = _named(spec, store)
+    assert spec.name is not None
+    name = spec.name
+    objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
+    run = store.run(name)
+    if run.exists(SPEC):
+        raise AlreadyExistsError(
+            f"run {name!r} already exists in {store.uri}",
+            hint=f"continue it with 'rlctl resume {name}' or choose another --name")
+    run.write_text(SPEC, dump_yaml(spec))
+    run.write_json(STATUS, {"name": name, "phase": "pending", "algorithm": spec.algorithm,
+                            "total_steps": spec.training.steps, "step": 0,
+                            "latest_checkpoint": None, "backend": backend,
+                            "namespace": opts.namespace})
+    applied = _apply(k8s_api, name, objs, hf_token)
+    return {"name": name, "path": run.uri, "backend": backend, "applied": applied}
+
+
+def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
+               store: RunStore, opts: ClusterOptions, hf_token: str | None = None
+               ) -> dict[str, Any]:
+    """Re-submit a run that stopped: from its latest complete checkpoint in the store.
+
+    Refuses (ConflictError) while its workload is pending or running, and when
+    the run has no complete checkpoint. A finished or failed workload object is
+    deleted first (a JobSet/RayJob does not start again when re-applied).
+    """
+    from rlctl.core.runs.local import load_run_spec
+
+    run = store.existing(name)
+    spec = load_run_spec(run)
+    step = latest_checkpoint_step(run)
+    if step is None:
+        raise ConflictError(f"run {name!r} has no complete checkpoint in {run.uri}",
+                            hint=f"start it again with 'rlctl delete run {name} --purge' "
+                            "and 'rlctl train'")
+    state = describe_workload(k8s_api, name, backend)
+    if state.phase in ACTIVE:
+        raise ConflictError(f"run {name!r} is still {state.phase} on the cluster",
+                            hint=f"wait for it, or 'rlctl delete run {name}' first")
+    old = find_workload(k8s_api, name)
+    if old is not None:
+        k8s_api.delete(old["apiVersion"], old["kind"], old["metadata"]["name"])
+    objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
+    applied = _apply(k8s_api, name, objs, hf_token)
+    return {"name": name, "path": run.uri, "backend": backend, "checkpoint": step,
+            "applied": applied}
+
+
+def describe_cluster_run(name: str, k8s_api: KubeApi, store: RunStore,
+                         backend: str | None = None) -> dict[str, Any]:
+    """The run store's view of a run merged with its workload's state on the cluster."""
+    from rlctl.core.runs.status import describe_run
+
+    info = describe_run(store.existing(name))
+    state = describe_workload(k8s_api, name, backend)
+    info["workload"] = state.model_dump()
+    if state.phase in ("pending", "failed") or (state.phase == "running"
+                                                and info["phase"] in ("pending", "unknown")):
+        info["phase"] = state.phase
+    if state.reason:
+        info["reason"] = state.reason
+    return info
+
+
+def plan_delete_run(name: str, k8s_api: KubeApi, store: RunStore | None = None,
+                    purge: bool = False) -> list[str]:
+    """What ``delete_run`` would remove: 'Kind/name' objects, then the run store URI."""
+    items = [f"{kind}/{n}" for _, kind, n in list_run_objects(k8s_api, name)]
+    if purge and store is not None:
+        run: RunDir = store.run(name)
+        if run.exists():
+            items.append(run.uri)
+    return items
+
+
+def delete_run(name: str, k8s_api: KubeApi, store: RunStore | None = None,
+               purge: bool = False) -> list[str]:
+    """Delete the run's rlctl-labelled objects (workload, ConfigMap, Secret, DRANET claim)
+    and, only with ``purge``, its run store files. Returns what was removed.
+
+    The shared ServiceAccount and anything without ``rlctl.dev/run=NAME`` stay.
+    """
+    removed = delete_objects(k8s_api, list_run_objects(k8s_api, name))
+    if purge and store is not None:
+        run = store.run(name)
+        if run.exists():
+            run.delete("")
+            removed.append(run.uri)
+    if not removed:
+        raise NotFoundError(f"nothing to delete for run {name!r}")
+    return removed

@@ -1,0 +1,65 @@
+"""The trainer entrypoint of cluster pods: ``python -m rlctl.core.trainer --run URI``.
+
+``URI`` is a run in a run store (``gs://BUCKET/PREFIX/RUN`` in a cluster, or a
+local path). The spec is loaded from the store and run by the same code as
+``rlctl resume``: the trainer restores the run's latest complete checkpoint, so
+a restarted pod continues where the last one stopped. A run that is already
+completed exits 0, so a restarted workload does not train twice.
+
+Progress goes to stdout as one JSON object per line (what ``rlctl logs`` tails);
+no environment value (the HF token in particular) is ever printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+
+def split_run_uri(uri: str) -> tuple[str, str]:
+    """``gs://b/runs/RUN`` -> (``gs://b/runs``, ``RUN``)."""
+    uri = uri.rstrip("/")
+    root, sep, name = uri.rpartition("/")
+    if not sep or not name or root in ("gs:", "gs:/"):
+        from rlctl.core.errors import ConfigError
+
+        raise ConfigError(f"{uri!r} does not name a run", hint="use gs://BUCKET/PREFIX/RUN")
+    return root, name
+
+
+def _log(event: dict[str, Any]) -> None:
+    print(json.dumps(event, default=str), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rlctl.core.errors import RlctlError
+
+    parser = argparse.ArgumentParser(prog="python -m rlctl.core.trainer", description=__doc__)
+    parser.add_argument("--run", default=os.environ.get("RLCTL_RUN"),
+                        help="the run's URI (default: $RLCTL_RUN)")
+    args = parser.parse_args(argv)
+    if not args.run:
+        parser.error("--run (or RLCTL_RUN) is required")
+    try:
+        from rlctl.core.runs.local import resume_local
+        from rlctl.core.runs.status import read_status
+        from rlctl.core.runs.store import open_store
+
+        root, name = split_run_uri(args.run)
+        run = open_store(root).existing(name)
+        if read_status(run).get("phase") == "completed":
+            _log({"event": "message", "message": f"run {name} is already completed"})
+            return 0
+        record = resume_local(root, name, progress=_log)
+    except RlctlError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    _log({"event": "done", "record": record})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

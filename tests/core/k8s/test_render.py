@@ -1,0 +1,227 @@
+"""Rendered workloads: every backend x {1, 2 slices} x {TPU, GPU where it applies}
+validates strictly against the CRD schemas and kubernetes-validate --strict."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from rlctl.core.config.load import build, dump_yaml
+from rlctl.core.config.models import RunSpec
+from rlctl.core.errors import ConfigError
+from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
+from rlctl.core.k8s.shapes import SliceShape, h100_8, v6e_16
+from rlctl.core.k8s.validate import ManifestError, validate_manifests
+from tests.core.k8s.conftest import HF_SENTINEL, make_spec
+
+CASES = [(b, kind, n) for b in ("jobset", "pathways", "ray") for kind in ("tpu", "gpu")
+         for n in (1, 2) if not (b == "pathways" and kind == "gpu")]
+
+
+def shape(kind: str, slices: int) -> SliceShape:
+    return v6e_16(slices) if kind == "tpu" else h100_8(hosts=2, num_slices=slices)
+
+
+def view(backend: str = "jobset", kind: str = "tpu", slices: int = 1, **kw) -> WorkloadView:
+    spec = make_spec(kw.pop("name", "r1"))
+    fields = dict(run=spec.name, backend=backend, image="us-docker.pkg.dev/p/r/rlctl:1",
+                  run_uri=f"gs://bkt/runs/{spec.name}", spec_yaml=dump_yaml(spec),
+                  shape=shape(kind, slices), hf_secret=f"{spec.name}-hf-token",
+                  dcn_networks=["dcn-a", "dcn-b"] if slices > 1 and kind == "tpu" else [])
+    return make_view(**{**fields, **kw})
+
+
+def by_kind(objs: list[dict]) -> dict[str, dict]:
+    return {o["kind"]: o for o in objs}
+
+
+def pod_specs(workload: dict) -> list[dict]:
+    s = workload["spec"]
+    if workload["kind"] == "JobSet":
+        return [rj["template"]["spec"]["template"]["spec"] for rj in s["replicatedJobs"]]
+    if workload["kind"] == "RayJob":
+        rc = s["rayClusterSpec"]
+        return [rc["headGroupSpec"]["template"]["spec"],
+                *[g["template"]["spec"] for g in rc["workerGroupSpecs"]]]
+    return [s["controller"]["template"]["spec"]]
+
+
+def env(container: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize(("backend", "kind", "slices"), CASES)
+class TestEveryBackendValidates:
+    def test_strictly_valid(self, crds, backend, kind, slices):
+        validate_manifests(render_workload(view(backend, kind, slices)), crds)
+
+    def test_shared_pieces(self, crds, backend, kind, slices):
+        objs = render_workload(view(backend, kind, slices))
+        for o in objs:
+            labels = o["metadata"]["labels"]
+            assert labels["managed-by"] == "rlctl"
+            if o["kind"] != "ServiceAccount":
+                assert labels["rlctl.dev/run"] == "r1"
+        ksa = by_kind(objs)["ServiceAccount"]
+        assert "annotations" not in ksa["metadata"]  # principal-based WI: no annotation
+        cm = by_kind(objs)["ConfigMap"]
+        assert build(RunSpec, yaml.safe_load(cm["data"]["spec.yaml"])).name == "r1"
+        workload = objs[-1]
+        for pod in pod_specs(workload):
+            assert pod["serviceAccountName"] == "rlctl"
+            assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+            for c in pod["containers"]:
+                assert env(c)["HF_TOKEN"] == {"secretKeyRef": {"name": "r1-hf-token",
+                                                               "key": "token"}}
+                assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+                assert c["resources"]["requests"]
+        if backend != "ray":  # the trainer entrypoint on the run (Ray: via the driver)
+            c = pod_specs(workload)[0]["containers"][0]
+            assert c["command"] == ["python", "-m", "rlctl.core.trainer", "--run",
+                                    "gs://bkt/runs/r1"]
+
+
+class TestJobSet:
+    def test_tpu_multislice_layout(self, crds):
+        js = render_workload(view("jobset", "tpu", 2))[-1]
+        (rj,) = js["spec"]["replicatedJobs"]
+        assert rj["replicas"] == 2
+        job = rj["template"]["spec"]
+        assert (job["completionMode"], job["parallelism"], job["completions"]) == \
+            ("Indexed", 4, 4)
+        pod = job["template"]["spec"]
+        assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                       "cloud.google.com/gke-tpu-topology": "4x4"}
+        c = pod["containers"][0]
+        assert c["resources"]["limits"] == {"google.com/tpu": 4}
+        assert c["resources"]["requests"]["google.com/tpu"] == 4
+        e = env(c)
+        assert e["MEGASCALE_NUM_SLICES"] == "2" and e["MEGASCALE_PORT"] == "8080"
+        assert e["MEGASCALE_SLICE_ID"] == {"fieldRef": {
+            "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/job-index']"}}
+        assert e["MEGASCALE_COORDINATOR_ADDRESS"] == "r1-slice-0-0.r1"
+        fp = js["spec"]["failurePolicy"]
+        assert fp["maxRestarts"] == 3 and all(r["name"] for r in fp["rules"])
+        assert pod["resourceClaims"] == [{"name": "dcn", "resourceClaimTemplateName": "r1-dcn"}]
+
+    def test_gpu_variant(self, crds):
+        js = render_workload(view("jobset", "gpu", 2))[-1]
+        (rj,) = js["spec"]["replicatedJobs"]
+        pod = rj["template"]["spec"]["template"]["spec"]
+        assert rj["template"]["spec"]["parallelism"] == 4  # 2 slices x 2 hosts
+        assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+        assert env(pod["containers"][0])["JAX_NUM_PROCESSES"] == "4"
+
+
+class TestPathways:
+    def test_layout(self, crds):
+        pj = render_workload(view("pathways", "tpu", 2))[-1]
+        assert pj["spec"]["workers"] == [{"type": "ct6e-standard-4t", "topology": "4x4",
+                                          "numSlices": 2, "maxSliceRestarts": 3}]
+        c = pj["spec"]["controller"]["template"]["spec"]["containers"][0]
+        assert env(c)["JAX_PLATFORMS"] == "proxy"
+        assert pj["spec"]["controller"]["mainContainerName"] == c["name"]
+
+    def test_gpu_is_refused(self):
+        with pytest.raises(ConfigError, match="TPU slices only"):
+            view("pathways", "gpu", 1)
+
+
+class TestRay:
+    def test_worker_group_probes_and_driver(self, crds):
+        objs = render_workload(view("ray", "tpu", 2, min_slices=1, max_restarts=5))
+        rj = objs[-1]
+        (wg,) = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        assert (wg["numOfHosts"], wg["replicas"], wg["minReplicas"], wg["maxReplicas"]) == \
+            (4, 2, 1, 2)
+        head = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        assert head["readinessProbe"]["httpGet"]["port"] == 8265
+        assert head["startupProbe"]["tcpSocket"]["port"] == 6379
+        driver = by_kind(objs)["ConfigMap"]["data"]["ray_driver.py"]
+        compile(driver, "ray_driver.py", "exec")
+        assert "num_workers=(MIN_WORKERS, MAX_WORKERS)" in driver
+        assert "MIN_WORKERS = 4" in driver and "MAX_WORKERS = 8" in driver
+        assert "FailureConfig(max_failures=MAX_FAILURES)" in driver and "MAX_FAILURES = 5" in driver
+        rct = by_kind(objs)["ResourceClaimTemplate"]
+        assert len(rct["spec"]["spec"]["devices"]["requests"]) == 2
+
+
+class TestValidatorIsStrict:
+    @pytest.mark.parametrize(("backend", "path", "bad"), [
+        ("jobset", ["spec"], "replicatedJob"),
+        ("jobset", ["spec", "replicatedJobs", 0, "template", "spec", "template", "spec"],
+         "nodeSelecter"),
+        ("jobset", ["spec", "replicatedJobs", 0, "template", "spec", "template", "spec",
+                    "containers", 0], "imagePullPolicyy"),
+        ("ray", ["spec", "rayClusterSpec", "workerGroupSpecs", 0], "numOfHost"),
+        ("ray", ["spec", "rayClusterSpec", "headGroupSpec", "template", "metadata"], "label"),
+        ("pathways", ["spec", "workers", 0], "numSlice"),
+        ("pathways", ["spec", "controller", "template", "spec", "containers", 0], "envv"),
+    ])
+    def test_a_misspelt_field_is_caught_with_its_path(self, crds, backend, path, bad):
+        objs = render_workload(view(backend, "tpu", 1))
+        broken = copy.deepcopy(objs[-1])
+        node = broken
+        for p in path:
+            node = node[p]
+        node[bad] = "x"
+        with pytest.raises(ManifestError) as e:
+            validate_manifests([broken], crds)
+        assert any(bad in err for err in e.value.errors), e.value.errors
+
+    def test_core_kinds_are_strict_too(self, crds):
+        cm = copy.deepcopy(render_workload(view())[1])
+        cm["dataa"] = {}
+        with pytest.raises(ManifestError, match="dataa"):
+            validate_manifests([cm], crds)
+
+    def test_a_wrong_type_is_caught(self, crds):
+        js = copy.deepcopy(render_workload(view())[-1])
+        js["spec"]["failurePolicy"]["maxRestarts"] = "three"
+        with pytest.raises(ManifestError, match=r"failurePolicy\.maxRestarts"):
+            validate_manifests([js], crds)
+
+
+EVIL = ['he said "hi"', "line1\nline2: x", "{{ 7*7 }} {% if %}", "a: b", "- [x]: {y}",
+        "'; kind: Secret", "\u2028tab\there #c", "&anchor *ref !!python/object"]
+
+
+class TestYamlInjection:
+    @pytest.mark.parametrize("name", ['r1"', "r1\nkind: Secret", "{{r}}", "r: 1", "R1", "r1 "])
+    def test_a_crafted_run_name_is_a_validation_error(self, name):
+        with pytest.raises(ConfigError, match="run name"):
+            make_view(run=name, backend="jobset", image="i", run_uri="gs://b/r",
+                      spec_yaml="", shape=v6e_16())
+
+    @pytest.mark.parametrize("evil", EVIL)
+    def test_crafted_spec_values_round_trip_exactly(self, crds, evil):
+        spec = make_spec("r1", **{"data.path": evil, "data.name": "jsonl"})
+        assert spec.data.path == evil
+        objs = render_workload(view("ray", "tpu", 1, spec_yaml=dump_yaml(spec), image=evil,
+                                    env=[{"name": "NOTE", "value": evil}]))
+        validate_manifests(objs, crds)
+        cm = by_kind(objs)["ConfigMap"]
+        assert cm["data"]["spec.yaml"] == dump_yaml(spec)
+        assert build(RunSpec, yaml.safe_load(cm["data"]["spec.yaml"])) == spec
+        head = objs[-1]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+        assert head["containers"][0]["image"] == evil
+        assert env(head["containers"][0])["NOTE"] == evil
+        assert [o["kind"] for o in objs] == ["ServiceAccount", "ConfigMap", "RayJob"]
+
+    def test_bad_quantities_and_env_names_are_refused(self):
+        with pytest.raises(ConfigError, match="quantity"):
+            view(memory="1Gi\nkind: Secret")
+        with pytest.raises(ConfigError, match="environment variable"):
+            view(env=[{"name": "A: b", "value": "x"}])
+
+
+def test_no_manifest_holds_the_token_value(crds, monkeypatch):
+    """The token is only ever referenced by Secret name, whatever the environment holds."""
+    monkeypatch.setenv("HF_TOKEN", HF_SENTINEL)
+    for backend, kind, slices in CASES:
+        objs = render_workload(view(backend, kind, slices))
+        assert HF_SENTINEL not in json.dumps(objs)

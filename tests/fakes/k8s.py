@@ -1,0 +1,196 @@
+"""A small in-memory Kubernetes API on 127.0.0.1 that the real ``kubernetes`` client talks to.
+
+It speaks enough of the REST protocol for rlctl: namespaced create (POST), get,
+list (with ``labelSelector`` equality terms), server-side apply (PATCH with
+``application/apply-patch+yaml``: create or replace the applied fields, owned by
+``fieldManager``), delete, and ``pods/NAME/log``. Tests seed pods, events and
+logs directly into ``FakeKube.objects`` / ``FakeKube.logs`` and read the request
+log from ``FakeKube.requests``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
+)
+KINDS = {
+    "pods": "Pod", "events": "Event", "configmaps": "ConfigMap", "secrets": "Secret",
+    "serviceaccounts": "ServiceAccount", "jobsets": "JobSet", "rayjobs": "RayJob",
+    "pathwaysjobs": "PathwaysJob", "resourceclaimtemplates": "ResourceClaimTemplate",
+    "services": "Service",
+}
+
+
+def _matches(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in selector.split(","):
+        k, _, v = term.partition("=")
+        if labels.get(k) != v:
+            return False
+    return True
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        # (api_prefix, plural, namespace, name) -> object
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> text
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self._rv = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeKube:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # --- seeding and inspection ----------------------------------------------------
+    def put(self, api: str, plural: str, obj: dict[str, Any]) -> None:
+        """Seed an object, e.g. put("v1", "pods", {...})."""
+        md = obj.setdefault("metadata", {})
+        md.setdefault("namespace", "default")
+        md.setdefault("uid", str(uuid.uuid4()))
+        obj.setdefault("kind", KINDS.get(plural, plural))
+        obj.setdefault("apiVersion", api)
+        with self.lock:
+            self.objects[(api, plural, md["namespace"], md["name"])] = obj
+
+    def names(self, plural: str | None = None) -> list[str]:
+        """'Kind/name' of every stored object (optionally of one plural), sorted."""
+        return sorted(f"{o['kind']}/{o['metadata']['name']}"
+                      for (_, p, _, _), o in self.objects.items() if plural in (None, p))
+
+    def mutations(self) -> list[tuple[str, str]]:
+        return [(r["method"], r["path"]) for r in self.requests if r["method"] != "GET"]
+
+    # --- HTTP ------------------------------------------------------------------------
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def _send(self, code: int, body: Any, ctype: str = "application/json") -> None:
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _status(self, code: int, reason: str, msg: str) -> None:
+                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "reason": reason, "message": msg, "code": code})
+
+            def _route(self, method: str) -> None:
+                url = urlparse(self.path)
+                q = {k: v[0] for k, v in parse_qs(url.query).items()}
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                fake.requests.append({
+                    "method": method, "path": url.path, "query": q,
+                    "content_type": self.headers.get("Content-Type"),
+                    "authorization": self.headers.get("Authorization"),
+                    "body": raw.decode(errors="replace"),
+                })
+                m = _PATH.match(url.path)
+                if not m:
+                    return self._status(404, "NotFound", f"no route {url.path}")
+                api = m["core"] or f"{m['group']}/{m['version']}"
+                ns, plural, name = m["ns"], m["plural"], m["name"]
+                key = (api, plural, ns, name or "")
+                with fake.lock:
+                    if m["sub"] == "log":
+                        if (ns, name) not in fake.logs:
+                            return self._status(404, "NotFound", f"no log for {name}")
+                        lines = fake.logs[(ns, name)].splitlines()
+                        tail = int(q.get("tailLines", len(lines) or 1))
+                        return self._send(200, "".join(f"{ln}\n" for ln in lines[-tail:]),
+                                          "text/plain")
+                    if method == "GET" and not name:
+                        items = [copy.deepcopy(o) for (a, p, n, _), o in fake.objects.items()
+                                 if (a, p, n) == (api, plural, ns)
+                                 and _matches(o, q.get("labelSelector"))]
+                        kind = KINDS.get(plural, plural)
+                        return self._send(200, {"kind": f"{kind}List", "apiVersion": api,
+                                                "metadata": {"resourceVersion": str(fake._rv)},
+                                                "items": items})
+                    if method == "GET":
+                        if key not in fake.objects:
+                            return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                        return self._send(200, fake.objects[key])
+                    if method == "DELETE":
+                        obj = fake.objects.pop(key, None)
+                        if obj is None:
+                            return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                        return self._send(200, {"kind": "Status", "apiVersion": "v1",
+                                                "status": "Success"})
+                    body = json.loads(raw or b"{}")  # JSON is YAML: the client sends JSON
+                    fake._rv += 1
+                    if method == "POST":
+                        key = (api, plural, ns, body["metadata"]["name"])
+                        if key in fake.objects:
+                            return self._status(409, "AlreadyExists",
+                                                f"{plural} {key[3]!r} already exists")
+                        obj = self._stamp(body, ns, None)
+                        fake.objects[key] = obj
+                        return self._send(201, obj)
+                    if method == "PATCH":
+                        if self.headers.get("Content-Type") != "application/apply-patch+yaml":
+                            return self._status(415, "UnsupportedMediaType",
+                                                "only server-side apply is implemented")
+                        if not q.get("fieldManager"):
+                            return self._status(422, "Invalid", "fieldManager is required")
+                        if body.get("metadata", {}).get("name") != name:
+                            return self._status(400, "BadRequest", "name mismatch")
+                        old = fake.objects.get(key)
+                        obj = self._stamp(body, ns, old)
+                        obj["metadata"]["managedFields"] = [
+                            {"manager": q["fieldManager"], "operation": "Apply"}]
+                        fake.objects[key] = obj
+                        return self._send(201 if old is None else 200, obj)
+                return self._status(405, "MethodNotAllowed", method)
+
+            def _stamp(self, body: dict[str, Any], ns: str,
+                       old: dict[str, Any] | None) -> dict[str, Any]:
+                obj = copy.deepcopy(body)
+                md = obj.setdefault("metadata", {})
+                md["namespace"] = ns
+                md["uid"] = (old or {}).get("metadata", {}).get("uid") or str(uuid.uuid4())
+                md["resourceVersion"] = str(fake._rv)
+                if old and "status" in old:
+                    obj["status"] = old["status"]
+                return obj
+
+            def do_GET(self) -> None:
+                self._route("GET")
+
+            def do_POST(self) -> None:
+                self._route("POST")
+
+            def do_PATCH(self) -> None:
+                self._route("PATCH")
+
+            def do_DELETE(self) -> None:
+                self._route("DELETE")
+
+        return Handler
