@@ -70,7 +70,8 @@ def run(steps: int, baseline: bool) -> dict:
         "rollout_seconds": statistics.mean(r["rollout_seconds"] for r in warm),
         "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in warm),
         "reward_mean": float(np.mean([r["reward_mean"] for r in rows])),
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        # ru_maxrss is the process high-water mark: only the first run's figure is its own
+        "process_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
 
 
