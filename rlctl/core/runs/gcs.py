@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError
 from rlctl.core.names import validate_name
-from rlctl.core.runs.store import CHECKPOINTS, SPEC, STATUS
+from rlctl.core.runs.store import CHECKPOINTS, SPEC, STATUS, existing_run
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
@@ -316,10 +316,4 @@ class GcsRunStore:
             raise _translate(e, self.uri) from e
 
     def existing(self, name: str) -> GcsRunDir:
-        run = self.run(name)
-        if not run.exists(SPEC):
-            raise NotFoundError(
-                f"run {name!r} not found in {self.uri}",
-                hint="list runs with 'rlctl status' or pass --runs-dir",
-            )
-        return run
+        return existing_run(self, name)  # type: ignore[return-value]

@@ -162,13 +162,18 @@ class LocalRunStore:
         )
 
     def existing(self, name: str) -> LocalRunDir:
-        run = self.run(name)
-        if not run.exists(SPEC):
-            raise NotFoundError(
-                f"run {name!r} not found in {self.uri}",
-                hint="list runs with 'rlctl status' or pass --runs-dir",
-            )
-        return run
+        return existing_run(self, name)  # type: ignore[return-value]
+
+
+def existing_run(store: RunStore, name: str) -> RunDir:
+    """The named run, or a NotFoundError that says how to find the right one."""
+    run = store.run(name)
+    if not run.exists(SPEC):
+        raise NotFoundError(
+            f"run {name!r} not found in {store.uri}",
+            hint="list runs with 'rlctl status' or pass --runs-dir",
+        )
+    return run
 
 
 def open_store(root: str) -> RunStore:
