@@ -44,7 +44,7 @@ def _train_tokenizer(vocab_size: int):
 def write_tiny_llama(
     folder: Path, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
     ffn: int = 128, vocab: int = 384, seed: int = 0, rope_theta: float = 10000.0,
-    tie: bool = False,
+    tie: bool = False, family: str = "llama",
 ) -> Path:
     from safetensors.numpy import save_file
 
@@ -76,9 +76,16 @@ def write_tiny_llama(
             p + "input_layernorm.weight": np.ones(hidden, np.float32),
             p + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
         })
+        if family == "qwen2":  # Qwen2 has biases on q, k and v
+            tensors.update({
+                p + "self_attn.q_proj.bias": w(heads * head_dim),
+                p + "self_attn.k_proj.bias": w(kv_heads * head_dim),
+                p + "self_attn.v_proj.bias": w(kv_heads * head_dim),
+            })
     save_file(tensors, str(folder / "model.safetensors"))
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "architectures": ["Qwen2ForCausalLM" if family == "qwen2" else "LlamaForCausalLM"],
+        "model_type": family,
         "vocab_size": vocab_size, "hidden_size": hidden, "intermediate_size": ffn,
         "num_hidden_layers": layers, "num_attention_heads": heads,
         "num_key_value_heads": kv_heads, "head_dim": head_dim, "rope_theta": rope_theta,

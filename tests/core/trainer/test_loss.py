@@ -162,3 +162,22 @@ class TestParityWithTunix:
         assert float(l1) == pytest.approx(float(l2), abs=1e-6)
         for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.trainer
+def test_qwen2_prefix_sharing_matches_full_sequence(tmp_path):
+    """The prefix-shared update also holds for another Tunix family (Qwen2, with biases)."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from tests.fakes.tiny_model import write_tiny_llama
+
+    folder = write_tiny_llama(tmp_path / "qwen", family="qwen2", rope_theta=1e6)
+    model, info = ta.load_model(folder)
+    assert info.family == "qwen2"
+    rng = np.random.default_rng(2)
+    prompts = rng.integers(3, info.vocab_size, (2, 6)).astype(np.int32)
+    prompts[1, :2] = 0
+    comps = rng.integers(3, info.vocab_size, (4, 4)).astype(np.int32)
+    ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0,
+                                     temperature=1.0, info=info)
+    full = ta.per_token_logps(model, np.repeat(prompts, 2, 0), comps, 0, 2)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(full), atol=2e-5)

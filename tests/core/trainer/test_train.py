@@ -52,7 +52,8 @@ def in_process(model: Path, root: Path, name: str, algo: str, *extra: str) -> li
 class TestLocalRun:
     def test_run_writes_the_whole_layout(self, tiny_model_dir, tmp_path):
         rows = in_process(tiny_model_dir, tmp_path, "full", "grpo", "--steps", "3",
-                          "--set", "checkpoint.interval=2", "-o", "json")
+                          "--set", "checkpoint.interval=2", "--set", "eval.interval=2",
+                          "-o", "json")
         run = tmp_path / "full"
         assert [r["step"] for r in rows] == [1, 2, 3]
         assert {"loss", "reward_mean", "reward_min", "reward_max", "format_rate", "kl",
@@ -61,7 +62,7 @@ class TestLocalRun:
         status = json.loads((run / "status.json").read_text())
         assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 3, 3)
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "3"]
-        for which in ("baseline", "final"):
+        for which in ("baseline", "step-2", "final"):
             ev = json.loads((run / "eval" / f"{which}.json").read_text())
             assert ev["n"] == 4 and ev["greedy"] and len(ev["samples"]) == 4
         assert list((run / "tensorboard").glob("events.out.tfevents.*"))
