@@ -133,6 +133,9 @@ class TestResume:
              *tiny_args(tiny_model_dir, tmp_path, "ctrlc", "grpo", "--steps", "40",
                         "--set", "checkpoint.interval=2")],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # a shell without job control starts background jobs with SIGINT ignored, and an
+            # ignored SIGINT survives exec: give the child the disposition a terminal gives
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         ckpt = tmp_path / "ctrlc" / "checkpoints" / "2"
         deadline = time.time() + 300
