@@ -277,7 +277,7 @@ class Trainer:
             "greedy": True,
             "seconds": round(time.perf_counter() - t0, 2),
             "samples": [
-                {"question": p.question, "gold": p.answer, "completion": t, "correct": c}
+                {"question": p.question, "gold": p.answer, "completion": t, "correct": bool(c)}
                 for p, t, c in list(zip(problems, texts, correct))[: e.samples]
             ],
         }

@@ -65,6 +65,7 @@ class TestLocalRun:
         for which in ("baseline", "step-2", "final"):
             ev = json.loads((run / "eval" / f"{which}.json").read_text())
             assert ev["n"] == 4 and ev["greedy"] and len(ev["samples"]) == 4
+            assert all(isinstance(x["correct"], bool) for x in ev["samples"])
         assert list((run / "tensorboard").glob("events.out.tfevents.*"))
         assert (run / "spec.yaml").read_text().startswith("name: full")
 
