@@ -171,7 +171,9 @@ class LocalRunStore:
         return run
 
 
-def open_store(root: str) -> RunStore:
+def open_store(root: str, client: Any = None) -> RunStore:
+    """A local or ``gs://`` run store; ``client`` is a storage client from the factory
+    (``Clients.storage``), built from ADC when None."""
     if root.startswith("gs://"):
         try:
             import google.cloud.storage  # noqa: F401
@@ -183,7 +185,7 @@ def open_store(root: str) -> RunStore:
             ) from e
         from rlctl.core.runs.gcs import GcsRunStore
 
-        return GcsRunStore(root)
+        return GcsRunStore(root, client=client)
     if "://" in root:
         raise ConfigError(f"run store {root!r}: only local paths and gs:// are supported",
                           hint="use a local path or gs://BUCKET/PREFIX")
