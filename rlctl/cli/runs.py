@@ -175,7 +175,8 @@ def status(
             uri, rows = core.list_store(clients, where.ref())
             return rows, _runs_table(rows) if rows else f"no runs in {uri}", False
         info = core.describe(clients, where.ref(), run)
-        return info, _view(info), info["phase"] in FINISHED
+        workload = (info.get("workload") or {}).get("phase")
+        return info, _view(info), info["phase"] in FINISHED or workload in FINISHED
 
     if not watch:
         data, human, _ = fetch()

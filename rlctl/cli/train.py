@@ -112,7 +112,10 @@ def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
     if dry_run:
         out.info(f"dry run: {len(result['manifests'])} objects for {where.cluster} "
                  f"({result['accelerator']}), run store {result['runs_dir']}; nothing changed")
-        out.result(result["manifests"], out.yaml_documents(result["manifests"]))
+        if out.json:
+            out.result(result["manifests"])
+        else:  # raw text: YAML brackets must not be read as rich markup
+            out.line(out.yaml_documents(result["manifests"]).rstrip("\n"))
         return
     for line in result["applied"]:
         out.info(f"  {line}")

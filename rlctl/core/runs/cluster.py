@@ -328,7 +328,7 @@ def _new_lines(seen: list[str], lines: list[str]) -> list[str]:
 
 
 def follow_logs(clients: Any, ref: ClusterRef, name: str, tail: int = 100,
-                interval: float = 2.0, sleep: Callable[[float], None] = time.sleep,
+                interval: float = 2.0, sleep: Callable[[float], None] | None = None,
                 window: int = 1000) -> Iterator[str]:
     """Yield log lines as they appear, polling every ``interval`` seconds, until the
     workload has finished (completed, failed, gone). Ctrl-C is the caller's."""
@@ -348,7 +348,7 @@ def follow_logs(clients: Any, ref: ClusterRef, name: str, tail: int = 100,
         seen = (seen + new)[-window:]
         if describe_workload(api, name, o.backend).phase in FINISHED:
             return
-        sleep(interval)
+        (sleep or time.sleep)(interval)  # looked up per call, so tests can stub it
 
 
 # --- resume and delete ----------------------------------------------------------------
