@@ -25,6 +25,8 @@ from rlctl.core.errors import require_extra
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.api_core.retry import Retry
+    from google.cloud.storage import Bucket as StorageBucket  # noqa: F401 (gcs.py hints)
+    from google.cloud.storage import Client as StorageClient  # noqa: F401 (gcs.py hints)
     from kubernetes.client import ApiClient
 
 SERVICES = ("compute", "container", "tpu", "serviceusage", "storage")

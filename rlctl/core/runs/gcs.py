@@ -34,8 +34,9 @@ from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundEr
 from rlctl.core.names import validate_name
 from rlctl.core.runs.store import CHECKPOINTS, SPEC, STATUS
 
-if TYPE_CHECKING:
-    from google.cloud.storage import Bucket, Client
+if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
+    from rlctl.core.clients import StorageBucket as Bucket
+    from rlctl.core.clients import StorageClient as Client
 
 COMMITTED = "COMMITTED"
 _COMMIT_NAMES = {SPEC, STATUS}
