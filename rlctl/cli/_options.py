@@ -27,6 +27,25 @@ SetOpt = Annotated[
     typer.Option("--set", help="Override any spec field: --set training.steps=5 (repeatable)."),
 ]
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")]
+ProjectOpt = Annotated[str | None, typer.Option("--project", help="Google Cloud project id.")]
+RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the cluster.")]
+
+
+@dataclass
+class ClusterRefOpts:
+    """Where a cluster run is, as given on the command line (None = look it up)."""
+
+    cluster: str | None = None
+    project: str | None = None
+    region: str | None = None
+    runs_dir: str | None = None
+    accelerator: str | None = None
+
+    def ref(self) -> Any:
+        from rlctl.core.runs.cluster import ClusterRef
+
+        return ClusterRef(cluster=self.cluster, project=self.project, region=self.region,
+                          runs_dir=self.runs_dir, accelerator=self.accelerator)
 
 
 @dataclass

@@ -72,6 +72,23 @@ class Output:
         if not typer.confirm(question, default=False, err=True):
             raise typer.Exit(1)
 
+    def live(self):
+        """A rich Live display on stderr (``status --watch``); stdout stays clean."""
+        from rich.live import Live
+
+        return Live(console=self.err, auto_refresh=False, transient=False)
+
+    def yaml_documents(self, docs: list[Any]) -> str:
+        """Kubernetes manifests as one multi-document YAML text (for humans)."""
+        import yaml
+
+        return "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+
+    def line(self, text: str) -> None:
+        """One raw line on stdout, unstyled (log lines)."""
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
     def progress(self):
         """A rich Progress on stderr (a context manager)."""
         from rich.progress import (

@@ -55,7 +55,17 @@ app.add_typer(train.app, name="train")
 app.add_typer(network.app, name="network")
 app.add_typer(cluster.app, name="cluster")
 app.command("status")(runs.status)
+app.command("logs")(runs.logs)
 app.command("resume")(runs.resume)
+
+# `rlctl delete run|cluster|network`: the same functions as `cluster delete` and
+# `network delete`, registered a second time under the verb-first spelling.
+delete_app = typer.Typer(help="Delete a run's objects, or a cluster or network rlctl made.",
+                         no_args_is_help=True)
+delete_app.command("run")(runs.delete_run)
+delete_app.command("cluster")(cluster.delete)
+delete_app.command("network")(network.delete)
+app.add_typer(delete_app, name="delete")
 
 
 def main() -> None:

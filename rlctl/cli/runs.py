@@ -1,4 +1,9 @@
-"""``rlctl status`` and ``rlctl resume``: look at runs, continue them."""
+"""``rlctl status``, ``logs``, ``resume`` and ``delete run``: look at runs, continue them.
+
+A local run store (``./runs``) is read directly. A ``gs://`` store, or
+``--cluster`` (whose bucket holds ``gs://BUCKET/runs``), also asks the cluster
+about the run's workload; the run's status.json says which cluster it is on.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,60 @@ from typing import Annotated, Any
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._options import OutputOpt, YesOpt, make_output
-from rlctl.cli._output import make_table
+from rlctl.cli._options import (
+    ClusterRefOpts,
+    DryRunOpt,
+    OutputOpt,
+    ProjectOpt,
+    RegionOpt,
+    YesOpt,
+    make_output,
+)
+from rlctl.cli._output import Output, make_table
 
 RunArg = Annotated[str, typer.Argument(help="Run name.")]
 OptRunArg = Annotated[str | None, typer.Argument(help="Run name; omit to list all runs.")]
+LOCAL_ROOT = "./runs"
 RootOpt = Annotated[
-    str, typer.Option("--runs-dir", help="Run store root.", envvar="RLCTL_RUNS_DIR")
+    str | None,
+    typer.Option("--runs-dir", help="Run store root: a local path (default ./runs) or "
+                 "gs://BUCKET/runs.", envvar="RLCTL_RUNS_DIR"),
 ]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option("--cluster", help="GKE cluster of the run (default: the one its status "
+                 "records); its bucket's gs://BUCKET/runs is the run store."),
+]
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="Refresh until the run ends (table output only; "
+                       "not with -o json).")
+]
+IntervalOpt = Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between "
+                                            "refreshes (--watch, logs -f).")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines "
+                                         "until the run ends (Ctrl-C stops).")]
+TailOpt = Annotated[int, typer.Option("--tail", min=1, help="Lines to show first.")]
+PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's files "
+                                        "(spec, status, metrics, checkpoints) from the store.")]
+ImageOpt = Annotated[str | None, typer.Option("--image", help="Image for the re-submitted "
+                                              "workload (default: the one recorded).",
+                                              envvar="RLCTL_IMAGE")]
+FINISHED = {"completed", "failed", "interrupted", "absent", "suspended"}
+
+
+def _where(runs_dir: str | None, cluster: str | None, project: str | None,
+           region: str | None) -> ClusterRefOpts | None:
+    """A cluster reference when the run store is remote or a cluster is named, else None."""
+    if cluster or (runs_dir or "").startswith("gs://"):
+        return ClusterRefOpts(cluster=cluster, project=project, region=region,
+                              runs_dir=runs_dir)
+    return None
+
+
+def _clients(ctx: typer.Context, where: ClusterRefOpts):
+    from rlctl.cli._infra import clients_for
+
+    return clients_for(ctx, where.project, where.region)
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -65,47 +116,219 @@ def _run_view(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _view(info: dict[str, Any]) -> str:
+    text = _run_view(info)
+    w = info.get("workload")
+    if w:
+        pods = ", ".join(f"{n} {ph}" for ph, n in (w.get("pods") or {}).items()) or "none"
+        text += (f"\n  cluster     {info.get('cluster') or '-'} ({info.get('backend')})"
+                 f"\n  workload    {w.get('phase')}  pods: {pods}")
+        if info.get("reason"):
+            text += f"\n  [yellow]why[/yellow]         {info['reason']}"
+    return text
+
+
 @guarded
 def status(
     ctx: typer.Context,
     run: OptRunArg = None,
-    runs_dir: RootOpt = "./runs",
+    runs_dir: RootOpt = None,
+    cluster: ClusterOpt = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 5.0,
     output: OutputOpt = "table",
 ) -> None:
     """Show all runs, or one run's phase, step, latest metrics, checkpoint and eval.
 
+    For a cluster run (a gs:// --runs-dir, or --cluster) it adds the workload's state
+    and, when it is not running, why (e.g. a pending reason). --watch refreshes on
+    stderr until the run ends; it is for people, so it refuses -o json.
+
     Example: rlctl status my-first-run -o json
     """
-    from rlctl.core.runs.status import describe_run, list_runs
-    from rlctl.core.runs.store import open_store
+    from rlctl.core.errors import ConfigError
 
     out = make_output(ctx, output)
-    store = open_store(runs_dir)
-    if run is None:
-        rows = list_runs(store)
-        human = _runs_table(rows) if rows else f"no runs in {store.uri}"
-        out.result(rows, human)
+    if watch and out.json:
+        raise ConfigError("--watch is table output only",
+                          hint="drop -o json, or poll 'rlctl status RUN -o json' yourself")
+    where = _where(runs_dir, cluster, project, region)
+
+    def fetch() -> tuple[Any, Any, bool]:
+        """(data, renderable, finished)"""
+        if where is None:
+            from rlctl.core.runs.status import describe_run, list_runs
+            from rlctl.core.runs.store import open_store
+
+            store = open_store(runs_dir or LOCAL_ROOT)
+            if run is None:
+                rows = list_runs(store)  # type: ignore[arg-type]
+                return rows, _runs_table(rows) if rows else f"no runs in {store.uri}", False
+            info = describe_run(store.existing(run))
+            return info, _run_view(info), info["phase"] in FINISHED
+        from rlctl.core.runs import cluster as core
+
+        clients = _clients(ctx, where)
+        if run is None:
+            uri, rows = core.list_store(clients, where.ref())
+            return rows, _runs_table(rows) if rows else f"no runs in {uri}", False
+        info = core.describe(clients, where.ref(), run)
+        workload = (info.get("workload") or {}).get("phase")
+        return info, _view(info), info["phase"] in FINISHED or workload in FINISHED
+
+    if not watch:
+        data, human, _ = fetch()
+        out.result(data, human)
         return
-    info = describe_run(store.existing(run))
-    out.result(info, _run_view(info))
+    _watch(out, fetch, interval)
+
+
+def _watch(out: Output, fetch: Any, interval: float) -> None:
+    """Redraw ``fetch()`` on stderr every ``interval`` s until it says finished."""
+    import time
+
+    with out.live() as live:
+        while True:
+            _, human, finished = fetch()
+            live.update(human, refresh=True)
+            if finished:
+                return
+            time.sleep(interval)
 
 
 @guarded
 def resume(
     ctx: typer.Context,
     run: RunArg,
-    runs_dir: RootOpt = "./runs",
+    runs_dir: RootOpt = None,
+    cluster: ClusterOpt = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    image: ImageOpt = None,
     output: OutputOpt = "table",
     yes: YesOpt = False,
 ) -> None:
     """Continue a run from its latest complete checkpoint to its planned step count.
 
+    A local run trains on this machine again. A cluster run (gs:// --runs-dir or
+    --cluster) is re-submitted to its cluster with the recorded backend, image and
+    accelerator; it is refused while the workload is pending or running, or when no
+    checkpoint is complete yet.
+
     Example: rlctl resume my-first-run
     """
+    out = make_output(ctx, output, yes)
+    where = _where(runs_dir, cluster, project, region)
+    if where is not None:
+        from rlctl.core.runs import cluster as core
+
+        clients = _clients(ctx, where)
+        result = core.resume(clients, where.ref(), run, hf_token=core.hf_token_from_env(),
+                             image=image)
+        for line in result["applied"]:
+            out.info(f"  {line}")
+        out.result(result, f"resumed run [bold]{run}[/bold] on {result['cluster']} from "
+                   f"checkpoint {result['checkpoint']} ({result['backend']})")
+        return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import resume_local
 
-    out = make_output(ctx, output, yes)
     with TrainProgress(out) as progress:
-        record = resume_local(runs_dir, run, progress=progress.callback)
+        record = resume_local(runs_dir or LOCAL_ROOT, run, progress=progress.callback)
     out.result(record, progress.summary(record))
+
+
+@guarded
+def logs(
+    ctx: typer.Context,
+    run: RunArg,
+    runs_dir: RootOpt = None,
+    cluster: ClusterOpt = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    follow: FollowOpt = False,
+    tail: TailOpt = 100,
+    interval: IntervalOpt = 2.0,
+    output: OutputOpt = "table",
+) -> None:
+    """Print the trainer's log of a cluster run (its leading pod); -f keeps following.
+
+    -f polls every --interval seconds and stops when the workload has ended; Ctrl-C
+    exits with 130. With -o json (not with -f): {"pod": ..., "lines": [...]}.
+
+    Example: rlctl logs my-run -f --runs-dir gs://my-bucket/runs
+    """
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.runs import cluster as core
+
+    out = make_output(ctx, output)
+    where = _where(runs_dir, cluster, project, region)
+    if where is None:
+        raise ConfigError("logs are for cluster runs; a local run logs to its terminal",
+                          hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME")
+    if follow and out.json:
+        raise ConfigError("-f is text output only", hint="drop -o json")
+    clients = _clients(ctx, where)
+    if not follow:
+        pod, text = core.logs(clients, where.ref(), run, tail)
+        out.info(f"[dim]{pod}[/dim]")
+        if out.json:
+            out.result({"pod": pod, "lines": text.splitlines()})
+        else:
+            for line in text.splitlines():
+                out.line(line)
+        return
+    for line in core.follow_logs(clients, where.ref(), run, tail, interval):
+        out.line(line)
+    out.info("the run's workload has ended")
+
+
+@guarded
+def delete_run(
+    ctx: typer.Context,
+    run: RunArg,
+    runs_dir: RootOpt = None,
+    cluster: ClusterOpt = None,
+    project: ProjectOpt = None,
+    region: RegionOpt = None,
+    purge: PurgeOpt = False,
+    output: OutputOpt = "table",
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+) -> None:
+    """Delete a cluster run's objects: only those labelled with rlctl and this run.
+
+    Lists what it will remove (workload, spec ConfigMap, HF token Secret, DRANET
+    claim; with --purge also the run's files in the gs:// store), asks, then deletes.
+    The shared ServiceAccount and everything else stay.
+
+    Example: rlctl delete run my-run --runs-dir gs://my-bucket/runs --purge --yes
+    """
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.runs import cluster as core
+
+    out = make_output(ctx, output, yes)
+    where = _where(runs_dir, cluster, project, region)
+    if where is None:
+        raise ConfigError("delete run is for cluster runs (a gs:// run store)",
+                          hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME; "
+                          "a local run is a folder you can remove")
+    clients = _clients(ctx, where)
+    plan = core.plan_delete(clients, where.ref(), run, purge)
+    if not out.json:
+        out.result(None, make_table(f"Delete run {run} ({plan['cluster']})", ["REMOVE"],
+                                    [[x] for x in plan["remove"]]))
+    if dry_run:
+        if out.json:
+            out.result(plan)
+        else:
+            out.info("dry run: nothing was changed")
+        return
+    n = len(plan["remove"])
+    out.confirm(f"Delete {n} item{'s' if n != 1 else ''} of run {run}?")
+    result = core.delete(clients, where.ref(), run, purge)
+    out.info(f"deleted {len(result['removed'])} items of run {run}")
+    if out.json:
+        out.result({"plan": plan, "result": result})

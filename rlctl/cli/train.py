@@ -1,7 +1,7 @@
 """``rlctl train grpo|gspo``: build a RunSpec from YAML + flags, then run it.
 
-Without ``--cluster`` the trainer runs on this machine; the same spec is what a
-cluster workload would run.
+Without ``--cluster`` the trainer runs on this machine; with it, the same spec is
+written to the cluster's gs:// run store and a JobSet/PathwaysJob/RayJob runs it.
 """
 
 from __future__ import annotations
@@ -11,13 +11,27 @@ from typing import Annotated
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._options import ConfigOpt, OutputOpt, SetOpt, YesOpt, make_output
+from rlctl.cli._options import (
+    ClusterRefOpts,
+    ConfigOpt,
+    DryRunOpt,
+    OutputOpt,
+    ProjectOpt,
+    RegionOpt,
+    SetOpt,
+    YesOpt,
+    make_output,
+)
 
 app = typer.Typer(help="Start a training run (GRPO or GSPO).", no_args_is_help=True)
 
 _EXAMPLES = {
     "grpo": "rlctl train grpo --steps 20 --name my-first-run",
     "gspo": "rlctl train gspo --steps 20 --set training.num_iterations=2",
+}
+_CLUSTER_EXAMPLES = {
+    "grpo": "rlctl train grpo --cluster rl --image us-docker.pkg.dev/p/r/rlctl:1 --dry-run",
+    "gspo": "rlctl train gspo --cluster rl --backend pathways --image IMG --steps 200",
 }
 
 NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Run name (DNS-1035 label).")]
@@ -41,6 +55,19 @@ RootOpt = Annotated[
 ClusterOpt = Annotated[
     str | None, typer.Option("--cluster", help="Run on this GKE cluster instead of locally.")
 ]
+BackendOpt = Annotated[
+    str, typer.Option("--backend", help="Cluster workload: jobset, pathways or ray.")
+]
+ImageOpt = Annotated[
+    str | None,
+    typer.Option("--image", help="Container image of the trainer (cluster runs).",
+                 envvar="RLCTL_IMAGE"),
+]
+AcceleratorOpt = Annotated[
+    str | None,
+    typer.Option("--accelerator", "-a",
+                 help="Which accelerator pools to use when the cluster has several (v6e-16)."),
+]
 PrintOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved spec and exit.")
 ]
@@ -48,28 +75,55 @@ PrintOpt = Annotated[
 
 def _run(
     algorithm: str, ctx: typer.Context, config: str | None, overrides: list[str] | None,
-    flags: dict[str, object], print_config: bool, cluster: str | None, output: str, yes: bool,
+    flags: dict[str, object], print_config: bool, output: str, yes: bool,
+    where: ClusterRefOpts, backend: str, image: str | None, dry_run: bool,
 ) -> None:
     from rlctl.core.config.load import dump_yaml
-    from rlctl.core.errors import ConfigError
     from rlctl.core.runs.spec import resolve_run_spec
 
     out = make_output(ctx, output, yes)
+    if where.cluster:
+        flags = {**flags, "output.root": None}  # the pods write to the cluster's gs:// store
     spec = resolve_run_spec(algorithm, config, overrides, flags)
-    if print_config:
+    if print_config or (dry_run and not where.cluster):
         out.result(spec.model_dump(mode="json"), dump_yaml(spec))
         return
-    if cluster:
-        raise ConfigError(
-            "training on a cluster (--cluster) is not available in this version",
-            hint="run locally without --cluster",
-        )
+    if where.cluster:
+        _submit(ctx, out, spec, where, backend, image, dry_run)
+        return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import train_local
 
     with TrainProgress(out) as progress:
         record = train_local(spec, progress=progress.callback)
     out.result(record, progress.summary(record))
+
+
+def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
+            image: str | None, dry_run: bool) -> None:
+    from rlctl.cli._infra import clients_for
+    from rlctl.core.runs import cluster as core
+
+    clients = clients_for(ctx, where.project, where.region)
+    out.info(f"looking up cluster {where.cluster} ...")
+    # the HF token comes from the environment only: a flag would land in shell history
+    result = core.submit(clients, where.ref(), spec, backend, image,
+                         hf_token=core.hf_token_from_env(), dry_run=dry_run)
+    if dry_run:
+        out.info(f"dry run: {len(result['manifests'])} objects for {where.cluster} "
+                 f"({result['accelerator']}), run store {result['runs_dir']}; nothing changed")
+        if out.json:
+            out.result(result["manifests"])
+        else:  # raw text: YAML brackets must not be read as rich markup
+            out.line(out.yaml_documents(result["manifests"]).rstrip("\n"))
+        return
+    for line in result["applied"]:
+        out.info(f"  {line}")
+    out.info(f"next: rlctl status {result['name']} --runs-dir {result['path'].rsplit('/', 1)[0]}"
+             f"  |  rlctl logs {result['name']} -f --runs-dir "
+             f"{result['path'].rsplit('/', 1)[0]}")
+    out.result(result, f"submitted run [bold]{result['name']}[/bold] to {result['cluster']} "
+               f"({result['backend']}, {result['accelerator']}); store {result['path']}")
 
 
 def _command(algorithm: str):
@@ -91,9 +145,15 @@ def _command(algorithm: str):
         eval_size: EvalOpt = None,
         runs_dir: RootOpt = None,
         cluster: ClusterOpt = None,
+        backend: BackendOpt = "jobset",
+        image: ImageOpt = None,
+        accelerator: AcceleratorOpt = None,
+        project: ProjectOpt = None,
+        region: RegionOpt = None,
         print_config: PrintOpt = False,
         output: OutputOpt = "table",
         yes: YesOpt = False,
+        dry_run: DryRunOpt = False,
     ) -> None:
         flags = {
             "name": name,
@@ -110,14 +170,22 @@ def _command(algorithm: str):
             "eval.size": eval_size,
             "output.root": runs_dir,
         }
-        _run(algorithm, ctx, config, set_, flags, print_config, cluster, output, yes)
+        where = ClusterRefOpts(cluster=cluster, project=project, region=region,
+                               runs_dir=runs_dir if cluster else None, accelerator=accelerator)
+        _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
+             image, dry_run)
 
     command.__name__ = f"train_{algorithm}"
     command.__doc__ = (
         f"Train with {algorithm.upper()} on this machine (default) or a cluster.\n\n"
         f"Runs the embedded SmolLM2-135M-Instruct on arithmetic word problems unless told "
         f"otherwise; writes ./runs/NAME (spec, status, metrics, TensorBoard, checkpoints, "
-        f"eval).\n\nExample: {_EXAMPLES[algorithm]}"
+        f"eval).\n\nWith --cluster NAME it submits the run to that GKE cluster instead: the "
+        f"accelerator shape comes from the cluster's node pools, the run store is "
+        f"gs://BUCKET/runs of the cluster's bucket (or --runs-dir gs://...), and --dry-run "
+        f"prints the manifests (YAML; a JSON list with -o json) and changes nothing. A Hugging "
+        f"Face token for gated models is read from $HF_TOKEN only and stored in a Secret."
+        f"\n\nExample: {_EXAMPLES[algorithm]}\n\nExample: {_CLUSTER_EXAMPLES[algorithm]}"
     )
     return guarded(command)
 

@@ -5,10 +5,17 @@ built; each SDK client is created on first use, with the same credentials, user
 agent, endpoint override and REST transport. Tests and the benchmark pass
 ``endpoints={"compute": url, "container": url, ...}`` (or ``Clients.local(url)``)
 and anonymous credentials, so the real client libraries talk to local fakes.
+With no storage override, ``STORAGE_EMULATOR_HOST`` points Cloud Storage at an
+emulator (fake-gcs-server) with anonymous credentials, as the pods' tests do.
+
+``kubernetes(endpoint, ca)`` builds a Kubernetes API client for a GKE cluster
+from its endpoint, CA certificate and an access token of the same credentials;
+the token stays in memory (see ``core/k8s/kubeconfig.py``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -18,6 +25,9 @@ from rlctl.core.errors import require_extra
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.api_core.retry import Retry
+    from google.cloud.storage import Bucket as StorageBucket  # noqa: F401 (gcs.py hints)
+    from google.cloud.storage import Client as StorageClient  # noqa: F401 (gcs.py hints)
+    from kubernetes.client import ApiClient
 
 SERVICES = ("compute", "container", "tpu", "serviceusage", "storage")
 USER_AGENT = f"rlctl/{__version__}"
@@ -173,13 +183,55 @@ class Clients:
         require_extra("google.cloud.storage", "gcp")
         from google.cloud import storage
 
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
         with self._lock:
+            if emulator and "storage" not in self.endpoints:
+                from google.auth.credentials import AnonymousCredentials
+
+                return storage.Client(
+                    project=self.project or "test", credentials=AnonymousCredentials(),
+                    client_options={"api_endpoint": emulator},
+                    client_info=self._client_info(),
+                )
             return storage.Client(
                 project=self.project,
                 credentials=self.credentials,
                 client_options=self._options("storage") or None,
                 client_info=self._client_info(),
             )
+
+    # --- Kubernetes (GKE control plane) -------------------------------------
+    def access_token(self) -> str | None:
+        """A fresh OAuth access token of these credentials (refreshed when expired).
+
+        Never log or print it. Anonymous credentials (tests) have none: None.
+        """
+        creds = self.credentials
+        with self._lock:
+            if not creds.valid:
+                import google.auth.transport.requests
+
+                from rlctl.core.gcp.errors import translate
+
+                try:
+                    creds.refresh(google.auth.transport.requests.Request())
+                except Exception as e:  # RefreshError, TransportError
+                    raise translate(e, "refreshing the access token") from e
+            return creds.token
+
+    def kubernetes(self, endpoint: str, ca_cert_b64: str | None) -> ApiClient:
+        """A ``kubernetes`` ApiClient for a cluster endpoint and its CA certificate.
+
+        The bearer token is fetched from these credentials before each request
+        (``refresh_api_key_hook``), so a long ``logs -f`` outlives a token's hour.
+        """
+        require_extra("kubernetes", "k8s")
+        from rlctl.core.k8s.kubeconfig import api_client, build_configuration
+
+        def token() -> str:
+            return self.access_token() or ""
+
+        return api_client(build_configuration(endpoint, ca_cert_b64, token))
 
     # --- types, re-exported so service modules need no google imports ------
     @property

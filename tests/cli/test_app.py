@@ -11,14 +11,15 @@ from typer.testing import CliRunner
 
 from rlctl.cli.app import app
 
-COMMANDS = [[], ["train"], ["train", "grpo"], ["train", "gspo"], ["status"], ["resume"]]
+COMMANDS = [[], ["train"], ["train", "grpo"], ["train", "gspo"], ["status"], ["resume"],
+            ["logs"], ["delete", "run"], ["delete", "cluster"], ["delete", "network"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "root")
 def test_help_has_an_example(cmd):
     r = CliRunner().invoke(app, [*cmd, "--help"])
     assert r.exit_code == 0, r.output
-    if cmd and cmd != ["train"]:
+    if cmd and cmd not in (["train"], ["delete"]):
         assert "Example: rlctl" in r.output
 
 

@@ -34,8 +34,9 @@ from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundEr
 from rlctl.core.names import validate_name
 from rlctl.core.runs.store import CHECKPOINTS, SPEC, STATUS, existing_run
 
-if TYPE_CHECKING:
-    from google.cloud.storage import Bucket, Client
+if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
+    from rlctl.core.clients import StorageBucket as Bucket
+    from rlctl.core.clients import StorageClient as Client
 
 COMMITTED = "COMMITTED"
 _COMMIT_NAMES = {SPEC, STATUS}
@@ -53,21 +54,6 @@ def parse_gs_uri(uri: str) -> tuple[str, str]:
     if not bucket:
         raise ConfigError(f"{uri!r} names no bucket", hint="use gs://BUCKET/PREFIX")
     return bucket, prefix.strip("/")
-
-
-def default_client() -> Client:
-    """A storage client from ADC, or an anonymous one when an emulator is configured.
-
-    The infra branch's client factory (``core/clients.py``) should replace this;
-    it is kept here so ``open_store`` works in a pod and against fake-gcs-server.
-    """
-    from google.cloud import storage
-
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
-        from google.auth.credentials import AnonymousCredentials
-
-        return storage.Client(project="test", credentials=AnonymousCredentials())
-    return storage.Client()
 
 
 def _translate(e: Exception, what: str) -> Exception:
@@ -297,7 +283,12 @@ class GcsRunStore:
                  staging_root: str | None = None) -> None:
         bucket, self.prefix = parse_gs_uri(uri)
         self.uri = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
-        self.client = client or default_client()
+        if client is None:
+            # the one client factory: ADC in a pod, anonymous with STORAGE_EMULATOR_HOST
+            from rlctl.core.clients import Clients
+
+            client = Clients().storage
+        self.client = client
         self.bucket = self.client.bucket(bucket)
         self.staging_root = staging_root
 

@@ -176,19 +176,16 @@ def existing_run(store: RunStore, name: str) -> RunDir:
     return run
 
 
-def open_store(root: str) -> RunStore:
+def open_store(root: str, client: Any = None) -> RunStore:
+    """A local or ``gs://`` run store; ``client`` is a storage client from the factory
+    (``Clients.storage``), built from ADC when None."""
     if root.startswith("gs://"):
-        try:
-            import google.cloud.storage  # noqa: F401
-        except ImportError as e:
-            from rlctl.core.errors import MissingDependencyError
+        from rlctl.core.errors import require_extra
 
-            raise MissingDependencyError(
-                "gs:// run stores need the 'gcp' extra", hint="pip install 'rlctl[gcp]'"
-            ) from e
+        require_extra("google.cloud.storage", "gcp")  # checks, imports nothing
         from rlctl.core.runs.gcs import GcsRunStore
 
-        return GcsRunStore(root)
+        return GcsRunStore(root, client=client)
     if "://" in root:
         raise ConfigError(f"run store {root!r}: only local paths and gs:// are supported",
                           hint="use a local path or gs://BUCKET/PREFIX")

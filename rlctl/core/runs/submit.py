@@ -97,10 +97,12 @@ def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | N
 
 
 def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
-               store: RunStore, opts: ClusterOptions, hf_token: str | None = None
-               ) -> dict[str, Any]:
+               store: RunStore, opts: ClusterOptions, hf_token: str | None = None,
+               record: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the spec to the run store, then create/apply the run's objects.
 
+    ``record`` adds fields to status.json (the CLI records the cluster, project,
+    region, image and accelerator, so status/logs/resume/delete find it again).
     Returns {"name", "path", "backend", "applied": ['Kind/name (action)', ...]}.
     Raises AlreadyExistsError when the run name is taken in the store.
     """
@@ -117,7 +119,7 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     run.write_json(STATUS, {"name": name, "phase": "pending", "algorithm": spec.algorithm,
                             "total_steps": spec.training.steps, "step": 0,
                             "latest_checkpoint": None, "backend": backend,
-                            "namespace": opts.namespace})
+                            "namespace": opts.namespace, **(record or {})})
     applied = _apply(k8s_api, name, objs, hf_token)
     return {"name": name, "path": run.uri, "backend": backend, "applied": applied}
 
