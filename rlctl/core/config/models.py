@@ -76,7 +76,9 @@ class RolloutSpec(Spec):
 class TrainingSpec(Spec):
     steps: Annotated[int, Field(ge=1, le=10_000_000, description="optimizer steps to run")] = 20
     prompts_per_step: Annotated[int, Field(ge=1, le=4096)] = 2
-    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)] = 5e-6
+    # 1e-5: over 20 steps x 2 prompts, 5e-6 gained +0.13..+0.30 held-out accuracy across
+    # seeds, 1e-5 gained +0.23..+0.36 (SmolLM2-135M, arithmetic; see the README).
+    learning_rate: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-5
     warmup_steps: Annotated[int, Field(ge=0)] = 0
     weight_decay: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     max_grad_norm: Annotated[float, Field(gt=0.0)] = 1.0
