@@ -225,10 +225,8 @@ def resume(
         from rlctl.core.runs import cluster as core
 
         clients = _clients(ctx, where)
-        # A run trained on this machine may keep its store on gs:// too: it resumes here.
-        recorded = core.open_run(clients, where.ref(), run, connect=False).status
-        if not core.is_cluster_run(recorded):
-            where = None
+        if not core.runs_on_cluster(clients, where.ref(), run):
+            where = None  # trained on this machine: resume it here
     if where is not None:
         result = core.resume(clients, where.ref(), run, hf_token=core.hf_token_from_env(),
                              image=image)

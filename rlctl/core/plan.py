@@ -57,7 +57,7 @@ class Plan(BaseModel):
 
     @property
     def noop(self) -> bool:
-        return not any(c.action in MUTATING or c.action == "wait" for c in self.changes)
+        return not any(c.mutates or c.action == "wait" for c in self.changes)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

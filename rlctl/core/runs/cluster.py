@@ -247,6 +247,11 @@ def is_cluster_run(status: dict[str, Any]) -> bool:
     return status.get("backend") in BACKENDS
 
 
+def runs_on_cluster(clients: Any, ref: ClusterRef, name: str) -> bool:
+    """Whether the run was submitted to a cluster; a local run may keep its store on gs://."""
+    return is_cluster_run(open_run(clients, ref, name, connect=False).status)
+
+
 def open_run(clients: Any, ref: ClusterRef, name: str, connect: bool = True) -> OpenRun:
     """The run's store, status.json and (``connect``) its cluster's Kubernetes API."""
     recorded: dict[str, Any] = {}
