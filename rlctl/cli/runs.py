@@ -102,6 +102,8 @@ def _run_view(r: dict[str, Any]) -> str:
         f"  step        {r['step']}/{r.get('total_steps') or '?'}",
         f"  checkpoint  {_fmt(r.get('latest_checkpoint'))}",
     ]
+    if r.get("devices"):
+        lines.append(f"  devices     {r['devices']} on {r.get('processes') or 1} host(s)")
     if r.get("error"):
         lines.append(f"  error       {r['error']}")
     m = r.get("latest_metrics")

@@ -164,6 +164,23 @@ class TestTrainOnCluster:
         others = [o for k, o in kube.objects.items() if k[1] != "secrets"]
         assert HF_SENTINEL not in json.dumps(others)
 
+    def test_runs_go_to_the_namespace_and_account_the_cluster_was_made_with(
+            self, cli, kube, fake, clients):
+        """'cluster create --namespace ml --service-account trainer' bound the bucket to
+        ml/trainer; a run anywhere else would be refused by the bucket."""
+        fake.clusters[("us-central1", "c")]["resourceLabels"].update(
+            {"rlctl-namespace": "ml", "rlctl-ksa": "trainer"})
+        assert _submit(cli).exit_code == 0
+        kinds = {(k[2], k[3]) for k in kube.objects}
+        assert ("ml", RUN) in kinds and not any(ns == "default" for ns, _ in kinds)
+        js = kube.objects[("jobset.x-k8s.io/v1alpha2", "jobsets", "ml", RUN)]
+        pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "trainer"
+        assert kube.objects[("v1", "serviceaccounts", "ml", "trainer")]
+        st = json.loads(clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/status.json")
+                        .download_as_text())
+        assert (st["namespace"], st["service_account"]) == ("ml", "trainer")
+
     def test_runs_dir_must_be_gs(self, cli, kube, tmp_path):
         r = _submit(cli, "--runs-dir", str(tmp_path), "--dry-run")
         assert r.exit_code == 2 and "gs://" in r.stderr and kube.mutations() == []

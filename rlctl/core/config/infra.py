@@ -25,6 +25,10 @@ DEFAULT_DCN_CIDRS = ("10.50.0.0/16", "10.60.0.0/16", "10.70.0.0/16", "10.80.0.0/
 MANAGED_BY = "managed-by"
 RLCTL = "rlctl"
 CLUSTER_LABEL = "rlctl-cluster"
+# On the GKE cluster only: where its runs go, so 'train --cluster' finds the
+# namespace and service account that the bucket's Workload Identity binding names.
+NAMESPACE_LABEL = "rlctl-namespace"
+KSA_LABEL = "rlctl-ksa"
 DRANET_LABEL = "cloud.google.com/gke-networking-dra-driver"
 
 
@@ -166,6 +170,10 @@ class InfraSpec(Spec):
     @property
     def labels(self) -> dict[str, str]:
         return {MANAGED_BY: RLCTL, CLUSTER_LABEL: self.cluster}
+
+    @property
+    def cluster_labels(self) -> dict[str, str]:
+        return {**self.labels, NAMESPACE_LABEL: self.namespace, KSA_LABEL: self.service_account}
 
     @property
     def marker(self) -> str:

@@ -106,7 +106,7 @@ def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
 def cluster_body(spec: InfraSpec) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": spec.cluster,
-        "resource_labels": spec.labels,
+        "resource_labels": spec.cluster_labels,
         "addons_config": {
             "ray_operator_config": {"enabled": True},
             "gcs_fuse_csi_driver_config": {"enabled": True},

@@ -68,6 +68,8 @@ class ClusterTarget:
     ca_cert: str | None
     shapes: dict[str, SliceShape] = field(default_factory=dict)
     dcn_networks: list[str] = field(default_factory=list)
+    namespace: str | None = None  # as 'cluster create' recorded them (None: older clusters)
+    service_account: str | None = None
 
     def shape(self, accelerator: str | None = None) -> tuple[str, SliceShape]:
         """(catalog name, shape) of the accelerator pools to run on."""
@@ -150,10 +152,15 @@ def find_cluster(clients: Any, project: str, region: str, name: str) -> ClusterT
     if cur.status.name != "RUNNING":
         raise ConflictError(f"cluster {name!r} is {cur.status.name}, not RUNNING",
                             hint=f"wait for it: 'rlctl cluster describe {name}'")
+    from rlctl.core.config.infra import KSA_LABEL, NAMESPACE_LABEL
+
     shapes, networks = shapes_from_pools(list(cur.node_pools))
+    labels = dict(cur.resource_labels or {})
     return ClusterTarget(name=name, project=project, region=region, endpoint=cur.endpoint,
                          ca_cert=cur.master_auth.cluster_ca_certificate or None,
-                         shapes=shapes, dcn_networks=networks)
+                         shapes=shapes, dcn_networks=networks,
+                         namespace=labels.get(NAMESPACE_LABEL),
+                         service_account=labels.get(KSA_LABEL))
 
 
 def runs_bucket(clients: Any, project: str, cluster: str) -> str:
@@ -216,7 +223,8 @@ def submit(clients: Any, ref: ClusterRef, spec: RunSpec, backend: str, image: st
     acc, shape = target.shape(ref.accelerator)
     runs_dir = ref.runs_dir or f"gs://{runs_bucket(clients, project, target.name)}/{RUNS_PREFIX}"
     store = _store(clients, runs_dir)
-    opts = ClusterOptions(image=image, namespace=ref.namespace or "default",
+    opts = ClusterOptions(image=image, namespace=ref.namespace or target.namespace or "default",
+                          service_account=target.service_account or "rlctl",
                           dcn_networks=target.dcn_networks)
     where = {"cluster": target.name, "project": project, "region": region,
              "accelerator": acc, "image": image}
@@ -369,6 +377,7 @@ def resume(clients: Any, ref: ClusterRef, name: str, hf_token: str | None = None
     if not image:
         raise ConfigError(f"run {name!r} records no image", hint="pass --image")
     opts = ClusterOptions(image=image, namespace=api.namespace,
+                          service_account=o.status.get("service_account") or "rlctl",
                           dcn_networks=o.target.dcn_networks)
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
     return {**out, "cluster": o.target.name, "accelerator": acc}

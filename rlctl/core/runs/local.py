@@ -115,6 +115,19 @@ def resume_local(root: str, name: str, progress: Progress | None = None) -> dict
     return _execute(spec, run, status, progress)
 
 
+def follow_run(root: str, name: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Processes 1..N-1 of a multi-host run: the same training steps as process 0
+    (they hold the other shards of the model), but status.json, metrics, eval and
+    checkpoints are process 0's to write."""
+    from rlctl.core.trainer.loop import run_trainer
+
+    run = open_store(root).existing(name)
+    spec = load_run_spec(run)
+    evals = run_trainer(spec, run, progress, on_status=lambda fields: None)
+    return {"name": run.name, "path": run.uri, "phase": "completed",
+            "step": spec.training.steps, **evals}
+
+
 def _alive(pid: Any, host: Any) -> bool:
     if not isinstance(pid, int) or host != socket.gethostname() or pid == os.getpid():
         return False

@@ -58,6 +58,8 @@ def describe_run(run: RunDir) -> dict[str, Any]:
         "step": status.get("step", 0),
         "total_steps": status.get("total_steps"),
         "latest_checkpoint": latest_checkpoint_step(run),
+        "processes": status.get("processes"),
+        "devices": status.get("devices"),
         "created": status.get("created"),
         "updated": status.get("updated"),
         "error": status.get("error"),

@@ -119,7 +119,8 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     run.write_json(STATUS, {"name": name, "phase": "pending", "algorithm": spec.algorithm,
                             "total_steps": spec.training.steps, "step": 0,
                             "latest_checkpoint": None, "backend": backend,
-                            "namespace": opts.namespace, **(record or {})})
+                            "namespace": opts.namespace,
+                            "service_account": opts.service_account, **(record or {})})
     applied = _apply(k8s_api, name, objs, hf_token)
     return {"name": name, "path": run.uri, "backend": backend, "applied": applied}
 

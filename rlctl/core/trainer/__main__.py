@@ -6,6 +6,10 @@ local path). The spec is loaded from the store and run by the same code as
 a restarted pod continues where the last one stopped. A run that is already
 completed exits 0, so a restarted workload does not train twice.
 
+In a multi-host workload every pod runs this entrypoint: it first joins the
+other processes (``distributed.initialize``); process 0 then keeps the run's
+status and files while the others train in lockstep and write nothing.
+
 Progress goes to stdout as one JSON object per line (what ``rlctl logs`` tails);
 no environment value (the HF token in particular) is ever printed.
 """
@@ -44,16 +48,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run:
         parser.error("--run (or RLCTL_RUN) is required")
     try:
-        from rlctl.core.runs.local import resume_local
+        from rlctl.core.runs.local import follow_run, resume_local
         from rlctl.core.runs.status import read_status
         from rlctl.core.runs.store import open_store
+        from rlctl.core.trainer.distributed import agree, initialize
 
         root, name = split_run_uri(args.run)
+        topo = initialize()  # before any JAX computation
+        if topo.multi_process:
+            _log({"event": "message", "message": f"process {topo.process_index} of "
+                  f"{topo.process_count}, {topo.device_count} devices in all"})
         run = open_store(root).existing(name)
-        if read_status(run).get("phase") == "completed":
+        if agree(read_status(run).get("phase") == "completed", topo):
             _log({"event": "message", "message": f"run {name} is already completed"})
             return 0
-        record = resume_local(root, name, progress=_log)
+        if topo.is_writer:
+            record = resume_local(root, name, progress=_log)
+        else:
+            record = follow_run(root, name, progress=_log)
     except RlctlError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code

@@ -4,6 +4,10 @@ The same code runs on a laptop and in a cluster's pods. Everything a step needs
 (prompts, sampling seed) is a pure function of (seed, step), and checkpoints hold
 the model and optimizer state, so a run killed at any point and resumed from its
 latest complete checkpoint produces exactly the metrics of an uninterrupted run.
+
+In a multi-host workload every process runs this same loop on the same inputs
+over one mesh (distributed.py); ``self.writer`` (process 0) alone writes the run
+store, and decisions read from the store are agreed on before they branch.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +25,7 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.runs.store import CHECKPOINTS, EVAL, LocalRunDir, latest_checkpoint_step
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer.data import Problem, load_source
+from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 from rlctl.core.trainer.loss import group_advantages
 from rlctl.core.trainer.prompts import chat_messages
 
@@ -36,10 +42,16 @@ def step_seed(seed: int, step: int, stream: int) -> int:
 
 
 class Trainer:
-    def __init__(self, spec: RunSpec, run: LocalRunDir, progress: Progress | None = None):
+    def __init__(self, spec: RunSpec, run: LocalRunDir, progress: Progress | None = None,
+                 topology: Topology | None = None):
+        from rlctl.core.trainer.distributed import current, make_mesh
+
         self.spec = spec
         self.run = run
         self.emit = progress or (lambda event: None)
+        self.topo = topology or current()
+        self.writer = self.topo.is_writer
+        self.mesh = make_mesh()  # None on one device
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
@@ -61,10 +73,10 @@ class Trainer:
         self.emit({"event": "message", "message": f"loading model {s.model.source}"})
         folder = resolve_model_dir(s.model.source)
         self.tokenizer = ChatTokenizer(folder)
-        self.model, self.info = ta.load_model(folder, s.model.dtype)
+        self.model, self.info = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
         self.ref_model = None
         if s.training.beta > 0:  # the reference model costs memory: only when used
-            self.ref_model, _ = ta.load_model(folder, s.model.dtype)
+            self.ref_model, _ = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
         self.max_prompt = s.rollout.max_prompt_tokens
         self.sampler = ta.make_sampler(
             self.model, self.tokenizer, self.info,
@@ -150,14 +162,26 @@ class Trainer:
         import orbax.checkpoint as ocp
 
         c = self.spec.checkpoint
-        # run store sync (gs://): bring the latest committed checkpoint into staging
-        latest = latest_checkpoint_step(self.run)
-        if latest is not None:
+        # run store sync (gs://): bring the latest committed checkpoint into staging;
+        # every process restores the step process 0 chose
+        latest = agree(latest_checkpoint_step(self.run) or 0, self.topo)
+        self._restore_step = latest or None
+        if latest:
             self.run.fetch_checkpoint(latest)
+        folder = self.run.path_for(CHECKPOINTS)
+        extra = {}
+        if self.topo.multi_process:
+            # gathered, unsharded arrays: each process reads and writes them on its own
+            # (Orbax leaves creating the folder to us in that mode)
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            me = self.topo.process_index
+            extra["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
+                primary_host=me, active_processes={me})
         return ocp.CheckpointManager(
-            self.run.path_for(CHECKPOINTS),
+            folder,
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=c.keep, create=True, enable_async_checkpointing=False
+                max_to_keep=c.keep, create=not self.topo.multi_process,
+                enable_async_checkpointing=False, **extra
             ),
         )
 
@@ -172,7 +196,12 @@ class Trainer:
     def save(self, step: int) -> None:
         import orbax.checkpoint as ocp
 
-        self.ckpt.save(step, args=ocp.args.StandardSave(self._state()))
+        state = self._state()
+        if self.topo.multi_process:
+            state = to_host(state, self.topo)  # a collective: every process takes part
+        if not self.writer:
+            return
+        self.ckpt.save(step, args=ocp.args.StandardSave(state))
         self.ckpt.wait_until_finished()
         self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
 
@@ -181,11 +210,17 @@ class Trainer:
         import orbax.checkpoint as ocp
         from flax import nnx
 
-        step = self.ckpt.latest_step()
+        step = self._restore_step
         if step is None:
             return 0
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())
-        restored = self.ckpt.restore(step, args=ocp.args.StandardRestore(abstract))
+        state = self._state()
+        if self.topo.multi_process:  # whole arrays from disk, then sharded over the mesh
+            target = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), state)
+            restored = self.ckpt.restore(step, args=ocp.args.StandardRestore(target))
+            restored = place_like(restored, state)
+        else:
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+            restored = self.ckpt.restore(step, args=ocp.args.StandardRestore(abstract))
         model_state = nnx.state(self.model, nnx.Param)
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(self.model, model_state)
@@ -281,7 +316,8 @@ class Trainer:
                 for p, t, c in list(zip(problems, texts, correct))[: e.samples]
             ],
         }
-        self.run.write_json(f"{EVAL}/{which}.json", result)
+        if self.writer:
+            self.run.write_json(f"{EVAL}/{which}.json", result)
         self.metrics.scalars(f"eval_{which}" if which in ("baseline", "final") else "eval",
                              {k: result[k] for k in ("accuracy", "format_rate", "mean_reward")},
                              step)
@@ -345,14 +381,23 @@ class Trainer:
 
     # --- the whole run -----------------------------------------------------------
     def train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        from rlctl.core.trainer.metrics import MetricsWriter
+        from rlctl.core.trainer.distributed import using_mesh
+
+        with using_mesh(self.mesh):
+            return self._train(on_status)
+
+    def _train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        from rlctl.core.trainer.metrics import MetricsWriter, NullMetrics
 
         s = self.spec
+        if not self.writer:
+            on_status = lambda fields: None  # noqa: E731 - process 0 keeps status.json
         self.create_model()
         self.create_data()
         self.create_optimizer()
         self.create_steps()
-        self.metrics = MetricsWriter(self.run, s.output.tensorboard)
+        self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
+                        else NullMetrics())
         self.ckpt = self._checkpointer()
         try:
             start = self.restore_latest()
@@ -360,12 +405,15 @@ class Trainer:
             if start:
                 self.emit({"event": "message", "message": f"resumed from checkpoint {start}"})
             baseline = None
-            if s.eval.size and not self.run.exists(f"{EVAL}/baseline.json"):
+            needs_baseline = agree(not self.run.exists(f"{EVAL}/baseline.json"), self.topo)
+            if s.eval.size and needs_baseline:
                 on_status({"phase": "evaluating", "step": start})
                 baseline = self.evaluate("baseline", 0)
             self.emit({"event": "start", "name": self.run.name, "step": start,
                        "total_steps": s.training.steps})
-            on_status({"phase": "running", "step": start, "latest_checkpoint": start or None})
+            on_status({"phase": "running", "step": start, "latest_checkpoint": start or None,
+                       "processes": self.topo.process_count,
+                       "devices": self.topo.device_count})
             for step in range(start, s.training.steps):
                 row = self.step(step)
                 self.metrics.write(row)
@@ -388,5 +436,6 @@ class Trainer:
 
 
 def run_trainer(spec: RunSpec, run: LocalRunDir, progress: Progress | None,
-                on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    return Trainer(spec, run, progress).train(on_status)
+                on_status: Callable[[dict[str, Any]], None],
+                topology: Topology | None = None) -> dict[str, Any]:
+    return Trainer(spec, run, progress, topology).train(on_status)

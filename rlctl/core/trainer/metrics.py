@@ -65,3 +65,17 @@ class MetricsWriter:
             self._tb.flush()
             self._tb.close()
         self.run.push(TENSORBOARD)
+
+
+class NullMetrics:
+    """What the processes other than 0 of a multi-host run write: nothing."""
+
+    def truncate_after(self, step: int) -> None: ...
+
+    def write(self, row: dict[str, Any]) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def scalars(self, prefix: str, values: dict[str, Any], step: int) -> None: ...
+
+    def close(self) -> None: ...

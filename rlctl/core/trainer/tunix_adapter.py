@@ -134,8 +134,13 @@ FAMILIES = {
 }
 
 
-def load_model(folder: str | Path, dtype: str = "float32") -> tuple[nnx.Module, ModelInfo]:
-    """Build a Tunix model from a Hugging Face folder (config.json + safetensors)."""
+def load_model(folder: str | Path, dtype: str = "float32",
+               mesh: Any = None) -> tuple[nnx.Module, ModelInfo]:
+    """Build a Tunix model from a Hugging Face folder (config.json + safetensors).
+
+    With a ``mesh``, Tunix places each parameter sharded by the model's own
+    sharding rules (FSDP over the ``fsdp`` axis) as it loads it.
+    """
     import importlib
 
     folder = Path(folder)
@@ -157,7 +162,7 @@ def load_model(folder: str | Path, dtype: str = "float32") -> tuple[nnx.Module, 
         patch_llama3_rope_theta()
     params_mod = importlib.import_module(f"tunix.models.{package}.params")
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
-    model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=None, dtype=jdtype)
+    model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=mesh, dtype=jdtype)
     n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     info = ModelInfo(
         family=family,

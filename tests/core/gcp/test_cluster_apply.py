@@ -57,7 +57,8 @@ class TestCreateRequests:
         assert c.ip_allocation_policy.use_ip_aliases
         assert c.workload_identity_config.workload_pool == "p.svc.id.goog"
         assert c.release_channel.channel == container_v1.ReleaseChannel.Channel.RAPID
-        assert dict(c.resource_labels) == {"managed-by": "rlctl", "rlctl-cluster": "rl"}
+        assert dict(c.resource_labels) == {"managed-by": "rlctl", "rlctl-cluster": "rl",
+                                           "rlctl-namespace": "train", "rlctl-ksa": "trainer"}
         assert [p.name for p in c.node_pools] == ["cpu"]  # the CPU default pool
         assert c.node_pools[0].config.machine_type == "e2-standard-8"
         # one TPU pool per slice: ct6e-standard-4t, 4x4, 4 nodes, gVNIC, 2 networks, DRANET

@@ -1,0 +1,190 @@
+"""Multi-controller JAX: join the other hosts, span one mesh, let one process write.
+
+In a JobSet or Ray workload every host runs the same trainer program (SPMD).
+Each process computes every step on the same global inputs (prompts and seeds
+are pure functions of (seed, step), see loop.py), the model and optimizer are
+sharded FSDP-style over a mesh of *all* devices, and XLA inserts the
+collectives. Only process 0 writes the run store (status, metrics, eval,
+checkpoints): the others would race it on status.json.
+
+Checkpoints of a multi-process run are gathered to host memory and written by
+process 0 alone, so they are plain, unsharded arrays: a run saved on 4 hosts
+restores on 2 (an elastic Ray job that lost a slice) or on a laptop.
+
+How a process learns its place, in order (``plan_from_env``, pure and tested):
+1. ``jax.distributed`` already initialized (Ray Train's JaxTrainer does it) -> as is;
+2. ``JAX_COORDINATOR_ADDRESS`` + ``JAX_NUM_PROCESSES`` + ``JAX_PROCESS_ID`` (the
+   GPU JobSet sets them from the pod's completion index) -> explicit;
+3. a multi-host TPU slice (``TPU_WORKER_HOSTNAMES`` lists more than one host) or
+   several slices (``MEGASCALE_NUM_SLICES`` > 1) -> JAX's own TPU auto-detection;
+4. ``JAX_PLATFORMS=proxy`` -> Pathways: one controller process that sees every TPU
+   of the slices through the proxy backend of ``pathwaysutils``;
+5. otherwise one process (a laptop, one machine with several GPUs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlctl.core.errors import ConfigError
+
+Mode = Literal["single", "external", "explicit", "tpu-auto", "pathways"]
+
+
+@dataclass(frozen=True)
+class InitPlan:
+    mode: Mode
+    coordinator: str | None = None
+    num_processes: int = 1
+    process_id: int = 0
+
+
+def _int(env: Mapping[str, str], key: str) -> int:
+    raw = env.get(key, "")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not an integer",
+                          hint=f"set {key} to a whole number") from None
+
+
+def plan_from_env(env: Mapping[str, str], *, already_initialized: bool = False) -> InitPlan:
+    if already_initialized:
+        return InitPlan("external")
+    if env.get("JAX_PLATFORMS", "").split(",")[0] == "proxy":
+        return InitPlan("pathways")  # one controller drives every slice
+    if env.get("JAX_NUM_PROCESSES") is not None:
+        n = _int(env, "JAX_NUM_PROCESSES")
+        if n < 1:
+            raise ConfigError(f"JAX_NUM_PROCESSES={n} must be at least 1")
+        if n == 1:
+            return InitPlan("single")
+        coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
+        if not coordinator:
+            raise ConfigError("JAX_NUM_PROCESSES is set but JAX_COORDINATOR_ADDRESS is not",
+                              hint="set JAX_COORDINATOR_ADDRESS=HOST:PORT of process 0")
+        if "JAX_PROCESS_ID" not in env:
+            raise ConfigError("JAX_NUM_PROCESSES is set but JAX_PROCESS_ID is not",
+                              hint="set JAX_PROCESS_ID to this host's index, 0-based")
+        pid = _int(env, "JAX_PROCESS_ID")
+        if not 0 <= pid < n:
+            raise ConfigError(f"JAX_PROCESS_ID={pid} is outside 0..{n - 1}")
+        return InitPlan("explicit", coordinator, n, pid)
+    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    slices = _int(env, "MEGASCALE_NUM_SLICES") if env.get("MEGASCALE_NUM_SLICES") else 1
+    if len(hosts) > 1 or slices > 1:
+        return InitPlan("tpu-auto")
+    return InitPlan("single")
+
+
+@dataclass(frozen=True)
+class Topology:
+    process_index: int
+    process_count: int
+    device_count: int
+
+    @property
+    def is_writer(self) -> bool:
+        """Process 0 alone writes the run store."""
+        return self.process_index == 0
+
+    @property
+    def multi_process(self) -> bool:
+        return self.process_count > 1
+
+
+def initialize(env: Mapping[str, str] | None = None) -> Topology:
+    """Join the other processes of this workload (before any JAX computation)."""
+    import jax
+
+    plan = plan_from_env(os.environ if env is None else env,
+                         already_initialized=jax.distributed.is_initialized())
+    if plan.mode == "explicit":
+        jax.distributed.initialize(plan.coordinator, num_processes=plan.num_processes,
+                                   process_id=plan.process_id)
+    elif plan.mode == "tpu-auto":
+        jax.distributed.initialize()
+    elif plan.mode == "pathways":
+        _pathways_backend()
+    return current()
+
+
+def _pathways_backend() -> None:
+    from rlctl.core.errors import MissingDependencyError
+
+    try:
+        import pathwaysutils
+    except ImportError:
+        raise MissingDependencyError(
+            "JAX_PLATFORMS=proxy (the pathways backend) needs pathwaysutils in the image",
+            hint="add 'pip install pathwaysutils' to the trainer image, or use --backend jobset",
+        ) from None
+    pathwaysutils.initialize()
+
+
+def current() -> Topology:
+    import jax
+
+    return Topology(jax.process_index(), jax.process_count(), jax.device_count())
+
+
+def make_mesh() -> Any:
+    """An FSDP mesh over every device of every process; None for a single device,
+    which keeps the one-device path (the laptop default) free of sharding."""
+    import jax
+    from jax.sharding import AxisType
+
+    n = jax.device_count()
+    if n == 1:
+        return None
+    # Tunix's models shard parameters and activations over ("fsdp", "tp").
+    return jax.make_mesh((n, 1), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
+
+
+@contextlib.contextmanager
+def using_mesh(mesh: Any) -> Iterator[None]:
+    if mesh is None:
+        yield
+        return
+    import jax
+
+    with jax.set_mesh(mesh):
+        yield
+
+
+def agree(value: Any, topo: Topology) -> Any:
+    """Process 0's ``value`` on every process: decisions read from the run store
+    (which checkpoint, whether to evaluate) must be the same everywhere, or the
+    processes would run different programs and hang in a collective."""
+    if not topo.multi_process:
+        return value
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.broadcast_one_to_all(np.asarray(value)).item()
+
+
+def to_host(tree: Any, topo: Topology) -> Any:
+    """Every array of ``tree`` as one whole numpy array (a collective when sharded
+    over several processes: every process must call it)."""
+    import jax
+
+    if topo.multi_process:
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.process_allgather(tree, tiled=True)
+    return jax.device_get(tree)
+
+
+def place_like(host_tree: Any, like: Any) -> Any:
+    """Whole host arrays -> global arrays sharded as ``like``'s leaves are."""
+    import jax
+
+    def put(x, ref):
+        return jax.make_array_from_callback(x.shape, ref.sharding, lambda idx: x[idx])
+
+    return jax.tree.map(put, host_tree, like)
