@@ -63,6 +63,12 @@ class RolloutSpec(Spec):
         Literal["auto", "vanilla", "vllm"],
         Field(description="generation engine; auto = vanilla on CPU/GPU, vllm on TPU"),
     ] = "auto"
+    sampler_weights: Annotated[
+        Literal["auto", "sharded", "whole"],
+        Field(description="weights the sampler decodes on when there are several devices: "
+              "sharded like the model, or one whole copy per device; auto = whole across "
+              "hosts when a copy takes at most a quarter of a device's memory"),
+    ] = "auto"
     num_generations: Annotated[
         int, Field(ge=2, le=256, description="completions sampled per prompt (the GRPO group)")
     ] = 8

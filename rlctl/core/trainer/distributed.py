@@ -156,6 +156,18 @@ def using_mesh(mesh: Any) -> Iterator[None]:
         yield
 
 
+def weights_fit_each_device(model: Any, share: float = 0.25) -> bool:
+    """Whether one whole copy of the weights takes at most ``share`` of a device's
+    memory (unknown on CPU: yes), so the sampler can decode on whole weights."""
+    import jax
+    from flax import nnx
+
+    size = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    stats = jax.local_devices()[0].memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    return not limit or size <= share * limit
+
+
 def agree(value: Any, topo: Topology) -> Any:
     """Process 0's ``value`` on every process: decisions read from the run store
     (which checkpoint, whether to evaluate) must be the same everywhere, or the

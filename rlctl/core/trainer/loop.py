@@ -25,7 +25,13 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.runs.store import CHECKPOINTS, EVAL, LocalRunDir, latest_checkpoint_step
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer.data import Problem, load_source
-from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
+from rlctl.core.trainer.distributed import (
+    Topology,
+    agree,
+    place_like,
+    to_host,
+    weights_fit_each_device,
+)
 from rlctl.core.trainer.loss import group_advantages
 from rlctl.core.trainer.prompts import chat_messages
 
@@ -52,6 +58,8 @@ class Trainer:
         self.topo = topology or current()
         self.writer = self.topo.is_writer
         self.mesh = make_mesh()  # None on one device
+        # the sampler decodes on whole weights unless the model is too big to copy
+        self.sampler_mesh = None
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
@@ -77,10 +85,20 @@ class Trainer:
         self.ref_model = None
         if s.training.beta > 0:  # the reference model costs memory: only when used
             self.ref_model, _ = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
+        # Across processes, decoding on FSDP shards all-gathers every layer per token
+        # over the host network: the sampler gets whole weights instead (measured on
+        # CPU: rollout 3.9x faster for two processes; in one process, with fast local
+        # collectives, the shards were faster, so they stay).
+        mode = s.rollout.sampler_weights
+        if self.mesh is not None and (mode == "whole" or (
+                mode == "auto" and self.topo.multi_process
+                and weights_fit_each_device(self.model))):
+            self.sampler_mesh = self.mesh
         self.max_prompt = s.rollout.max_prompt_tokens
         self.sampler = ta.make_sampler(
             self.model, self.tokenizer, self.info,
             cache_size=_round_up(self.max_prompt, BUCKET) + s.rollout.max_new_tokens + BUCKET,
+            replicate_over=self.sampler_mesh,
         )
 
     def create_data(self) -> None:
@@ -292,7 +310,7 @@ class Trainer:
 
         e = self.spec.eval
         problems = self.source.eval_set
-        ta.sync_sampler(self.sampler, self.model)
+        ta.sync_sampler(self.sampler, self.model, self.sampler_mesh)
         t0 = time.perf_counter()
         texts: list[str] = []
         for i in range(0, len(problems), e.batch_size):
@@ -333,7 +351,7 @@ class Trainer:
         t0 = time.perf_counter()
         problems = self.source.batch(step, s.training.prompts_per_step)
         group = [p for p in problems for _ in range(G)]
-        ta.sync_sampler(self.sampler, self.model)
+        ta.sync_sampler(self.sampler, self.model, self.sampler_mesh)
         out = self.sample(self.render(group), seed=step_seed(s.training.seed, step, 4))
         t_roll = time.perf_counter() - t0
 

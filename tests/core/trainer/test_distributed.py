@@ -92,7 +92,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_run(root: Path, name: str, model: Path, steps: int = 4) -> None:
+def make_run(root: Path, name: str, model: Path, steps: int = 4, *extra: str) -> None:
     """Write a run's spec.yaml the way ``train --cluster`` does, without training."""
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
@@ -103,7 +103,7 @@ def make_run(root: Path, name: str, model: Path, steps: int = 4) -> None:
         "eval.size=4", "eval.batch_size=4", "training.prompts_per_step=2",
         "rollout.num_generations=4", "rollout.max_new_tokens=12",
         "training.learning_rate=3e-3", 'rewards=["tests.fakes.rewards.digit_count"]',
-        f"training.steps={steps}", "checkpoint.interval=2", "training.seed=3",
+        f"training.steps={steps}", "checkpoint.interval=2", "training.seed=3", *extra,
     ])
     open_store(str(root)).run(name).write_text(SPEC, dump_yaml(spec))
 
@@ -195,7 +195,8 @@ class TestTwoProcesses:
         """Checkpoints hold whole arrays: an elastic job that lost hosts, or a laptop,
         continues a run saved by more processes."""
         root = tmp_path / "runs"
-        make_run(root, "shrunk", tiny_model_dir, steps=2)
+        # (and the sampler on the model's FSDP shards, not the default whole copy)
+        make_run(root, "shrunk", tiny_model_dir, 2, "rollout.sampler_weights=sharded")
         finish(start(root / "shrunk", 2))
 
         spec = root / "shrunk" / "spec.yaml"

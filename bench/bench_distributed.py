@@ -1,0 +1,95 @@
+"""Multi-host overhead: the same run on one JAX process vs N processes joined over
+127.0.0.1 (CPU, the tiny test model), the pod entrypoint both times.
+
+Prints the median step and rollout time of each (compile steps dropped) and their
+ratio to one process, with the sampler on whole weights (the default across hosts)
+and on the model's FSDP shards. On
+one machine the N processes share its cores and talk over loopback (gloo), so
+the ratio is what sharding + collectives cost here, not a multi-host speed-up.
+
+    python bench/bench_distributed.py [--processes 2] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _make_run(root: Path, name: str, model: Path, steps: int, *extra: str) -> Path:
+    from rlctl.core.config.load import dump_yaml
+    from rlctl.core.runs.spec import resolve_run_spec
+    from rlctl.core.runs.store import SPEC, open_store
+
+    spec = resolve_run_spec("grpo", overrides=[
+        f"name={name}", f"model.source={model}", f"output.root={root}", "eval.size=0",
+        "training.prompts_per_step=2", "rollout.num_generations=8",
+        "rollout.max_new_tokens=32", f"training.steps={steps}",
+        f"checkpoint.interval={steps}", 'rewards=["tests.fakes.rewards.digit_count"]', *extra,
+    ])
+    open_store(str(root)).run(name).write_text(SPEC, dump_yaml(spec))
+    return root / name
+
+
+def _run(run: Path, processes: int) -> tuple[float, float]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+    if processes > 1:
+        env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_port()}",
+                   JAX_NUM_PROCESSES=str(processes))
+    procs = [subprocess.Popen([sys.executable, "-m", "rlctl.core.trainer", "--run", str(run)],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env={**env, "JAX_PROCESS_ID": str(i)}, text=True)
+             for i in range(processes)]
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode:
+            raise SystemExit(f"trainer failed:\n{err[-2000:]}")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return (statistics.median(r["step_seconds"] for r in rows[2:]),
+            statistics.median(r["rollout_seconds"] for r in rows[2:]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args()
+    from tests.fakes.tiny_model import write_tiny_llama
+
+    n = args.processes
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_tiny_llama(Path(tmp) / "model", layers=4, hidden=128, ffn=256)
+        runs = Path(tmp) / "runs"
+        results = {
+            "1 process": _run(_make_run(runs, "one", model, args.steps), 1),
+            f"{n} processes, sampler on whole weights (default)":
+                _run(_make_run(runs, "whole", model, args.steps), n),
+            f"{n} processes, sampler on FSDP shards":
+                _run(_make_run(runs, "sharded", model, args.steps,
+                               "rollout.sampler_weights=sharded"), n),
+        }
+    base_step, base_roll = results["1 process"]
+    print("median after 2 compile steps; ratios against 1 process")
+    for label, (step, roll) in results.items():
+        print(f"{label:<48} step {step:.3f} s ({step / base_step:.2f}x)  "
+              f"rollout {roll:.3f} s ({roll / base_roll:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
