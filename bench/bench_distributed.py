@@ -14,52 +14,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.fakes.jax_processes import finish, new_run, start
 
 
 def _make_run(root: Path, name: str, model: Path, steps: int, *extra: str) -> Path:
-    from rlctl.core.config.load import dump_yaml
-    from rlctl.core.runs.spec import resolve_run_spec
-    from rlctl.core.runs.store import SPEC, open_store
-
-    spec = resolve_run_spec("grpo", overrides=[
-        f"name={name}", f"model.source={model}", f"output.root={root}", "eval.size=0",
-        "training.prompts_per_step=2", "rollout.num_generations=8",
-        "rollout.max_new_tokens=32", f"training.steps={steps}",
-        f"checkpoint.interval={steps}", 'rewards=["tests.fakes.rewards.digit_count"]', *extra,
-    ])
-    open_store(str(root)).run(name).write_text(SPEC, dump_yaml(spec))
-    return root / name
+    return new_run(root, name, model, "eval.size=0", "training.prompts_per_step=2",
+                   "rollout.num_generations=8", "rollout.max_new_tokens=32",
+                   f"training.steps={steps}", f"checkpoint.interval={steps}", *extra)
 
 
 def _run(run: Path, processes: int) -> tuple[float, float]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
-    if processes > 1:
-        env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_port()}",
-                   JAX_NUM_PROCESSES=str(processes))
-    procs = [subprocess.Popen([sys.executable, "-m", "rlctl.core.trainer", "--run", str(run)],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              env={**env, "JAX_PROCESS_ID": str(i)}, text=True)
-             for i in range(processes)]
-    for p in procs:
-        _, err = p.communicate()
-        if p.returncode:
-            raise SystemExit(f"trainer failed:\n{err[-2000:]}")
+    """Median (step, rollout) seconds, the first two (compiling) steps dropped."""
+    finish(start(run, processes))
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return (statistics.median(r["step_seconds"] for r in rows[2:]),
             statistics.median(r["rollout_seconds"] for r in rows[2:]))

@@ -30,6 +30,16 @@ def clients_for(ctx: typer.Context, project: str, region: str) -> Any:
     return Clients(project, region)
 
 
+def existing_cluster(ctx: typer.Context, name: str | None, config: str | None,
+                     project: str | None, region: str | None) -> tuple[str, str, str, Any]:
+    """(name, project, region, clients) of a cluster named by argument or --config."""
+    from rlctl.core.config.infra import resolve_cluster_name, resolve_location
+
+    name = resolve_cluster_name(name, config)
+    project, region = resolve_location(config, project, region, adc_project=adc_project)
+    return name, project, region, clients_for(ctx, project, region)
+
+
 def adc_project() -> str | None:
     from rlctl.core.errors import require_extra
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import adc_project, clients_for, run_plan
+from rlctl.cli._infra import adc_project, clients_for, existing_cluster, run_plan
 from rlctl.cli._options import ConfigOpt, DryRunOpt, OutputOpt, SetOpt, YesOpt, make_output
 from rlctl.cli._output import make_table
 
@@ -148,27 +148,13 @@ def delete(
 
     Example: rlctl cluster delete rl-v6e --region us-east5 --yes
     """
-    from rlctl.core.config.infra import resolve_location
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
-    name = _name(name, config)
-    project, region = resolve_location(config, project, region, adc_project=adc_project)
-    clients = clients_for(ctx, project, region)
+    name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     plan = core.plan_delete(clients, project, region, name, keep_bucket)
     run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
              f"deleted what rlctl made for {name}")
-
-
-def _name(name: str | None, config: str | None) -> str:
-    from rlctl.core.config.load import read_yaml
-    from rlctl.core.errors import ConfigError
-    from rlctl.core.names import validate_name
-
-    name = name or (read_yaml(config).get("cluster") if config else None)
-    if not name:
-        raise ConfigError("no cluster name given", hint="pass NAME or set 'cluster' in --config")
-    return validate_name(name, "cluster")
 
 
 @guarded
@@ -214,13 +200,10 @@ def describe(
 
     Example: rlctl cluster describe rl-v6e --region us-east5
     """
-    from rlctl.core.config.infra import resolve_location
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
-    name = _name(name, config)
-    project, region = resolve_location(config, project, region, adc_project=adc_project)
-    clients = clients_for(ctx, project, region)
+    name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     d = core.describe(clients, project, region, name)
     head = (
         f"[bold]{d['name']}[/bold]  {d['location']}  {d['status']}  GKE {d['version']}\n"

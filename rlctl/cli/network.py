@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import adc_project, clients_for, run_plan
+from rlctl.cli._infra import clients_for, existing_cluster, run_plan
 from rlctl.cli._options import ConfigOpt, DryRunOpt, OutputOpt, SetOpt, YesOpt, make_output
 from rlctl.cli._output import make_table
-from rlctl.cli.cluster import CidrOpt, MtuOpt, NameArg, ProjectOpt, RegionOpt, _name, build_spec
+from rlctl.cli.cluster import CidrOpt, MtuOpt, NameArg, ProjectOpt, RegionOpt, build_spec
 
 app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).",
                   no_args_is_help=True)
@@ -62,13 +62,10 @@ def show(
 
     Example: rlctl network show rl-v6e --region us-east5 -o json
     """
-    from rlctl.core.config.infra import resolve_location
     from rlctl.core.gcp import network as core
 
     out = make_output(ctx, output, yes)
-    name = _name(name, config)
-    project, region = resolve_location(config, project, region, adc_project=adc_project)
-    clients = clients_for(ctx, project, region)
+    name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     rows = [{"kind": c.kind, "name": c.name, **c.fields}
             for c in core.found(clients, name, region)]
     out.result(rows, make_table(
@@ -93,13 +90,10 @@ def delete(
 
     Example: rlctl network delete rl-v6e --region us-east5 --yes
     """
-    from rlctl.core.config.infra import resolve_location
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
-    name = _name(name, config)
-    project, region = resolve_location(config, project, region, adc_project=adc_project)
-    clients = clients_for(ctx, project, region)
+    name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     plan = core.network_plan_delete(clients, project, region, name)
     run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
              f"networks for {name} are deleted")

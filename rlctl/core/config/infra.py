@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlctl.core.config.load import build, read_yaml
+from rlctl.core.errors import ConfigError
+from rlctl.core.names import validate_name
 
 DEFAULT_MTU = 8896
 DEFAULT_DCN_CIDRS = ("10.50.0.0/16", "10.60.0.0/16", "10.70.0.0/16", "10.80.0.0/16")
@@ -29,6 +31,8 @@ CLUSTER_LABEL = "rlctl-cluster"
 # namespace and service account that the bucket's Workload Identity binding names.
 NAMESPACE_LABEL = "rlctl-namespace"
 KSA_LABEL = "rlctl-ksa"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_KSA = "rlctl"
 DRANET_LABEL = "cloud.google.com/gke-networking-dra-driver"
 
 
@@ -59,7 +63,6 @@ class SliceSpec(Spec):
     @field_validator("type")
     @classmethod
     def _known(cls, v: str) -> str:
-        from rlctl.core.errors import ConfigError
         from rlctl.core.gcp.catalog import lookup
 
         try:
@@ -145,11 +148,11 @@ class InfraSpec(Spec):
     dcn: DcnSpec = DcnSpec()
     bucket: BucketSpec = BucketSpec()
     namespace: Annotated[str, Field(description="Kubernetes namespace of the workloads")] = (
-        "default"
+        DEFAULT_NAMESPACE
     )
     service_account: Annotated[
         str, Field(description="Kubernetes service account bound to the bucket")
-    ] = "rlctl"
+    ] = DEFAULT_KSA
     cpu_machine_type: Annotated[str, Field(description="machine type of the CPU pool")] = (
         "e2-standard-8"
     )
@@ -268,8 +271,6 @@ def fill_defaults(
         if found:
             data[key] = found
     if not data.get("project") or not data.get("region"):
-        from rlctl.core.errors import ConfigError
-
         missing = [k for k in ("project", "region") if not data.get(k)]
         raise ConfigError(
             f"no {' or '.join(missing)} given",
@@ -277,6 +278,14 @@ def fill_defaults(
             "'gcloud config set project P' and 'gcloud config set compute/region R'",
         )
     return data
+
+
+def resolve_cluster_name(name: str | None, config: str | Path | None) -> str:
+    """The NAME argument, else ``cluster`` in the --config file; validated."""
+    name = name or (read_yaml(config).get("cluster") if config else None)
+    if not name:
+        raise ConfigError("no cluster name given", hint="pass NAME or set 'cluster' in --config")
+    return validate_name(name, "cluster")
 
 
 def resolve_location(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
 from rlctl.core.errors import ConfigError
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.names import validate_name
@@ -48,13 +49,13 @@ class WorkloadView(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     run: str
-    namespace: str = "default"
+    namespace: str = DEFAULT_NAMESPACE
     backend: Backend
     image: str = Field(min_length=1)
     run_uri: str = Field(description="gs://BUCKET/PREFIX/RUN: where the trainer's run lives.")
     spec_yaml: str = Field(description="The run's spec.yaml, stored in the ConfigMap.")
     shape: SliceShape
-    service_account: str = "rlctl"
+    service_account: str = DEFAULT_KSA
     hf_secret: str | None = Field(None, description="Secret holding the HF token, by name.")
     hf_secret_key: str = "token"
     max_restarts: int = Field(3, ge=0)

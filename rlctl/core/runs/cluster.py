@@ -22,7 +22,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL
+from rlctl.core.config.infra import (
+    CLUSTER_LABEL,
+    DEFAULT_KSA,
+    DEFAULT_NAMESPACE,
+    KSA_LABEL,
+    MANAGED_BY,
+    NAMESPACE_LABEL,
+    RLCTL,
+)
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
 from rlctl.core.gcp.catalog import Accelerator, all_types, lookup
@@ -152,8 +160,6 @@ def find_cluster(clients: Any, project: str, region: str, name: str) -> ClusterT
     if cur.status.name != "RUNNING":
         raise ConflictError(f"cluster {name!r} is {cur.status.name}, not RUNNING",
                             hint=f"wait for it: 'rlctl cluster describe {name}'")
-    from rlctl.core.config.infra import KSA_LABEL, NAMESPACE_LABEL
-
     shapes, networks = shapes_from_pools(list(cur.node_pools))
     labels = dict(cur.resource_labels or {})
     return ClusterTarget(name=name, project=project, region=region, endpoint=cur.endpoint,
@@ -223,8 +229,9 @@ def submit(clients: Any, ref: ClusterRef, spec: RunSpec, backend: str, image: st
     acc, shape = target.shape(ref.accelerator)
     runs_dir = ref.runs_dir or f"gs://{runs_bucket(clients, project, target.name)}/{RUNS_PREFIX}"
     store = _store(clients, runs_dir)
-    opts = ClusterOptions(image=image, namespace=ref.namespace or target.namespace or "default",
-                          service_account=target.service_account or "rlctl",
+    opts = ClusterOptions(image=image,
+                          namespace=ref.namespace or target.namespace or DEFAULT_NAMESPACE,
+                          service_account=target.service_account or DEFAULT_KSA,
                           dcn_networks=target.dcn_networks)
     where = {"cluster": target.name, "project": project, "region": region,
              "accelerator": acc, "image": image}
@@ -282,7 +289,7 @@ def open_run(clients: Any, ref: ClusterRef, name: str, connect: bool = True) -> 
                           hint="pass --cluster NAME")
     project, region = _location(ref, recorded)
     opened.target = find_cluster(clients, project, region, cluster)
-    namespace = ref.namespace or recorded.get("namespace") or "default"
+    namespace = ref.namespace or recorded.get("namespace") or DEFAULT_NAMESPACE
     opened.api = kube_api(clients, opened.target, namespace)
     return opened
 
@@ -377,7 +384,7 @@ def resume(clients: Any, ref: ClusterRef, name: str, hf_token: str | None = None
     if not image:
         raise ConfigError(f"run {name!r} records no image", hint="pass --image")
     opts = ClusterOptions(image=image, namespace=api.namespace,
-                          service_account=o.status.get("service_account") or "rlctl",
+                          service_account=o.status.get("service_account") or DEFAULT_KSA,
                           dcn_networks=o.target.dcn_networks)
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
     return {**out, "cluster": o.target.name, "accelerator": acc}

@@ -14,10 +14,9 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from rlctl.core.config.load import build, dump_yaml
+from rlctl.core.config.load import build
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import (
-    AlreadyExistsError,
     ConfigError,
     ConflictError,
     InterruptedRun,
@@ -25,6 +24,7 @@ from rlctl.core.errors import (
     require_extra,
 )
 from rlctl.core.names import generate_run_name
+from rlctl.core.runs.spec import write_new_run
 from rlctl.core.runs.status import read_status
 from rlctl.core.runs.store import SPEC, STATUS, LocalRunDir, latest_checkpoint_step, open_store
 
@@ -58,14 +58,8 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> dict[str, An
     name = spec.name or generate_run_name(spec.algorithm)
     spec = spec.model_copy(update={"name": name})
     store = open_store(spec.output.root)
-    run = store.run(name)
     _preflight(spec)
-    if run.exists(SPEC):
-        raise AlreadyExistsError(
-            f"run {name!r} already exists in {store.uri}",
-            hint=f"continue it with 'rlctl resume {name}' or choose another --name",
-        )
-    run.write_text(SPEC, dump_yaml(spec))
+    run = write_new_run(store, spec)
     status = StatusFile(run, spec)
     status.update(phase="pending")
     return _execute(spec, run, status, progress)

@@ -1,12 +1,14 @@
-"""Resolve the RunSpec a command will run: defaults < YAML < --set < named flags."""
+"""Resolve the RunSpec a command will run (defaults < YAML < --set < named flags),
+and write it once into a new run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlctl.core.config.load import build, read_yaml
+from rlctl.core.config.load import build, dump_yaml, read_yaml
 from rlctl.core.config.models import RunSpec
-from rlctl.core.errors import ConfigError
+from rlctl.core.errors import AlreadyExistsError, ConfigError
+from rlctl.core.runs.store import SPEC, RunDir, RunStore
 
 
 def resolve_run_spec(
@@ -33,3 +35,17 @@ def _yaml_scalar(v: Any) -> str:
     # JSON scalars are YAML scalars; strings are quoted so "1e-5"-like names stay strings.
     return json.dumps(v)
 
+
+
+def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
+    """Claim ``spec.name`` in ``store`` by writing its spec.yaml. A spec is written
+    once: a name already in use is refused, since continuing a run is resume's job."""
+    assert spec.name is not None
+    run = store.run(spec.name)
+    if run.exists(SPEC):
+        raise AlreadyExistsError(
+            f"run {spec.name!r} already exists in {store.uri}",
+            hint=f"continue it with 'rlctl resume {spec.name}' or choose another --name",
+        )
+    run.write_text(SPEC, dump_yaml(spec))
+    return run

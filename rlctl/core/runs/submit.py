@@ -13,9 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
 from rlctl.core.config.load import dump_yaml
 from rlctl.core.config.models import RunSpec
-from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
+from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
 from rlctl.core.k8s.apply import (
     KubeApi,
     apply_objects,
@@ -29,7 +30,8 @@ from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.k8s.validate import validate_manifests
 from rlctl.core.names import generate_run_name
-from rlctl.core.runs.store import SPEC, STATUS, RunDir, RunStore, latest_checkpoint_step
+from rlctl.core.runs.spec import write_new_run
+from rlctl.core.runs.store import STATUS, RunDir, RunStore, latest_checkpoint_step
 
 ACTIVE = {"pending", "running"}
 
@@ -38,8 +40,8 @@ class ClusterOptions(BaseModel):
     """Submission settings that are not part of the RunSpec."""
 
     image: str
-    namespace: str = "default"
-    service_account: str = "rlctl"
+    namespace: str = DEFAULT_NAMESPACE
+    service_account: str = DEFAULT_KSA
     max_restarts: int = 3
     min_slices: int = 1
     dcn_networks: list[str] = []
@@ -110,12 +112,7 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     assert spec.name is not None
     name = spec.name
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
-    run = store.run(name)
-    if run.exists(SPEC):
-        raise AlreadyExistsError(
-            f"run {name!r} already exists in {store.uri}",
-            hint=f"continue it with 'rlctl resume {name}' or choose another --name")
-    run.write_text(SPEC, dump_yaml(spec))
+    run = write_new_run(store, spec)
     run.write_json(STATUS, {"name": name, "phase": "pending", "algorithm": spec.algorithm,
                             "total_steps": spec.training.steps, "step": 0,
                             "latest_checkpoint": None, "backend": backend,

@@ -58,8 +58,7 @@ class Trainer:
         self.topo = topology or current()
         self.writer = self.topo.is_writer
         self.mesh = make_mesh()  # None on one device
-        # the sampler decodes on whole weights unless the model is too big to copy
-        self.sampler_mesh = None
+        self.sampler_mesh = None  # a mesh when the sampler decodes on whole weights
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:

@@ -5,10 +5,7 @@ optimizer sharded across them."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +16,8 @@ from typer.testing import CliRunner
 from rlctl.cli.app import app
 from rlctl.core.errors import ConfigError
 from rlctl.core.trainer.distributed import InitPlan, Topology, plan_from_env
-from tests.core.trainer.test_train import REPO, TIMING
+from tests.core.trainer.test_train import TIMING
+from tests.fakes.jax_processes import finish, new_run, start
 
 
 class TestPlanFromEnv:
@@ -86,46 +84,11 @@ class TestPlanFromEnv:
 pytest.importorskip("tunix")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_run(root: Path, name: str, model: Path, steps: int = 4, *extra: str) -> None:
-    """Write a run's spec.yaml the way ``train --cluster`` does, without training."""
-    from rlctl.core.config.load import dump_yaml
-    from rlctl.core.runs.spec import resolve_run_spec
-    from rlctl.core.runs.store import SPEC, open_store
-
-    spec = resolve_run_spec("grpo", overrides=[
-        f"name={name}", f"model.source={model}", f"output.root={root}",
-        "eval.size=4", "eval.batch_size=4", "training.prompts_per_step=2",
-        "rollout.num_generations=4", "rollout.max_new_tokens=12",
-        "training.learning_rate=3e-3", 'rewards=["tests.fakes.rewards.digit_count"]',
-        f"training.steps={steps}", "checkpoint.interval=2", "training.seed=3", *extra,
-    ])
-    open_store(str(root)).run(name).write_text(SPEC, dump_yaml(spec))
-
-
-def start(run: Path, processes: int, **env: str) -> list[subprocess.Popen]:
-    """``processes`` pods of one workload: the entrypoint with JobSet's JAX_* variables."""
-    base = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", **env}
-    if processes > 1:
-        base.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",
-                    JAX_NUM_PROCESSES=str(processes))
-    return [subprocess.Popen(
-        [sys.executable, "-m", "rlctl.core.trainer", "--run", str(run)], cwd=REPO,
-        env={**base, "JAX_PROCESS_ID": str(i)} if processes > 1 else base,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(processes)]
-
-
-def finish(procs: list[subprocess.Popen]) -> list[str]:
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    for i, (p, out) in enumerate(zip(procs, outs, strict=True)):
-        assert p.returncode == 0, f"process {i}:\n{out[-3000:]}"
-    return outs
+    new_run(root, name, model, "eval.size=4", "eval.batch_size=4",
+            "training.prompts_per_step=2", "rollout.num_generations=4",
+            "rollout.max_new_tokens=12", "training.learning_rate=3e-3",
+            f"training.steps={steps}", "checkpoint.interval=2", "training.seed=3", *extra)
 
 
 def rows(run: Path) -> list[dict]:
