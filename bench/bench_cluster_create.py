@@ -32,7 +32,17 @@ def main() -> None:
     from rlctl.core.clients import Clients
     from rlctl.core.config.infra import build_infra_spec
     from rlctl.core.gcp import cluster
-    from rlctl.core.plan import critical_path
+    from rlctl.core.plan import topo_order
+
+    def critical_path(changes, cost):
+        """Length of the longest dependency chain among ``changes``, weighted by ``cost``."""
+        order = topo_order(changes)
+        keys = {c.key for c in order}
+        longest: dict[str, float] = {}
+        for c in order:
+            longest[c.key] = cost.get(c.key, 1.0) + max(
+                (longest[d] for d in c.depends_on if d in keys), default=0.0)
+        return max(longest.values(), default=0.0)
     from tests.fakes.gcp_server import FakeGCP
 
     gcs = FakeGCSServer()

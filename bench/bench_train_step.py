@@ -12,21 +12,26 @@ Prints seconds per step, completion tokens/s and the ratio to the baseline.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run(steps: int, baseline: bool) -> dict:
     import numpy as np
 
     from rlctl.core.config.models import RunSpec
-    from rlctl.core.runs.store import LocalRunStore
-    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.store.local import LocalRunStore
     from rlctl.core.trainer.loop import Trainer
     from rlctl.core.trainer.metrics import MetricsWriter
+    from tests.core.trainer import yardsticks
 
     spec = RunSpec(name="bench", output={"root": tempfile.mkdtemp(), "tensorboard": False},
                    eval={"size": 0})
@@ -41,17 +46,17 @@ def run(steps: int, baseline: bool) -> dict:
         import optax
         from flax import nnx
 
-        cfg = ta.algo_config(algorithm="grpo", beta=0.0, epsilon=0.2, epsilon_high=0.2,
-                             kl_estimator="k3", loss_aggregation="sequence-mean-token-mean",
-                             temperature=1.0)
+        cfg = yardsticks.algo_config(
+            algorithm="grpo", beta=0.0, epsilon=0.2, epsilon_high=0.2, kl_estimator="k3",
+            loss_aggregation="sequence-mean-token-mean", temperature=1.0)
         pad, eos, G = t.tokenizer.pad_id(), t.tokenizer.eos_id(), 8
 
         @nnx.jit
         def step(model, optimizer, batch):
-            ex = ta.train_example(jnp_repeat(batch["prompt_ids"], G), batch["completion_ids"],
-                                  batch["mask"], batch["advantages"], pad)
+            ex = yardsticks.train_example(jnp_repeat(batch.prompt_ids, G), batch.completion_ids,
+                                          batch.mask, batch.advantages, pad)
             (loss, aux), grads = nnx.value_and_grad(
-                lambda m: ta.policy_loss(m, ex, cfg, pad, eos), has_aux=True)(model)
+                lambda m: yardsticks.policy_loss(m, ex, cfg, pad, eos), has_aux=True)(model)
             optimizer.update(model, grads)
             return loss, {"kl": aux["kl"], "entropy": aux["entropy"],
                           "clip_fraction": aux["pg_clipfrac"]}, optax.global_norm(grads)
@@ -61,15 +66,15 @@ def run(steps: int, baseline: bool) -> dict:
 
             return jnp.repeat(x, g, axis=0)
 
-        t.train_step = step
+        t.update = dataclasses.replace(t.update, train_step=step)
     rows = [t.step(i) for i in range(steps)]
     warm = rows[1:] if len(rows) > 1 else rows  # the first step compiles
     return {
-        "step_seconds": statistics.mean(r["step_seconds"] for r in warm),
-        "update_seconds": statistics.mean(r["step_seconds"] - r["rollout_seconds"] for r in warm),
-        "rollout_seconds": statistics.mean(r["rollout_seconds"] for r in warm),
-        "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in warm),
-        "reward_mean": float(np.mean([r["reward_mean"] for r in rows])),
+        "step_seconds": statistics.mean(r.step_seconds for r in warm),
+        "update_seconds": statistics.mean(r.step_seconds - r.rollout_seconds for r in warm),
+        "rollout_seconds": statistics.mean(r.rollout_seconds for r in warm),
+        "tokens_per_s": statistics.mean(r.tokens_per_s for r in warm),
+        "reward_mean": float(np.mean([r.reward_mean for r in rows])),
         # ru_maxrss is the process high-water mark: only the first run's figure is its own
         "process_peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }

@@ -1,13 +1,57 @@
-"""Shared fixtures. Tests are hermetic: only loopback sockets may be opened."""
+"""Shared fixtures. Tests are hermetic: only loopback sockets may be opened.
+
+Under CI (``CI=true``, as GitHub Actions and ``.ci/run`` set it) a skipped test,
+or a test module skipped at import, fails instead: every skip here means a
+missing fixture or extra (``pytest.importorskip``, the real GGUF, ...), and in CI
+that is a broken setup, not a reason to pass. xfail is left alone.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
 _real_connect = socket.socket.connect
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _skip_reason(longrepr: object) -> str:
+    # a skip's longrepr is (path, lineno, "Skipped: reason")
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 \
+        else str(longrepr)
+
+
+def _fail_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    report.outcome = "failed"
+    report.longrepr = (f"CI=true: this would have been skipped ({_skip_reason(report.longrepr)}); "
+                       "in CI a missing fixture or extra is a failure: install it")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if in_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        _fail_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    if in_ci() and report.skipped:  # a module-level importorskip
+        _fail_skip(report)
+    return report
 
 
 def _loopback_only(self, address):  # type: ignore[no-untyped-def]
@@ -25,6 +69,11 @@ def _no_network(monkeypatch):
     monkeypatch.delenv("RLCTL_SET", raising=False)
     monkeypatch.delenv("RLCTL_RUNS_DIR", raising=False)
     monkeypatch.delenv("RLCTL_OUTPUT", raising=False)
+    # a developer's endpoint overrides or anonymous mode must not leak into tests
+    for var in list(os.environ):
+        if var.startswith("RLCTL_API_ENDPOINT_OVERRIDES_"):
+            monkeypatch.delenv(var)
+    monkeypatch.delenv("RLCTL_AUTH_DISABLE_CREDENTIALS", raising=False)
 
 
 @pytest.fixture(scope="session")
@@ -37,14 +86,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def crds():
-    """Offline schemas of the JobSet/Ray/Pathways CRDs (shared by core and CLI tests)."""
+    """The package's own CRD schemas (rlctl/data/crds), as an installed rlctl uses them.
+
+    Their absence is a packaging bug, never a reason to skip.
+    """
     from rlctl.core.k8s.validate import CrdSchemas
 
-    found = CrdSchemas.find()
-    if found is None:
-        pytest.skip("CRD schemas not found: set RLCTL_CRD_SCHEMAS or put them at ../shared/crds")
     pytest.importorskip("kubernetes_validate")
     pytest.importorskip("jsonschema")
+    found = CrdSchemas.find()
+    if found is None:
+        pytest.fail("rlctl/data/crds holds no CRD schemas: the package data is missing")
     return found
 
 

@@ -3,7 +3,8 @@
 import subprocess
 import sys
 
-HEAVY = ("jax", "tunix", "flax", "orbax", "google.cloud", "kubernetes", "tensorboardX", "optax")
+HEAVY = ("jax", "tunix", "flax", "orbax", "google.cloud", "google.auth", "kubernetes",
+         "tensorboardX", "optax")
 
 
 def test_cli_import_is_light():

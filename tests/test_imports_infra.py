@@ -1,16 +1,9 @@
-"""Importing the CLI must not load google-cloud (or other heavy stacks): --help stays instant."""
+"""``cluster create --help`` loads no google-cloud, and only ``core/clients.py`` imports it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-
-
-def test_cli_import_is_light():
-    code = ("import rlctl.cli.app, sys; bad = [m for m in sys.modules if m.startswith("
-            "('google.cloud', 'google.auth', 'kubernetes', 'jax', 'tunix'))]; "
-            "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_help_runs_offline_without_google_imports():

@@ -1,4 +1,4 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README's set-up commands are the ones CI runs, on the recorded versions."""
 
 import re
 from pathlib import Path
@@ -14,6 +14,27 @@ def readme_commands() -> list[str]:
 
 def test_ci_runs_the_readme_test_command():
     main_job, tests = readme_commands()[:2]
-    assert tests in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci
     assert main_job.endswith("rlctl train grpo")
     assert "pytest" in tests
+    assert "bash .ci/user-path" in ci  # the user's path, after the tests
+
+
+def test_installs_use_the_recorded_versions():
+    main_job, tests = readme_commands()[:2]
+    for cmd in (main_job, tests):
+        installs = [part for part in cmd.split("&&") if "pip install" in part]
+        assert installs and all("-c constraints.txt" in p for p in installs), cmd
+
+
+def test_constraints_pin_the_trainer_stack():
+    pins = dict(
+        line.split("==", 1)
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    for name in ("jax", "jaxlib", "orbax-checkpoint", "flax", "google-tunix", "typer",
+                 "pydantic", "kubernetes", "kubernetes-validate", "jsonschema",
+                 "google-cloud-storage", "tokenizers"):
+        assert name in pins, f"{name} is not pinned in constraints.txt"

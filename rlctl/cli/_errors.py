@@ -1,7 +1,11 @@
-"""Turn rlctl errors into one line on stderr plus the documented exit code.
+"""Turn every exception that reaches a command into one line on stderr plus the
+documented exit code (README "Exit codes").
 
 Applied to every command (``@guarded``), so the behaviour is the same under the
-console script and under ``typer.testing.CliRunner``. ``--debug`` re-raises.
+console script and under ``typer.testing.CliRunner``. rlctl's own errors carry
+their message, hint and code; anything else is a bug or an environment problem
+we did not foresee: exit 1 with its first line and "run again with --debug",
+never a traceback. ``--debug`` re-raises, so the traceback is one flag away.
 """
 
 from __future__ import annotations
@@ -13,6 +17,20 @@ from typing import Any, TypeVar
 import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_MESSAGE = 300  # a TensorStore or API error can run to 60 lines: keep the gist
+
+
+def unexpected_message(e: BaseException) -> str:
+    """``Type: first line of the message``, cut to a readable length."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    text = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def _is_cli_flow(e: BaseException) -> bool:
+    """typer's own exits and usage errors: typer reports them itself."""
+    return isinstance(e, (typer.Exit, typer.Abort)) or type(e).__module__.split(".")[0] in (
+        "click", "typer")
 
 
 def guarded(fn: F) -> F:
@@ -37,5 +55,11 @@ def guarded(fn: F) -> F:
                 raise
             Output().error("interrupted")
             raise typer.Exit(130) from None
+        except Exception as e:
+            if debug or _is_cli_flow(e):
+                raise
+            Output().error(f"unexpected error: {unexpected_message(e)}",
+                           "run again with --debug for the traceback, and report it")
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]

@@ -1,4 +1,5 @@
-"""Shared by ``rlctl network`` and ``rlctl cluster``: client lookup, plan rendering, apply.
+"""Shared by ``rlctl network`` and ``rlctl cluster``: client lookup, the infra spec from
+flags, plan rendering, apply.
 
 Plans go to stdout (a table, or JSON with ``-o json``); confirmation, progress and
 chatter go to stderr, so ``-o json`` output always parses.
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from rlctl.cli._options import state
-from rlctl.cli._output import Output, make_table
+from rlctl.cli._output import Output, make_table, styled
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.plan import Change, Plan
@@ -38,6 +39,36 @@ def existing_cluster(ctx: typer.Context, name: str | None, config: str | None,
     name = resolve_cluster_name(name, config)
     project, region = resolve_location(config, project, region, adc_project=adc_project)
     return name, project, region, clients_for(ctx, project, region)
+
+
+def build_spec(config: str | None, name: str | None, **opts: Any):
+    """Flags the user gave (None = not given) layered over the config file."""
+    from rlctl.core.config.infra import build_infra_spec
+    from rlctl.core.config.load import read_yaml
+
+    accel = opts.pop("accelerators", None) or None
+    num_slices = opts.pop("num_slices", None)
+    if accel is None and num_slices and config:
+        accel = [a if isinstance(a, str) else f"{a['type']} x{a.get('count', 1)}"
+                 for a in read_yaml(config).get("accelerators", [])]
+    if accel and num_slices:
+        accel = [a if " x" in a else f"{a} x{num_slices}" for a in accel]
+    capacity = None
+    if opts.pop("spot", False):
+        capacity = {"kind": "spot"}
+    reservation = opts.pop("reservation", None)
+    if reservation:
+        capacity = {"kind": "reservation", "reservation": reservation}
+    dcn = {"count": opts.pop("dcn_networks", None), "mtu": opts.pop("mtu", None),
+           "cidrs": opts.pop("dcn_cidrs", None) or None}
+    bucket = {"name": opts.pop("bucket", None), "location": opts.pop("bucket_location", None)}
+    flags: dict[str, Any] = {
+        "cluster": name, "accelerators": accel, "capacity": capacity, "dcn": dcn,
+        "bucket": bucket, "mode": "autopilot" if opts.pop("autopilot", False) else None,
+        **opts,
+    }
+    overrides = flags.pop("overrides", None)
+    return build_infra_spec(config, flags, overrides, adc_project=adc_project)
 
 
 def adc_project() -> str | None:
@@ -67,7 +98,7 @@ def plan_table(plan: Plan):
         cost = "" if c.cost_per_hour is None else f"${c.cost_per_hour:,.2f}"
         if c.kind in ("nodepool", "cluster") and c.cost_per_hour is None and plan.cost:
             cost = "n/a"
-        rows.append([f"[{style}]{c.action}[/{style}]", c.kind, c.name, _details(c), cost])
+        rows.append([styled(c.action, style), c.kind, c.name, _details(c), cost])
     title = f"Plan: {plan.operation} {plan.target} ({plan.project}, {plan.location})"
     return make_table(title, ["ACTION", "RESOURCE", "NAME", "DETAILS", "EST. $/H"], rows)
 
@@ -107,9 +138,9 @@ def apply_with_progress(out: Output, plan: Plan, apply: Any) -> dict[str, Any]:
             if t is None:
                 return
             if state_ == "done":
-                progress.update(t, completed=1, info="[green]done[/green]")
+                progress.update(t, completed=1, info="done")
             elif state_ == "error":
-                progress.update(t, info=f"[red]failed[/red] {info[:80]}")
+                progress.update(t, info=f"failed: {info[:80]}")
             else:
                 progress.update(t, info=info)
 

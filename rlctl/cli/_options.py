@@ -1,4 +1,9 @@
-"""Options shared by every command, as ``Annotated`` aliases (typer's public API only)."""
+"""Options shared by several commands, as ``Annotated`` aliases (typer's public API only).
+
+Each flag is declared here once; where two commands explain the same flag
+differently (``--runs-dir`` of a new run vs. an existing one), the flag, type and
+env var come from one helper and only the help differs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from typing import Annotated, Any
 import typer
 
 from rlctl.cli._output import Output
+from rlctl.core.gcp.api import GcpClients
+from rlctl.core.k8s import backends
 
 OutputOpt = Annotated[
     str,
@@ -26,9 +33,50 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override any spec field: --set training.steps=5 (repeatable)."),
 ]
-VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")]
 ProjectOpt = Annotated[str | None, typer.Option("--project", help="Google Cloud project id.")]
 RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the cluster.")]
+
+# --- cluster and network commands ----------------------------------------------------
+ClusterNameArg = Annotated[
+    str | None, typer.Argument(help="Cluster name (or 'cluster' in --config).")
+]
+MtuOpt = Annotated[int | None, typer.Option("--mtu", help="MTU of DCN networks (8896).")]
+CidrOpt = Annotated[list[str] | None, typer.Option("--dcn-cidr", help="Subnet range per network.")]
+
+
+# --- where a run is: `train` (a new run) and the run commands (an existing one) ------
+def _runs_dir(help_: str) -> Any:
+    return typer.Option("--runs-dir", help=help_, envvar="RLCTL_RUNS_DIR")
+
+
+def _cluster(help_: str) -> Any:
+    return typer.Option("--cluster", help=help_)
+
+
+def _image(help_: str) -> Any:
+    return typer.Option("--image", help=help_, envvar="RLCTL_IMAGE")
+
+
+RootOpt = Annotated[str | None, _runs_dir(
+    "Run store root: a local path (default ./runs) or gs://BUCKET/runs.")]
+ClusterOpt = Annotated[str | None, _cluster(
+    "GKE cluster of the run (default: the one its status records); its bucket's "
+    "gs://BUCKET/runs is the run store.")]
+ImageOpt = Annotated[str | None, _image(
+    "Image for the re-submitted workload (default: the one recorded).")]
+TrainRootOpt = Annotated[str | None, _runs_dir("Run store root.")]
+TrainClusterOpt = Annotated[str | None, _cluster("Run on this GKE cluster instead of locally.")]
+TrainImageOpt = Annotated[str | None, _image("Container image of the trainer (cluster runs).")]
+
+
+def _backend_help() -> str:
+    """One phrase per registered backend; the name is checked when the run is submitted
+    (``runs/cluster.py``), so a local run ignores --backend as before."""
+    *first, last = [f"{b.name} ({b.help})" for b in backends.registered()]
+    return f"Cluster workload: {', '.join(first)} or {last}."
+
+
+BackendOpt = Annotated[str, typer.Option("--backend", help=_backend_help())]
 
 
 @dataclass
@@ -58,7 +106,7 @@ class AppState:
 
     verbose: int = 0
     debug: bool = False
-    clients: Any = None
+    clients: GcpClients | None = None
 
 
 def state(ctx: typer.Context) -> AppState:

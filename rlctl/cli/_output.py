@@ -3,6 +3,14 @@
 With ``-o json`` stdout carries exactly one JSON document, so scripts can pipe
 it; progress, warnings and errors always go to stderr. This is the only module
 in rlctl that imports rich.
+
+Text is never read as rich markup: messages, hints, paths and table cells are
+user or API data, and a ``[gcp]`` in a hint or a ``[/x]`` in a path must print as
+written (markup would eat the first and raise on the second). Styling is applied
+to our own words only, through ``styled``.
+
+Outside a terminal (CI, ``nohup``, a log file) a live progress bar would print
+one truncated line at the very end, so ``progress()`` then prints plain lines.
 """
 
 from __future__ import annotations
@@ -15,8 +23,19 @@ from typing import Any, Literal
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 OutputFormat = Literal["table", "json"]
+
+
+def styled(text: str, style: str) -> Text:
+    """Our own words in a style (never parsed as markup)."""
+    return Text(str(text), style=style)
+
+
+def _text(value: Any) -> Any:
+    """A str as literal text; rich renderables (tables, styled Text) as they are."""
+    return Text(value) if isinstance(value, str) else value
 
 
 class Output:
@@ -24,12 +43,17 @@ class Output:
         self.fmt = fmt
         self.verbose = verbose
         self.yes = yes
-        self.out = Console(soft_wrap=True)
-        self.err = Console(stderr=True, soft_wrap=True)
+        self.out = Console(soft_wrap=True, markup=False, highlight=False)
+        self.err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
     @property
     def json(self) -> bool:
         return self.fmt == "json"
+
+    @property
+    def interactive(self) -> bool:
+        """Whether stderr is a terminal (live progress) or a pipe/file (plain lines)."""
+        return self.err.is_terminal
 
     # --- results (stdout) -------------------------------------------------
     def result(self, data: Any, human: Any = None) -> None:
@@ -40,23 +64,20 @@ class Output:
             return
         if human is None:
             human = json.dumps(data, indent=2, default=str)
-        self.out.print(human)
+        self.out.print(_text(human))
 
     # --- chatter (stderr) -------------------------------------------------
     def info(self, msg: str) -> None:
-        self.err.print(msg, highlight=False)
+        self.err.print(_text(msg))
 
     def debug(self, msg: str) -> None:
         if self.verbose:
-            self.err.print(f"[dim]{msg}[/dim]", highlight=False)
-
-    def warn(self, msg: str) -> None:
-        self.err.print(f"[yellow]warning:[/yellow] {msg}", highlight=False)
+            self.err.print(styled(msg, "dim"))
 
     def error(self, msg: str, hint: str | None = None) -> None:
-        self.err.print(f"[red]error:[/red] {msg}", highlight=False, markup=True)
+        self.err.print(Text.assemble(styled("error:", "red"), " ", msg))
         if hint:
-            self.err.print(f"[dim]hint:[/dim] {hint}", highlight=False)
+            self.err.print(Text.assemble(styled("hint:", "dim"), " ", hint))
 
     def confirm(self, question: str) -> None:
         """Ask before a change; outside a terminal, require --yes instead of hanging."""
@@ -89,8 +110,11 @@ class Output:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
 
-    def progress(self):
-        """A rich Progress on stderr (a context manager)."""
+    def progress(self) -> Any:
+        """A progress display on stderr (a context manager with rich's Progress API):
+        a live bar on a terminal, one plain line per update elsewhere."""
+        if not self.interactive:
+            return PlainProgress(self.err)
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -101,10 +125,10 @@ class Output:
         )
 
         return Progress(
-            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.description}", markup=False, style="bold"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("{task.fields[info]}", markup=False),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
@@ -113,10 +137,47 @@ class Output:
         )
 
 
+class PlainProgress:
+    """The subset of rich's ``Progress`` rlctl uses, as one line per change: what a
+    log file or CI console can show (a live bar there ends as one cut line)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._tasks: dict[int, dict[str, Any]] = {}
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def add_task(self, description: str, total: float | None = None, completed: float = 0,
+                 **fields: Any) -> int:
+        task_id = len(self._tasks)
+        self._tasks[task_id] = {"description": description, "total": total,
+                                "completed": completed, "info": fields.get("info", "")}
+        return task_id
+
+    def update(self, task_id: int, completed: float | None = None, **fields: Any) -> None:
+        t = self._tasks[task_id]
+        before = (t["completed"], t["info"])
+        if completed is not None:
+            t["completed"] = completed
+        if "info" in fields:
+            t["info"] = fields["info"]
+        if (t["completed"], t["info"]) == before:
+            return
+        total = "?" if t["total"] is None else f"{t['total']:g}"
+        self.console.print(Text(f"{t['description']}: {t['completed']:g}/{total}  "
+                                f"{t['info']}".rstrip()))
+
+
 def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = Table(title=None if title is None else Text(title), title_justify="left",
+                  header_style="bold")
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*("" if v is None else str(v) for v in r))
+        table.add_row(*(Text("") if v is None else _text(v if isinstance(v, Text) else str(v))
+                        for v in r))
     return table

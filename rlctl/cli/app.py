@@ -12,6 +12,7 @@ import typer
 
 from rlctl import __version__
 from rlctl.cli import cluster, network, runs, train
+from rlctl.cli._logging import configure_library_logging
 from rlctl.cli._options import AppState
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ def root(
     else:
         ctx.obj.verbose = max(ctx.obj.verbose, verbose)
         ctx.obj.debug = ctx.obj.debug or debug
+    configure_library_logging(ctx.obj.verbose)
 
 
 app.add_typer(train.app, name="train")

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import adc_project, clients_for, existing_cluster, run_plan
-from rlctl.cli._options import ConfigOpt, DryRunOpt, OutputOpt, SetOpt, YesOpt, make_output
+from rlctl.cli._infra import adc_project, build_spec, clients_for, existing_cluster, run_plan
+from rlctl.cli._options import (
+    CidrOpt,
+    ClusterNameArg,
+    ConfigOpt,
+    DryRunOpt,
+    MtuOpt,
+    OutputOpt,
+    ProjectOpt,
+    RegionOpt,
+    SetOpt,
+    YesOpt,
+    make_output,
+)
 from rlctl.cli._output import make_table
 
 app = typer.Typer(help="GKE clusters with TPU/GPU node pools (plan, then apply).",
                   no_args_is_help=True)
 
-NameArg = Annotated[str | None, typer.Argument(help="Cluster name (or 'cluster' in --config).")]
-ProjectOpt = Annotated[str | None, typer.Option("--project", help="Google Cloud project id.")]
-RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the cluster.")]
 ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone of accelerator pools.")]
 AccelOpt = Annotated[
     list[str] | None,
@@ -30,8 +39,6 @@ NumSlicesOpt = Annotated[
 SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot capacity for accelerator pools.")]
 ReservationOpt = Annotated[str | None, typer.Option("--reservation", help="Reservation name.")]
 DcnOpt = Annotated[int | None, typer.Option("--dcn-networks", help="Extra VPC networks for DCN.")]
-MtuOpt = Annotated[int | None, typer.Option("--mtu", help="MTU of DCN networks (8896).")]
-CidrOpt = Annotated[list[str] | None, typer.Option("--dcn-cidr", help="Subnet range per network.")]
 BucketOpt = Annotated[str | None, typer.Option("--bucket", help="GCS bucket for runs.")]
 BucketLocOpt = Annotated[
     str | None, typer.Option("--bucket-location", help="Bucket location (must be the region).")
@@ -48,40 +55,10 @@ AutopilotOpt = Annotated[bool, typer.Option("--autopilot", help="GKE Autopilot m
 KeepBucketOpt = Annotated[bool, typer.Option("--keep-bucket", help="Do not delete the bucket.")]
 
 
-def build_spec(config: str | None, name: str | None, **opts: Any):
-    """Flags the user gave (None = not given) layered over the config file."""
-    from rlctl.core.config.infra import build_infra_spec
-    from rlctl.core.config.load import read_yaml
-
-    accel = opts.pop("accelerators", None) or None
-    num_slices = opts.pop("num_slices", None)
-    if accel is None and num_slices and config:
-        accel = [a if isinstance(a, str) else f"{a['type']} x{a.get('count', 1)}"
-                 for a in read_yaml(config).get("accelerators", [])]
-    if accel and num_slices:
-        accel = [a if " x" in a else f"{a} x{num_slices}" for a in accel]
-    capacity = None
-    if opts.pop("spot", False):
-        capacity = {"kind": "spot"}
-    reservation = opts.pop("reservation", None)
-    if reservation:
-        capacity = {"kind": "reservation", "reservation": reservation}
-    dcn = {"count": opts.pop("dcn_networks", None), "mtu": opts.pop("mtu", None),
-           "cidrs": opts.pop("dcn_cidrs", None) or None}
-    bucket = {"name": opts.pop("bucket", None), "location": opts.pop("bucket_location", None)}
-    flags: dict[str, Any] = {
-        "cluster": name, "accelerators": accel, "capacity": capacity, "dcn": dcn,
-        "bucket": bucket, "mode": "autopilot" if opts.pop("autopilot", False) else None,
-        **opts,
-    }
-    overrides = flags.pop("overrides", None)
-    return build_infra_spec(config, flags, overrides, adc_project=adc_project)
-
-
 @guarded
 def create(
     ctx: typer.Context,
-    name: NameArg = None,
+    name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
     zone: ZoneOpt = None,
@@ -133,7 +110,7 @@ def create(
 @guarded
 def delete(
     ctx: typer.Context,
-    name: NameArg = None,
+    name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
     keep_bucket: KeepBucketOpt = False,
@@ -189,7 +166,7 @@ def list_(
 @guarded
 def describe(
     ctx: typer.Context,
-    name: NameArg = None,
+    name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
     config: ConfigOpt = None,
@@ -206,7 +183,7 @@ def describe(
     name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     d = core.describe(clients, project, region, name)
     head = (
-        f"[bold]{d['name']}[/bold]  {d['location']}  {d['status']}  GKE {d['version']}\n"
+        f"{d['name']}  {d['location']}  {d['status']}  GKE {d['version']}\n"
         f"  add-ons: Ray operator={d['addons']['ray_operator']}  "
         f"GCS FUSE={d['addons']['gcs_fuse_csi_driver']}  dataplane v2={d['dataplane_v2']}  "
         f"multi-networking={d['multi_networking']}\n  workload pool: {d['workload_pool']}"

@@ -7,10 +7,21 @@ from typing import Annotated
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import clients_for, existing_cluster, run_plan
-from rlctl.cli._options import ConfigOpt, DryRunOpt, OutputOpt, SetOpt, YesOpt, make_output
+from rlctl.cli._infra import build_spec, clients_for, existing_cluster, run_plan
+from rlctl.cli._options import (
+    CidrOpt,
+    ClusterNameArg,
+    ConfigOpt,
+    DryRunOpt,
+    MtuOpt,
+    OutputOpt,
+    ProjectOpt,
+    RegionOpt,
+    SetOpt,
+    YesOpt,
+    make_output,
+)
 from rlctl.cli._output import make_table
-from rlctl.cli.cluster import CidrOpt, MtuOpt, NameArg, ProjectOpt, RegionOpt, build_spec
 
 app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).",
                   no_args_is_help=True)
@@ -21,7 +32,7 @@ CountOpt = Annotated[int, typer.Option("--count", help="How many networks.")]
 @guarded
 def create(
     ctx: typer.Context,
-    name: NameArg = None,
+    name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
     count: CountOpt = 2,
@@ -51,7 +62,7 @@ def create(
 @guarded
 def show(
     ctx: typer.Context,
-    name: NameArg = None,
+    name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
     config: ConfigOpt = None,
@@ -78,7 +89,7 @@ def show(
 @guarded
 def delete(
     ctx: typer.Context,
-    name: NameArg = None,
+    name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
     config: ConfigOpt = None,

@@ -7,35 +7,31 @@ about the run's workload; the run's status.json says which cluster it is on.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
+    ClusterOpt,
     ClusterRefOpts,
     DryRunOpt,
+    ImageOpt,
     OutputOpt,
     ProjectOpt,
     RegionOpt,
+    RootOpt,
     YesOpt,
     make_output,
 )
 from rlctl.cli._output import Output, make_table
 
+if TYPE_CHECKING:  # pragma: no cover
+    from rlctl.core.runs.results import RunInfo
+
 RunArg = Annotated[str, typer.Argument(help="Run name.")]
 OptRunArg = Annotated[str | None, typer.Argument(help="Run name; omit to list all runs.")]
 LOCAL_ROOT = "./runs"
-RootOpt = Annotated[
-    str | None,
-    typer.Option("--runs-dir", help="Run store root: a local path (default ./runs) or "
-                 "gs://BUCKET/runs.", envvar="RLCTL_RUNS_DIR"),
-]
-ClusterOpt = Annotated[
-    str | None,
-    typer.Option("--cluster", help="GKE cluster of the run (default: the one its status "
-                 "records); its bucket's gs://BUCKET/runs is the run store."),
-]
 WatchOpt = Annotated[
     bool, typer.Option("--watch", "-w", help="Refresh until the run ends (table output only; "
                        "not with -o json).")
@@ -47,10 +43,6 @@ FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing n
 TailOpt = Annotated[int, typer.Option("--tail", min=1, help="Lines to show first.")]
 PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's files "
                                         "(spec, status, metrics, checkpoints) from the store.")]
-ImageOpt = Annotated[str | None, typer.Option("--image", help="Image for the re-submitted "
-                                              "workload (default: the one recorded).",
-                                              envvar="RLCTL_IMAGE")]
-FINISHED = {"completed", "failed", "interrupted", "absent", "suspended"}
 
 
 def _where(runs_dir: str | None, cluster: str | None, project: str | None,
@@ -76,58 +68,67 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _runs_table(rows: list[dict[str, Any]]):
+def _runs_table(rows: list[RunInfo]):
     return make_table(
         None,
         ["RUN", "ALGO", "PHASE", "STEP", "REWARD", "CKPT", "BASELINE ACC", "FINAL ACC"],
         [
             [
-                r["name"], r.get("algorithm") or "-", r["phase"],
-                f"{r['step']}/{r.get('total_steps') or '?'}",
-                _fmt((r.get("latest_metrics") or {}).get("reward_mean")),
-                _fmt(r.get("latest_checkpoint")),
-                _fmt(r["eval"].get("baseline", {}).get("accuracy")),
-                _fmt(r["eval"].get("final", {}).get("accuracy")),
+                r.name, r.algorithm or "-", r.phase,
+                f"{r.step}/{r.total_steps or '?'}",
+                _fmt((r.latest_metrics or {}).get("reward_mean")),
+                _fmt(r.latest_checkpoint),
+                _fmt(r.eval.baseline.accuracy if r.eval.baseline else None),
+                _fmt(r.eval.final.accuracy if r.eval.final else None),
             ]
             for r in rows
         ],
     )
 
 
-def _run_view(r: dict[str, Any]) -> str:
+def _run_view(r: RunInfo) -> str:
     lines = [
-        f"[bold]{r['name']}[/bold]  ({r['path']})",
-        f"  phase       {r['phase']}",
-        f"  algorithm   {r.get('algorithm') or '-'}",
-        f"  step        {r['step']}/{r.get('total_steps') or '?'}",
-        f"  checkpoint  {_fmt(r.get('latest_checkpoint'))}",
+        f"{r.name}  ({r.path})",
+        f"  phase       {r.phase}",
+        f"  algorithm   {r.algorithm or '-'}",
+        f"  step        {r.step}/{r.total_steps or '?'}",
+        f"  checkpoint  {_fmt(r.latest_checkpoint)}",
     ]
-    if r.get("devices"):
-        lines.append(f"  devices     {r['devices']} on {r.get('processes') or 1} host(s)")
-    if r.get("error"):
-        lines.append(f"  error       {r['error']}")
-    m = r.get("latest_metrics")
+    if r.devices:
+        lines.append(f"  devices     {r.devices} on {r.processes or 1} host(s)")
+    if r.error:
+        lines.append(f"  error       {r.error}")
+    m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's
     if m:
         keys = ("loss", "reward_mean", "format_rate", "kl", "grad_norm", "step_seconds")
         lines.append("  last step   " + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys))
-    for which, e in r["eval"].items():
+    for which, e in r.eval.present():
         lines.append(
-            f"  eval/{which:<8} accuracy={_fmt(e.get('accuracy'))} "
-            f"format={_fmt(e.get('format_rate'))} n={e.get('n')}"
+            f"  eval/{which:<8} accuracy={_fmt(e.accuracy)} "
+            f"format={_fmt(e.format_rate)} n={e.n}"
         )
     return "\n".join(lines)
 
 
-def _view(info: dict[str, Any]) -> str:
+def _view(info: RunInfo) -> str:
+    from rlctl.core.runs.results import ClusterRunInfo
+
     text = _run_view(info)
-    w = info.get("workload")
-    if w:
-        pods = ", ".join(f"{n} {ph}" for ph, n in (w.get("pods") or {}).items()) or "none"
-        text += (f"\n  cluster     {info.get('cluster') or '-'} ({info.get('backend')})"
-                 f"\n  workload    {w.get('phase')}  pods: {pods}")
-        if info.get("reason"):
-            text += f"\n  [yellow]why[/yellow]         {info['reason']}"
+    if isinstance(info, ClusterRunInfo):
+        w = info.workload
+        pods = ", ".join(f"{n} {ph}" for ph, n in w.pods.items()) or "none"
+        text += (f"\n  cluster     {info.cluster or '-'} ({info.backend})"
+                 f"\n  workload    {w.phase}  pods: {pods}")
+        if info.reason:
+            text += f"\n  why         {info.reason}"
     return text
+
+
+def _dump(data: RunInfo | list[RunInfo]) -> Any:
+    """``-o json`` of a run (or a listing): the model's dump."""
+    if isinstance(data, list):
+        return [r.model_dump(mode="json") for r in data]
+    return data.model_dump(mode="json")
 
 
 @guarded
@@ -162,14 +163,14 @@ def status(
         """(data, renderable, finished)"""
         if where is None:
             from rlctl.core.runs.status import describe_run, list_runs
-            from rlctl.core.runs.store import open_store
+            from rlctl.core.store import open_store
 
             store = open_store(runs_dir or LOCAL_ROOT)
             if run is None:
-                rows = list_runs(store)  # type: ignore[arg-type]
+                rows = list_runs(store)
                 return rows, _runs_table(rows) if rows else f"no runs in {store.uri}", False
             info = describe_run(store.existing(run))
-            return info, _run_view(info), info["phase"] in FINISHED
+            return info, _run_view(info), info.finished
         from rlctl.core.runs import cluster as core
 
         clients = _clients(ctx, where)
@@ -177,12 +178,11 @@ def status(
             uri, rows = core.list_store(clients, where.ref())
             return rows, _runs_table(rows) if rows else f"no runs in {uri}", False
         info = core.describe(clients, where.ref(), run)
-        workload = (info.get("workload") or {}).get("phase")
-        return info, _view(info), info["phase"] in FINISHED or workload in FINISHED
+        return info, _view(info), info.finished
 
     if not watch:
         data, human, _ = fetch()
-        out.result(data, human)
+        out.result(_dump(data), human)
         return
     _watch(out, fetch, interval)
 
@@ -232,17 +232,17 @@ def resume(
     if where is not None:
         result = core.resume(clients, where.ref(), run, hf_token=core.hf_token_from_env(),
                              image=image)
-        for line in result["applied"]:
+        for line in result.applied:
             out.info(f"  {line}")
-        out.result(result, f"resumed run [bold]{run}[/bold] on {result['cluster']} from "
-                   f"checkpoint {result['checkpoint']} ({result['backend']})")
+        out.result(result.model_dump(mode="json"), f"resumed run {run} on {result.cluster} "
+                   f"from checkpoint {result.checkpoint} ({result.backend})")
         return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import resume_local
 
     with TrainProgress(out) as progress:
         record = resume_local(runs_dir or LOCAL_ROOT, run, progress=progress.callback)
-    out.result(record, progress.summary(record))
+    out.result(record.model_dump(mode="json"), progress.summary(record))
 
 
 @guarded
@@ -278,7 +278,7 @@ def logs(
     clients = _clients(ctx, where)
     if not follow:
         pod, text = core.logs(clients, where.ref(), run, tail)
-        out.info(f"[dim]{pod}[/dim]")
+        out.info(pod)
         if out.json:
             out.result({"pod": pod, "lines": text.splitlines()})
         else:
@@ -305,12 +305,13 @@ def delete_run(
 ) -> None:
     """Delete a cluster run's objects: only those labelled with rlctl and this run.
 
-    Lists what it will remove (workload, spec ConfigMap, HF token Secret, DRANET
-    claim; with --purge also the run's files in the gs:// store), asks, then deletes.
-    The shared ServiceAccount and everything else stay.
+    Shows the plan of what it will remove (workload, spec ConfigMap, HF token Secret,
+    DRANET claim; with --purge also the run's files in the gs:// store), asks, then
+    deletes. The shared ServiceAccount and everything else stay.
 
     Example: rlctl delete run my-run --runs-dir gs://my-bucket/runs --purge --yes
     """
+    from rlctl.cli._infra import run_plan
     from rlctl.core.errors import ConfigError
     from rlctl.core.runs import cluster as core
 
@@ -321,19 +322,9 @@ def delete_run(
                           hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME; "
                           "a local run is a folder you can remove")
     clients = _clients(ctx, where)
-    plan = core.plan_delete(clients, where.ref(), run, purge)
-    if not out.json:
-        out.result(None, make_table(f"Delete run {run} ({plan['cluster']})", ["REMOVE"],
-                                    [[x] for x in plan["remove"]]))
-    if dry_run:
-        if out.json:
-            out.result(plan)
-        else:
-            out.info("dry run: nothing was changed")
-        return
-    n = len(plan["remove"])
-    out.confirm(f"Delete {n} item{'s' if n != 1 else ''} of run {run}?")
-    result = core.delete(clients, where.ref(), run, purge)
-    out.info(f"deleted {len(result['removed'])} items of run {run}")
-    if out.json:
-        out.result({"plan": plan, "result": result})
+    ref = where.ref()
+    plan = core.plan_delete(clients, ref, run, purge)
+    n = len(plan.pending())
+    run_plan(out, plan, dry_run,
+             lambda ev: core.delete(clients, ref, plan, ev).model_dump(mode="json"),
+             f"deleted {n} item{'s' if n != 1 else ''} of run {run}")

@@ -12,6 +12,7 @@ import typer
 
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
+    BackendOpt,
     ClusterRefOpts,
     ConfigOpt,
     DryRunOpt,
@@ -19,6 +20,9 @@ from rlctl.cli._options import (
     ProjectOpt,
     RegionOpt,
     SetOpt,
+    TrainClusterOpt,
+    TrainImageOpt,
+    TrainRootOpt,
     YesOpt,
     make_output,
 )
@@ -49,20 +53,6 @@ TokensOpt = Annotated[int | None, typer.Option("--max-new-tokens", help="Complet
 BetaOpt = Annotated[float | None, typer.Option("--beta", help="KL weight (0 = no reference).")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Training seed.")]
 EvalOpt = Annotated[int | None, typer.Option("--eval-size", help="Held-out prompts (0 = off).")]
-RootOpt = Annotated[
-    str | None, typer.Option("--runs-dir", help="Run store root.", envvar="RLCTL_RUNS_DIR")
-]
-ClusterOpt = Annotated[
-    str | None, typer.Option("--cluster", help="Run on this GKE cluster instead of locally.")
-]
-BackendOpt = Annotated[
-    str, typer.Option("--backend", help="Cluster workload: jobset, pathways or ray.")
-]
-ImageOpt = Annotated[
-    str | None,
-    typer.Option("--image", help="Container image of the trainer (cluster runs).",
-                 envvar="RLCTL_IMAGE"),
-]
 AcceleratorOpt = Annotated[
     str | None,
     typer.Option("--accelerator", "-a",
@@ -96,34 +86,34 @@ def _run(
 
     with TrainProgress(out) as progress:
         record = train_local(spec, progress=progress.callback)
-    out.result(record, progress.summary(record))
+    out.result(record.model_dump(mode="json"), progress.summary(record))
 
 
 def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
             image: str | None, dry_run: bool) -> None:
     from rlctl.cli._infra import clients_for
     from rlctl.core.runs import cluster as core
+    from rlctl.core.runs.results import SubmitPreview
 
     clients = clients_for(ctx, where.project, where.region)
     out.info(f"looking up cluster {where.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
     result = core.submit(clients, where.ref(), spec, backend, image,
                          hf_token=core.hf_token_from_env(), dry_run=dry_run)
-    if dry_run:
-        out.info(f"dry run: {len(result['manifests'])} objects for {where.cluster} "
-                 f"({result['accelerator']}), run store {result['runs_dir']}; nothing changed")
+    if isinstance(result, SubmitPreview):
+        out.info(f"dry run: {len(result.manifests)} objects for {where.cluster} "
+                 f"({result.accelerator}), run store {result.runs_dir}; nothing changed")
         if out.json:
-            out.result(result["manifests"])
+            out.result(result.manifests)
         else:  # raw text: YAML brackets must not be read as rich markup
-            out.line(out.yaml_documents(result["manifests"]).rstrip("\n"))
+            out.line(out.yaml_documents(result.manifests).rstrip("\n"))
         return
-    for line in result["applied"]:
+    for line in result.applied:
         out.info(f"  {line}")
-    out.info(f"next: rlctl status {result['name']} --runs-dir {result['path'].rsplit('/', 1)[0]}"
-             f"  |  rlctl logs {result['name']} -f --runs-dir "
-             f"{result['path'].rsplit('/', 1)[0]}")
-    out.result(result, f"submitted run [bold]{result['name']}[/bold] to {result['cluster']} "
-               f"({result['backend']}, {result['accelerator']}); store {result['path']}")
+    out.info(f"next: rlctl status {result.name} --runs-dir {result.runs_dir}"
+             f"  |  rlctl logs {result.name} -f --runs-dir {result.runs_dir}")
+    out.result(result.model_dump(mode="json"), f"submitted run {result.name} to "
+               f"{result.cluster} ({result.backend}, {result.accelerator}); store {result.path}")
 
 
 def _command(algorithm: str):
@@ -143,10 +133,10 @@ def _command(algorithm: str):
         beta: BetaOpt = None,
         seed: SeedOpt = None,
         eval_size: EvalOpt = None,
-        runs_dir: RootOpt = None,
-        cluster: ClusterOpt = None,
+        runs_dir: TrainRootOpt = None,
+        cluster: TrainClusterOpt = None,
         backend: BackendOpt = "jobset",
-        image: ImageOpt = None,
+        image: TrainImageOpt = None,
         accelerator: AcceleratorOpt = None,
         project: ProjectOpt = None,
         region: RegionOpt = None,

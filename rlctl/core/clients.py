@@ -8,6 +8,19 @@ and anonymous credentials, so the real client libraries talk to local fakes.
 With no storage override, ``STORAGE_EMULATOR_HOST`` points Cloud Storage at an
 emulator (fake-gcs-server) with anonymous credentials, as the pods' tests do.
 
+From the environment, as gcloud's ``api_endpoint_overrides`` and
+``auth/disable_credentials`` properties do (read when ``Clients`` is built,
+still without I/O; explicit ``endpoints=``/``credentials=`` arguments win):
+
+* ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>`` (SERVICE in COMPUTE, CONTAINER, TPU,
+  SERVICEUSAGE, STORAGE) sends that service's calls to another endpoint, for
+  users behind Private Service Connect or regional endpoints, and for CI
+  against a local fake. The value is ``https://HOST[:PORT]`` without a path:
+  the client libraries add the API path themselves (gcloud's values include it).
+* ``RLCTL_AUTH_DISABLE_CREDENTIALS=true`` uses ``AnonymousCredentials`` instead
+  of Application Default Credentials. It is for emulators and local fakes only:
+  Google's APIs reject anonymous calls.
+
 ``kubernetes(endpoint, ca)`` builds a Kubernetes API client for a GKE cluster
 from its endpoint, CA certificate and an access token of the same credentials;
 the token stays in memory (see ``core/k8s/kubeconfig.py``).
@@ -17,11 +30,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rlctl import __version__
-from rlctl.core.errors import require_extra
+from rlctl.core.errors import ConfigError, require_extra
 
 if TYPE_CHECKING:  # pragma: no cover
     from google.api_core.retry import Retry
@@ -31,6 +46,63 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SERVICES = ("compute", "container", "tpu", "serviceusage", "storage")
 USER_AGENT = f"rlctl/{__version__}"
+ENDPOINT_ENV_PREFIX = "RLCTL_API_ENDPOINT_OVERRIDES_"
+DISABLE_CREDENTIALS_ENV = "RLCTL_AUTH_DISABLE_CREDENTIALS"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def _require(module: str, extra: str) -> None:
+    """``require_extra`` for a dotted name, parents first: with google-auth alone
+    (a dependency of ``kubernetes``) there is no ``google.cloud`` package, and
+    looking up ``google.cloud.container_v1`` would raise ModuleNotFoundError."""
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        require_extra(".".join(parts[:i]), extra)
+
+
+def _endpoint(variable: str, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
+            or parts.fragment:
+        raise ConfigError(f"{variable}={value!r} is not an endpoint URL",
+                          hint="give a scheme and host, e.g. https://HOST or "
+                          "http://127.0.0.1:PORT")
+    if parts.path.strip("/"):
+        raise ConfigError(f"{variable}={value!r}: give the endpoint without a path",
+                          hint="the client libraries add the API path (/compute/v1, /v1, ...) "
+                          "themselves; unlike gcloud's overrides, leave it out")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def endpoints_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """{service: URL} from ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>``; empty values are unset.
+
+    A misspelt service name is an error rather than a silent call to the default
+    endpoint (that is, to production).
+    """
+    env = os.environ if env is None else env
+    out: dict[str, str] = {}
+    for variable, value in env.items():
+        if not variable.startswith(ENDPOINT_ENV_PREFIX) or not value.strip():
+            continue
+        service = variable[len(ENDPOINT_ENV_PREFIX):].lower()
+        if service not in SERVICES:
+            raise ConfigError(f"{variable}: unknown service {service!r}",
+                              hint="use one of " + ", ".join(
+                                  ENDPOINT_ENV_PREFIX + s.upper() for s in SERVICES))
+        out[service] = _endpoint(variable, value.strip())
+    return out
+
+
+def credentials_disabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``RLCTL_AUTH_DISABLE_CREDENTIALS`` asks for anonymous credentials."""
+    env = os.environ if env is None else env
+    raw = env.get(DISABLE_CREDENTIALS_ENV, "")
+    value = raw.strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ConfigError(f"{DISABLE_CREDENTIALS_ENV}={raw!r} is not a boolean",
+                          hint="use true or false")
+    return value in _TRUE
 
 
 class Clients:
@@ -39,8 +111,10 @@ class Clients:
     Args:
         project: default project id.
         region: default region.
-        credentials: google.auth credentials; None means Application Default Credentials.
-        endpoints: per-service endpoint override (keys in ``SERVICES``), e.g. a local fake.
+        credentials: google.auth credentials; None means Application Default Credentials
+            (anonymous ones with ``RLCTL_AUTH_DISABLE_CREDENTIALS=true``).
+        endpoints: per-service endpoint override (keys in ``SERVICES``), e.g. a local fake;
+            they win over ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>``.
         retry_initial: first backoff (s) for transient 429/5xx retries.
         retry_deadline: give up retrying after this many seconds.
         poll_interval: first delay (s) between long-running-operation polls (grows to 10x).
@@ -60,10 +134,11 @@ class Clients:
         self.project = project
         self.region = region
         self._credentials = credentials
-        self.endpoints = dict(endpoints or {})
-        unknown = set(self.endpoints) - set(SERVICES)
+        unknown = set(endpoints or {}) - set(SERVICES)
         if unknown:
             raise ValueError(f"unknown endpoint keys {sorted(unknown)}; use {SERVICES}")
+        self.endpoints = {**endpoints_from_env(), **(endpoints or {})}
+        self.anonymous = credentials is None and credentials_disabled()
         self.retry_initial = retry_initial
         self.retry_deadline = retry_deadline
         self.poll_interval = poll_interval
@@ -82,8 +157,13 @@ class Clients:
     @property
     def credentials(self) -> Any:
         with self._lock:
+            if self._credentials is None and self.anonymous:
+                _require("google.auth", "gcp")
+                from google.auth.credentials import AnonymousCredentials
+
+                self._credentials = AnonymousCredentials()
             if self._credentials is None:
-                require_extra("google.auth", "gcp")
+                _require("google.auth", "gcp")
                 import google.auth
 
                 from rlctl.core.gcp.errors import translate
@@ -106,7 +186,7 @@ class Clients:
         return {"api_endpoint": url} if url else {}
 
     def _gapic(self, module: str, cls_name: str, service: str) -> Any:
-        require_extra(module, "gcp")
+        _require(module, "gcp")
         import importlib
 
         cls = getattr(importlib.import_module(module), cls_name)
@@ -180,7 +260,7 @@ class Clients:
     # --- Cloud Storage ----------------------------------------------------
     @cached_property
     def storage(self) -> Any:
-        require_extra("google.cloud.storage", "gcp")
+        _require("google.cloud.storage", "gcp")
         from google.cloud import storage
 
         emulator = os.environ.get("STORAGE_EMULATOR_HOST")

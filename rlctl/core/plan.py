@@ -18,7 +18,9 @@ MUTATING: frozenset[str] = frozenset({"create", "update", "delete"})
 class Change(BaseModel):
     """One resource and what the plan does to it."""
 
-    kind: str  # network | subnet | firewall | cluster | nodepool | bucket | iam
+    # network | subnet | firewall | cluster | nodepool | bucket | iam; for a run: the
+    # Kubernetes kind of its objects (JobSet, ConfigMap, ...) and files (its run store folder)
+    kind: str
     name: str
     action: Action
     fields: dict[str, Any] = Field(default_factory=dict, description="key fields, for people")
@@ -70,6 +72,22 @@ class Plan(BaseModel):
         return topo_order([c for c in self.changes if c.action != "unchanged"])
 
 
+class ApplyResult(BaseModel):
+    """What applying a plan did (the ``result`` next to the ``plan`` of ``-o json``)."""
+
+    operation: Literal["create", "delete"]
+    target: str
+    applied: list[str] = Field(default_factory=list, description="keys of the changes made")
+    unchanged: list[str] = Field(default_factory=list)
+    noop: bool = False
+
+    @classmethod
+    def of(cls, plan: Plan, applied: list[str]) -> ApplyResult:
+        return cls(operation=plan.operation, target=plan.target, applied=applied,
+                   unchanged=[c.key for c in plan.changes if c.action == "unchanged"],
+                   noop=plan.noop)
+
+
 def topo_order(changes: list[Change]) -> list[Change]:
     """Stable topological order; edges to keys outside ``changes`` are ignored."""
     by_key = {c.key: c for c in changes}
@@ -93,17 +111,6 @@ def topo_order(changes: list[Change]) -> list[Change]:
     for c in changes:
         visit(c)
     return out
-
-
-def critical_path(changes: list[Change], cost: dict[str, float] | None = None) -> float:
-    """Length of the longest dependency chain among ``changes`` (each costs 1 by default)."""
-    order = topo_order(changes)
-    keys = {c.key for c in order}
-    longest: dict[str, float] = {}
-    for c in order:
-        w = (cost or {}).get(c.key, 1.0)
-        longest[c.key] = w + max((longest[d] for d in c.depends_on if d in keys), default=0.0)
-    return max(longest.values(), default=0.0)
 
 
 def diff_fields(observed: dict[str, Any], desired: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -23,6 +23,14 @@ def test_help_has_an_example(cmd):
         assert "Example: rlctl" in r.output
 
 
+def test_backend_help_names_every_registered_backend():
+    from rlctl.core.k8s import backends
+
+    r = CliRunner().invoke(app, ["train", "grpo", "--help"])
+    assert r.exit_code == 0, r.output
+    assert all(name in r.output for name in backends.names())
+
+
 def test_version():
     r = CliRunner().invoke(app, ["--version"])
     assert r.exit_code == 0 and r.output.startswith("rlctl ")

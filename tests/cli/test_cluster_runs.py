@@ -127,7 +127,7 @@ class TestTrainOnCluster:
         assert r.exit_code == 0, r.stderr
         objs = json.loads(r.stdout)  # nothing else on stdout
         kinds = [o["kind"] for o in objs]
-        assert kinds == ["ServiceAccount", "ConfigMap", "JobSet"]
+        assert kinds == ["ServiceAccount", "JobSet"]
         js = objs[-1]
         assert js["metadata"]["name"] == RUN
         assert len(js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
@@ -152,7 +152,7 @@ class TestTrainOnCluster:
         out = json.loads(r.stdout)
         assert out["name"] == RUN and out["path"] == f"{STORE}/{RUN}"
         assert out["cluster"] == "c" and out["accelerator"] == "v6e-16"
-        assert kube.names() == ["ConfigMap/r1-spec", "JobSet/r1", "Secret/r1-hf-token",
+        assert kube.names() == ["JobSet/r1", "Secret/r1-hf-token",
                                 "ServiceAccount/rlctl"]
         js = kube.objects[JOBSET]
         assert js["spec"]["replicatedJobs"][0]["replicas"] == 2  # two v6e-16 pools
@@ -299,13 +299,22 @@ class TestDeleteRun:
         r = cli("delete", "run", RUN, "--runs-dir", STORE, "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
         plan = json.loads(r.stdout)
-        assert plan["remove"] == ["JobSet/r1", "ConfigMap/r1-spec", "Secret/r1-hf-token"]
+        assert (plan["operation"], plan["target"], plan["project"], plan["location"]) == (
+            "delete", RUN, "p", "us-central1")
+        assert [(c["action"], c["kind"], c["name"]) for c in plan["changes"]] == [
+            ("delete", "JobSet", "r1"), ("delete", "Secret", "r1-hf-token")]
+        assert any("cluster c" in n for n in plan["notes"])
         r = cli("delete", "run", RUN, "--runs-dir", STORE)
         assert r.exit_code == 2 and "--yes" in r.stderr
         assert "JobSet/r1" in kube.names()
         r = cli("delete", "run", RUN, "--runs-dir", STORE, "--yes")
         assert r.exit_code == 0, r.stderr
-        assert "JobSet/r1" in r.stdout and "deleted 3 items" in r.stderr
+        rows = [line.split() for line in r.stdout.splitlines()]
+        # the plan table, one row each
+        for kind, name in [("JobSet", "r1"), ("Secret", "r1-hf-token")]:
+            assert any(row[1:6:2] == ["delete", kind, name] for row in rows), r.stdout
+        assert f"Plan: delete {RUN} (p, us-central1)" in r.stdout
+        assert "deleted 2 items" in r.stderr
         assert kube.names() == ["ConfigMap/other", "ConfigMap/theirs", "ServiceAccount/rlctl"]
         assert f"runs/{RUN}/spec.yaml" in [b.name for b in clients.storage.list_blobs(BUCKET)]
 
@@ -314,8 +323,11 @@ class TestDeleteRun:
         r = cli("delete", "run", RUN, "--runs-dir", STORE, "--purge", "--yes", "-o", "json")
         assert r.exit_code == 0, r.stderr
         doc = json.loads(r.stdout)
-        assert doc["plan"]["remove"][-1] == f"{STORE}/{RUN}"
-        assert f"{STORE}/{RUN}" in doc["result"]["removed"]
+        files = doc["plan"]["changes"][-1]
+        assert (files["action"], files["kind"], files["name"]) == ("delete", "files",
+                                                                  f"{STORE}/{RUN}")
+        assert f"files/{STORE}/{RUN}" in doc["result"]["applied"]
+        assert doc["result"]["operation"] == "delete" and doc["result"]["target"] == RUN
         assert list(clients.storage.list_blobs(BUCKET)) == []
         assert kube.names() == ["ServiceAccount/rlctl"]
 

@@ -105,7 +105,8 @@ class FakeGCP:
         self._server: ThreadingHTTPServer | None = None
 
     # --- lifecycle ---------------------------------------------------------
-    def start(self) -> FakeGCP:
+    def start(self, port: int = 0) -> FakeGCP:
+        """Serve on 127.0.0.1:``port`` (0: a free one) from a daemon thread."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,7 +120,7 @@ class FakeGCP:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -548,7 +549,9 @@ class FakeGCP:
         raise KeyError(r.path)
 
     def _proxy(self, h: BaseHTTPRequestHandler, parts: Any, raw: bytes) -> None:
-        assert self.gcs_url, "FakeGCP(gcs_url=...) is needed for storage"
+        if not self.gcs_url:  # a 4xx answer: no dropped connection or 5xx to retry
+            return self._error(h, 400, "this fake serves no Cloud Storage: start it with a "
+                               "fake-gcs-server behind it (FakeGCP(gcs_url=...), serve --gcs)")
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         bucket_create = h.command == "POST" and parts.path == "/storage/v1/b"
         sent = json.loads(raw) if bucket_create and raw else None

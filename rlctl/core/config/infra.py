@@ -54,7 +54,7 @@ class SliceSpec(Spec):
     @classmethod
     def _from_text(cls, v: Any) -> Any:
         if isinstance(v, str):
-            from rlctl.core.gcp.catalog import parse_slices
+            from rlctl.core.config.catalog import parse_slices
 
             name, n = parse_slices(v)
             return {"type": name, "count": n}
@@ -63,7 +63,7 @@ class SliceSpec(Spec):
     @field_validator("type")
     @classmethod
     def _known(cls, v: str) -> str:
-        from rlctl.core.gcp.catalog import lookup
+        from rlctl.core.config.catalog import lookup
 
         try:
             return lookup(v).name

@@ -92,11 +92,5 @@ def build(model: type[M], base: dict[str, Any], overrides: list[str] | None = No
         raise ConfigError(f"invalid {model.__name__}: {format_validation_error(e)}") from e
 
 
-def load_spec(
-    model: type[M], config: str | Path | None = None, overrides: list[str] | None = None
-) -> M:
-    return build(model, read_yaml(config) if config else {}, overrides)
-
-
 def dump_yaml(spec: BaseModel) -> str:
     return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)

@@ -3,19 +3,24 @@
 ``plan_create`` composes network, cluster/node pool and storage changes into one
 ``Plan``; ``plan_delete`` finds everything carrying rlctl's labels for a cluster;
 ``apply_plan`` runs either, concurrently along the dependency edges, awaiting
-every long-running operation.
+every long-running operation. ``slices_from_pools`` reads the accelerators back
+from existing node pools (the inverse of ``desired_pools``) for cluster runs.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from rlctl.core.config import prices
+from rlctl.core.config.catalog import Accelerator, all_types, lookup
 from rlctl.core.config.infra import DRANET_LABEL, MANAGED_BY, RLCTL, InfraSpec
-from rlctl.core.errors import AlreadyExistsError, ConflictError, NotFoundError
-from rlctl.core.gcp import network, preflight, prices, storage
-from rlctl.core.gcp.catalog import Accelerator, lookup
+from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
+from rlctl.core.gcp import network, preflight, storage
+from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.errors import operation_error
 from rlctl.core.gcp.operations import Event, call, execute, wait_gke
 from rlctl.core.plan import Change, CostEstimate, Plan
@@ -92,6 +97,58 @@ def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str
     return out
 
 
+# --- the accelerators of existing pools (pure; the inverse of desired_pools) --------
+@dataclass(frozen=True)
+class PoolSlices:
+    """One catalog accelerator a cluster's node pools hold, ``count`` as in
+    ``-a TYPE xCOUNT``: TPU slices (one pool each), or GPU machines (all its pools)."""
+
+    accelerator: Accelerator
+    count: int
+
+
+def _pool_accelerator(pool: Any) -> Accelerator | None:
+    """The catalog entry of a node pool (None for CPU pools).
+
+    rlctl names its pools ``<type>-<i>`` (``pool_name``); other pools are matched by
+    machine type and TPU topology (a single-host TPU pool may have no placement policy).
+    """
+    machine = pool.config.machine_type
+    topology = pool.placement_policy.tpu_topology or None
+    base = re.sub(r"-\d+$", "", pool.name)
+    try:
+        acc = lookup(base)
+        if acc.machine_type == machine and (topology is None or acc.topology == topology):
+            return acc
+    except ConfigError:
+        pass
+    found = [a for a in all_types() if a.machine_type == machine
+             and (a.kind == "gpu" or (a.topology == topology if topology else a.hosts == 1))]
+    return found[0] if len(found) == 1 else None
+
+
+def slices_from_pools(pools: list[Any]) -> tuple[list[PoolSlices], list[str]]:
+    """(accelerators, DCN network names) of GKE node pools (``container_v1.NodePool``).
+
+    TPU: one pool per slice, so identical pools add slices. GPU: the nodes of all
+    pools of one machine type form one group (at least one machine).
+    """
+    groups: dict[str, tuple[Accelerator, int, int]] = {}  # name -> (acc, pools, nodes)
+    networks: list[str] = []
+    for p in pools:
+        acc = _pool_accelerator(p)
+        if acc is None:
+            continue
+        _, n_pools, nodes = groups.get(acc.name, (acc, 0, 0))
+        groups[acc.name] = (acc, n_pools + 1, nodes + int(p.initial_node_count or 0))
+        for net in p.network_config.additional_node_network_configs:
+            if net.network and net.network.rsplit("/", 1)[-1] not in networks:
+                networks.append(net.network.rsplit("/", 1)[-1])
+    found = [PoolSlices(acc, n_pools if acc.kind == "tpu" else max(nodes, 1))
+             for acc, n_pools, nodes in groups.values()]
+    return found, networks
+
+
 def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
     return {
         "name": CPU_POOL, "initial_node_count": spec.cpu_nodes,
@@ -157,7 +214,7 @@ def _parent(spec_or_project: Any, location: str) -> str:
     return f"projects/{project}/locations/{location}"
 
 
-def get_cluster(clients: Any, project: str, location: str, name: str) -> Any | None:
+def get_cluster(clients: GcpClients, project: str, location: str, name: str) -> Any | None:
     try:
         return call(clients, f"reading cluster {name}", clients.container.get_cluster,
                     name=f"{_parent(project, location)}/clusters/{name}")
@@ -169,12 +226,12 @@ def _is_ours(labels: Any) -> bool:
     return dict(labels or {}).get(MANAGED_BY) == RLCTL
 
 
-def project_number(clients: Any, project: str) -> str:
+def project_number(clients: GcpClients, project: str) -> str:
     return str(call(clients, f"reading project {project}", clients.projects.get,
                     project=project).id)
 
 
-def _cluster_changes(clients: Any, spec: InfraSpec) -> tuple[list[Change], list[str]]:
+def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change], list[str]]:
     notes: list[str] = []
     ckey = f"cluster/{spec.cluster}"
     subnets = [f"subnet/{spec.subnet_name(i)}" for i in range(spec.dcn.count)]
@@ -262,7 +319,7 @@ def _cost(spec: InfraSpec, changes: list[Change]) -> CostEstimate:
                         note=prices.caveat())
 
 
-def plan_create(clients: Any, spec: InfraSpec) -> Plan:
+def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
     """Pre-flight checks, then network + cluster + node pools + bucket/IAM vs what exists."""
     preflight.run(clients, spec)
     changes = network.plan(clients, spec)
@@ -276,7 +333,7 @@ def plan_create(clients: Any, spec: InfraSpec) -> Plan:
                 location=spec.location, changes=changes, cost=_cost(spec, changes), notes=notes)
 
 
-def plan_delete(clients: Any, project: str, region: str, cluster: str,
+def plan_delete(clients: GcpClients, project: str, region: str, cluster: str,
                 keep_bucket: bool = False) -> Plan:
     """Everything labelled as rlctl's for ``cluster``, as deletes in dependency order."""
     changes: list[Change] = []
@@ -309,7 +366,7 @@ def plan_delete(clients: Any, project: str, region: str, cluster: str,
                 changes=changes, notes=notes)
 
 
-def network_plan_create(clients: Any, spec: InfraSpec) -> Plan:
+def network_plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
     """Only the DCN networks, subnets and firewalls (``rlctl network create``)."""
     only_networks = spec.model_copy(update={"accelerators": [], "bucket": type(spec.bucket)()})
     preflight.run(clients, only_networks)
@@ -317,7 +374,7 @@ def network_plan_create(clients: Any, spec: InfraSpec) -> Plan:
                 location=spec.region, changes=network.plan(clients, spec))
 
 
-def network_plan_delete(clients: Any, project: str, region: str, cluster: str) -> Plan:
+def network_plan_delete(clients: GcpClients, project: str, region: str, cluster: str) -> Plan:
     cur = get_cluster(clients, project, region, cluster)
     notes = []
     if cur is not None:
@@ -330,7 +387,7 @@ def network_plan_delete(clients: Any, project: str, region: str, cluster: str) -
 
 
 # --- apply ----------------------------------------------------------------------
-def _wait_status(clients: Any, getter: Callable[[], Any], what: str,
+def _wait_status(clients: GcpClients, getter: Callable[[], Any], what: str,
                  on_poll: Callable[[str], None], timeout: float = 3600) -> None:
     """Poll a cluster/node pool until RUNNING (an earlier, interrupted apply's operation)."""
     delay = clients.poll_interval
@@ -349,7 +406,7 @@ def _wait_status(clients: Any, getter: Callable[[], Any], what: str,
         delay = min(delay * 1.5, clients.poll_interval * 10)
 
 
-def _apply_gke(clients: Any, c: Change, project: str, location: str, cluster: str,
+def _apply_gke(clients: GcpClients, c: Change, project: str, location: str, cluster: str,
                on_poll: Callable[[str], None]) -> None:
     gke = clients.container
     t = clients.container_types
@@ -381,7 +438,7 @@ def _apply_gke(clients: Any, c: Change, project: str, location: str, cluster: st
     wait_gke(clients, op, location, what, on_poll=on_poll)
 
 
-def apply_plan(clients: Any, plan: Plan, on_event: Event | None = None) -> dict[str, Any]:
+def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None) -> dict[str, Any]:
     """Apply every non-unchanged change, concurrently where independent; wait for all."""
     region = plan.location
 
@@ -391,7 +448,7 @@ def apply_plan(clients: Any, plan: Plan, on_event: Event | None = None) -> dict[
         elif c.kind in ("cluster", "nodepool"):
             _apply_gke(clients, c, plan.project, plan.location, plan.target, on_poll)
         else:
-            storage.apply(clients, c, None)
+            storage.apply(clients, c)
 
     done = execute(plan.pending(), handler, on_event or (lambda *a: None))
     return {
@@ -420,7 +477,7 @@ def _pool_view(p: Any) -> dict[str, Any]:
     return v
 
 
-def describe(clients: Any, project: str, location: str, name: str) -> dict[str, Any]:
+def describe(clients: GcpClients, project: str, location: str, name: str) -> dict[str, Any]:
     cur = get_cluster(clients, project, location, name)
     if cur is None:
         raise NotFoundError(f"cluster {name!r} not found in {location}",
@@ -441,7 +498,7 @@ def describe(clients: Any, project: str, location: str, name: str) -> dict[str, 
     }
 
 
-def list_clusters(clients: Any, project: str, location: str = "-") -> list[dict[str, Any]]:
+def list_clusters(clients: GcpClients, project: str, location: str = "-") -> list[dict[str, Any]]:
     resp = call(clients, "listing clusters", clients.container.list_clusters,
                 parent=_parent(project, location))
     return [

@@ -12,6 +12,7 @@ from typing import Any
 
 from rlctl.core.config.infra import InfraSpec, is_ours
 from rlctl.core.errors import AlreadyExistsError, ConflictError, NotFoundError
+from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import call, wait_compute
 from rlctl.core.plan import Change, diff_fields
 
@@ -54,7 +55,7 @@ def desired(spec: InfraSpec) -> list[Change]:
 
 
 # --- observe -----------------------------------------------------------------
-def _get(clients: Any, kind: str, name: str, region: str) -> Any | None:
+def _get(clients: GcpClients, kind: str, name: str, region: str) -> Any | None:
     fn = {
         "network": lambda: call(clients, f"reading network {name}", clients.networks.get,
                                 project=clients.project, network=name),
@@ -81,7 +82,7 @@ def _view(kind: str, obj: Any) -> dict[str, Any]:
     }
 
 
-def plan(clients: Any, spec: InfraSpec) -> list[Change]:
+def plan(clients: GcpClients, spec: InfraSpec) -> list[Change]:
     """Desired DCN resources compared with what exists: create / update / unchanged."""
     out: list[Change] = []
     for c in desired(spec):
@@ -116,7 +117,7 @@ def plan(clients: Any, spec: InfraSpec) -> list[Change]:
     return out
 
 
-def found(clients: Any, cluster: str, region: str) -> list[Change]:
+def found(clients: GcpClients, cluster: str, region: str) -> list[Change]:
     """Everything rlctl made for ``cluster``, as delete changes in dependency order."""
     nets = [n for n in call(clients, "listing networks", clients.networks.list,
                             project=clients.project) if is_ours(n.description, cluster)]
@@ -140,7 +141,7 @@ def found(clients: Any, cluster: str, region: str) -> list[Change]:
 
 
 # --- apply ---------------------------------------------------------------------
-def apply(clients: Any, c: Change, region: str, on_poll: Any) -> None:
+def apply(clients: GcpClients, c: Change, region: str, on_poll: Any) -> None:
     """Create, patch or delete one network/subnet/firewall and wait for its operation."""
     t = clients.compute_types
     what = f"{c.action} {c.kind} {c.name}"

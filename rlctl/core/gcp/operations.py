@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from rlctl.core.errors import RlctlError
+from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.errors import operation_error, translate
 from rlctl.core.plan import Change
 
@@ -24,7 +25,7 @@ def _noop(key: str, state: str, info: str) -> None:
     pass
 
 
-def call(clients: Any, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call(clients: GcpClients, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, retry=clients.retry, **kwargs)`` with errors translated."""
     try:
         return fn(*args, retry=clients.retry, **kwargs)
@@ -34,7 +35,7 @@ def call(clients: Any, what: str, fn: Callable[..., Any], *args: Any, **kwargs: 
         raise translate(e, what) from e
 
 
-def _sleep_schedule(clients: Any):
+def _sleep_schedule(clients: GcpClients):
     delay = clients.poll_interval
     while True:
         yield delay
@@ -42,7 +43,7 @@ def _sleep_schedule(clients: Any):
 
 
 def wait_compute(
-    clients: Any, op: Any, what: str, region: str | None = None,
+    clients: GcpClients, op: Any, what: str, region: str | None = None,
     on_poll: Callable[[str], None] = lambda s: None,
 ) -> None:
     """Block until a Compute operation is DONE; raise its error if it failed."""
@@ -67,7 +68,8 @@ def wait_compute(
 
 
 def wait_gke(
-    clients: Any, op: Any, location: str, what: str, on_poll: Callable[[str], None] = lambda s: None
+    clients: GcpClients, op: Any, location: str, what: str,
+    on_poll: Callable[[str], None] = lambda s: None,
 ) -> None:
     """Poll a GKE operation (PENDING -> RUNNING -> DONE) and raise its error, if any."""
     Status = clients.container_types.Operation.Status

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
+from rlctl.core.config.catalog import lookup
 from rlctl.core.config.infra import InfraSpec
 from rlctl.core.errors import ConfigError, NotFoundError, PreflightError
-from rlctl.core.gcp.catalog import lookup
+from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import call
 from rlctl.core.gcp.storage import bucket_location
 from rlctl.core.names import validate_name
@@ -61,7 +61,7 @@ def check_names(spec: InfraSpec) -> list[str]:
     return out
 
 
-def check_apis(clients: Any, spec: InfraSpec) -> tuple[list[str], set[str]]:
+def check_apis(clients: GcpClients, spec: InfraSpec) -> tuple[list[str], set[str]]:
     """Failures, and the set of enabled APIs (so later checks skip disabled ones)."""
     names = [f"projects/{spec.project}/services/{a}" for a in required_apis(spec)]
     resp = call(clients, "checking enabled APIs", clients.service_usage.batch_get_services,
@@ -75,7 +75,7 @@ def check_apis(clients: Any, spec: InfraSpec) -> tuple[list[str], set[str]]:
     return out, enabled
 
 
-def check_accelerators(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
+def check_accelerators(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:
     out: list[str] = []
     tpus = [lookup(s.type) for s in spec.accelerators if lookup(s.type).kind == "tpu"]
     gpus = [lookup(s.type) for s in spec.accelerators if lookup(s.type).kind == "gpu"]
@@ -109,7 +109,7 @@ def check_accelerators(clients: Any, spec: InfraSpec, enabled: set[str]) -> list
     return out
 
 
-def check_version(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
+def check_version(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:
     if "container.googleapis.com" not in enabled:
         return []
     cfg = call(clients, "reading GKE server config", clients.container.get_server_config,
@@ -137,7 +137,7 @@ def check_version(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]
     return out
 
 
-def check_bucket(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
+def check_bucket(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:
     if not spec.bucket.name or "storage.googleapis.com" not in enabled:
         return []
     b = call(clients, f"reading bucket {spec.bucket.name}", clients.storage.lookup_bucket,
@@ -150,7 +150,7 @@ def check_bucket(clients: Any, spec: InfraSpec, enabled: set[str]) -> list[str]:
     return []
 
 
-def run(clients: Any, spec: InfraSpec) -> None:
+def run(clients: GcpClients, spec: InfraSpec) -> None:
     """All checks; raises ``PreflightError`` listing every failure. Reads only."""
     lines = check_names(spec)
     api_lines, enabled = check_apis(clients, spec)

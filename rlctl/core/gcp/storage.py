@@ -2,15 +2,15 @@
 
 The binding grants ``roles/storage.objectUser`` on the bucket to the Workload
 Identity principal of the namespace's Kubernetes service account, so pods read
-and write checkpoints without keys.
+and write checkpoints without keys. ``runs_bucket`` finds the bucket again by its
+labels, for cluster runs.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, InfraSpec
-from rlctl.core.errors import AlreadyExistsError
+from rlctl.core.errors import AlreadyExistsError, ConfigError
+from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import call
 from rlctl.core.plan import Change
 
@@ -19,6 +19,19 @@ ROLE = "roles/storage.objectUser"
 
 def bucket_location(spec: InfraSpec) -> str:
     return (spec.bucket.location or spec.region).upper()
+
+
+def runs_bucket(clients: GcpClients, project: str, cluster: str) -> str:
+    """The bucket ``rlctl cluster create --bucket`` made for the cluster (by label)."""
+    found = [b.name for b in call(clients, "listing buckets", clients.storage.list_buckets,
+                                  project=project)
+             if (b.labels or {}).get(MANAGED_BY) == RLCTL
+             and (b.labels or {}).get(CLUSTER_LABEL) == cluster]
+    if not found:
+        raise ConfigError(f"cluster {cluster!r} has no run bucket made by rlctl",
+                          hint="pass --runs-dir gs://BUCKET/runs, or create one with "
+                          f"'rlctl cluster create {cluster} --bucket NAME'")
+    return sorted(found)[0]
 
 
 def _iam_change(spec: InfraSpec, member: str, action: str) -> Change:
@@ -31,7 +44,7 @@ def _iam_change(spec: InfraSpec, member: str, action: str) -> Change:
     )
 
 
-def plan(clients: Any, spec: InfraSpec, project_number: str) -> list[Change]:
+def plan(clients: GcpClients, spec: InfraSpec, project_number: str) -> list[Change]:
     """Bucket + binding, or nothing when the spec names no bucket."""
     name = spec.bucket.name
     if not name:
@@ -62,7 +75,8 @@ def plan(clients: Any, spec: InfraSpec, project_number: str) -> list[Change]:
     return out
 
 
-def found(clients: Any, cluster: str, keep_bucket: bool = False) -> tuple[list[Change], list[str]]:
+def found(clients: GcpClients, cluster: str,
+          keep_bucket: bool = False) -> tuple[list[Change], list[str]]:
     """Buckets rlctl made for ``cluster`` (delete changes) and notes about kept ones."""
     changes: list[Change] = []
     notes: list[str] = []
@@ -86,7 +100,7 @@ def found(clients: Any, cluster: str, keep_bucket: bool = False) -> tuple[list[C
     return changes, notes
 
 
-def apply(clients: Any, c: Change, spec: InfraSpec | None) -> None:
+def apply(clients: GcpClients, c: Change) -> None:
     what = f"{c.action} {c.kind} {c.name}"
     st = clients.storage
     if c.kind == "bucket" and c.action == "create":

@@ -2,9 +2,9 @@
 
 One thin wrapper, ``KubeApi``, over the ``kubernetes`` client's ``ApiClient``
 (built by ``kubeconfig.py``, or by the client factory). It addresses objects by
-(apiVersion, kind) -> REST path, so the same code applies core objects and the
-JobSet/RayJob/PathwaysJob custom resources. ``kubernetes`` API errors are
-translated into rlctl errors here, ``from e``.
+(apiVersion, kind) -> REST path, so the same code applies core objects and each
+backend's workload (JobSet, RayJob, PathwaysJob: ``backends.py``). ``kubernetes``
+API errors are translated into rlctl errors here, ``from e``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rlctl.core.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.diagnose import Diagnosis, diagnose
 from rlctl.core.k8s.render import RUN_LABEL
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 FIELD_MANAGER = "rlctl"
+# The kinds rlctl manages besides the workloads (whose plurals are in backends.py).
 PLURALS = {
     ("v1", "ServiceAccount"): "serviceaccounts",
     ("v1", "ConfigMap"): "configmaps",
@@ -33,19 +35,7 @@ PLURALS = {
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
-    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobsets",
-    ("ray.io/v1", "RayJob"): "rayjobs",
-    ("pathways-job.pathways.domain/v1", "PathwaysJob"): "pathwaysjobs",
 }
-WORKLOAD_KINDS = {
-    "jobset": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
-    "pathways": ("pathways-job.pathways.domain/v1", "PathwaysJob"),
-    "ray": ("ray.io/v1", "RayJob"),
-}
-# What `delete run` looks for, in deletion order (workload first, so its pods stop).
-RUN_KINDS = [*WORKLOAD_KINDS.values(),
-             ("resource.k8s.io/v1", "ResourceClaimTemplate"),
-             ("v1", "ConfigMap"), ("v1", "Secret")]
 # Created only when missing, never updated: shared or holding a secret value.
 CREATE_ONLY = {"ServiceAccount", "Secret"}
 
@@ -54,11 +44,18 @@ def run_selector(run: str) -> str:
     return f"managed-by=rlctl,{RUN_LABEL}={run}"
 
 
+def run_kinds() -> list[tuple[str, str]]:
+    """What `delete run` looks for, in deletion order (workloads first, so their pods stop)."""
+    return [*(b.workload_kind for b in backends.registered()),
+            ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+            ("v1", "ConfigMap"), ("v1", "Secret")]
+
+
 def _collection(api_version: str, kind: str, namespace: str) -> str:
-    try:
-        plural = PLURALS[(api_version, kind)]
-    except KeyError as e:
-        raise ConfigError(f"rlctl does not manage {api_version} {kind} objects") from e
+    backend = backends.by_kind(api_version, kind)
+    plural = backend.plural if backend else PLURALS.get((api_version, kind))
+    if plural is None:
+        raise ConfigError(f"rlctl does not manage {api_version} {kind} objects")
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{base}/namespaces/{namespace}/{plural}"
 
@@ -224,7 +221,7 @@ def apply_objects(api: KubeApi, objs: list[dict[str, Any]]) -> list[str]:
 def list_run_objects(api: KubeApi, run: str) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, name) of every rlctl-labelled object of ``run``."""
     found = []
-    for api_version, kind in RUN_KINDS:
+    for api_version, kind in run_kinds():
         for obj in api.list(api_version, kind, run_selector(run)):
             labels = obj.get("metadata", {}).get("labels") or {}
             if labels.get("managed-by") == "rlctl" and labels.get(RUN_LABEL) == run:
@@ -239,7 +236,8 @@ def delete_objects(api: KubeApi, objs: list[tuple[str, str, str]]) -> list[str]:
 
 def find_workload(api: KubeApi, run: str, backend: str | None = None
                   ) -> dict[str, Any] | None:
-    kinds = [WORKLOAD_KINDS[backend]] if backend else list(WORKLOAD_KINDS.values())
+    kinds = ([backends.get(backend).workload_kind] if backend
+             else [b.workload_kind for b in backends.registered()])
     for api_version, kind in kinds:
         obj = api.get(api_version, kind, run)
         if obj is not None and (obj.get("metadata", {}).get("labels") or {}).get(RUN_LABEL) == run:
@@ -270,9 +268,6 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
     return diagnose(workload, pods, events, last_lines)
 
 
-TRAINER_CONTAINERS = ("trainer", "ray-head")
-
-
 def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100) -> tuple[str, str]:
     """(pod, text): the last lines of the run's leading trainer process.
 
@@ -282,9 +277,10 @@ def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100) -> tuple[str, st
     """
     pods = sorted(api.list("v1", "Pod", run_selector(run)),
                   key=lambda p: p["metadata"]["name"])
+    leaders = dict.fromkeys(b.leader_container for b in backends.registered())
     for p in pods:
         names = [c.get("name") for c in (p.get("spec") or {}).get("containers") or []]
-        for c in TRAINER_CONTAINERS:
+        for c in leaders:
             if c in names:
                 return p["metadata"]["name"], api.log(p["metadata"]["name"], c, tail_lines)
     raise NotFoundError(f"no trainer pod for run {run!r} yet",

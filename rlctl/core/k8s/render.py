@@ -3,7 +3,8 @@
 Templates are data: one Jinja2 Environment (PackageLoader + StrictUndefined),
 fed a typed ``WorkloadView``; every value is emitted with ``tojson``, names are
 DNS-1035 labels checked before rendering, and the YAML is parsed back into
-dicts. The caller validates the dicts (``validate.py``) before applying them.
+dicts. Which workload template (and extra ConfigMap files) a backend renders is
+its entry in ``backends.py``. The caller validates the dicts (``validate.py``) before applying them.
 No secret value is ever part of the view: the HF token is referenced by Secret
 name only.
 """
@@ -12,18 +13,16 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
 from rlctl.core.errors import ConfigError
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.names import validate_name
 
-Backend = Literal["jobset", "pathways", "ray"]
-BACKENDS: tuple[str, ...] = ("jobset", "pathways", "ray")
-MANAGED_BY = {"managed-by": "rlctl"}
 RUN_LABEL = "rlctl.dev/run"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -50,10 +49,9 @@ class WorkloadView(BaseModel):
 
     run: str
     namespace: str = DEFAULT_NAMESPACE
-    backend: Backend
+    backend: str = Field(description="A registered backend's name (backends.py).")
     image: str = Field(min_length=1)
     run_uri: str = Field(description="gs://BUCKET/PREFIX/RUN: where the trainer's run lives.")
-    spec_yaml: str = Field(description="The run's spec.yaml, stored in the ConfigMap.")
     shape: SliceShape
     service_account: str = DEFAULT_KSA
     hf_secret: str | None = Field(None, description="Secret holding the HF token, by name.")
@@ -69,6 +67,13 @@ class WorkloadView(BaseModel):
     @classmethod
     def _run(cls, v: str) -> str:
         return validate_name(v, "run")
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if not backends.is_backend(v):
+            raise ValueError(f"{v!r} is not a backend: one of {', '.join(backends.names())}")
+        return v
 
     @field_validator("namespace", "service_account")
     @classmethod
@@ -101,16 +106,21 @@ class WorkloadView(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> WorkloadView:
-        if self.backend == "pathways" and self.shape.kind != "tpu":
-            raise ValueError("the pathways backend runs on TPU slices only")
+        if backends.get(self.backend).tpu_only and self.shape.kind != "tpu":
+            raise ValueError(f"the {self.backend} backend runs on TPU slices only")
         if self.min_slices > self.shape.num_slices:
             raise ValueError("min_slices is larger than the number of slices")
         return self
 
     # derived names, one place
     @property
-    def spec_configmap(self) -> str:
-        return f"{self.run}-spec"
+    def config_map(self) -> str:
+        """The ConfigMap of the backend's extra files (mounted at /etc/rlctl)."""
+        return f"{self.run}-config"
+
+    @property
+    def has_config_files(self) -> bool:
+        return bool(backends.get(self.backend).config_files)
 
     @property
     def dcn_claim(self) -> str:
@@ -135,8 +145,6 @@ def make_view(**fields: Any) -> WorkloadView:
             for err in e.errors()
         )
         raise ConfigError(f"cannot render the workload: {msgs}") from e
-    except ConfigError:
-        raise
 
 
 @functools.lru_cache(maxsize=1)
@@ -145,7 +153,9 @@ def environment():
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("rlctl", "templates"),
+        # the package's templates, then those of backends registered from outside it
+        loader=jinja2.ChoiceLoader([jinja2.PackageLoader("rlctl", "templates"),
+                                    jinja2.FunctionLoader(backends.template_source)]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # YAML, not HTML: every value goes through tojson instead
         keep_trailing_newline=True,
@@ -169,24 +179,22 @@ def render_text(template: str, view: WorkloadView) -> str:
     return environment().get_template(template).render(v=view)
 
 
-WORKLOAD_TEMPLATES = {"jobset": "jobset.yaml.j2", "pathways": "pathways.yaml.j2",
-                      "ray": "rayjob.yaml.j2"}
-
-
 def render_workload(view: WorkloadView) -> list[dict[str, Any]]:
-    """The run's objects in apply order: ServiceAccount, ConfigMap, [DRANET claim], workload.
+    """The run's objects in apply order: ServiceAccount, [ConfigMap], [DRANET claim], workload.
+
+    The ConfigMap holds the backend's extra files (Ray's driver script) and exists only
+    for a backend that has some: the pods read the run's spec from its run store.
 
     The HF token Secret is not rendered: ``apply.py`` creates it from the value
     without it ever passing through a template or a printed manifest.
     """
-    extra = {}
-    if view.backend == "ray":
-        extra["ray_driver.py"] = render_text("ray_driver.py.j2", view)
-    objs = [
-        _render_yaml("serviceaccount.yaml.j2", v=view),
-        _render_yaml("configmap.yaml.j2", v=view, extra_files=extra),
-    ]
-    if view.dcn_networks and view.backend in ("jobset", "ray"):
+    backend = backends.get(view.backend)
+    extra = {name: render_text(template, view)
+             for name, template in backend.config_files.items()}
+    objs = [_render_yaml("serviceaccount.yaml.j2", v=view)]
+    if extra:
+        objs.append(_render_yaml("configmap.yaml.j2", v=view, extra_files=extra))
+    if view.dcn_networks and backend.dcn_claim:
         objs.append(_render_yaml("resourceclaimtemplate.yaml.j2", v=view))
-    objs.append(_render_yaml(WORKLOAD_TEMPLATES[view.backend], v=view))
+    objs.append(_render_yaml(backend.template, v=view))
     return objs

@@ -7,9 +7,12 @@ chips per host; workload templates only need this small view of it, so a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlctl.core.config.catalog import Accelerator
 
 
 class SliceShape(BaseModel):
@@ -54,14 +57,13 @@ class SliceShape(BaseModel):
         return self.hosts_per_slice * self.num_slices
 
 
-def v6e_16(num_slices: int = 1) -> SliceShape:
-    """v6e-16: ct6e-standard-4t, topology 4x4, 4 hosts x 4 chips (DESIGN.md section 3)."""
-    return SliceShape(kind="tpu", accelerator="tpu-v6e-slice", machine_type="ct6e-standard-4t",
-                      topology="4x4", hosts_per_slice=4, chips_per_host=4,
-                      num_slices=num_slices)
+def slice_shape(acc: Accelerator, count: int) -> SliceShape:
+    """The shape of ``count`` slices (TPU) or machines (GPU) of a catalog accelerator."""
+    if acc.kind == "tpu":
+        return SliceShape(kind="tpu", accelerator=acc.gke_accelerator or "",
+                          machine_type=acc.machine_type, topology=acc.topology,
+                          hosts_per_slice=acc.hosts, chips_per_host=acc.chips_per_host,
+                          num_slices=count)
+    return SliceShape(kind="gpu", accelerator=acc.gpu_type or "", machine_type=acc.machine_type,
+                      hosts_per_slice=count, chips_per_host=acc.gpus)
 
-
-def h100_8(hosts: int = 1, num_slices: int = 1) -> SliceShape:
-    """a3-highgpu-8g nodes with 8 H100s each."""
-    return SliceShape(kind="gpu", accelerator="nvidia-h100-80gb", machine_type="a3-highgpu-8g",
-                      hosts_per_slice=hosts, chips_per_host=8, num_slices=num_slices)

@@ -8,22 +8,36 @@ filled in first, ``additionalProperties: false`` on every object node that lists
 and the pod templates (and Job templates) embedded in custom resources, are
 checked with ``kubernetes-validate --strict``, which rejects unknown fields.
 
-CRD schemas are looked up in ``$RLCTL_CRD_SCHEMAS`` or ``../shared/crds``
-relative to the repository root; ``CrdSchemas.find()`` returns None when absent.
+The CRD schemas are package data (``rlctl/data/crds/``, with their upstream
+provenance in its README), loaded with ``importlib.resources``: an installed
+rlctl must validate a run's manifests on its own, so nothing here reads a
+folder outside the package (a ``shared/`` folder exists only beside a
+developer's checkout). Both validators come with the ``k8s`` extra; without
+them validation stops with ``MissingDependencyError`` naming it.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
-from rlctl.core.errors import ConfigError
+from rlctl.core.errors import ConfigError, RlctlError, require_extra
+
+if TYPE_CHECKING:  # pragma: no cover
+    from importlib.abc import Traversable
 
 KUBERNETES_VERSION = "1.34.0"  # GKE Standard with managed DRANET needs >= 1.34.1
+CRDS_DIR = "data/crds"  # inside the rlctl package
+
+
+def require_validators() -> None:
+    """Both validators are in the ``k8s`` extra: say so instead of an ImportError."""
+    require_extra("jsonschema", "k8s")
+    require_extra("kubernetes_validate", "k8s")
 
 
 class ManifestError(ConfigError):
@@ -85,31 +99,37 @@ def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
 
 
 class CrdSchemas:
-    """The CRD schemas of a folder, keyed by (apiVersion, kind)."""
+    """The CRD schemas of a folder, keyed by (apiVersion, kind).
 
-    def __init__(self, folder: Path) -> None:
+    ``folder`` is any ``importlib.resources`` Traversable: the package's own
+    ``rlctl/data/crds`` (``find()``), or a plain ``Path`` in tests.
+    """
+
+    def __init__(self, folder: Traversable) -> None:
         self.folder = folder
-        self._files: dict[tuple[str, str], Path] = {}
+        self._files: dict[tuple[str, str], Traversable] = {}
         self._cache: dict[tuple[str, str], tuple[dict[str, Any], Any]] = {}
-        for f in sorted(folder.glob("*.json")):
+        for f in sorted(folder.iterdir(), key=lambda t: t.name):
+            if not (f.name.endswith(".json") and f.is_file()):
+                continue
             # <kind>-<group>-<version>.json, e.g. jobset-jobset.x-k8s.io-v1alpha2.json
-            stem, _, version = f.stem.rpartition("-")
+            stem, _, version = f.name[: -len(".json")].rpartition("-")
             kind_lower, _, group = stem.partition("-")
             self._files[(f"{group}/{version}", kind_lower)] = f
 
     @classmethod
     def find(cls) -> CrdSchemas | None:
-        env = os.environ.get("RLCTL_CRD_SCHEMAS")
-        repo = Path(__file__).resolve().parents[3]
-        for cand in ([Path(env)] if env else []) + [repo.parent / "shared" / "crds"]:
-            if cand.is_dir() and any(cand.glob("*.json")):
-                return cls(cand)
-        return None
+        """The schemas shipped in the package (cached); None only if an install lost them."""
+        return _packaged()
+
+    def __len__(self) -> int:
+        return len(self._files)
 
     def knows(self, api_version: str, kind: str) -> bool:
         return (api_version, kind.lower()) in self._files
 
     def _validator(self, api_version: str, kind: str) -> tuple[dict[str, Any], Any]:
+        require_extra("jsonschema", "k8s")
         import jsonschema
 
         key = (api_version, kind.lower())
@@ -126,8 +146,18 @@ class CrdSchemas:
                 for e in sorted(validator.iter_errors(defaulted), key=lambda e: list(e.path))]
 
 
+@functools.cache
+def _packaged() -> CrdSchemas | None:
+    folder = resources.files("rlctl").joinpath(CRDS_DIR)
+    if not folder.is_dir():
+        return None
+    found = CrdSchemas(folder)
+    return found if len(found) else None
+
+
 # --- core kinds ------------------------------------------------------------------
 def core_errors(obj: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
+    require_extra("kubernetes_validate", "k8s")
     import kubernetes_validate
 
     try:
@@ -178,9 +208,10 @@ def manifest_errors(obj: dict[str, Any], crds: CrdSchemas | None) -> list[str]:
             errs += [f"{path}.{e}" for e in core_errors(core)]
     elif "/" in api and not api.startswith(("apps/", "batch/", "resource.k8s.io/",
                                            "rbac.authorization.k8s.io/", "policy/")):
-        if crds is None:
-            raise ConfigError(f"{where}: no CRD schemas to check a {kind}",
-                              hint="set RLCTL_CRD_SCHEMAS to the folder of CRD schemas")
+        if crds is None:  # the package data is part of every install: a broken one
+            raise RlctlError(f"{where}: no CRD schemas to check a {kind} (rlctl/{CRDS_DIR} "
+                             "is missing from the installed package)",
+                             hint="reinstall rlctl: pip install --force-reinstall 'rlctl[k8s]'")
         errs = [f"no CRD schema for {api} {kind}"]
     else:
         errs = core_errors(obj)
@@ -189,6 +220,7 @@ def manifest_errors(obj: dict[str, Any], crds: CrdSchemas | None) -> list[str]:
 
 def validate_manifests(objs: list[dict[str, Any]], crds: CrdSchemas | None = None) -> None:
     """Raise ManifestError listing every problem in ``objs``."""
+    require_validators()
     crds = crds if crds is not None else CrdSchemas.find()
     errors = [e for obj in objs for e in manifest_errors(obj, crds)]
     if errors:

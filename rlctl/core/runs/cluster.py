@@ -14,7 +14,6 @@ region, image, accelerator, backend, namespace), so later commands need only
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,36 +21,38 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlctl.core.config.infra import (
-    CLUSTER_LABEL,
-    DEFAULT_KSA,
-    DEFAULT_NAMESPACE,
-    KSA_LABEL,
-    MANAGED_BY,
-    NAMESPACE_LABEL,
-    RLCTL,
-)
+from rlctl.core.config.catalog import lookup
+from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE, KSA_LABEL, NAMESPACE_LABEL
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
-from rlctl.core.gcp.catalog import Accelerator, all_types, lookup
+from rlctl.core.gcp.api import GcpClients
+from rlctl.core.gcp.storage import runs_bucket
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.apply import KubeApi, describe_workload, trainer_logs
-from rlctl.core.k8s.shapes import SliceShape
+from rlctl.core.k8s.shapes import SliceShape, slice_shape
+from rlctl.core.plan import ApplyResult, Plan
+from rlctl.core.runs.results import (
+    ClusterRunInfo,
+    ResumeResult,
+    RunInfo,
+    SubmitPreview,
+    SubmitResult,
+)
 from rlctl.core.runs.status import read_status
-from rlctl.core.runs.store import RunDir, RunStore, open_store
 from rlctl.core.runs.submit import (
     ClusterOptions,
-    delete_run,
+    apply_delete_run,
     describe_cluster_run,
     plan_delete_run,
     render_run,
     resume_run,
     submit_run,
 )
+from rlctl.core.store import open_store
+from rlctl.core.store.base import Phase, RunDir, RunStore
 
-BACKENDS = ("jobset", "pathways", "ray")
 RUNS_PREFIX = "runs"
 HF_TOKEN_ENV = "HF_TOKEN"
-FINISHED = {"completed", "failed", "absent", "suspended"}
 
 
 class ClusterRef(BaseModel):
@@ -98,59 +99,8 @@ class ClusterTarget:
 
 
 # --- the cluster, from the GKE API ---------------------------------------------------
-def _pool_accelerator(pool: Any) -> Accelerator | None:
-    """The catalog entry of a node pool (None for CPU pools).
-
-    rlctl names its pools ``<type>-<i>``; other pools are matched by machine
-    type and TPU topology (a single-host TPU pool may have no placement policy).
-    """
-    machine = pool.config.machine_type
-    topology = pool.placement_policy.tpu_topology or None
-    base = re.sub(r"-\d+$", "", pool.name)
-    try:
-        acc = lookup(base)
-        if acc.machine_type == machine and (topology is None or acc.topology == topology):
-            return acc
-    except ConfigError:
-        pass
-    found = [a for a in all_types() if a.machine_type == machine
-             and (a.kind == "gpu" or (a.topology == topology if topology else a.hosts == 1))]
-    return found[0] if len(found) == 1 else None
-
-
-def shapes_from_pools(pools: list[Any]) -> tuple[dict[str, SliceShape], list[str]]:
-    """({catalog name: SliceShape}, DCN network names) from GKE node pools.
-
-    TPU: one pool per slice, so identical pools add slices. GPU: the nodes of
-    all pools of one machine type form one group.
-    """
-    groups: dict[str, tuple[Accelerator, int, int]] = {}  # name -> (acc, pools, nodes)
-    networks: list[str] = []
-    for p in pools:
-        acc = _pool_accelerator(p)
-        if acc is None:
-            continue
-        _, n_pools, nodes = groups.get(acc.name, (acc, 0, 0))
-        groups[acc.name] = (acc, n_pools + 1, nodes + int(p.initial_node_count or 0))
-        for net in p.network_config.additional_node_network_configs:
-            if net.network and net.network.rsplit("/", 1)[-1] not in networks:
-                networks.append(net.network.rsplit("/", 1)[-1])
-    shapes = {}
-    for name, (acc, n_pools, nodes) in groups.items():
-        if acc.kind == "tpu":
-            shapes[name] = SliceShape(
-                kind="tpu", accelerator=acc.gke_accelerator or "", machine_type=acc.machine_type,
-                topology=acc.topology, hosts_per_slice=acc.hosts,
-                chips_per_host=acc.chips_per_host, num_slices=n_pools)
-        else:
-            shapes[name] = SliceShape(
-                kind="gpu", accelerator=acc.gpu_type or "", machine_type=acc.machine_type,
-                hosts_per_slice=max(nodes, 1), chips_per_host=acc.gpus)
-    return shapes, networks
-
-
-def find_cluster(clients: Any, project: str, region: str, name: str) -> ClusterTarget:
-    from rlctl.core.gcp.cluster import get_cluster
+def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> ClusterTarget:
+    from rlctl.core.gcp.cluster import get_cluster, slices_from_pools
 
     cur = get_cluster(clients, project, region, name)
     if cur is None:
@@ -160,7 +110,8 @@ def find_cluster(clients: Any, project: str, region: str, name: str) -> ClusterT
     if cur.status.name != "RUNNING":
         raise ConflictError(f"cluster {name!r} is {cur.status.name}, not RUNNING",
                             hint=f"wait for it: 'rlctl cluster describe {name}'")
-    shapes, networks = shapes_from_pools(list(cur.node_pools))
+    slices, networks = slices_from_pools(list(cur.node_pools))
+    shapes = {s.accelerator.name: slice_shape(s.accelerator, s.count) for s in slices}
     labels = dict(cur.resource_labels or {})
     return ClusterTarget(name=name, project=project, region=region, endpoint=cur.endpoint,
                          ca_cert=cur.master_auth.cluster_ca_certificate or None,
@@ -169,22 +120,7 @@ def find_cluster(clients: Any, project: str, region: str, name: str) -> ClusterT
                          service_account=labels.get(KSA_LABEL))
 
 
-def runs_bucket(clients: Any, project: str, cluster: str) -> str:
-    """The bucket ``rlctl cluster create --bucket`` made for the cluster (by label)."""
-    from rlctl.core.gcp.operations import call
-
-    found = [b.name for b in call(clients, "listing buckets", clients.storage.list_buckets,
-                                  project=project)
-             if (b.labels or {}).get(MANAGED_BY) == RLCTL
-             and (b.labels or {}).get(CLUSTER_LABEL) == cluster]
-    if not found:
-        raise ConfigError(f"cluster {cluster!r} has no run bucket made by rlctl",
-                          hint="pass --runs-dir gs://BUCKET/runs, or create one with "
-                          f"'rlctl cluster create {cluster} --bucket NAME'")
-    return sorted(found)[0]
-
-
-def kube_api(clients: Any, target: ClusterTarget, namespace: str) -> KubeApi:
+def kube_api(clients: GcpClients, target: ClusterTarget, namespace: str) -> KubeApi:
     return KubeApi(clients.kubernetes(target.endpoint, target.ca_cert), namespace)
 
 
@@ -201,7 +137,7 @@ def _location(ref: ClusterRef, recorded: dict[str, Any]) -> tuple[str, str]:
     return resolve_location(None, project, region, adc_project=adc_project)
 
 
-def _store(clients: Any, uri: str) -> RunStore:
+def _store(clients: GcpClients, uri: str) -> RunStore:
     if not uri.startswith("gs://"):
         raise ConfigError(f"a cluster run needs a gs:// run store, not {uri!r}",
                           hint="pass --runs-dir gs://BUCKET/runs")
@@ -209,15 +145,15 @@ def _store(clients: Any, uri: str) -> RunStore:
 
 
 # --- submit ------------------------------------------------------------------------
-def submit(clients: Any, ref: ClusterRef, spec: RunSpec, backend: str, image: str | None,
-           hf_token: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, image: str | None,
+           hf_token: str | None = None, dry_run: bool = False
+           ) -> SubmitResult | SubmitPreview:
     """Render (``dry_run``) or submit a run to ``ref.cluster``.
 
-    Returns {"manifests": [...]} for a dry run (no Secret value, nothing written),
-    else ``submit_run``'s result plus the cluster and accelerator.
+    A dry run returns a ``SubmitPreview`` (the manifests, no Secret value, nothing
+    written); a submit ``submit_run``'s result with where the run went.
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    backends.get(backend)  # ConfigError naming the registered backends
     if not image:
         raise ConfigError("a cluster run needs a container image",
                           hint="pass --image REGISTRY/rlctl:TAG (or set RLCTL_IMAGE); "
@@ -237,10 +173,10 @@ def submit(clients: Any, ref: ClusterRef, spec: RunSpec, backend: str, image: st
              "accelerator": acc, "image": image}
     if dry_run:
         objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
-        return {"dry_run": True, **where, "runs_dir": store.uri, "manifests": objs}
+        return SubmitPreview(**where, runs_dir=store.uri, manifests=objs)
     api = kube_api(clients, target, opts.namespace)
     out = submit_run(spec, backend, shape, api, store, opts, hf_token=hf_token, record=where)
-    return {**out, **where}
+    return out.model_copy(update=where)
 
 
 # --- an existing run ------------------------------------------------------------------
@@ -255,19 +191,19 @@ class OpenRun:
     @property
     def backend(self) -> str | None:
         b = self.status.get("backend")
-        return b if b in BACKENDS else None
+        return b if backends.is_backend(b) else None
 
 
 def is_cluster_run(status: dict[str, Any]) -> bool:
-    return status.get("backend") in BACKENDS
+    return backends.is_backend(status.get("backend"))
 
 
-def runs_on_cluster(clients: Any, ref: ClusterRef, name: str) -> bool:
+def runs_on_cluster(clients: GcpClients, ref: ClusterRef, name: str) -> bool:
     """Whether the run was submitted to a cluster; a local run may keep its store on gs://."""
     return is_cluster_run(open_run(clients, ref, name, connect=False).status)
 
 
-def open_run(clients: Any, ref: ClusterRef, name: str, connect: bool = True) -> OpenRun:
+def open_run(clients: GcpClients, ref: ClusterRef, name: str, connect: bool = True) -> OpenRun:
     """The run's store, status.json and (``connect``) its cluster's Kubernetes API."""
     recorded: dict[str, Any] = {}
     runs_dir = ref.runs_dir
@@ -302,19 +238,19 @@ def _require_cluster(o: OpenRun, what: str) -> KubeApi:
     return o.api
 
 
-def describe(clients: Any, ref: ClusterRef, name: str) -> dict[str, Any]:
-    """The run store's view merged with the workload's state (phase, reason, pods)."""
+def describe(clients: GcpClients, ref: ClusterRef, name: str) -> RunInfo | ClusterRunInfo:
+    """The run store's view merged with the workload's state (phase, reason, pods);
+    a run trained on this machine (its store on gs://) gets the store's view only."""
     from rlctl.core.runs.status import describe_run
 
     o = open_run(clients, ref, name)
     if o.api is None:
         return describe_run(o.run)
     info = describe_cluster_run(name, o.api, o.store, o.backend)
-    info.update(cluster=o.status.get("cluster"), backend=o.backend)
-    return info
+    return info.model_copy(update={"cluster": o.status.get("cluster"), "backend": o.backend})
 
 
-def list_store(clients: Any, ref: ClusterRef) -> tuple[str, list[dict[str, Any]]]:
+def list_store(clients: GcpClients, ref: ClusterRef) -> tuple[str, list[RunInfo]]:
     """(store URI, runs) of a gs:// run store (store view only, no cluster calls)."""
     from rlctl.core.runs.status import list_runs
 
@@ -327,10 +263,10 @@ def list_store(clients: Any, ref: ClusterRef) -> tuple[str, list[dict[str, Any]]
     else:
         runs_dir = ref.runs_dir
     store = _store(clients, runs_dir)
-    return store.uri, list_runs(store)  # type: ignore[arg-type]
+    return store.uri, list_runs(store)
 
 
-def logs(clients: Any, ref: ClusterRef, name: str, tail: int = 100) -> tuple[str, str]:
+def logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100) -> tuple[str, str]:
     """(pod, text): the last ``tail`` lines of the run's leading trainer container."""
     o = open_run(clients, ref, name)
     return trainer_logs(_require_cluster(o, "logs"), name, tail)
@@ -347,7 +283,7 @@ def _new_lines(seen: list[str], lines: list[str]) -> list[str]:
     return lines
 
 
-def follow_logs(clients: Any, ref: ClusterRef, name: str, tail: int = 100,
+def follow_logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100,
                 interval: float = 2.0, sleep: Callable[[float], None] | None = None,
                 window: int = 1000) -> Iterator[str]:
     """Yield log lines as they appear, polling every ``interval`` seconds, until the
@@ -366,14 +302,14 @@ def follow_logs(clients: Any, ref: ClusterRef, name: str, tail: int = 100,
         first = False
         yield from new
         seen = (seen + new)[-window:]
-        if describe_workload(api, name, o.backend).phase in FINISHED:
+        if Phase.parse(describe_workload(api, name, o.backend).phase).finished:
             return
         (sleep or time.sleep)(interval)  # looked up per call, so tests can stub it
 
 
 # --- resume and delete ----------------------------------------------------------------
-def resume(clients: Any, ref: ClusterRef, name: str, hf_token: str | None = None,
-           image: str | None = None) -> dict[str, Any]:
+def resume(clients: GcpClients, ref: ClusterRef, name: str, hf_token: str | None = None,
+           image: str | None = None) -> ResumeResult:
     """Re-submit a stopped cluster run from its latest complete checkpoint, with the
     backend, image and accelerator recorded at submit (``image`` overrides)."""
     o = open_run(clients, ref, name)
@@ -387,27 +323,34 @@ def resume(clients: Any, ref: ClusterRef, name: str, hf_token: str | None = None
                           service_account=o.status.get("service_account") or DEFAULT_KSA,
                           dcn_networks=o.target.dcn_networks)
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
-    return {**out, "cluster": o.target.name, "accelerator": acc}
+    return out.model_copy(update={"cluster": o.target.name, "accelerator": acc})
 
 
-def plan_delete(clients: Any, ref: ClusterRef, name: str, purge: bool = False
-                ) -> dict[str, Any]:
-    """What ``delete`` removes: the run's rlctl-labelled objects (and store files)."""
+def plan_delete(clients: GcpClients, ref: ClusterRef, name: str, purge: bool = False) -> Plan:
+    """What ``delete`` removes, as deletes: the run's rlctl-labelled objects (and, with
+    ``purge``, its folder in the run store). Refuses (NotFoundError) when there is none."""
     o = open_run(clients, ref, name)
     api = _require_cluster(o, "delete run")
-    items = plan_delete_run(name, api, o.store, purge)
-    if not items:
+    assert o.target is not None
+    changes = plan_delete_run(name, api, o.store, purge)
+    if not changes:
         raise NotFoundError(f"nothing to delete for run {name!r}: no rlctl-labelled objects",
                             hint="pass --purge to also remove its files from the run store"
                             if not purge else None)
-    return {"run": name, "cluster": o.status.get("cluster"), "purge": purge,
-            "remove": items}
+    notes = [f"run {name} on cluster {o.target.name}, namespace {api.namespace}: the shared "
+             f"ServiceAccount and objects not labelled rlctl.dev/run={name} stay"]
+    if not purge:
+        notes.append(f"the run's files in {o.run.uri} stay (--purge deletes them)")
+    return Plan(operation="delete", target=name, project=o.target.project,
+                location=o.target.region, changes=changes, notes=notes)
 
 
-def delete(clients: Any, ref: ClusterRef, name: str, purge: bool = False) -> dict[str, Any]:
-    o = open_run(clients, ref, name)
+def delete(clients: GcpClients, ref: ClusterRef, plan: Plan,
+           on_event: Callable[[str, str, str], None] | None = None) -> ApplyResult:
+    """Apply ``plan_delete``'s plan: the keys of what was removed."""
+    o = open_run(clients, ref, plan.target)
     api = _require_cluster(o, "delete run")
-    return {"run": name, "removed": delete_run(name, api, o.store, purge)}
+    return ApplyResult.of(plan, apply_delete_run(plan.pending(), api, o.store, on_event))
 
 
 def hf_token_from_env(env: Any = None) -> str | None:

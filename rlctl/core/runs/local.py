@@ -24,9 +24,12 @@ from rlctl.core.errors import (
     require_extra,
 )
 from rlctl.core.names import generate_run_name
-from rlctl.core.runs.spec import write_new_run
+from rlctl.core.runs.results import TrainResult
+from rlctl.core.runs.spec import local_paths_absolute, write_new_run
 from rlctl.core.runs.status import read_status
-from rlctl.core.runs.store import SPEC, STATUS, LocalRunDir, latest_checkpoint_step, open_store
+from rlctl.core.store import open_store
+from rlctl.core.store.base import SPEC, STATUS, Phase, latest_checkpoint_step
+from rlctl.core.store.local import LocalRunDir
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -52,16 +55,16 @@ class StatusFile:
         self.run.write_json(STATUS, self.data)
 
 
-def train_local(spec: RunSpec, progress: Progress | None = None) -> dict[str, Any]:
+def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     """Start a new run. The name must be free: reusing one is what ``resume`` is for."""
     require_extra("tunix", "train")
     name = spec.name or generate_run_name(spec.algorithm)
-    spec = spec.model_copy(update={"name": name})
+    spec = local_paths_absolute(spec.model_copy(update={"name": name}))
     store = open_store(spec.output.root)
     _preflight(spec)
     run = write_new_run(store, spec)
     status = StatusFile(run, spec)
-    status.update(phase="pending")
+    status.update(phase=Phase.PENDING)
     return _execute(spec, run, status, progress)
 
 
@@ -86,20 +89,20 @@ def load_run_spec(run: LocalRunDir) -> RunSpec:
     return build(RunSpec, data)
 
 
-def resume_local(root: str, name: str, progress: Progress | None = None) -> dict[str, Any]:
+def resume_local(root: str, name: str, progress: Progress | None = None) -> TrainResult:
     require_extra("tunix", "train")
     run = open_store(root).existing(name)
     spec = load_run_spec(run)
     status = StatusFile(run, spec)
-    phase = status.data.get("phase")
-    if phase == "completed":
+    phase = Phase.parse(status.data.get("phase"))
+    if phase == Phase.COMPLETED:
         raise ConflictError(
             f"run {name!r} already completed {spec.training.steps} steps",
             hint="start a new run with 'rlctl train'",
         )
-    if phase == "running" and _alive(status.data.get("pid"), status.data.get("host")):
+    if phase.active and _alive(status.data.get("pid"), status.data.get("host")):
         raise ConflictError(
-            f"run {name!r} is still running (pid {status.data['pid']})",
+            f"run {name!r} is still {phase} (pid {status.data['pid']})",
             hint="wait for it, or stop it first",
         )
     step = latest_checkpoint_step(run)
@@ -109,7 +112,7 @@ def resume_local(root: str, name: str, progress: Progress | None = None) -> dict
     return _execute(spec, run, status, progress)
 
 
-def follow_run(root: str, name: str, progress: Progress | None = None) -> dict[str, Any]:
+def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainResult:
     """Processes 1..N-1 of a multi-host run: the same training steps as process 0
     (they hold the other shards of the model), but status.json, metrics, eval and
     checkpoints are process 0's to write."""
@@ -118,8 +121,8 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> dict[s
     run = open_store(root).existing(name)
     spec = load_run_spec(run)
     evals = run_trainer(spec, run, progress, on_status=lambda fields: None)
-    return {"name": run.name, "path": run.uri, "phase": "completed",
-            "step": spec.training.steps, **evals}
+    return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
+                       step=spec.training.steps, **evals)
 
 
 def _alive(pid: Any, host: Any) -> bool:
@@ -135,10 +138,10 @@ def _alive(pid: Any, host: Any) -> bool:
 
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
-             progress: Progress | None) -> dict[str, Any]:
+             progress: Progress | None) -> TrainResult:
     from rlctl.core.trainer.loop import run_trainer
 
-    status.update(phase="starting", pid=os.getpid(), host=socket.gethostname(),
+    status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
                   started=_now(), error=None)
 
     def on_status(fields: dict[str, Any]) -> None:
@@ -147,20 +150,19 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
     try:
         evals = run_trainer(spec, run, progress, on_status)
     except KeyboardInterrupt:
-        status.update(phase="interrupted", latest_checkpoint=latest_checkpoint_step(run))
+        status.update(phase=Phase.INTERRUPTED, latest_checkpoint=latest_checkpoint_step(run))
         raise InterruptedRun(
             f"run {run.name!r} interrupted at step {status.data.get('step')}",
             hint=f"continue with 'rlctl resume {run.name}'",
         ) from None
     except RlctlError as e:
-        status.update(phase="failed", error=str(e))
+        status.update(phase=Phase.FAILED, error=str(e))
         raise
     except Exception as e:
-        status.update(phase="failed", error=f"{type(e).__name__}: {e}")
+        status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {e}")
         raise
-    status.update(phase="completed", finished=_now(), step=spec.training.steps,
+    status.update(phase=Phase.COMPLETED, finished=_now(), step=spec.training.steps,
                   latest_checkpoint=latest_checkpoint_step(run))
-    return {
-        "name": run.name, "path": run.uri, "phase": "completed", "step": spec.training.steps,
-        "latest_checkpoint": latest_checkpoint_step(run), **evals,
-    }
+    return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
+                       step=spec.training.steps, latest_checkpoint=latest_checkpoint_step(run),
+                       **evals)

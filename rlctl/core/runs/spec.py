@@ -3,12 +3,13 @@ and write it once into a new run."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rlctl.core.config.load import build, dump_yaml, read_yaml
-from rlctl.core.config.models import RunSpec
+from rlctl.core.config.models import DEFAULT_MODEL, RunSpec
 from rlctl.core.errors import AlreadyExistsError, ConfigError
-from rlctl.core.runs.store import SPEC, RunDir, RunStore
+from rlctl.core.store.base import SPEC, RunDir, RunStore
 
 
 def resolve_run_spec(
@@ -26,7 +27,44 @@ def resolve_run_spec(
         )
     base["algorithm"] = algorithm
     extra = [f"{k}={_yaml_scalar(v)}" for k, v in (flags or {}).items() if v is not None]
-    return build(RunSpec, base, [*(overrides or []), *extra])
+    spec = build(RunSpec, base, [*(overrides or []), *extra])
+    root = absolute_root(spec.output.root)
+    return spec.model_copy(update={"output": spec.output.model_copy(update={"root": root})})
+
+
+def absolute_root(root: str) -> str:
+    """A local run store root as an absolute path (``~`` expanded); ``gs://`` unchanged.
+
+    Resolved once, against the directory the command starts in: Orbax >= 0.12.8
+    refuses relative checkpoint paths, and the stored spec must name the same folder
+    whichever directory a later ``resume`` or ``status`` runs from.
+    """
+    if "://" in root:
+        return root
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def local_paths_absolute(spec: RunSpec) -> RunSpec:
+    """The spec of a run on this machine with its local inputs as absolute paths.
+
+    ``data.path``/``data.eval_path`` and a ``model.source`` that is an existing local
+    folder are relative to the directory ``train`` started in; made absolute before
+    the spec is stored, a ``resume`` from any other directory reads the same files.
+    A hub id and the embedded model's name stay as they are. Not applied to cluster
+    runs: their paths are the pod's, not this machine's.
+    """
+    data = {k: os.path.abspath(os.path.expanduser(v))
+            for k in ("path", "eval_path")
+            if (v := getattr(spec.data, k)) and "://" not in v}
+    source = spec.model.source
+    model: dict[str, Any] = {}
+    if source != DEFAULT_MODEL and os.path.exists(os.path.expanduser(source)):
+        model["source"] = os.path.abspath(os.path.expanduser(source))
+    return spec.model_copy(update={
+        "data": spec.data.model_copy(update=data),
+        "model": spec.model.model_copy(update=model),
+        "output": spec.output.model_copy(update={"root": absolute_root(spec.output.root)}),
+    })
 
 
 def _yaml_scalar(v: Any) -> str:
@@ -34,7 +72,6 @@ def _yaml_scalar(v: Any) -> str:
 
     # JSON scalars are YAML scalars; strings are quoted so "1e-5"-like names stay strings.
     return json.dumps(v)
-
 
 
 def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:

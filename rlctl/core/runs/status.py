@@ -5,23 +5,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlctl.core.runs.store import (
+from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
+from rlctl.core.store.base import (
     EVAL,
     METRICS,
     STATUS,
-    LocalRunStore,
+    Phase,
     RunDir,
+    RunStore,
     latest_checkpoint_step,
 )
 
 
 def read_status(run: RunDir) -> dict[str, Any]:
     if not run.exists(STATUS):
-        return {"name": run.name, "phase": "unknown"}
+        return {"name": run.name, "phase": Phase.UNKNOWN}
     try:
         return json.loads(run.read_text(STATUS))
     except json.JSONDecodeError:
-        return {"name": run.name, "phase": "unknown"}
+        return {"name": run.name, "phase": Phase.UNKNOWN}
 
 
 def read_metrics(run: RunDir) -> list[dict[str, Any]]:
@@ -42,31 +44,32 @@ def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
     return json.loads(run.read_text(rel)) if run.exists(rel) else None
 
 
-def describe_run(run: RunDir) -> dict[str, Any]:
+def describe_run(run: RunDir) -> RunInfo:
     status = read_status(run)
     metrics = read_metrics(run)
     evals = {}
-    for which in ("baseline", "final"):
+    for which in EVALS:
         data = read_eval(run, which)
         if data is not None:
-            evals[which] = {k: data.get(k) for k in ("accuracy", "format_rate", "mean_reward", "n")}
-    return {
-        "name": run.name,
-        "path": run.uri,
-        "phase": status.get("phase", "unknown"),
-        "algorithm": status.get("algorithm"),
-        "step": status.get("step", 0),
-        "total_steps": status.get("total_steps"),
-        "latest_checkpoint": latest_checkpoint_step(run),
-        "processes": status.get("processes"),
-        "devices": status.get("devices"),
-        "created": status.get("created"),
-        "updated": status.get("updated"),
-        "error": status.get("error"),
-        "latest_metrics": metrics[-1] if metrics else None,
-        "eval": evals,
-    }
+            evals[which] = EvalSummary.model_validate(
+                {k: data.get(k) for k in EvalSummary.model_fields})
+    return RunInfo(
+        name=run.name,
+        path=run.uri,
+        phase=Phase.parse(status.get("phase", Phase.UNKNOWN)),
+        algorithm=status.get("algorithm"),
+        step=status.get("step") or 0,
+        total_steps=status.get("total_steps"),
+        latest_checkpoint=latest_checkpoint_step(run),
+        processes=status.get("processes"),
+        devices=status.get("devices"),
+        created=status.get("created"),
+        updated=status.get("updated"),
+        error=status.get("error"),
+        latest_metrics=metrics[-1] if metrics else None,
+        eval=RunEvals(**evals),
+    )
 
 
-def list_runs(store: LocalRunStore) -> list[dict[str, Any]]:
+def list_runs(store: RunStore) -> list[RunInfo]:
     return [describe_run(store.run(name)) for name in store.list_runs()]

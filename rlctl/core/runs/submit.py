@@ -1,20 +1,20 @@
 """Runs on a cluster: submit, resume (re-submit), describe and delete.
 
-Hop 3 for ``rlctl train --cluster``, ``rlctl resume`` of a cluster run,
-``rlctl status`` and ``rlctl delete run``. The caller (CLI) resolves the cluster
-(endpoint, CA, token -> ``KubeApi``), the accelerator shape (catalog ->
-``SliceShape``) and the run store (``open_store(gs://...)``); these functions
-only write the run store and talk to the Kubernetes API they are given.
+Called by ``core/runs/cluster.py`` (itself called by ``cli/train.py`` and
+``cli/runs.py``), which resolves the cluster (endpoint, CA, token -> ``KubeApi``),
+the accelerator shape (``gcp.cluster.slices_from_pools`` -> ``SliceShape``) and the
+run store (``open_store(gs://...)``); these functions only write the run store and
+talk to the Kubernetes API they are given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
 
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
-from rlctl.core.config.load import dump_yaml
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
 from rlctl.core.k8s.apply import (
@@ -30,10 +30,12 @@ from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.k8s.validate import validate_manifests
 from rlctl.core.names import generate_run_name
+from rlctl.core.plan import Change
+from rlctl.core.runs.results import ClusterRunInfo, ResumeResult, SubmitResult
 from rlctl.core.runs.spec import write_new_run
-from rlctl.core.runs.store import STATUS, RunDir, RunStore, latest_checkpoint_step
+from rlctl.core.store.base import STATUS, Phase, RunDir, RunStore, latest_checkpoint_step
 
-ACTIVE = {"pending", "running"}
+RUN_FILES = "files"  # Change.kind of a run's folder in the run store
 
 
 class ClusterOptions(BaseModel):
@@ -58,7 +60,7 @@ def build_view(spec: RunSpec, backend: str, shape: SliceShape, run_uri: str,
     assert spec.name is not None
     return make_view(
         run=spec.name, namespace=opts.namespace, backend=backend, image=opts.image,
-        run_uri=run_uri, spec_yaml=dump_yaml(spec), shape=shape,
+        run_uri=run_uri, shape=shape,
         service_account=opts.service_account,
         hf_secret=hf_secret_name(spec.name) if with_hf_secret else None,
         max_restarts=opts.max_restarts, min_slices=opts.min_slices,
@@ -100,12 +102,12 @@ def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | N
 
 def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
                store: RunStore, opts: ClusterOptions, hf_token: str | None = None,
-               record: dict[str, Any] | None = None) -> dict[str, Any]:
+               record: dict[str, Any] | None = None) -> SubmitResult:
     """Write the spec to the run store, then create/apply the run's objects.
 
     ``record`` adds fields to status.json (the CLI records the cluster, project,
     region, image and accelerator, so status/logs/resume/delete find it again).
-    Returns {"name", "path", "backend", "applied": ['Kind/name (action)', ...]}.
+    Returns the run's name, folder, backend and what was applied ('Kind/name (action)').
     Raises AlreadyExistsError when the run name is taken in the store.
     """
     spec = _named(spec, store)
@@ -113,18 +115,18 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     name = spec.name
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     run = write_new_run(store, spec)
-    run.write_json(STATUS, {"name": name, "phase": "pending", "algorithm": spec.algorithm,
+    run.write_json(STATUS, {"name": name, "phase": Phase.PENDING, "algorithm": spec.algorithm,
                             "total_steps": spec.training.steps, "step": 0,
                             "latest_checkpoint": None, "backend": backend,
                             "namespace": opts.namespace,
                             "service_account": opts.service_account, **(record or {})})
     applied = _apply(k8s_api, name, objs, hf_token)
-    return {"name": name, "path": run.uri, "backend": backend, "applied": applied}
+    return SubmitResult(name=name, path=run.uri, backend=backend, applied=applied)
 
 
 def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
                store: RunStore, opts: ClusterOptions, hf_token: str | None = None
-               ) -> dict[str, Any]:
+               ) -> ResumeResult:
     """Re-submit a run that stopped: from its latest complete checkpoint in the store.
 
     Refuses (ConflictError) while its workload is pending or running, and when
@@ -141,7 +143,7 @@ def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
                             hint=f"start it again with 'rlctl delete run {name} --purge' "
                             "and 'rlctl train'")
     state = describe_workload(k8s_api, name, backend)
-    if state.phase in ACTIVE:
+    if Phase.parse(state.phase).active:
         raise ConflictError(f"run {name!r} is still {state.phase} on the cluster",
                             hint=f"wait for it, or 'rlctl delete run {name}' first")
     old = find_workload(k8s_api, name)
@@ -149,50 +151,70 @@ def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
         k8s_api.delete(old["apiVersion"], old["kind"], old["metadata"]["name"])
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     applied = _apply(k8s_api, name, objs, hf_token)
-    return {"name": name, "path": run.uri, "backend": backend, "checkpoint": step,
-            "applied": applied}
+    return ResumeResult(name=name, path=run.uri, backend=backend, checkpoint=step,
+                        applied=applied)
 
 
 def describe_cluster_run(name: str, k8s_api: KubeApi, store: RunStore,
-                         backend: str | None = None) -> dict[str, Any]:
+                         backend: str | None = None) -> ClusterRunInfo:
     """The run store's view of a run merged with its workload's state on the cluster."""
     from rlctl.core.runs.status import describe_run
 
     info = describe_run(store.existing(name))
     state = describe_workload(k8s_api, name, backend)
-    info["workload"] = state.model_dump()
-    if state.phase in ("pending", "failed") or (state.phase == "running"
-                                                and info["phase"] in ("pending", "unknown")):
-        info["phase"] = state.phase
-    if state.reason:
-        info["reason"] = state.reason
-    return info
+    phase = info.phase
+    workload = Phase.parse(state.phase)
+    if workload in (Phase.PENDING, Phase.FAILED) or (
+            workload == Phase.RUNNING and phase in (Phase.PENDING, Phase.UNKNOWN)):
+        phase = workload
+    return ClusterRunInfo(**{**dict(info), "phase": phase}, workload=state,
+                          reason=state.reason or None)
 
 
 def plan_delete_run(name: str, k8s_api: KubeApi, store: RunStore | None = None,
-                    purge: bool = False) -> list[str]:
-    """What ``delete_run`` would remove: 'Kind/name' objects, then the run store URI."""
-    items = [f"{kind}/{n}" for _, kind, n in list_run_objects(k8s_api, name)]
+                    purge: bool = False) -> list[Change]:
+    """What ``delete_run`` removes: the run's rlctl-labelled objects, then (``purge``)
+    its folder in the run store, which waits for them (a live pod would write again)."""
+    changes = [Change(kind=kind, name=n, action="delete", body={"apiVersion": api_version})
+               for api_version, kind, n in list_run_objects(k8s_api, name)]
     if purge and store is not None:
         run: RunDir = store.run(name)
         if run.exists():
-            items.append(run.uri)
-    return items
+            changes.append(Change(kind=RUN_FILES, name=run.uri, action="delete",
+                                  depends_on=[c.key for c in changes], body={"run": name}))
+    return changes
+
+
+def apply_delete_run(changes: list[Change], k8s_api: KubeApi, store: RunStore | None = None,
+                     on_event: Callable[[str, str, str], None] | None = None) -> list[str]:
+    """Delete what ``plan_delete_run`` planned, in order; the keys of what was removed
+    (an object already gone is not). ``on_event(key, 'start'|'done', info)``."""
+    notify = on_event or (lambda *a: None)
+    removed = []
+    for c in changes:
+        notify(c.key, "start", c.action)
+        body = c.body or {}
+        if c.kind == RUN_FILES:
+            run = store.run(body["run"]) if store is not None else None
+            deleted = run is not None and run.exists()
+            if run is not None and deleted:
+                run.delete("")
+        else:
+            deleted = bool(delete_objects(k8s_api, [(body["apiVersion"], c.kind, c.name)]))
+        if deleted:
+            removed.append(c.key)
+        notify(c.key, "done", "")
+    return removed
 
 
 def delete_run(name: str, k8s_api: KubeApi, store: RunStore | None = None,
                purge: bool = False) -> list[str]:
     """Delete the run's rlctl-labelled objects (workload, ConfigMap, Secret, DRANET claim)
-    and, only with ``purge``, its run store files. Returns what was removed.
+    and, only with ``purge``, its run store files. Returns the keys of what was removed.
 
     The shared ServiceAccount and anything without ``rlctl.dev/run=NAME`` stay.
     """
-    removed = delete_objects(k8s_api, list_run_objects(k8s_api, name))
-    if purge and store is not None:
-        run = store.run(name)
-        if run.exists():
-            run.delete("")
-            removed.append(run.uri)
+    removed = apply_delete_run(plan_delete_run(name, k8s_api, store, purge), k8s_api, store)
     if not removed:
         raise NotFoundError(f"nothing to delete for run {name!r}")
     return removed

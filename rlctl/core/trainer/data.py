@@ -9,15 +9,17 @@ reward variance to learn from; GSM8K is the real benchmark.
 
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rlctl.core.config.models import DataSpec
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.rewards import gsm8k_gold, normalize_number
+from rlctl.core.trainer.rewards import gold_answer
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ def _gsm8k_from_hub(spec: DataSpec) -> tuple[list[Problem], list[Problem]]:
             "--set data.eval_path=test.jsonl",
         ) from e
     conv = [
-        [Problem(r["question"], gsm8k_gold(r["answer"])) for r in ds[split]]
+        [_problem(r, f"openai/gsm8k {split}: row {n}", "question", "answer")
+         for n, r in enumerate(ds[split], 1)]
         for split in ("train", "test")
     ]
     return conv[0], conv[1]
@@ -127,41 +130,88 @@ def _gsm8k_from_hub(spec: DataSpec) -> tuple[list[Problem], list[Problem]]:
 def read_problems(path: str, spec: DataSpec) -> list[Problem]:
     """JSONL or parquet rows with a question field and an answer field.
 
-    The answer is GSM8K-style (``... #### 42``) or a plain number.
+    The answer is GSM8K-style (``... #### 42``) or a plain number. A row that cannot
+    be used is a ConfigError naming the file, the row and why, before any training.
     """
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"data path {path!r} is a directory, not a file",
+                          hint="pass a .jsonl or .parquet file")
     if not p.is_file():
         raise ConfigError(f"data file {path!r} does not exist")
-    rows: list[dict]
-    if p.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as e:
-            raise ConfigError("reading parquet needs pyarrow", hint="pip install pyarrow") from e
-        rows = pq.read_table(p).to_pylist()
-    else:
-        rows = []
-        for n, line in enumerate(p.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-    out = []
-    for n, row in enumerate(rows, 1):
-        try:
-            q = str(row[spec.question_field])
-            raw = str(row[spec.answer_field])
-        except KeyError as e:
-            raise ConfigError(
-                f"{path}: row {n} has no field {e.args[0]!r}",
-                hint="set data.question_field / data.answer_field",
-            ) from e
-        gold = gsm8k_gold(raw) if "####" in raw else normalize_number(raw)
-        if gold is None:
-            raise ConfigError(f"{path}: row {n}: answer {raw[-40:]!r} is not a number")
-        out.append(Problem(q, gold))
+    rows = _parquet_rows(p, path) if p.suffix == ".parquet" else _jsonl_rows(p, path)
+    out = [_problem(row, where, spec.question_field, spec.answer_field)
+           for where, row in rows]
     if not out:
         raise ConfigError(f"data file {path!r} has no rows")
     return out
+
+
+def _jsonl_rows(p: Path, path: str) -> list[tuple[str, Any]]:
+    """(``path:line``, parsed value) per non-blank line.
+
+    Split as bytes, so a line is numbered as an editor numbers it and a stray byte
+    that is not UTF-8 is reported on its own line (str.splitlines would also split
+    inside JSON strings at U+2028 and friends)."""
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read data file {path!r} ({e.strerror or e})") from e
+    rows: list[tuple[str, Any]] = []
+    for n, raw in enumerate(data.removeprefix(codecs.BOM_UTF8).splitlines(), 1):
+        where = f"{path}:{n}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})",
+                hint="save the file as UTF-8 JSONL",
+            ) from e
+        if not line.strip():
+            continue
+        try:
+            rows.append((where, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}: not valid JSON ({e.msg})") from e
+    return rows
+
+
+def _parquet_rows(p: Path, path: str) -> list[tuple[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ConfigError("reading parquet needs pyarrow", hint="pip install pyarrow") from e
+    try:
+        table = pq.read_table(p)
+    except (OSError, ValueError) as e:  # ArrowInvalid is a ValueError, ArrowIOError an OSError
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{path}: not a readable parquet file ({first})") from e
+    return [(f"{path}: row {n}", row) for n, row in enumerate(table.to_pylist(), 1)]
+
+
+_JSON_KINDS = {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
+               type(None): "null"}
+
+
+def _problem(row: Any, where: str, question_field: str, answer_field: str) -> Problem:
+    """One row as a Problem, or a ConfigError that says what is wrong with it."""
+    if not isinstance(row, dict):
+        kind = _JSON_KINDS.get(type(row), type(row).__name__)
+        raise ConfigError(
+            f"{where}: a JSON {kind}, not an object with {question_field!r} and "
+            f"{answer_field!r} fields",
+            hint="write one JSON object per line",
+        )
+    for field in (question_field, answer_field):
+        if field not in row:
+            raise ConfigError(f"{where}: no field {field!r}",
+                              hint="set data.question_field / data.answer_field")
+    raw = str(row[answer_field])
+    gold = gold_answer(raw)
+    if gold is None:
+        _, sep, tail = raw.rpartition("####")
+        why = (f"no number after '####' in answer (got {tail.strip()[:40]!r})" if sep
+               else f"answer {raw[-40:]!r} is not a number")
+        raise ConfigError(f"{where}: {why}",
+                          hint="GSM8K answers end in '#### N'; plain answers are one number")
+    return Problem(str(row[question_field]), gold)

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlctl.core.runs.store import METRICS, TENSORBOARD, LocalRunDir
+from rlctl.core.store.base import METRICS, TENSORBOARD
+from rlctl.core.store.local import LocalRunDir
 
 
 class MetricsWriter:
@@ -31,7 +32,7 @@ class MetricsWriter:
                     keep.append(line)
             except json.JSONDecodeError:
                 continue  # torn last line of a killed writer
-        from rlctl.core.runs.store import atomic_write
+        from rlctl.core.store.base import atomic_write
 
         atomic_write(self.path, "".join(f"{line}\n" for line in keep))
         self.run.push(METRICS)

@@ -43,10 +43,17 @@ def normalize_number(text: str | None) -> str | None:
     return format(d, "f")
 
 
+def gold_answer(answer_field: str) -> str | None:
+    """The gold number of an answer field: after the last ``####`` (GSM8K) when there
+    is one, else the whole field; None when that is not a number, so a data reader
+    can say which row of which file is bad (gsm8k_gold's ValueError cannot)."""
+    _, sep, tail = answer_field.rpartition("####")
+    return normalize_number(tail if sep else answer_field)
+
+
 def gsm8k_gold(answer_field: str) -> str:
     """GSM8K's gold answer is the number after ``####``."""
-    _, sep, tail = answer_field.rpartition("####")
-    value = normalize_number(tail if sep else answer_field)
+    value = gold_answer(answer_field)
     if value is None:
         raise ValueError(f"no number after '####' in answer {answer_field[-60:]!r}")
     return value
@@ -63,7 +70,6 @@ def format_reward(completion: str, gold: str, weight: float = 0.1) -> float:
 
 
 REGISTRY: dict[str, RewardFn] = {"correct": correct_reward, "format": format_reward}
-DEFAULT_REWARDS = ("correct", "format")
 
 
 def resolve(names: Sequence[str]) -> list[RewardFn]:

@@ -1,15 +1,16 @@
-"""The only module that imports Tunix: models, sampler, loss, advantages.
+"""The only module of the package that imports Tunix: models, sampler, log-probs.
 
 Tunix's names drift (``RLCluster``/``RLEngine``, ``loss_algo``/``algo_variant``);
 keeping every Tunix call here means such a change touches one file. This module
 also carries rlctl's fixes for Tunix pitfalls measured on these machines
-(DESIGN.md section 4), each with a test under tests/core/trainer/.
+(DESIGN.md section 4), each with a test under tests/core/trainer/. Tunix's own
+GRPO loss, which rlctl's prefix-shared update is checked and benchmarked against,
+is no part of training: it lives in tests/core/trainer/yardsticks.py.
 """
 
 from __future__ import annotations
 
 import json
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,70 +302,3 @@ def shared_prefix_logps(
     fm = cmask.astype(jnp.float32)
     entropy = jax.lax.stop_gradient((ent * fm).sum() / jnp.clip(fm.sum(), min=1))
     return logps, entropy
-
-
-# --- Tunix's own GRPO path -------------------------------------------------------
-# Not used for training: the yardstick that tests/core/trainer/test_loss.py checks the
-# prefix-shared update against, and the baseline of bench/bench_train_step.py.
-def algo_config(
-    *, algorithm: str, beta: float, epsilon: float, epsilon_high: float,
-    kl_estimator: str, loss_aggregation: str, temperature: float,
-) -> Any:
-    """What ``grpo_loss_fn`` reads, with names mapped from rlctl's spec.
-
-    A namespace (not ``GRPOConfig``) because Tunix 0.1.7's config has no
-    ``epsilon_high``/``temperature`` fields yet its loss function reads them.
-    """
-    return types.SimpleNamespace(
-        beta=beta,
-        epsilon=epsilon,
-        epsilon_high=epsilon_high,
-        loss_algo="gspo-token" if algorithm == "gspo" else "grpo",
-        loss_agg_mode={"sequence-mean-token-sum": "seq-mean-token-sum"}.get(
-            loss_aggregation, loss_aggregation
-        ),
-        kl_loss_mode={"k1": "kl", "k3": "low_var_kl"}[kl_estimator],
-        kl_clamp_value=None,
-        temperature=temperature,
-    )
-
-
-def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
-    from tunix.rl import algo_core
-
-    return np.asarray(algo_core.compute_advantages(rewards, num_generations), np.float32)
-
-
-def train_example(
-    prompt_ids, completion_ids, completion_mask, advantages, pad_id,
-    ref_logps=None, old_logps=None,
-):
-    from tunix.rl import common
-
-    return common.TrainExample(
-        prompt_ids=jnp.asarray(prompt_ids),
-        prompt_mask=jnp.asarray(prompt_ids != pad_id),
-        completion_ids=jnp.asarray(completion_ids),
-        completion_mask=jnp.asarray(completion_mask),
-        advantages=jnp.asarray(advantages),
-        ref_per_token_logps=ref_logps,
-        old_per_token_logps=old_logps,
-    )
-
-
-def policy_loss(model, example, cfg, pad_id: int, eos_id: int):
-    from tunix.rl import algo_core
-
-    return algo_core.grpo_loss_fn(model, example, cfg, pad_id, eos_id)
-
-
-def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int, temperature=1.0):
-    from tunix.rl import common
-
-    graphdef, state = nnx.split(model)
-    return common.compute_per_token_logps(
-        graphdef, state,
-        prompt_tokens=jnp.asarray(prompt_ids),
-        completion_tokens=jnp.asarray(completion_ids),
-        pad_id=pad_id, eos_id=eos_id, stop_gradient=True, temperature=temperature,
-    )

@@ -6,7 +6,7 @@ import pytest
 
 from rlctl.core.config.infra import build_infra_spec
 from rlctl.core.errors import ConfigError
-from rlctl.core.plan import Change, critical_path, topo_order
+from rlctl.core.plan import Change, topo_order
 
 
 def _gcloud(tmp_path, project="from-gcloud", region="europe-west4"):
@@ -53,7 +53,7 @@ class TestDefaults:
 
 
 class TestPlan:
-    def test_topo_order_and_critical_path(self):
+    def test_topo_order_puts_dependencies_first(self):
         cs = [Change(kind="nodepool", name="a", action="create", depends_on=["cluster/c"]),
               Change(kind="cluster", name="c", action="create", depends_on=["subnet/s"]),
               Change(kind="subnet", name="s", action="create", depends_on=["network/n"]),
@@ -61,4 +61,4 @@ class TestPlan:
               Change(kind="bucket", name="b", action="create")]
         order = [c.key for c in topo_order(cs)]
         assert order.index("network/n") < order.index("subnet/s") < order.index("cluster/c")
-        assert critical_path(cs) == 4
+        assert order.index("cluster/c") < order.index("nodepool/a")

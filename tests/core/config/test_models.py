@@ -1,6 +1,6 @@
 import pytest
 
-from rlctl.core.config.load import build, load_spec, parse_override
+from rlctl.core.config.load import build, parse_override
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.names import generate_run_name, validate_name
@@ -49,16 +49,16 @@ class TestValidationErrors:
     def test_yaml_file(self, tmp_path):
         f = tmp_path / "run.yaml"
         f.write_text("training:\n  steps: 7\nrollout:\n  temperature: 0.7\n")
-        spec = load_spec(RunSpec, f, ["training.steps=9"])
+        spec = resolve_run_spec("grpo", str(f), ["training.steps=9"])
         assert (spec.training.steps, spec.rollout.temperature) == (9, 0.7)
 
     def test_yaml_file_errors(self, tmp_path):
         f = tmp_path / "bad.yaml"
         f.write_text("training: [unclosed\n")
         with pytest.raises(ConfigError, match="not valid YAML at line"):
-            load_spec(RunSpec, f)
+            resolve_run_spec("grpo", str(f))
         with pytest.raises(ConfigError, match="does not exist"):
-            load_spec(RunSpec, tmp_path / "missing.yaml")
+            resolve_run_spec("grpo", str(tmp_path / "missing.yaml"))
 
     def test_env_overrides(self, monkeypatch):
         monkeypatch.setenv("RLCTL_SET", "training.steps=4; eval.size=8")

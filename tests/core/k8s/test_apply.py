@@ -12,10 +12,9 @@ import pytest
 
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
 from rlctl.core.k8s.apply import describe_workload, trainer_logs
-from rlctl.core.k8s.shapes import v6e_16
-from rlctl.core.runs.store import LocalRunStore
 from rlctl.core.runs.submit import (
     ClusterOptions,
+    apply_delete_run,
     delete_run,
     describe_cluster_run,
     plan_delete_run,
@@ -23,7 +22,9 @@ from rlctl.core.runs.submit import (
     resume_run,
     submit_run,
 )
+from rlctl.core.store.local import LocalRunStore
 from tests.core.k8s.conftest import HF_SENTINEL, KUBE_TOKEN, make_spec
+from tests.fakes.shapes import v6e_16
 
 OPTS = ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1")
 LABELS = {"managed-by": "rlctl", "rlctl.dev/run": "r1"}
@@ -31,7 +32,7 @@ LABELS = {"managed-by": "rlctl", "rlctl.dev/run": "r1"}
 
 @pytest.fixture()
 def store(gcs, tmp_path):
-    from rlctl.core.runs.gcs import GcsRunStore
+    from rlctl.core.store.gcs import GcsRunStore
 
     client, bucket = gcs
     return GcsRunStore(f"gs://{bucket}/runs", client=client,
@@ -46,13 +47,12 @@ class TestSubmit:
     def test_creates_exactly_the_expected_objects(self, crds, kube, api, store):
         out = submit_run(make_spec("r1"), "jobset", v6e_16(2), api, store, OPTS,
                          hf_token=HF_SENTINEL)
-        assert kube.names() == ["ConfigMap/r1-spec", "JobSet/r1", "Secret/r1-hf-token",
-                                "ServiceAccount/rlctl"]
-        assert out["applied"] == [
+        assert kube.names() == ["JobSet/r1", "Secret/r1-hf-token", "ServiceAccount/rlctl"]
+        assert out.applied == [
             "ServiceAccount/rlctl (created)", "Secret/r1-hf-token (created)",
-            "ConfigMap/r1-spec (applied)", "JobSet/r1 (applied)"]
+            "JobSet/r1 (applied)"]
         applies = [r for r in kube.requests if r["method"] == "PATCH"]
-        assert [r["path"].rsplit("/", 2)[1] for r in applies] == ["configmaps", "jobsets"]
+        assert [r["path"].rsplit("/", 2)[1] for r in applies] == ["jobsets"]
         assert all(r["content_type"] == "application/apply-patch+yaml"
                    and r["query"]["fieldManager"] == "rlctl" for r in applies)
         js = kube.objects[("jobset.x-k8s.io/v1alpha2", "jobsets", "default", "r1")]
@@ -76,7 +76,7 @@ class TestSubmit:
         kube.put("v1", "serviceaccounts", {"metadata": {
             "name": "rlctl", "annotations": {"owner": "platform-team"}}})
         out = submit_run(make_spec("r1"), "pathways", v6e_16(1), api, store, OPTS)
-        assert "ServiceAccount/rlctl (exists, kept)" in out["applied"]
+        assert "ServiceAccount/rlctl (exists, kept)" in out.applied
         sa = kube.objects[("v1", "serviceaccounts", "default", "rlctl")]
         assert sa["metadata"]["annotations"] == {"owner": "platform-team"}
         assert "PathwaysJob/r1" in kube.names()
@@ -98,7 +98,7 @@ class TestSubmit:
         for where, text in {"manifests (--dry-run)": json.dumps(dry),
                             "applied objects": json.dumps(others),
                             "request bodies": "".join(bodies),
-                            "submit result": json.dumps(out), "logs": caplog.text,
+                            "submit result": out.model_dump_json(), "logs": caplog.text,
                             "stdout/stderr": captured.out + captured.err,
                             "run store": store_text(store)}.items():
             assert HF_SENTINEL not in text, where
@@ -217,9 +217,10 @@ class TestStatus:
         kube.put("v1", "pods", pod("r1-slice-0-0", **unschedulable(
             "0/4 nodes are available: 4 Insufficient google.com/tpu.")))
         info = describe_cluster_run("r1", api, store)
-        assert info["phase"] == "pending" and info["step"] == 0
-        assert info["reason"].startswith("unschedulable: insufficient google.com/tpu")
-        assert info["workload"]["pods"] == {"Pending": 1}
+        assert info.phase == "pending" and info.step == 0
+        assert info.reason is not None
+        assert info.reason.startswith("unschedulable: insufficient google.com/tpu")
+        assert info.workload.pods == {"Pending": 1}
 
 
 def commit_checkpoint(store, step: int) -> None:
@@ -238,7 +239,7 @@ class TestResume:
         js["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
         old_uid = js["metadata"]["uid"]
         out = resume_run("r1", "jobset", v6e_16(1), api, store, OPTS)
-        assert out["checkpoint"] == 2
+        assert out.checkpoint == 2
         new = kube.objects[("jobset.x-k8s.io/v1alpha2", "jobsets", "default", "r1")]
         assert new["metadata"]["uid"] != old_uid and "status" not in new  # a fresh JobSet
         assert ("DELETE", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/r1") \
@@ -261,27 +262,41 @@ class TestResume:
 
 class TestDelete:
     def test_removes_only_rlctl_objects_of_that_run(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "jobset", v6e_16(2), api, store, OPTS,
+        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS,
                    hf_token=HF_SENTINEL)
-        submit_run(make_spec("r2"), "ray", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r2"), "jobset", v6e_16(2), api, store, OPTS)
         kube.put("v1", "configmaps", {"metadata": {"name": "r1-notes",
                                                    "labels": {"rlctl.dev/run": "r1"}}})
         kube.put("v1", "configmaps", {"metadata": {"name": "unrelated"}})
         kube.put("v1", "pods", {"metadata": {"name": "r1-slice-0-0", "labels": dict(LABELS)}})
         planned = plan_delete_run("r1", api, store, purge=True)
-        assert planned == ["JobSet/r1", "ConfigMap/r1-spec", "Secret/r1-hf-token",
-                           store.run("r1").uri]
+        assert [c.key for c in planned] == ["RayJob/r1", "ConfigMap/r1-config",
+                                            "Secret/r1-hf-token", f"files/{store.run('r1').uri}"]
+        assert {c.action for c in planned} == {"delete"}
+        assert planned[-1].depends_on == [c.key for c in planned[:-1]]  # files after objects
         assert kube.names() != []  # planning deleted nothing
         removed = delete_run("r1", api, store, purge=True)
-        assert removed == planned
-        assert kube.names() == ["ConfigMap/r1-notes", "ConfigMap/r2-spec", "ConfigMap/unrelated",
-                                "Pod/r1-slice-0-0", "RayJob/r2", "ServiceAccount/rlctl"]
+        assert removed == [c.key for c in planned]
+        assert kube.names() == ["ConfigMap/r1-notes", "ConfigMap/unrelated", "JobSet/r2",
+                                "Pod/r1-slice-0-0", "ServiceAccount/rlctl"]
         assert store.list_runs() == ["r2"]
 
     def test_without_purge_the_run_store_stays(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "jobset", v6e_16(1), api, store, OPTS)
-        assert delete_run("r1", api, store) == ["JobSet/r1", "ConfigMap/r1-spec"]
+        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
+        assert delete_run("r1", api, store) == ["RayJob/r1", "ConfigMap/r1-config"]
         assert store.list_runs() == ["r1"]
+
+    def test_applies_the_plan_and_reports_only_what_it_removed(self, crds, kube, api, store):
+        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
+        planned = plan_delete_run("r1", api, store)
+        events: list[tuple[str, str]] = []
+        removed = apply_delete_run(planned, api, store, lambda k, st, _: events.append((k, st)))
+        assert removed == ["RayJob/r1", "ConfigMap/r1-config"]
+        assert events == [("RayJob/r1", "start"), ("RayJob/r1", "done"),
+                          ("ConfigMap/r1-config", "start"), ("ConfigMap/r1-config", "done")]
+        assert apply_delete_run(planned, api, store) == []  # already gone: nothing removed
+        with pytest.raises(NotFoundError, match="nothing to delete"):
+            delete_run("r1", api, store)
 
 
 class TestLogs:

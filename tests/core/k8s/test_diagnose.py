@@ -69,11 +69,11 @@ class TestSchemaHelpers:
         obj = apply_defaults(schema, {"spec": {"items": [{}, {"n": 3}]}})
         assert obj == {"spec": {"mode": "K8sJobMode", "items": [{"n": 1}, {"n": 3}]}}
 
-    def test_schema_folder_from_the_environment(self, crds, tmp_path, monkeypatch):
+    def test_a_folder_of_schemas_is_keyed_by_api_version_and_kind(self, crds, tmp_path):
         shutil.copy(crds.folder / "rayjob-ray.io-v1.json", tmp_path)
-        monkeypatch.setenv("RLCTL_CRD_SCHEMAS", str(tmp_path))
-        found = CrdSchemas.find()
-        assert found is not None and found.folder == tmp_path
+        (tmp_path / "README.md").write_text("not a schema")
+        found = CrdSchemas(tmp_path)
+        assert len(found) == 1 and found.folder == tmp_path
         assert found.knows("ray.io/v1", "RayJob") and not found.knows(
             "jobset.x-k8s.io/v1alpha2", "JobSet")
         assert json.loads((tmp_path / "rayjob-ray.io-v1.json").read_text())["type"] == "object"

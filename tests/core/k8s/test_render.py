@@ -7,18 +7,17 @@ import copy
 import json
 
 import pytest
-import yaml
 
-from rlctl.core.config.load import build, dump_yaml
-from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
-from rlctl.core.k8s.shapes import SliceShape, h100_8, v6e_16
+from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.k8s.validate import ManifestError, validate_manifests
 from tests.core.k8s.conftest import HF_SENTINEL, make_spec
+from tests.fakes.shapes import h100_8, v6e_16
 
-CASES = [(b, kind, n) for b in ("jobset", "pathways", "ray") for kind in ("tpu", "gpu")
-         for n in (1, 2) if not (b == "pathways" and kind == "gpu")]
+CASES = [(b.name, kind, n) for b in backends.registered() for kind in ("tpu", "gpu")
+         for n in (1, 2) if not (b.tpu_only and kind == "gpu")]
 
 
 def shape(kind: str, slices: int) -> SliceShape:
@@ -28,7 +27,7 @@ def shape(kind: str, slices: int) -> SliceShape:
 def view(backend: str = "jobset", kind: str = "tpu", slices: int = 1, **kw) -> WorkloadView:
     spec = make_spec(kw.pop("name", "r1"))
     fields = dict(run=spec.name, backend=backend, image="us-docker.pkg.dev/p/r/rlctl:1",
-                  run_uri=f"gs://bkt/runs/{spec.name}", spec_yaml=dump_yaml(spec),
+                  run_uri=f"gs://bkt/runs/{spec.name}",
                   shape=shape(kind, slices), hf_secret=f"{spec.name}-hf-token",
                   dcn_networks=["dcn-a", "dcn-b"] if slices > 1 and kind == "tpu" else [])
     return make_view(**{**fields, **kw})
@@ -38,15 +37,15 @@ def by_kind(objs: list[dict]) -> dict[str, dict]:
     return {o["kind"]: o for o in objs}
 
 
-def pod_specs(workload: dict) -> list[dict]:
-    s = workload["spec"]
-    if workload["kind"] == "JobSet":
-        return [rj["template"]["spec"]["template"]["spec"] for rj in s["replicatedJobs"]]
-    if workload["kind"] == "RayJob":
-        rc = s["rayClusterSpec"]
-        return [rc["headGroupSpec"]["template"]["spec"],
-                *[g["template"]["spec"] for g in rc["workerGroupSpecs"]]]
-    return [s["controller"]["template"]["spec"]]
+def pod_specs(node) -> list[dict]:
+    """Every pod spec in a workload (the objects that list containers), in order."""
+    if isinstance(node, list):
+        return [p for n in node for p in pod_specs(n)]
+    if not isinstance(node, dict):
+        return []
+    if isinstance(node.get("containers"), list):
+        return [node]
+    return [p for v in node.values() for p in pod_specs(v)]
 
 
 def env(container: dict) -> dict:
@@ -67,8 +66,8 @@ class TestEveryBackendValidates:
                 assert labels["rlctl.dev/run"] == "r1"
         ksa = by_kind(objs)["ServiceAccount"]
         assert "annotations" not in ksa["metadata"]  # principal-based WI: no annotation
-        cm = by_kind(objs)["ConfigMap"]
-        assert build(RunSpec, yaml.safe_load(cm["data"]["spec.yaml"])).name == "r1"
+        # the pods read the spec from the run store; only Ray has files to mount
+        assert ("ConfigMap" in by_kind(objs)) == (backend == "ray")
         workload = objs[-1]
         for pod in pod_specs(workload):
             assert pod["serviceAccountName"] == "rlctl"
@@ -77,10 +76,11 @@ class TestEveryBackendValidates:
                 assert env(c)["HF_TOKEN"] == {"secretKeyRef": {"name": "r1-hf-token",
                                                                "key": "token"}}
                 assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+                assert "RLCTL_SPEC_FILE" not in env(c)
                 assert c["resources"]["requests"]
         if backend != "ray":  # the trainer entrypoint on the run (Ray: via the driver)
             c = pod_specs(workload)[0]["containers"][0]
-            assert c["command"] == ["python", "-m", "rlctl.core.trainer", "--run",
+            assert c["command"] == ["python", "-m", "rlctl.core.runs.pod", "--run",
                                     "gs://bkt/runs/r1"]
 
 
@@ -195,18 +195,15 @@ class TestYamlInjection:
     def test_a_crafted_run_name_is_a_validation_error(self, name):
         with pytest.raises(ConfigError, match="run name"):
             make_view(run=name, backend="jobset", image="i", run_uri="gs://b/r",
-                      spec_yaml="", shape=v6e_16())
+                      shape=v6e_16())
 
     @pytest.mark.parametrize("evil", EVIL)
-    def test_crafted_spec_values_round_trip_exactly(self, crds, evil):
-        spec = make_spec("r1", **{"data.path": evil, "data.name": "jsonl"})
-        assert spec.data.path == evil
-        objs = render_workload(view("ray", "tpu", 1, spec_yaml=dump_yaml(spec), image=evil,
+    def test_crafted_values_round_trip_exactly(self, crds, evil):
+        objs = render_workload(view("ray", "tpu", 1, image=evil,
                                     env=[{"name": "NOTE", "value": evil}]))
         validate_manifests(objs, crds)
         cm = by_kind(objs)["ConfigMap"]
-        assert cm["data"]["spec.yaml"] == dump_yaml(spec)
-        assert build(RunSpec, yaml.safe_load(cm["data"]["spec.yaml"])) == spec
+        assert list(cm["data"]) == ["ray_driver.py"]
         head = objs[-1]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
         assert head["containers"][0]["image"] == evil
         assert env(head["containers"][0])["NOTE"] == evil

@@ -69,7 +69,7 @@ def test_sigkill_then_resume_from_gcs_reproduces_an_uninterrupted_run(
     assert list(client.list_blobs(bucket, prefix="runs/killed/tensorboard/events"))
 
     # the pod entrypoint on the same run: already completed, so it exits 0 at once
-    pod = subprocess.run([sys.executable, "-m", "rlctl.core.trainer", "--run",
+    pod = subprocess.run([sys.executable, "-m", "rlctl.core.runs.pod", "--run",
                           f"{root}/killed"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120)
     assert pod.returncode == 0, pod.stderr

@@ -62,3 +62,79 @@ class TestFiles:
     def test_missing_file(self, tmp_path):
         with pytest.raises(ConfigError, match="does not exist"):
             read_problems(str(tmp_path / "nope.jsonl"), DataSpec())
+
+
+class TestBadRows:
+    """A row that cannot be used is a ConfigError naming the file, the row and why."""
+
+    def read(self, tmp_path, text: str | bytes, name: str = "d.jsonl"):
+        f = tmp_path / name
+        f.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return read_problems(str(f), DataSpec(name="gsm8k", path=str(f)))
+
+    def test_hashes_without_a_number(self, tmp_path):
+        rows = [{"question": "a", "answer": "#### 1"}, {"question": "b", "answer": "so #### "}]
+        with pytest.raises(ConfigError, match=r"d\.jsonl:2: no number after '####'") as e:
+            self.read(tmp_path, "\n".join(json.dumps(r) for r in rows))
+        assert "\n" not in e.value.message
+
+    def test_hashes_followed_by_words(self, tmp_path):
+        row = {"question": "a", "answer": "#### about seven"}
+        with pytest.raises(ConfigError, match=r"d\.jsonl:1: .*'about seven'"):
+            self.read(tmp_path, json.dumps(row))
+
+    def test_plain_answer_that_is_not_a_number(self, tmp_path):
+        with pytest.raises(ConfigError, match=r"d\.jsonl:1: answer 'seven' is not a number"):
+            self.read(tmp_path, json.dumps({"question": "a", "answer": "seven"}))
+
+    @pytest.mark.parametrize(("line", "kind"), [
+        ('["a", 1]', "array"), ("7", "number"), ('"q"', "string"), ("null", "null"),
+    ])
+    def test_row_that_is_not_an_object(self, tmp_path, line, kind):
+        good = json.dumps({"question": "a", "answer": 1})
+        with pytest.raises(ConfigError, match=rf"d\.jsonl:3: a JSON {kind}, not an object"):
+            self.read(tmp_path, f"{good}\n\n{line}\n")  # line numbers count blank lines
+
+    def test_missing_answer_field_names_the_row(self, tmp_path):
+        with pytest.raises(ConfigError, match=r"d\.jsonl:1: no field 'answer'"):
+            self.read(tmp_path, json.dumps({"question": "a", "solution": "#### 1"}))
+
+    def test_not_utf8(self, tmp_path):
+        good = json.dumps({"question": "a", "answer": 1}).encode()
+        bad = b'{"question": "caf\xe9", "answer": 2}'  # Latin-1
+        with pytest.raises(ConfigError, match=r"d\.jsonl:2: not UTF-8 text \(byte 0xe9") as e:
+            self.read(tmp_path, good + b"\n" + bad + b"\n")
+        assert "\n" not in e.value.message and "UTF-8" in (e.value.hint or "")
+
+    def test_utf8_with_bom_and_line_separator_in_a_string(self, tmp_path):
+        row = json.dumps({"question": "a\u2028b", "answer": "#### 3"}, ensure_ascii=False)
+        (p,) = self.read(tmp_path, b"\xef\xbb\xbf" + row.encode())
+        assert (p.question, p.answer) == ("a\u2028b", "3")
+
+    def test_directory_is_named_as_such(self, tmp_path):
+        (tmp_path / "data").mkdir()
+        with pytest.raises(ConfigError, match="is a directory, not a file"):
+            read_problems(str(tmp_path / "data"), DataSpec())
+
+    def test_not_a_parquet_file(self, tmp_path):
+        pytest.importorskip("pyarrow")
+        with pytest.raises(ConfigError, match=r"d\.parquet: not a readable parquet file"):
+            self.read(tmp_path, "not parquet", name="d.parquet")
+
+    def test_parquet_rows_are_numbered(self, tmp_path):
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        f = tmp_path / "d.parquet"
+        pq.write_table(pa.table({"question": ["a", "b"], "answer": ["#### 1", "#### x"]}), f)
+        with pytest.raises(ConfigError, match=r"d\.parquet: row 2: no number after '####'"):
+            read_problems(str(f), DataSpec(name="gsm8k", path=str(f)))
+
+    def test_bad_eval_file_through_load_source(self, tmp_path):
+        train = tmp_path / "train.jsonl"
+        train.write_text(json.dumps({"question": "a", "answer": 1}) + "\n")
+        held = tmp_path / "test.jsonl"
+        held.write_text(json.dumps({"question": "b", "answer": "#### ?"}) + "\n")
+        spec = DataSpec(name="gsm8k", path=str(train), eval_path=str(held))
+        with pytest.raises(ConfigError, match=r"test\.jsonl:1: no number"):
+            load_source(spec, eval_size=1)

@@ -32,10 +32,11 @@ class TestGroupAdvantages:
         np.testing.assert_allclose(adv[4:], 0.0, atol=1e-6)  # no variance, no signal
 
     def test_matches_tunix(self):
-        from rlctl.core.trainer import tunix_adapter as ta
+        from tests.core.trainer import yardsticks
 
         r = np.random.default_rng(0).random(16).astype(np.float32)
-        np.testing.assert_allclose(group_advantages(r, 8), ta.group_advantages(r, 8), rtol=1e-5)
+        np.testing.assert_allclose(group_advantages(r, 8), yardsticks.group_advantages(r, 8),
+                                   rtol=1e-5)
 
 
 class TestSequenceRatio:
@@ -126,11 +127,12 @@ class TestParityWithTunix:
 
     def test_log_probs_match_full_sequence(self, setup):
         from rlctl.core.trainer import tunix_adapter as ta
+        from tests.core.trainer import yardsticks
 
         model, info, prompts, comps, mask, _, pad, G = setup
         ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
                                          temperature=0.7, info=info)
-        full = ta.per_token_logps(model, np.repeat(prompts, G, 0), comps, pad, 2, 0.7)
+        full = yardsticks.per_token_logps(model, np.repeat(prompts, G, 0), comps, pad, 2, 0.7)
         np.testing.assert_allclose(np.asarray(ours) * mask, np.asarray(full) * mask, atol=2e-5)
 
     @pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
@@ -138,16 +140,17 @@ class TestParityWithTunix:
         from flax import nnx
 
         from rlctl.core.trainer import tunix_adapter as ta
+        from tests.core.trainer import yardsticks
 
         model, info, prompts, comps, mask, adv, pad, G = setup
         eps = (0.2, 0.28) if algorithm == "grpo" else (3e-4, 4e-4)
         cfg = LossConfig(algorithm, *eps, 0.0, "k3", "sequence-mean-token-mean")
-        tcfg = ta.algo_config(algorithm=algorithm, beta=0.0, epsilon=eps[0],
-                              epsilon_high=eps[1], kl_estimator="k3",
-                              loss_aggregation=cfg.aggregation, temperature=1.0)
+        tcfg = yardsticks.algo_config(algorithm=algorithm, beta=0.0, epsilon=eps[0],
+                                      epsilon_high=eps[1], kl_estimator="k3",
+                                      loss_aggregation=cfg.aggregation, temperature=1.0)
         full_prompts = np.repeat(prompts, G, 0)
-        old = ta.per_token_logps(model, full_prompts, comps, pad, 2) - 0.05 * mask
-        ex = ta.train_example(full_prompts, comps, mask, adv, pad, old_logps=old)
+        old = yardsticks.per_token_logps(model, full_prompts, comps, pad, 2) - 0.05 * mask
+        ex = yardsticks.train_example(full_prompts, comps, mask, adv, pad, old_logps=old)
 
         def ours_fn(m):
             lp, _ = ta.shared_prefix_logps(m, prompts, comps, group=G, pad_id=pad,
@@ -155,7 +158,7 @@ class TestParityWithTunix:
             return policy_loss(lp, mask, adv, cfg, old_logps=old)[0]
 
         def tunix_fn(m):
-            return ta.policy_loss(m, ex, tcfg, pad, 2)[0]
+            return yardsticks.policy_loss(m, ex, tcfg, pad, 2)[0]
 
         l1, g1 = nnx.value_and_grad(ours_fn)(model)
         l2, g2 = nnx.value_and_grad(tunix_fn)(model)
@@ -168,6 +171,7 @@ class TestParityWithTunix:
 def test_qwen2_prefix_sharing_matches_full_sequence(tmp_path):
     """The prefix-shared update also holds for another Tunix family (Qwen2, with biases)."""
     from rlctl.core.trainer import tunix_adapter as ta
+    from tests.core.trainer import yardsticks
     from tests.fakes.tiny_model import write_tiny_llama
 
     folder = write_tiny_llama(tmp_path / "qwen", family="qwen2", rope_theta=1e6)
@@ -179,5 +183,5 @@ def test_qwen2_prefix_sharing_matches_full_sequence(tmp_path):
     comps = rng.integers(3, info.vocab_size, (4, 4)).astype(np.int32)
     ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0,
                                      temperature=1.0, info=info)
-    full = ta.per_token_logps(model, np.repeat(prompts, 2, 0), comps, 0, 2)
+    full = yardsticks.per_token_logps(model, np.repeat(prompts, 2, 0), comps, 0, 2)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(full), atol=2e-5)

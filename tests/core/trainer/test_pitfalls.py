@@ -116,7 +116,7 @@ class TestPadToken:
 class TestSamplingSeed:
     def test_each_step_draws_new_samples_and_a_step_is_reproducible(self, tiny_model_dir):
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.loop import step_seed
+        from rlctl.core.trainer.rollout import step_seed
         from rlctl.core.trainer.tokenizer import ChatTokenizer
 
         tok = ChatTokenizer(tiny_model_dir)

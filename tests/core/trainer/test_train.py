@@ -156,3 +156,73 @@ class TestResume:
         r = rlctl("resume", "done", "--runs-dir", str(tmp_path))
         assert r.returncode == 4 and "already completed" in r.stderr
         assert "Traceback" not in r.stderr
+
+
+LONG = "What is 9 + 9? Think about it carefully. Think about it carefully."  # ~137 tokens
+
+
+def ctrl_c_at(monkeypatch, at: int) -> None:
+    """Ctrl-C as the trainer starts step ``at`` (0-based), in this process."""
+    from rlctl.core.trainer import loop
+
+    real = loop.Trainer.step
+
+    def step(self, k: int):
+        if k == at:
+            raise KeyboardInterrupt
+        return real(self, k)
+
+    monkeypatch.setattr(loop.Trainer, "step", step)
+
+
+class TestResumeAfterWidening:
+    def test_a_prompt_longer_than_the_probe_saw_does_not_change_the_resumed_run(
+            self, tiny_model_dir, tmp_path, monkeypatch):
+        """The run meets a prompt wider than its probe at step 1, before the checkpoint
+        at step 2 it is resumed from; every later step must pad as the whole run did."""
+        from typer.testing import CliRunner
+
+        from rlctl.cli.app import app
+        from rlctl.core.config.models import DataSpec
+        from rlctl.core.trainer import loop, rollout
+        from rlctl.core.trainer.data import load_source
+
+        monkeypatch.setattr(rollout, "PROBE_STEPS", 1)  # the probe sees step 0's batch only
+        data = tmp_path / "train.jsonl"
+        rows = [{"question": f"What is {a} + {a + 1}?", "answer": 2 * a + 1} for a in range(1, 8)]
+        data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG,
+                                                                  "answer": 18}]))
+        src = load_source(DataSpec(name="jsonl", path=str(data), seed=7), 0)
+        assert [any(p.question == LONG for p in src.batch(k, 2)) for k in range(4)] == \
+            [False, True, False, False], "data seed 7 no longer draws the long prompt at step 1"
+
+        widths: list[int] = []
+        sample = rollout.Rollout.sample
+
+        def recording(self, prompts, width, seed, greedy=False):
+            widths.append(width)
+            return sample(self, prompts, width, seed, greedy)
+
+        monkeypatch.setattr(rollout.Rollout, "sample", recording)
+        common = ("--steps", "4", "--eval-size", "0", "--set", "checkpoint.interval=2",
+                  "--set", "data.name=jsonl", "--data-path", str(data), "--set", "data.seed=7")
+        whole = in_process(tiny_model_dir, tmp_path, "whole", "grpo", *common)
+        assert widths[1] > widths[0], "step 1 was not widened: the test proves nothing"
+
+        real_step = loop.Trainer.step
+        ctrl_c_at(monkeypatch, 2)  # after the checkpoint at step 2
+        r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "cut", "grpo", *common))
+        assert r.exit_code == 130, r.output
+        assert [row["step"] for row in metrics(tmp_path / "cut")] == [1, 2]
+        monkeypatch.setattr(loop.Trainer, "step", real_step)
+        r = CliRunner().invoke(app, ["resume", "cut", "--runs-dir", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        assert metrics(tmp_path / "cut") == whole
+
+
+def test_prompt_width_is_a_function_of_the_batch_alone():
+    from rlctl.core.trainer.rollout import prompt_width
+
+    assert prompt_width(112, 99) == 112  # within the probe
+    assert prompt_width(112, 137) == 144  # a longer batch gets its own bucket
+    assert prompt_width(112, 113) == 128

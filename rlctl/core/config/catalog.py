@@ -7,7 +7,6 @@ answers questions about it. Pure: no Google Cloud calls.
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -69,10 +68,6 @@ def all_types() -> list[Accelerator]:
 def cores_per_chip(family: str) -> int:
     raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
     return int(raw["tpu"][family]["cores_per_chip"])
-
-
-def topology_chips(topology: str) -> int:
-    return math.prod(int(x) for x in topology.split("x"))
 
 
 def lookup(name: str) -> Accelerator:

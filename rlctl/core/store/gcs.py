@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError
 from rlctl.core.names import validate_name
-from rlctl.core.runs.store import CHECKPOINTS, SPEC, STATUS, existing_run
+from rlctl.core.store.base import CHECKPOINTS, SPEC, STATUS, existing_run
 
 if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
     from rlctl.core.clients import StorageBucket as Bucket

@@ -1,4 +1,4 @@
-"""The trainer entrypoint of cluster pods: ``python -m rlctl.core.trainer --run URI``.
+"""The trainer entrypoint of cluster pods: ``python -m rlctl.core.runs.pod --run URI``.
 
 ``URI`` is a run in a run store (``gs://BUCKET/PREFIX/RUN`` in a cluster, or a
 local path). The spec is loaded from the store and run by the same code as
@@ -41,7 +41,7 @@ def _log(event: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from rlctl.core.errors import RlctlError
 
-    parser = argparse.ArgumentParser(prog="python -m rlctl.core.trainer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rlctl.core.runs.pod", description=__doc__)
     parser.add_argument("--run", default=os.environ.get("RLCTL_RUN"),
                         help="the run's URI (default: $RLCTL_RUN)")
     args = parser.parse_args(argv)
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from rlctl.core.runs.local import follow_run, resume_local
         from rlctl.core.runs.status import read_status
-        from rlctl.core.runs.store import open_store
+        from rlctl.core.store import open_store
+        from rlctl.core.store.base import Phase
         from rlctl.core.trainer.distributed import agree, initialize
 
         root, name = split_run_uri(args.run)
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             _log({"event": "message", "message": f"process {topo.process_index} of "
                   f"{topo.process_count}, {topo.device_count} devices in all"})
         run = open_store(root).existing(name)
-        if agree(read_status(run).get("phase") == "completed", topo):
+        if agree(read_status(run).get("phase") == Phase.COMPLETED, topo):
             _log({"event": "message", "message": f"run {name} is already completed"})
             return 0
         if topo.is_writer:
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except RlctlError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
-    _log({"event": "done", "record": record})
+    _log({"event": "done", "record": record.model_dump(mode="json")})
     return 0
 
 

@@ -11,15 +11,9 @@ import pytest
 
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
 from rlctl.core.runs.status import describe_run, list_runs
-from rlctl.core.runs.store import (
-    CHECKPOINTS,
-    METRICS,
-    SPEC,
-    STATUS,
-    LocalRunStore,
-    latest_checkpoint_step,
-    open_store,
-)
+from rlctl.core.store import open_store
+from rlctl.core.store.base import CHECKPOINTS, METRICS, SPEC, STATUS, latest_checkpoint_step
+from rlctl.core.store.local import LocalRunStore
 
 
 @pytest.fixture(params=["local", "gcs"])
@@ -27,7 +21,7 @@ def store(request, tmp_path):
     if request.param == "local":
         return LocalRunStore(tmp_path / "runs")
     client, bucket = request.getfixturevalue("gcs")
-    from rlctl.core.runs.gcs import GcsRunStore
+    from rlctl.core.store.gcs import GcsRunStore
 
     return GcsRunStore(f"gs://{bucket}/runs", client=client,
                        staging_root=str(tmp_path / "staging"))
@@ -37,7 +31,7 @@ def reopen(store):
     """A second handle on the same store, as another process would have."""
     if isinstance(store, LocalRunStore):
         return LocalRunStore(store.root)
-    from rlctl.core.runs.gcs import GcsRunStore
+    from rlctl.core.store.gcs import GcsRunStore
 
     return GcsRunStore(store.uri, client=store.client, staging_root=store.staging_root)
 
@@ -100,9 +94,9 @@ class TestRunStoreContract:
         Path(run.path_for(METRICS)).write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo')
         run.push(METRICS)
         info = describe_run(reopen(store).existing("r1"))
-        assert (info["phase"], info["step"], info["latest_metrics"]) == \
+        assert (info.phase, info.step, info.latest_metrics) == \
             ("running", 2, {"step": 1, "loss": 0.5})  # the torn last line is skipped
-        assert [r["name"] for r in list_runs(store)] == ["r1"]
+        assert [r.name for r in list_runs(store)] == ["r1"]
 
     def test_staged_files_are_pushed_and_pulled(self, store):
         run = store.run("r1")
@@ -172,7 +166,7 @@ class TestRunStoreContract:
 class TestGcsCommits:
     @pytest.fixture()
     def gstore(self, gcs, tmp_path):
-        from rlctl.core.runs.gcs import GcsRunStore
+        from rlctl.core.store.gcs import GcsRunStore
 
         client, bucket = gcs
         return GcsRunStore(f"gs://{bucket}/runs", client=client,
@@ -221,7 +215,7 @@ class TestGcsCommits:
         assert run.list(CHECKPOINTS) == ["4"]
 
     def test_open_store_picks_the_backend(self, gcs, tmp_path):
-        from rlctl.core.runs.gcs import GcsRunStore
+        from rlctl.core.store.gcs import GcsRunStore
 
         _, bucket = gcs
         assert isinstance(open_store(f"gs://{bucket}/runs"), GcsRunStore)

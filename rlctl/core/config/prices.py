@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from rlctl.core.gcp.catalog import Accelerator
+from rlctl.core.config.catalog import Accelerator
 
 Capacity = str  # "on-demand" | "spot" | "reservation"
 

@@ -1,0 +1,165 @@
+"""What the run functions hand back to the CLI: typed, and ``-o json`` is their dump.
+
+``model_dump(mode="json")`` of each model is exactly what the command prints with
+``-o json`` (``Phase`` serializes as its string), so the field names and order here
+are the public JSON of ``status``, ``train``, ``resume`` and ``delete run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+from rlctl.core.k8s.diagnose import Diagnosis
+from rlctl.core.store.base import Phase
+
+EVALS = ("baseline", "final")
+
+
+class EvalSummary(BaseModel):
+    """The headline numbers of one eval (``eval/<which>.json``), as ``status`` shows them."""
+
+    accuracy: float | None = None
+    format_rate: float | None = None
+    mean_reward: float | None = None
+    n: int | None = None
+
+
+class RunEvals(BaseModel):
+    """The baseline and final evals a run has so far; one not run yet is left out of
+    the JSON, as its file is absent from ``eval/``."""
+
+    baseline: EvalSummary | None = None
+    final: EvalSummary | None = None
+
+    @model_serializer(mode="wrap")
+    def _present_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def present(self) -> Iterator[tuple[str, EvalSummary]]:
+        """(which, summary) of the evals that exist, baseline first."""
+        for which in EVALS:
+            e = getattr(self, which)
+            if e is not None:
+                yield which, e
+
+
+class RunInfo(BaseModel):
+    """One run as the run store describes it (``rlctl status``)."""
+
+    name: str
+    path: str
+    phase: Phase
+    algorithm: str | None = None
+    step: int = 0
+    total_steps: int | None = None
+    latest_checkpoint: int | None = None
+    processes: int | None = None
+    devices: int | None = None
+    created: str | None = None
+    updated: str | None = None
+    error: str | None = None
+    latest_metrics: dict[str, Any] | None = None  # the last row of metrics.jsonl
+    eval: RunEvals = Field(default_factory=RunEvals)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase.finished
+
+
+class ClusterRunInfo(RunInfo):
+    """A cluster run: the run store's view merged with its workload's state.
+
+    ``phase`` is the store's phase, overridden by the workload's when the pods know
+    better (pending, failed, or running before the trainer wrote its first status).
+    """
+
+    workload: Diagnosis
+    reason: str | None = None  # why the workload is not running, when it says
+    cluster: str | None = None
+    backend: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase.finished or Phase.parse(self.workload.phase).finished
+
+
+class EvalResult(BaseModel):
+    """An eval record as the trainer writes it (``eval/<which>.json``); fields the
+    trainer adds later are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    which: str
+    step: int
+    n: int
+    accuracy: float
+    format_rate: float
+    mean_reward: float = 0.0
+    greedy: bool = True
+    seconds: float = 0.0
+    samples: list[dict[str, Any]] = []
+
+
+class TrainResult(BaseModel):
+    """A run trained on this machine (``rlctl train``/``resume`` without a cluster)."""
+
+    name: str
+    path: str
+    phase: Phase
+    step: int
+    latest_checkpoint: int | None = None
+    baseline: EvalResult | None = None
+    final: EvalResult | None = None
+
+
+class SubmitPreview(BaseModel):
+    """What ``train --cluster --dry-run`` would submit; nothing written or applied.
+    No Secret value is in ``manifests``."""
+
+    cluster: str
+    project: str
+    region: str
+    accelerator: str
+    image: str
+    runs_dir: str
+    manifests: list[dict[str, Any]]
+
+
+class SubmitResult(BaseModel):
+    """A run written to its gs:// store and applied to the cluster."""
+
+    name: str
+    path: str  # the run's folder, gs://BUCKET/PREFIX/NAME
+    backend: str
+    applied: list[str]  # 'Kind/name (action)', in apply order
+    cluster: str | None = None
+    project: str | None = None
+    region: str | None = None
+    accelerator: str | None = None
+    image: str | None = None
+
+    @property
+    def runs_dir(self) -> str:
+        """The run store the run is in (what ``--runs-dir`` takes)."""
+        return self.path.rsplit("/", 1)[0]
+
+
+class ResumeResult(BaseModel):
+    """A stopped cluster run re-submitted from its latest complete checkpoint."""
+
+    name: str
+    path: str
+    backend: str
+    checkpoint: int
+    applied: list[str]
+    cluster: str | None = None
+    accelerator: str | None = None

@@ -1,0 +1,146 @@
+"""The run store's contract: one layout for a run, on a local path (local.py) or
+``gs://`` (gcs.py), and what the trainer and the commands may ask of a run's folder.
+
+    <root>/<run>/spec.yaml           the RunSpec the trainer runs
+    <root>/<run>/status.json         phase, step, latest checkpoint, timestamps
+    <root>/<run>/metrics.jsonl       one JSON object per optimizer step
+    <root>/<run>/tensorboard/        TensorBoard event files
+    <root>/<run>/checkpoints/<step>/ Orbax checkpoints (complete ones only)
+    <root>/<run>/eval/{baseline,step-N,final}.json
+
+Writes of whole files are atomic (temp file + rename), so a reader or a killed
+writer never leaves a half-written ``status.json`` or ``spec.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlctl.core.errors import NotFoundError
+
+SPEC = "spec.yaml"
+STATUS = "status.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+CHECKPOINTS = "checkpoints"
+EVAL = "eval"
+
+
+class Phase(str, Enum):
+    """A run's ``phase`` in status.json, and a cluster workload's phase.
+
+    The values are the strings status.json and ``-o json`` carry, so members compare
+    equal to (and serialize as) those strings. A local run moves
+    pending -> starting -> evaluating/running -> completed | failed | interrupted;
+    a workload on a cluster is pending, running, completed, failed, suspended, or
+    absent (no object left). ``unknown``: no readable status.json.
+    """
+
+    PENDING = "pending"
+    STARTING = "starting"
+    EVALUATING = "evaluating"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    SUSPENDED = "suspended"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
+
+    # "running", not "Phase.RUNNING", in f-strings and messages on every Python
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def parse(cls, value: object) -> Phase:
+        """A stored or reported phase; anything unrecognised is ``UNKNOWN``."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will happen without a user (``status --watch`` and ``logs -f``
+        stop). An interrupted local run counts: only ``resume`` moves it on."""
+        return self in FINISHED
+
+    @property
+    def active(self) -> bool:
+        """A process or workload is (or is about to be) working on the run."""
+        return self in ACTIVE
+
+
+FINISHED: frozenset[Phase] = frozenset({
+    Phase.COMPLETED, Phase.FAILED, Phase.INTERRUPTED, Phase.SUSPENDED, Phase.ABSENT})
+ACTIVE: frozenset[Phase] = frozenset({
+    Phase.PENDING, Phase.STARTING, Phase.EVALUATING, Phase.RUNNING})
+
+
+class RunDir(Protocol):
+    """What the trainer and the commands need from one run's folder."""
+
+    name: str
+    uri: str
+
+    def exists(self, rel: str = "") -> bool: ...
+    def read_text(self, rel: str) -> str: ...
+    def write_text(self, rel: str, text: str) -> None: ...
+    def list(self, rel: str) -> list[str]: ...
+    def path_for(self, rel: str) -> str: ...
+    def read_json(self, rel: str) -> Any: ...
+    def write_json(self, rel: str, data: Any) -> None: ...
+    # Files the trainer writes incrementally (metrics.jsonl, TensorBoard, Orbax) live
+    # under path_for(); a remote store syncs them with these. Local: no-ops.
+    def staging_dir(self) -> Path: ...
+    def pull(self, rel: str) -> None: ...
+    def push(self, rel: str) -> None: ...
+    def checkpoint_steps(self) -> list[int]: ...
+    def publish_checkpoint(self, step: int) -> None: ...
+    def fetch_checkpoint(self, step: int) -> None: ...
+    def delete(self, rel: str = "") -> list[str]: ...
+
+
+class RunStore(Protocol):
+    uri: str
+
+    def run(self, name: str) -> RunDir: ...
+    def list_runs(self) -> list[str]: ...
+    def existing(self, name: str) -> RunDir: ...
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def existing_run(store: RunStore, name: str) -> RunDir:
+    """The named run, or a NotFoundError that says how to find the right one."""
+    run = store.run(name)
+    if not run.exists(SPEC):
+        raise NotFoundError(
+            f"run {name!r} not found in {store.uri}",
+            hint="list runs with 'rlctl status' or pass --runs-dir",
+        )
+    return run
+
+
+def latest_checkpoint_step(run: RunDir) -> int | None:
+    """The newest *complete* checkpoint (local: a finished Orbax folder; gs://: a
+    step with its COMMITTED marker)."""
+    steps = run.checkpoint_steps()
+    return max(steps) if steps else None

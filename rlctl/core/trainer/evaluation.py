@@ -1,0 +1,54 @@
+"""Greedy evaluation on the held-out set: the figure a run is judged by.
+
+Greedy decoding and a fixed batch shape make the result a function of the
+weights alone, so the baseline, the periodic and the final evals compare.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from rlctl.core.config.models import EvalSpec
+from rlctl.core.trainer.data import Problem
+from rlctl.core.trainer.rewards import RewardFn
+from rlctl.core.trainer.rollout import Rollout, score
+
+SCALARS = ("accuracy", "format_rate", "mean_reward")  # what TensorBoard plots of an eval
+
+
+def scalar_prefix(which: str) -> str:
+    """TensorBoard tag prefix: baseline and final stand alone, the rest form one curve."""
+    return f"eval_{which}" if which in ("baseline", "final") else "eval"
+
+
+def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
+             reward_fns: list[RewardFn], e: EvalSpec, which: str, step: int) -> dict[str, Any]:
+    """The eval record of ``model`` on ``problems`` (``eval/<which>.json``)."""
+    rollout.sync(model)
+    t0 = time.perf_counter()
+    texts: list[str] = []
+    for i in range(0, len(problems), e.batch_size):
+        chunk = problems[i : i + e.batch_size]
+        padded = chunk + [chunk[0]] * (e.batch_size - len(chunk))  # one compiled shape
+        prompts, width = rollout.render(padded)
+        out = rollout.sample(prompts, width, seed=0, greedy=True)
+        texts.extend(out.text[: len(chunk)])
+    scores = score(reward_fns, texts, problems)
+    n = len(problems)
+    return {
+        "which": which,
+        "step": step,
+        "n": n,
+        "accuracy": float(np.mean(scores.correct)) if n else 0.0,
+        "format_rate": float(np.mean(scores.formatted)) if n else 0.0,
+        "mean_reward": float(np.mean(scores.reward)) if n else 0.0,
+        "greedy": True,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "samples": [
+            {"question": p.question, "gold": p.answer, "completion": t, "correct": bool(c)}
+            for p, t, c in list(zip(problems, texts, scores.correct))[: e.samples]
+        ],
+    }

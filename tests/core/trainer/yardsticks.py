@@ -1,0 +1,85 @@
+"""Tunix's own GRPO path: the yardstick rlctl's update is measured against.
+
+Not used for training. test_loss.py checks rlctl's prefix-shared log-probs and
+loss (``rlctl.core.trainer.loss``) against these to float precision, and
+bench/bench_train_step.py times them as the baseline: Tunix's ``grpo_loss_fn``
+over full prompt+completion sequences, i.e. what a plain Tunix GRPO loop does.
+Kept out of the package so ``tunix_adapter`` holds only what training calls.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+
+def algo_config(
+    *, algorithm: str, beta: float, epsilon: float, epsilon_high: float,
+    kl_estimator: str, loss_aggregation: str, temperature: float,
+) -> Any:
+    """What ``grpo_loss_fn`` reads, with names mapped from rlctl's spec.
+
+    A namespace (not ``GRPOConfig``) because Tunix 0.1.7's config has no
+    ``epsilon_high``/``temperature`` fields yet its loss function reads them.
+    """
+    return types.SimpleNamespace(
+        beta=beta,
+        epsilon=epsilon,
+        epsilon_high=epsilon_high,
+        loss_algo="gspo-token" if algorithm == "gspo" else "grpo",
+        loss_agg_mode={"sequence-mean-token-sum": "seq-mean-token-sum"}.get(
+            loss_aggregation, loss_aggregation
+        ),
+        kl_loss_mode={"k1": "kl", "k3": "low_var_kl"}[kl_estimator],
+        kl_clamp_value=None,
+        temperature=temperature,
+    )
+
+
+def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+    """Tunix's GRPO advantages (rlctl's own: ``loss.group_advantages``)."""
+    from tunix.rl import algo_core
+
+    return np.asarray(algo_core.compute_advantages(rewards, num_generations), np.float32)
+
+
+def train_example(
+    prompt_ids, completion_ids, completion_mask, advantages, pad_id,
+    ref_logps=None, old_logps=None,
+):
+    """Tunix's ``TrainExample``: one row per completion, the prompt repeated in each."""
+    from tunix.rl import common
+
+    return common.TrainExample(
+        prompt_ids=jnp.asarray(prompt_ids),
+        prompt_mask=jnp.asarray(prompt_ids != pad_id),
+        completion_ids=jnp.asarray(completion_ids),
+        completion_mask=jnp.asarray(completion_mask),
+        advantages=jnp.asarray(advantages),
+        ref_per_token_logps=ref_logps,
+        old_per_token_logps=old_logps,
+    )
+
+
+def policy_loss(model, example, cfg, pad_id: int, eos_id: int):
+    """Tunix's loss with the model call inside (rlctl's: ``loss.policy_loss`` on log-probs)."""
+    from tunix.rl import algo_core
+
+    return algo_core.grpo_loss_fn(model, example, cfg, pad_id, eos_id)
+
+
+def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int, temperature=1.0):
+    """Tunix's log-probs over full prompt+completion sequences (no shared prefix)."""
+    from tunix.rl import common
+
+    graphdef, state = nnx.split(model)
+    return common.compute_per_token_logps(
+        graphdef, state,
+        prompt_tokens=jnp.asarray(prompt_ids),
+        completion_tokens=jnp.asarray(completion_ids),
+        pad_id=pad_id, eos_id=eos_id, stop_gradient=True, temperature=temperature,
+    )
