@@ -57,15 +57,16 @@ class TestUnexpected:
         msg = unexpected_message(ValueError("x" * 1000))
         assert msg.startswith("ValueError: xxx") and len(msg) <= 300
 
-    def test_damaged_store_file_is_one_line_not_a_traceback(self, tmp_path):
+    def test_damaged_store_file_is_reported_not_a_traceback(self, tmp_path):
         run = tmp_path / "r1"
         run.mkdir()
         (run / "spec.yaml").write_text("name: r1\n")
         (run / "status.json").write_text("[1, 2]")  # valid JSON, wrong shape
         out = _rlctl("status", "r1", "--runs-dir", str(tmp_path))
-        assert out.returncode in (1, 2)
-        assert "Traceback" not in out.stderr
-        assert out.stderr.startswith("error: ")
+        # the store reads damaged files without falling over: the run is shown as such
+        assert out.returncode == 0, out.stderr
+        assert "Traceback" not in out.stderr + out.stdout
+        assert "damaged: status.json holds a JSON list" in out.stdout
 
 
 class TestNoMarkup:

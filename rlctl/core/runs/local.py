@@ -8,10 +8,13 @@ and ``rlctl resume`` can trust it even after a crash (a SIGKILLed run stays
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlctl.core.config.load import build
@@ -26,7 +29,7 @@ from rlctl.core.errors import (
 from rlctl.core.names import generate_run_name
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.spec import local_paths_absolute, write_new_run
-from rlctl.core.runs.status import read_status
+from rlctl.core.runs.status import process_alive, read_status
 from rlctl.core.store import open_store
 from rlctl.core.store.base import SPEC, STATUS, Phase, latest_checkpoint_step
 from rlctl.core.store.local import LocalRunDir
@@ -38,15 +41,28 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _created(run: LocalRunDir) -> str:
+    """When the run's spec.yaml was written (its creation), or now if unknown (a
+    gs:// store's staging copy does not keep the object's time)."""
+    if not isinstance(run, LocalRunDir) or not (run.path / SPEC).exists():
+        return _now()
+    spec = run.path / SPEC
+    mtime = dt.datetime.fromtimestamp(spec.stat().st_mtime, dt.timezone.utc)
+    return mtime.isoformat(timespec="seconds")
+
+
 class StatusFile:
     def __init__(self, run: LocalRunDir, spec: RunSpec) -> None:
         self.run = run
         self.data = read_status(run) if run.exists(STATUS) else {}
+        self.data.pop("damaged", None)  # rebuilt from here on
         self.data.update(
             name=run.name, algorithm=spec.algorithm, total_steps=spec.training.steps,
             backend="local",
         )
-        self.data.setdefault("created", _now())
+        if not isinstance(self.data.get("created"), str):
+            # a lost or damaged status.json: the run was created when its spec was written
+            self.data["created"] = _created(run)
         self.data.setdefault("step", 0)
         self.data.setdefault("latest_checkpoint", latest_checkpoint_step(run))
 
@@ -63,9 +79,10 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     store = open_store(spec.output.root)
     _preflight(spec)
     run = write_new_run(store, spec)
-    status = StatusFile(run, spec)
-    status.update(phase=Phase.PENDING)
-    return _execute(spec, run, status, progress)
+    with run.lock():  # one writer per run, for this process's whole life
+        status = StatusFile(run, spec)
+        status.update(phase=Phase.PENDING)
+        return _execute(spec, run, status, progress)
 
 
 def _preflight(spec: RunSpec) -> None:
@@ -92,6 +109,12 @@ def load_run_spec(run: LocalRunDir) -> RunSpec:
 def resume_local(root: str, name: str, progress: Progress | None = None) -> TrainResult:
     require_extra("tunix", "train")
     run = open_store(root).existing(name)
+    with run.lock():  # taken before anything is read: a second train/resume stops here
+        return _resume(run, progress)
+
+
+def _resume(run: LocalRunDir, progress: Progress | None) -> TrainResult:
+    name = run.name
     spec = load_run_spec(run)
     status = StatusFile(run, spec)
     phase = Phase.parse(status.data.get("phase"))
@@ -126,15 +149,26 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
 
 
 def _alive(pid: Any, host: Any) -> bool:
-    if not isinstance(pid, int) or host != socket.gethostname() or pid == os.getpid():
-        return False
+    """Another live process on this machine owns the run (ours does not count)."""
+    return pid != os.getpid() and host == socket.gethostname() and process_alive(pid, host)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (kill, systemd, docker stop) stops the run as Ctrl-C does: at once,
+    recorded as ``interrupted``, partial checkpoint files removed, resumable."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
@@ -148,7 +182,8 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
         status.update(**fields)
 
     try:
-        evals = run_trainer(spec, run, progress, on_status)
+        with _sigterm_as_interrupt():
+            evals = run_trainer(spec, run, progress, on_status)
     except KeyboardInterrupt:
         status.update(phase=Phase.INTERRUPTED, latest_checkpoint=latest_checkpoint_step(run))
         raise InterruptedRun(

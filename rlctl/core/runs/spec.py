@@ -8,7 +8,7 @@ from typing import Any
 
 from rlctl.core.config.load import build, dump_yaml, read_yaml
 from rlctl.core.config.models import DEFAULT_MODEL, RunSpec
-from rlctl.core.errors import AlreadyExistsError, ConfigError
+from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError
 from rlctl.core.store.base import SPEC, RunDir, RunStore
 
 
@@ -79,10 +79,14 @@ def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
     once: a name already in use is refused, since continuing a run is resume's job."""
     assert spec.name is not None
     run = store.run(spec.name)
+    taken = AlreadyExistsError(
+        f"run {spec.name!r} already exists in {store.uri}",
+        hint=f"continue it with 'rlctl resume {spec.name}' or choose another --name",
+    )
     if run.exists(SPEC):
-        raise AlreadyExistsError(
-            f"run {spec.name!r} already exists in {store.uri}",
-            hint=f"continue it with 'rlctl resume {spec.name}' or choose another --name",
-        )
-    run.write_text(SPEC, dump_yaml(spec))
+        raise taken
+    try:
+        run.write_text(SPEC, dump_yaml(spec))  # exclusive: of two racing creators, one wins
+    except ConflictError:
+        raise taken from None
     return run

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 from typing import Any
 
 from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
@@ -17,31 +19,92 @@ from rlctl.core.store.base import (
 )
 
 
+def _read_json(run: RunDir, rel: str) -> tuple[Any, str | None]:
+    """(the parsed file, None), or (None, why it cannot be read): a damaged file is
+    described, never raised, so one bad run cannot break ``status`` for the others."""
+    try:
+        return json.loads(run.read_text(rel)), None
+    except UnicodeDecodeError:
+        return None, f"{rel} is not UTF-8 text"
+    except json.JSONDecodeError as e:
+        return None, f"{rel} is not valid JSON (line {e.lineno})"
+
+
 def read_status(run: RunDir) -> dict[str, Any]:
+    """status.json as a dict; missing or damaged -> phase ``unknown`` (and ``damaged``
+    saying what is wrong, so ``resume`` can rebuild it)."""
     if not run.exists(STATUS):
         return {"name": run.name, "phase": Phase.UNKNOWN}
-    try:
-        return json.loads(run.read_text(STATUS))
-    except json.JSONDecodeError:
-        return {"name": run.name, "phase": Phase.UNKNOWN}
+    data, why = _read_json(run, STATUS)
+    if why is None and not isinstance(data, dict):
+        why = f"{STATUS} holds a JSON {type(data).__name__}, not an object"
+    if why is not None:
+        return {"name": run.name, "phase": Phase.UNKNOWN, "damaged": why}
+    return data
 
 
 def read_metrics(run: RunDir) -> list[dict[str, Any]]:
-    """Parse metrics.jsonl, skipping a torn last line from a killed writer."""
+    """Parse metrics.jsonl, skipping a torn last line from a killed writer and any
+    line that is not a JSON object (bytes appended by something else)."""
     if not run.exists(METRICS):
         return []
+    try:
+        text = run.read_text(METRICS)
+    except UnicodeDecodeError as e:  # the bad bytes become U+FFFD: their line is skipped
+        text = bytes(e.object).decode("utf-8", errors="replace")
     rows = []
-    for line in run.read_text(METRICS).splitlines():
+    for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
 def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
+    """An eval record; absent or damaged -> None (the run shows no such eval)."""
     rel = f"{EVAL}/{which}.json"
-    return json.loads(run.read_text(rel)) if run.exists(rel) else None
+    if not run.exists(rel):
+        return None
+    data, why = _read_json(run, rel)
+    return data if why is None and isinstance(data, dict) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def process_alive(pid: Any, host: Any) -> bool:
+    """Whether ``pid`` on ``host`` (as status.json records them) still runs. Only this
+    machine's processes can be checked: another host's is assumed alive."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if host != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _phase(status: dict[str, Any]) -> Phase:
+    """The stored phase, or ``stale`` for a local run whose process is gone."""
+    phase = Phase.parse(status.get("phase", Phase.UNKNOWN))
+    if phase.active and status.get("backend") == "local" and "pid" in status \
+            and not process_alive(status.get("pid"), status.get("host")):
+        return Phase.STALE
+    return phase
 
 
 def describe_run(run: RunDir) -> RunInfo:
@@ -51,21 +114,30 @@ def describe_run(run: RunDir) -> RunInfo:
     for which in EVALS:
         data = read_eval(run, which)
         if data is not None:
-            evals[which] = EvalSummary.model_validate(
-                {k: data.get(k) for k in EvalSummary.model_fields})
+            try:
+                evals[which] = EvalSummary.model_validate(
+                    {k: data.get(k) for k in EvalSummary.model_fields})
+            except ValueError:  # wrong types in the record: shown as absent
+                continue
+    damaged = status.get("damaged")
+    phase = _phase(status)
+    error = f"damaged: {damaged}" if damaged else _str(status.get("error"))
+    if phase is Phase.STALE:
+        error = (f"its process (pid {status.get('pid')}) is gone: killed or crashed; "
+                 f"continue with 'rlctl resume {run.name}'")
     return RunInfo(
         name=run.name,
         path=run.uri,
-        phase=Phase.parse(status.get("phase", Phase.UNKNOWN)),
-        algorithm=status.get("algorithm"),
-        step=status.get("step") or 0,
-        total_steps=status.get("total_steps"),
+        phase=phase,
+        algorithm=_str(status.get("algorithm")),
+        step=_int(status.get("step")) or 0,
+        total_steps=_int(status.get("total_steps")),
         latest_checkpoint=latest_checkpoint_step(run),
-        processes=status.get("processes"),
-        devices=status.get("devices"),
-        created=status.get("created"),
-        updated=status.get("updated"),
-        error=status.get("error"),
+        processes=_int(status.get("processes")),
+        devices=_int(status.get("devices")),
+        created=_str(status.get("created")),
+        updated=_str(status.get("updated")),
+        error=error,
         latest_metrics=metrics[-1] if metrics else None,
         eval=RunEvals(**evals),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import AbstractContextManager
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"
+LOCK = ".lock"  # a local run's writer lock (holder: pid, host, since)
 
 
 class Phase(str, Enum):
@@ -37,7 +39,8 @@ class Phase(str, Enum):
     equal to (and serialize as) those strings. A local run moves
     pending -> starting -> evaluating/running -> completed | failed | interrupted;
     a workload on a cluster is pending, running, completed, failed, suspended, or
-    absent (no object left). ``unknown``: no readable status.json.
+    absent (no object left). ``unknown``: no readable status.json. ``stale``: status.json
+    says a local run is active but the process it names is gone (killed, crashed).
     """
 
     PENDING = "pending"
@@ -49,6 +52,7 @@ class Phase(str, Enum):
     INTERRUPTED = "interrupted"
     SUSPENDED = "suspended"
     ABSENT = "absent"
+    STALE = "stale"
     UNKNOWN = "unknown"
 
     # "running", not "Phase.RUNNING", in f-strings and messages on every Python
@@ -76,7 +80,8 @@ class Phase(str, Enum):
 
 
 FINISHED: frozenset[Phase] = frozenset({
-    Phase.COMPLETED, Phase.FAILED, Phase.INTERRUPTED, Phase.SUSPENDED, Phase.ABSENT})
+    Phase.COMPLETED, Phase.FAILED, Phase.INTERRUPTED, Phase.SUSPENDED, Phase.ABSENT,
+    Phase.STALE})
 ACTIVE: frozenset[Phase] = frozenset({
     Phase.PENDING, Phase.STARTING, Phase.EVALUATING, Phase.RUNNING})
 
@@ -103,6 +108,8 @@ class RunDir(Protocol):
     def publish_checkpoint(self, step: int) -> None: ...
     def fetch_checkpoint(self, step: int) -> None: ...
     def delete(self, rel: str = "") -> list[str]: ...
+    # Held by the one process that trains the run (train, resume), for its whole life.
+    def lock(self) -> AbstractContextManager[None]: ...
 
 
 class RunStore(Protocol):
@@ -113,8 +120,9 @@ class RunStore(Protocol):
     def existing(self, name: str) -> RunDir: ...
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over the target."""
+def _durable_temp(path: Path, text: str) -> Path:
+    """``text`` in a synced temp file beside ``path`` (same file system: it can be
+    renamed or linked into place atomically)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -122,9 +130,32 @@ def atomic_write(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def create_exclusive(path: Path, text: str) -> bool:
+    """Write ``path`` whole, only if it does not exist yet (atomic: the temp file is
+    hard-linked into place, which fails if the name is taken). False if it was."""
+    tmp = _durable_temp(path, text)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over the target."""
+    tmp = _durable_temp(path, text)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

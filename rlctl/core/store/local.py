@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlctl.core.errors import NotFoundError
+from rlctl.core.errors import ConflictError, NotFoundError
 from rlctl.core.names import validate_name
-from rlctl.core.store.base import CHECKPOINTS, SPEC, atomic_write, existing_run
+from rlctl.core.store.base import (
+    CHECKPOINTS,
+    LOCK,
+    SPEC,
+    atomic_write,
+    create_exclusive,
+    existing_run,
+)
+
+
+def _holder(fd: int) -> str:
+    try:
+        h = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        return f"pid {h['pid']} on {h['host']} since {h['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
 
 
 class LocalRunDir:
@@ -28,7 +45,39 @@ class LocalRunDir:
             raise NotFoundError(f"{self.uri}/{rel} not found") from e
 
     def write_text(self, rel: str, text: str) -> None:
+        if rel == SPEC:  # written once, by whoever creates the run (as on gs://)
+            if not create_exclusive(self.path / rel, text):
+                raise ConflictError(f"{self.uri}/{rel} was changed by another writer",
+                                    hint="another process created this run first")
+            return
         atomic_write(self.path / rel, text)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive for the life of the process that trains this run: a second
+        train/resume gets a ConflictError naming the holder. The kernel drops the
+        lock when the holder dies, however it dies, so a killed run stays resumable."""
+        import datetime as dt
+        import fcntl
+        import socket
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConflictError(
+                    f"run {self.name!r} is in use by {_holder(fd)}",
+                    hint="wait for it to finish, or stop that process first",
+                ) from None
+            since = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "since": since}).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def list(self, rel: str) -> list[str]:
         p = self.path / rel

@@ -144,17 +144,20 @@ class Trainer:
         self.create_steps()
         self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
                         else NullMetrics())
-        self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep)
+        self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
+                                warn=lambda m: self.emit({"event": "message", "message": m}))
         try:
+            # The baseline is the initial weights' eval: taken (or re-created, when
+            # eval/ was lost) before any checkpoint is restored, never from trained ones.
+            baseline = None
+            needs_baseline = agree(not self.run.exists(f"{EVAL}/baseline.json"), self.topo)
+            if s.eval.size and needs_baseline:
+                on_status({"phase": "evaluating"})
+                baseline = self.evaluate("baseline", 0)
             start = self.ckpt.restore_latest(self.model, self.optimizer)
             self.metrics.truncate_after(start)
             if start:
                 self.emit({"event": "message", "message": f"resumed from checkpoint {start}"})
-            baseline = None
-            needs_baseline = agree(not self.run.exists(f"{EVAL}/baseline.json"), self.topo)
-            if s.eval.size and needs_baseline:
-                on_status({"phase": "evaluating", "step": start})
-                baseline = self.evaluate("baseline", 0)
             self.emit({"event": "start", "name": self.run.name, "step": start,
                        "total_steps": s.training.steps})
             on_status({"phase": "running", "step": start, "latest_checkpoint": start or None,

@@ -26,12 +26,15 @@ class MetricsWriter:
         if not self.path.exists():
             return
         keep = []
-        for line in self.path.read_text().splitlines():
+        # undecodable bytes become U+FFFD: that line fails to parse and is dropped
+        for line in self.path.read_text(errors="replace").splitlines():
             try:
-                if json.loads(line).get("step", 0) <= step:
-                    keep.append(line)
+                row = json.loads(line)
             except json.JSONDecodeError:
-                continue  # torn last line of a killed writer
+                continue  # torn last line of a killed writer, or bytes not ours
+            if isinstance(row, dict) and isinstance(row.get("step"), int) \
+                    and row["step"] <= step:
+                keep.append(line)
         from rlctl.core.store.base import atomic_write
 
         atomic_write(self.path, "".join(f"{line}\n" for line in keep))

@@ -29,7 +29,7 @@ class TestPhase:
     def test_one_finished_set_and_one_active_set(self):
         assert Phase.INTERRUPTED.finished  # a local run stopped by Ctrl-C: only resume moves it
         assert {p.value for p in FINISHED} == {"completed", "failed", "interrupted",
-                                               "suspended", "absent"}
+                                               "suspended", "absent", "stale"}
         assert {p.value for p in ACTIVE} == {"pending", "starting", "evaluating", "running"}
         assert not FINISHED & ACTIVE and Phase.UNKNOWN not in FINISHED | ACTIVE
         assert "absent" in FINISHED  # a workload's phase string compares as it is

@@ -222,3 +222,41 @@ class TestGcsCommits:
         assert isinstance(open_store(str(tmp_path)), LocalRunStore)
         with pytest.raises(ConfigError):
             open_store("s3://x/y")
+
+
+class TestOneWriter:
+    def test_spec_is_written_once_so_two_creators_cannot_both_win(self, store):
+        a, b = store.run("r1"), reopen(store).run("r1")
+        a.write_text(SPEC, "name: r1\nseed: 1\n")
+        with pytest.raises(ConflictError):
+            b.write_text(SPEC, "name: r1\nseed: 2\n")
+        assert reopen(store).run("r1").read_text(SPEC).endswith("seed: 1\n")
+
+    def test_a_local_run_has_one_holder_until_it_dies(self, tmp_path):
+        import os
+        import signal
+        import subprocess
+        import sys
+
+        run = LocalRunStore(tmp_path).run("r1")
+        second = LocalRunStore(tmp_path).run("r1")
+        held = f"in use by pid {os.getpid()} on "
+        with run.lock(), pytest.raises(ConflictError, match=held), second.lock():
+            pass
+        with run.lock():  # released on exit
+            pass
+        code = ("import sys, time; from pathlib import Path;"
+                "from rlctl.core.store.local import LocalRunStore;"
+                "cm = LocalRunStore(Path(sys.argv[1])).run('r1').lock(); cm.__enter__();"
+                "print('held', flush=True); time.sleep(60)")
+        holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            with pytest.raises(ConflictError, match=f"pid {holder.pid}"), run.lock():
+                pass
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+        with run.lock():  # the kernel dropped a SIGKILLed holder's lock
+            pass

@@ -127,7 +127,10 @@ class TestResume:
               for n in ("killed", "whole")]
         assert ev[0] == ev[1]
 
-    def test_ctrl_c_stops_cleanly_and_resumes(self, tiny_model_dir, tmp_path):
+    @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+    def test_ctrl_c_or_sigterm_stops_cleanly_and_resumes(self, tiny_model_dir, tmp_path, sig):
+        """SIGTERM (kill, systemd, docker stop) is handled as Ctrl-C: exit 130, status
+        ``interrupted``, no partial checkpoint left, and resume completes."""
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "rlctl",
@@ -142,7 +145,7 @@ class TestResume:
         deadline = time.time() + 300
         while not ckpt.is_dir() and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err
         assert "interrupted" in err and "rlctl resume ctrlc" in err and "Traceback" not in err
@@ -150,6 +153,8 @@ class TestResume:
         assert status["phase"] == "interrupted" and status["latest_checkpoint"] >= 2
         st = rlctl("status", "ctrlc", "--runs-dir", str(tmp_path), "-o", "json")
         assert json.loads(st.stdout)["phase"] == "interrupted"
+        left = [p.name for p in (tmp_path / "ctrlc" / "checkpoints").iterdir()]
+        assert not [n for n in left if "tmp" in n], left
 
     def test_resume_of_a_completed_run_is_refused(self, tiny_model_dir, tmp_path):
         in_process(tiny_model_dir, tmp_path, "done", "grpo", "--steps", "1", "--eval-size", "0")
@@ -218,6 +223,38 @@ class TestResumeAfterWidening:
         r = CliRunner().invoke(app, ["resume", "cut", "--runs-dir", str(tmp_path)])
         assert r.exit_code == 0, r.output
         assert metrics(tmp_path / "cut") == whole
+
+
+class TestBaselineOnResume:
+    def test_a_lost_baseline_is_re_created_from_the_initial_weights(
+            self, tiny_model_dir, tmp_path, monkeypatch):
+        """eval/ deleted, resume from checkpoint 2: the baseline written again must be
+        the one of the untrained model, not of the restored step-2 weights."""
+        import shutil
+
+        from typer.testing import CliRunner
+
+        from rlctl.cli.app import app
+        from rlctl.core.trainer import loop
+
+        real_step = loop.Trainer.step
+        ctrl_c_at(monkeypatch, 2)  # after the checkpoint at step 2
+        r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "lost", "grpo",
+                                              "--steps", "4", "--set", "checkpoint.interval=2"))
+        assert r.exit_code == 130, r.output
+        run = tmp_path / "lost"
+        original = json.loads((run / "eval" / "baseline.json").read_text())
+        shutil.rmtree(run / "eval")
+        monkeypatch.setattr(loop.Trainer, "step", real_step)
+        r = CliRunner().invoke(app, ["resume", "lost", "--runs-dir", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        again = json.loads((run / "eval" / "baseline.json").read_text())
+        original.pop("seconds"), again.pop("seconds")
+        assert again == original
+        final = json.loads((run / "eval" / "final.json").read_text())
+        trained = [s["completion"] for s in final["samples"]]
+        assert trained != [s["completion"] for s in again["samples"]], \
+            "training changed no completion: the test cannot tell the weights apart"
 
 
 def test_prompt_width_is_a_function_of_the_batch_alone():

@@ -1,0 +1,135 @@
+"""Damaged run files are described, never raised: one bad run cannot break ``status``
+for the others, and ``resume`` rebuilds a damaged status.json keeping ``created``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from rlctl.cli.app import app
+from rlctl.core.runs.local import StatusFile
+from rlctl.core.runs.spec import resolve_run_spec
+from rlctl.core.runs.status import describe_run, list_runs
+from rlctl.core.store.base import METRICS, SPEC, STATUS, Phase
+from rlctl.core.store.local import LocalRunStore
+from rlctl.core.trainer.metrics import MetricsWriter
+
+GOOD_STATUS = {"phase": "interrupted", "step": 2, "total_steps": 4, "algorithm": "grpo",
+               "created": "2026-01-02T03:04:05+00:00"}
+ROWS = [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.75}]
+
+# file -> bytes that broke `status` (a traceback) before
+DAMAGE = {
+    "status garbage": (STATUS, b"\x00\xff{not json"),
+    "status list": (STATUS, b"[1, 2, 3]"),
+    "status not utf-8": (STATUS, b'{"phase": "\xff"}'),
+    "status wrong types": (STATUS, b'{"phase": 42, "step": "x", "created": 7, "devices": []}'),
+    "metrics bytes appended": (METRICS, None),  # good rows, then binary junk
+    "metrics a list row": (METRICS, b'[1, 2]\n{"step": 1, "reward": 0.5}\n'),
+    "eval cut": ("eval/baseline.json", b'{"which": "baseline", "acc'),
+    "eval wrong types": ("eval/baseline.json", b'{"accuracy": "high", "n": []}'),
+}
+
+
+def make_run(store: LocalRunStore, name: str):
+    run = store.run(name)
+    run.write_text(SPEC, f"name: {name}\n")
+    run.write_json(STATUS, GOOD_STATUS)
+    run.write_text(METRICS, "".join(json.dumps(r) + "\n" for r in ROWS))
+    return run
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_a_damaged_file_leaves_the_other_runs_readable(tmp_path, case):
+    store = LocalRunStore(tmp_path)
+    make_run(store, "good")
+    bad = make_run(store, "bad")
+    rel, data = DAMAGE[case]
+    path = bad.path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if data is None:
+        data = path.read_bytes() + b"\xff\xfe garbage\n"
+    path.write_bytes(data)
+
+    infos = {i.name: i for i in list_runs(store)}
+    assert infos["good"].phase is Phase.INTERRUPTED and infos["good"].step == 2
+    info = infos["bad"]
+    if rel == STATUS:
+        assert info.phase is Phase.UNKNOWN
+        if case != "status wrong types":
+            assert info.error and info.error.startswith("damaged: status.json")
+    if rel == METRICS:
+        assert info.latest_metrics in (ROWS[-1], ROWS[0])  # the readable rows only
+    if rel.startswith("eval/"):
+        assert info.eval.baseline is None
+    json.dumps(info.model_dump(mode="json"))  # -o json still works
+
+    r = CliRunner().invoke(app, ["status", "--runs-dir", str(tmp_path), "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert sorted(row["name"] for row in json.loads(r.stdout)) == ["bad", "good"]
+
+
+def test_resume_truncation_skips_lines_that_are_not_rows(tmp_path):
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    with open(run.path / METRICS, "ab") as f:
+        f.write(b'[3]\n\xff\xfe\n{"step": "3"}\n{"step": 3, "reward": 1.0}\n')
+    MetricsWriter(run, tensorboard=False).truncate_after(2)
+    assert describe_run(run).latest_metrics == ROWS[-1]
+    assert [json.loads(x) for x in (run.path / METRICS).read_text().splitlines()] == ROWS
+
+
+def test_a_rebuilt_status_keeps_when_the_run_was_created(tmp_path):
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    created = 1_700_000_000  # 2023-11-14T22:13:20Z
+    os.utime(run.path / SPEC, (created, created))
+    (run.path / STATUS).write_bytes(b"\x00garbage")
+    spec = resolve_run_spec("grpo", flags={"name": "r1", "output.root": str(tmp_path)})
+    status = StatusFile(run, spec)
+    status.update(phase=Phase.STARTING)
+    saved = json.loads((run.path / STATUS).read_text())
+    assert saved["created"] == "2023-11-14T22:13:20+00:00"
+    assert "damaged" not in saved and saved["phase"] == "starting"
+
+
+def test_an_intact_status_keeps_its_created(tmp_path):
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    spec = resolve_run_spec("grpo", flags={"name": "r1", "output.root": str(tmp_path)})
+    StatusFile(run, spec).update(phase=Phase.STARTING)
+    assert json.loads((run.path / STATUS).read_text())["created"] == GOOD_STATUS["created"]
+
+
+class TestLiveness:
+    """A SIGKILLed run's status.json still says ``running``: ``status`` must not."""
+
+    def dead_pid(self) -> int:
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()
+        return proc.pid
+
+    def test_a_run_whose_process_is_gone_is_stale(self, tmp_path):
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
+                                "pid": self.dead_pid(), "host": socket.gethostname()})
+        info = describe_run(run)
+        assert info.phase is Phase.STALE and info.finished
+        assert "rlctl resume r1" in info.error
+        r = CliRunner().invoke(app, ["status", "r1", "--runs-dir", str(tmp_path)])
+        assert r.exit_code == 0 and "stale" in r.stdout, r.output
+
+    def test_a_live_process_or_another_hosts_is_not_judged(self, tmp_path):
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        for pid, host in [(os.getppid(), socket.gethostname()), (self.dead_pid(), "elsewhere")]:
+            run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
+                                    "pid": pid, "host": host})
+            assert describe_run(run).phase is Phase.RUNNING
+
+    def test_a_cluster_run_is_left_to_its_workload(self, tmp_path):
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "jobset"})
+        assert describe_run(run).phase is Phase.RUNNING

@@ -1,0 +1,82 @@
+"""Partial saves do not survive: a killed or interrupted Orbax save leaves a
+``<step>.orbax-checkpoint-tmp...`` folder that is removed on close and on the next start."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlctl.core.trainer.checkpointing import remove_partial
+
+
+def test_only_the_temporary_folders_of_unfinished_saves_are_removed(tmp_path):
+    (tmp_path / "2" / "default").mkdir(parents=True)
+    (tmp_path / "4.orbax-checkpoint-tmp-1700000000" / "default").mkdir(parents=True)
+    (tmp_path / "4.orbax-checkpoint-tmp-1700000000" / "default" / "x").write_bytes(b"0" * 99)
+    (tmp_path / "6.orbax-checkpoint-tmp").write_text("")
+    assert remove_partial(tmp_path) == ["4.orbax-checkpoint-tmp-1700000000",
+                                        "6.orbax-checkpoint-tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["2"]
+    assert remove_partial(tmp_path / "missing") == []
+
+
+class TestManifest:
+    """Each complete checkpoint records its files' sizes and SHA-256, written last."""
+
+    def folder(self, tmp_path):
+        from rlctl.core.trainer.checkpointing import write_manifest
+
+        step = tmp_path / "4"
+        (step / "default").mkdir(parents=True)
+        (step / "default" / "params").write_bytes(bytes(range(256)) * 40)
+        (step / "_CHECKPOINT_METADATA").write_text('{"step": 4}')
+        assert write_manifest(step) == 256 * 40 + len('{"step": 4}')
+        return step
+
+    def test_an_intact_checkpoint_verifies(self, tmp_path):
+        from rlctl.core.trainer.checkpointing import verify
+
+        assert verify(self.folder(tmp_path)) is None
+        assert verify(tmp_path / "no-manifest") is None  # an older rlctl's: trusted
+
+    @pytest.mark.parametrize(("damage", "why"), [
+        (lambda s: (s / "default" / "params").write_bytes(b"cut"), "has 3 bytes, not 10240"),
+        (lambda s: (s / "_CHECKPOINT_METADATA").write_text('{"step": 5}'),
+         "does not match its recorded SHA-256"),
+        (lambda s: (s / "_CHECKPOINT_METADATA").write_text(""), "has 0 bytes"),
+        (lambda s: (s / "default" / "params").unlink(), "default/params is missing"),
+        (lambda s: (s / "rlctl-manifest.json").write_bytes(b"\xff"), "manifest.json is damaged"),
+    ], ids=["truncated", "changed", "emptied", "missing", "manifest"])
+    def test_each_kind_of_damage_is_named(self, tmp_path, damage, why):
+        from rlctl.core.trainer.checkpointing import verify
+
+        step = self.folder(tmp_path)
+        damage(step)
+        assert why in verify(step)
+
+
+@pytest.mark.trainer
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_model_dir, tmp_path,
+                                                                    monkeypatch):
+    """Checkpoint 4 truncated: resume warns, restores 2, and ends exactly as a run that
+    was never interrupted."""
+    from typer.testing import CliRunner
+
+    from rlctl.cli.app import app
+    from rlctl.core.trainer import loop
+    from tests.core.trainer.test_train import ctrl_c_at, in_process, metrics, tiny_args
+
+    common = ("--steps", "6", "--set", "checkpoint.interval=2", "--eval-size", "0")
+    whole = in_process(tiny_model_dir, tmp_path, "whole", "grpo", *common)
+    real_step = loop.Trainer.step
+    ctrl_c_at(monkeypatch, 4)  # checkpoints 2 and 4 exist
+    r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "cut", "grpo", *common))
+    assert r.exit_code == 130, r.output
+    ckpt = tmp_path / "cut" / "checkpoints" / "4"
+    biggest = max((p for p in ckpt.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])
+    monkeypatch.setattr(loop.Trainer, "step", real_step)
+    r = CliRunner().invoke(app, ["resume", "cut", "--runs-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "checkpoint 4 is damaged" in r.stderr and "trying checkpoint 2" in r.stderr
+    assert "Traceback" not in r.output
+    assert metrics(tmp_path / "cut") == whole
