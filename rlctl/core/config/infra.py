@@ -37,7 +37,8 @@ DRANET_LABEL = "cloud.google.com/gke-networking-dra-driver"
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: ``--lr nan`` is "not a finite number", not "should be <= 1"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class SliceSpec(Spec):

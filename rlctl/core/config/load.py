@@ -21,10 +21,21 @@ M = TypeVar("M", bound=BaseModel)
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a directory, not a file",
+                          hint="pass the path of a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist", hint="check the --config path")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {e.start})",
+                          hint="pass a YAML file") from None
+    except OSError as e:  # /proc/self/mem, a FIFO, no permission ...
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {e.strerror or e}",
+                          hint="pass a readable YAML file") from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

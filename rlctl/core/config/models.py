@@ -18,7 +18,8 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 class Spec(BaseModel):
     """Base for user-written specs: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: ``--lr nan`` is "not a finite number", not "should be <= 1"
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelSpec(Spec):
@@ -130,7 +131,8 @@ class EvalSpec(Spec):
 
 class OutputSpec(Spec):
     root: Annotated[
-        str, Field(description="run store root: a local path or gs://bucket/prefix")
+        str, Field(min_length=1,
+                   description="run store root: a local path or gs://bucket/prefix")
     ] = "./runs"
     tensorboard: bool = True
 

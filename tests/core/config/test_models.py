@@ -98,3 +98,33 @@ class TestNames:
 
     def test_generated_names_are_valid(self):
         assert validate_name(generate_run_name("gspo", now=0)).startswith("gspo-19700101-")
+
+
+class TestUnreadableInputs:
+    """Each gives one ConfigError (exit 2) that says what is wrong, never a traceback."""
+
+    def test_a_directory_is_not_a_missing_file(self, tmp_path):
+        with pytest.raises(ConfigError, match="is a directory, not a file"):
+            resolve_run_spec("grpo", str(tmp_path))
+
+    def test_binary_and_non_utf8_configs(self, tmp_path):
+        for name, data in [("bin.yaml", bytes(range(256))), ("latin1.yaml", "a: caf\xe9".encode(
+                "latin-1"))]:
+            (tmp_path / name).write_bytes(data)
+            with pytest.raises(ConfigError, match="is not UTF-8 text"):
+                resolve_run_spec("grpo", str(tmp_path / name))
+
+    def test_a_file_that_cannot_be_read(self):
+        with pytest.raises(ConfigError, match="cannot be read"):
+            resolve_run_spec("grpo", "/proc/self/mem")
+
+    @pytest.mark.parametrize("value", [float("nan"), float("inf")])
+    def test_non_finite_numbers_are_named_as_such(self, value):
+        with pytest.raises(ConfigError, match="learning_rate: Input should be a finite number"):
+            resolve_run_spec("grpo", flags={"training.learning_rate": value})
+        with pytest.raises(ConfigError, match="should be a finite number"):
+            resolve_run_spec("grpo", overrides=[f"training.beta={value}"])
+
+    def test_an_empty_run_store_root_is_refused_not_read_as_dot_runs(self):
+        with pytest.raises(ConfigError, match="output.root"):
+            resolve_run_spec("grpo", flags={"output.root": ""})
