@@ -66,8 +66,14 @@ class MissingDependencyError(RlctlError):
     exit_code = 8
 
 
+class DiskFullError(RlctlError):
+    """Not enough free space for the next checkpoint (checked before a save)."""
+
+    exit_code = 1
+
+
 class InterruptedRun(RlctlError):
-    """Ctrl-C: the run stopped cleanly and can be resumed."""
+    """Ctrl-C or SIGTERM: the run stopped cleanly and can be resumed."""
 
     exit_code = 130
 

@@ -2,8 +2,9 @@
 
 ``status.json`` moves pending -> evaluating/running -> completed | failed |
 interrupted, and always names the latest complete checkpoint, so ``rlctl status``
-and ``rlctl resume`` can trust it even after a crash (a SIGKILLed run stays
-"running" with a stale ``updated``; resume accepts that).
+and ``rlctl resume`` can trust it even after a crash. One process writes a run at a
+time (the store's lock); a SIGKILLed run's file still says "running", which
+``rlctl status`` shows as ``stale`` (its pid is gone) and resume accepts.
 """
 
 from __future__ import annotations

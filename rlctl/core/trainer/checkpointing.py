@@ -18,19 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from rlctl.core.errors import ConflictError, RlctlError
+from rlctl.core.errors import ConflictError, DiskFullError
 from rlctl.core.store.base import CHECKPOINTS, atomic_write
 from rlctl.core.store.local import LocalRunDir
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 
 MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
 HEADROOM = 1.1  # free space wanted before a save, as a multiple of the last checkpoint
-
-
-class DiskFullError(RlctlError):
-    """Not enough free space for the next checkpoint (checked before saving)."""
-
-    exit_code = 1
 
 
 def _sha256(path: Path) -> str:
