@@ -5,12 +5,14 @@ Applied to every command (``@guarded``), so the behaviour is the same under the
 console script and under ``typer.testing.CliRunner``. rlctl's own errors carry
 their message, hint and code; anything else is a bug or an environment problem
 we did not foresee: exit 1 with its first line and "run again with --debug",
-never a traceback. ``--debug`` re-raises, so the traceback is one flag away.
+never a traceback. ``--debug`` adds the traceback (and keeps the exit code), so it
+is one flag away.
 """
 
 from __future__ import annotations
 
 import functools
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -46,13 +48,13 @@ def guarded(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except RlctlError as e:
-            if debug:
-                raise
+            if debug:  # the traceback too, but the same exit code: scripts rely on it
+                traceback.print_exc()
             Output().error(e.message, e.hint)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             if debug:
-                raise
+                traceback.print_exc()
             Output().error("interrupted")
             raise typer.Exit(130) from None
         except Exception as e:

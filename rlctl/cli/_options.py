@@ -25,9 +25,16 @@ OutputOpt = Annotated[
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show the plan and change nothing.")]
+# Two env vars, not one: a training config in RLCTL_CONFIG must not become the spec
+# of 'cluster create' (an infra spec) in the same shell.
 ConfigOpt = Annotated[
     str | None,
-    typer.Option("--config", "-c", help="YAML file with the spec.", envvar="RLCTL_CONFIG"),
+    typer.Option("--config", "-c", help="YAML file with the run spec.", envvar="RLCTL_CONFIG"),
+]
+InfraConfigOpt = Annotated[
+    str | None,
+    typer.Option("--config", "-c", help="YAML file with the cluster/network spec.",
+                 envvar="RLCTL_INFRA_CONFIG"),
 ]
 SetOpt = Annotated[
     list[str] | None,
@@ -45,8 +52,15 @@ CidrOpt = Annotated[list[str] | None, typer.Option("--dcn-cidr", help="Subnet ra
 
 
 # --- where a run is: `train` (a new run) and the run commands (an existing one) ------
+def _not_empty(value: str | None) -> str | None:
+    """``--runs-dir ''`` is a mistake (an unset shell variable), not "the default"."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("is empty: pass a folder (default ./runs) or gs://BUCKET/runs")
+    return value
+
+
 def _runs_dir(help_: str) -> Any:
-    return typer.Option("--runs-dir", help=help_, envvar="RLCTL_RUNS_DIR")
+    return typer.Option("--runs-dir", help=help_, envvar="RLCTL_RUNS_DIR", callback=_not_empty)
 
 
 def _cluster(help_: str) -> Any:

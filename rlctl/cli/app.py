@@ -71,5 +71,20 @@ app.add_typer(delete_app, name="delete")
 
 
 def main() -> None:
-    """Console entry point (``rlctl``)."""
-    app()
+    """Console entry point (``rlctl``).
+
+    An interrupted run (Ctrl-C, SIGTERM) has recorded its state and said so by the
+    time it gets here; it then leaves with ``os._exit``, because the interpreter's
+    teardown can crash (SIGSEGV) while XLA's threads are mid-compile, which would turn
+    the documented exit 130 into -11."""
+    import os
+    import sys
+
+    try:
+        app()
+    except SystemExit as e:
+        if e.code == 130:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        raise

@@ -11,8 +11,8 @@ from rlctl.cli._infra import build_spec, clients_for, existing_cluster, run_plan
 from rlctl.cli._options import (
     CidrOpt,
     ClusterNameArg,
-    ConfigOpt,
     DryRunOpt,
+    InfraConfigOpt,
     MtuOpt,
     OutputOpt,
     ProjectOpt,
@@ -26,7 +26,8 @@ from rlctl.cli._output import make_table
 app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).",
                   no_args_is_help=True)
 
-CountOpt = Annotated[int, typer.Option("--count", help="How many networks.")]
+CountOpt = Annotated[int, typer.Option("--count", min=1, max=4, help="How many networks "
+                                       "(1-4).")]
 
 
 @guarded
@@ -38,7 +39,7 @@ def create(
     count: CountOpt = 2,
     mtu: MtuOpt = None,
     dcn_cidr: CidrOpt = None,
-    config: ConfigOpt = None,
+    config: InfraConfigOpt = None,
     set_: SetOpt = None,
     output: OutputOpt = "table",
     yes: YesOpt = False,
@@ -65,7 +66,7 @@ def show(
     name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
-    config: ConfigOpt = None,
+    config: InfraConfigOpt = None,
     output: OutputOpt = "table",
     yes: YesOpt = False,
 ) -> None:
@@ -92,7 +93,7 @@ def delete(
     name: ClusterNameArg = None,
     project: ProjectOpt = None,
     region: RegionOpt = None,
-    config: ConfigOpt = None,
+    config: InfraConfigOpt = None,
     output: OutputOpt = "table",
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,

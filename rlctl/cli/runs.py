@@ -68,22 +68,40 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _runs_table(rows: list[RunInfo]):
-    return make_table(
-        None,
-        ["RUN", "ALGO", "PHASE", "STEP", "REWARD", "CKPT", "BASELINE ACC", "FINAL ACC"],
-        [
-            [
-                r.name, r.algorithm or "-", r.phase,
-                f"{r.step}/{r.total_steps or '?'}",
-                _fmt((r.latest_metrics or {}).get("reward_mean")),
-                _fmt(r.latest_checkpoint),
-                _fmt(r.eval.baseline.accuracy if r.eval.baseline else None),
-                _fmt(r.eval.final.accuracy if r.eval.final else None),
-            ]
-            for r in rows
-        ],
-    )
+TABLE_MIN_WIDTH = 100  # below this the table's cells are cut to nothing: fold instead
+_COLUMNS = ["RUN", "ALGO", "PHASE", "STEP", "REWARD", "CKPT", "BASELINE ACC", "FINAL ACC"]
+
+
+def _phase_cell(r: RunInfo) -> str:
+    damaged = (r.error or "").startswith("damaged:")
+    return f"{r.phase} (damaged)" if damaged else str(r.phase)
+
+
+def _cells(r: RunInfo) -> list[str]:
+    return [
+        r.name, r.algorithm or "-", _phase_cell(r),
+        f"{r.step}/{r.total_steps or '?'}",
+        _fmt((r.latest_metrics or {}).get("reward_mean")),
+        _fmt(r.latest_checkpoint),
+        _fmt(r.eval.baseline.accuracy if r.eval.baseline else None),
+        _fmt(r.eval.final.accuracy if r.eval.final else None),
+    ]
+
+
+def _runs_table(rows: list[RunInfo], width: int | None = None):
+    """One row per run; on a narrow terminal one short block per run, so every
+    value stays readable (a table at 40 columns cuts each cell to a letter)."""
+    import shutil
+
+    width = width or shutil.get_terminal_size((TABLE_MIN_WIDTH, 24)).columns
+    if width >= TABLE_MIN_WIDTH:
+        return make_table(None, _COLUMNS, [_cells(r) for r in rows])
+    blocks = []
+    for r in rows:
+        c = _cells(r)
+        blocks.append(f"{c[0]}\n  {c[2]}\n  {c[1]} step {c[3]}\n  reward {c[4]} ckpt {c[5]}"
+                      f"\n  acc {c[6]} -> {c[7]}")
+    return "\n".join(blocks)
 
 
 def _run_view(r: RunInfo) -> str:
@@ -303,24 +321,31 @@ def delete_run(
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Delete a cluster run's objects: only those labelled with rlctl and this run.
+    """Delete a run: a local run's folder, or a cluster run's labelled objects.
 
-    Shows the plan of what it will remove (workload, spec ConfigMap, HF token Secret,
-    DRANET claim; with --purge also the run's files in the gs:// store), asks, then
-    deletes. The shared ServiceAccount and everything else stay.
+    Shows the plan of what it will remove, asks (--yes skips), then deletes. A local
+    run (./runs or --runs-dir PATH) is its whole folder: spec, status, metrics,
+    checkpoints; a run being trained is refused. A cluster run loses its workload,
+    spec ConfigMap, HF token Secret and DRANET claim (with --purge also its files in
+    the gs:// store); the shared ServiceAccount and everything else stay.
 
     Example: rlctl delete run my-run --runs-dir gs://my-bucket/runs --purge --yes
     """
     from rlctl.cli._infra import run_plan
-    from rlctl.core.errors import ConfigError
-    from rlctl.core.runs import cluster as core
 
     out = make_output(ctx, output, yes)
     where = _where(runs_dir, cluster, project, region)
     if where is None:
-        raise ConfigError("delete run is for cluster runs (a gs:// run store)",
-                          hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME; "
-                          "a local run is a folder you can remove")
+        from rlctl.core.runs.local_delete import delete_local, plan_delete_local
+
+        root = runs_dir or LOCAL_ROOT
+        local = plan_delete_local(root, run)
+        run_plan(out, local, dry_run,
+                 lambda ev: delete_local(root, local, ev).model_dump(mode="json"),
+                 f"deleted run {run} ({local.changes[-1].fields['path']})")
+        return
+    from rlctl.core.runs import cluster as core
+
     clients = _clients(ctx, where)
     ref = where.ref()
     plan = core.plan_delete(clients, ref, run, purge)

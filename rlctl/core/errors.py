@@ -44,6 +44,11 @@ class ConflictError(RlctlError):
     exit_code = 4
 
 
+class RunInUseError(ConflictError):
+    """Another process holds the run's writer lock or lease (a pod restarted before
+    its predecessor's lease expired waits on this one instead of failing)."""
+
+
 class PermissionDeniedError(RlctlError):
     exit_code = 5
 

@@ -331,9 +331,13 @@ class TestDeleteRun:
         assert list(clients.storage.list_blobs(BUCKET)) == []
         assert kube.names() == ["ServiceAccount/rlctl"]
 
-    def test_local_runs_are_refused(self, cli, tmp_path):
+    def test_a_local_store_is_not_searched_on_the_cluster(self, cli, fake, tmp_path):
+        """A local --runs-dir means a local run (tests/faults covers deleting one):
+        nothing is asked of the cluster."""
+        before = len(fake.mutations())
         r = cli("delete", "run", RUN, "--runs-dir", str(tmp_path), "--yes")
-        assert r.exit_code == 2 and "gs://" in r.stderr
+        assert r.exit_code == 3 and "not found in" in r.stderr, r.output
+        assert len(fake.mutations()) == before
 
 
 class TestDeleteAliases:

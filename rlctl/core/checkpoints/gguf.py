@@ -15,6 +15,7 @@ marker file written last, so a killed conversion never looks finished.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlctl.core.errors import ConfigError, MissingDependencyError, NotFoundError, require_extra
+from rlctl.core.paths import kernel_fs
 
 # Bump when the output layout changes, so cached folders are rebuilt.
 FORMAT_VERSION = 1
@@ -483,10 +485,28 @@ def _lock(path: Path) -> Iterator[None]:
 def default_model_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
     """The converted SmolLM2-135M-Instruct folder, converting it on first use."""
     src = smollm2_gguf_path()
-    folder = cache_dir(cache_root) / "models" / SMOLLM2_DIR_NAME
+    root = cache_dir(cache_root)
+    folder = root / "models" / SMOLLM2_DIR_NAME
     if _is_current(folder, src):
         return folder
-    with _lock(folder.parent / f".{SMOLLM2_DIR_NAME}.lock"):
-        if not _is_current(folder, src):
-            convert_gguf_to_hf(src, folder)
+    what = "the cache folder" if cache_root is not None else (
+        "RLCTL_CACHE" if os.environ.get("RLCTL_CACHE") else "~/.cache/rlctl")
+    if pseudo := kernel_fs(root):
+        raise ConfigError(f"{what} ({root}) is under {pseudo}, a kernel file system",
+                          hint="point RLCTL_CACHE at a folder on disk")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{what} ({root}) is a file, not a folder",
+                          hint="point RLCTL_CACHE at a folder (it is created if missing)")
+    try:
+        with _lock(folder.parent / f".{SMOLLM2_DIR_NAME}.lock"):
+            if not _is_current(folder, src):
+                convert_gguf_to_hf(src, folder)
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
+                           errno.ENOTDIR, errno.EDQUOT):
+            raise
+        raise ConfigError(
+            f"cannot write the converted default model under {what} ({root}): "
+            f"{e.strerror or e}",
+            hint="set RLCTL_CACHE to a writable folder with about 600 MB free") from e
     return folder

@@ -322,5 +322,12 @@ def build_infra_spec(
             data[key] = {**(data.get(key) or {}), **given}
         else:
             data[key] = value
+    # the name first: a typo is reported before credentials or the gcloud config
+    # are looked up (which can fail, or take seconds, for reasons of their own)
+    if not data.get("cluster"):
+        raise ConfigError("no cluster name given",
+                          hint="pass NAME (e.g. 'rlctl network create rl') or set 'cluster' "
+                          "in --config")
+    validate_name(str(data["cluster"]), "cluster")
     fill_defaults(data, env, adc_project)
     return build(InfraSpec, data, overrides)

@@ -92,10 +92,47 @@ def format_validation_error(err: ValidationError, what: str = "config") -> str:
     return "; ".join(parts)
 
 
+def _section(annotation: Any) -> type[BaseModel] | bool | None:
+    """The model a field holds (descend into it), True for a free-form mapping, or
+    None for a value (a number, a string, a list: nothing below it to set)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if annotation is Any or typing.get_origin(annotation) is dict:
+        return True
+    for arg in typing.get_args(annotation):  # Optional[X], X | None, Annotated[X, ...]
+        found = _section(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def check_override_path(model: type[BaseModel], path: list[str]) -> None:
+    """``--set a.b.c=v`` must follow the spec's sections: ``training.steps.x=3`` is
+    refused as "training.steps is a value", not as "should be a valid integer"."""
+    node: type[BaseModel] = model
+    for i, part in enumerate(path[:-1]):
+        field = node.model_fields.get(part)
+        if field is None:
+            return  # pydantic reports the unknown field with its path
+        inner = _section(field.annotation)
+        if inner is True:
+            return
+        if inner is None:
+            where = ".".join(path[: i + 1])
+            raise ConfigError(
+                f"--set {'.'.join(path)}: {where} is a value, not a section",
+                hint=f"set it directly, e.g. --set {where}=VALUE",
+            )
+        node = inner  # type: ignore[assignment]
+
+
 def build(model: type[M], base: dict[str, Any], overrides: list[str] | None = None) -> M:
     data = dict(base)
     for item in [*env_overrides(), *(overrides or [])]:
         path, value = parse_override(item)
+        check_override_path(model, path)
         set_path(data, path, value)
     try:
         return model.model_validate(data)

@@ -91,8 +91,9 @@ def _preflight(spec: RunSpec) -> None:
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
     from rlctl.core.trainer.rewards import resolve
+    from rlctl.core.trainer.tunix_adapter import check_family
 
-    resolve_model_dir(spec.model.source)
+    check_family(resolve_model_dir(spec.model.source))
     load_source(spec.data, spec.eval.size)
     resolve(spec.rewards)
 
@@ -194,8 +195,9 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
     except RlctlError as e:
         status.update(phase=Phase.FAILED, error=str(e))
         raise
-    except Exception as e:
-        status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {e}")
+    except Exception as e:  # one line in status.json: a library's dump stays in the log
+        line = (str(e).strip().splitlines() or [""])[0][:300]
+        status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}")
         raise
     status.update(phase=Phase.COMPLETED, finished=_now(), step=spec.training.steps,
                   latest_checkpoint=latest_checkpoint_step(run))

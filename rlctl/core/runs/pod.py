@@ -38,6 +38,26 @@ def _log(event: dict[str, Any]) -> None:
     print(json.dumps(event, default=str), flush=True)
 
 
+def _resume_when_free(root: str, name: str) -> Any:
+    """resume_local, waiting out the lease of a predecessor pod that died without
+    releasing it (it expires ttl seconds after its last renewal), then giving up."""
+    import time
+
+    from rlctl.core.errors import RunInUseError
+    from rlctl.core.runs.local import resume_local
+    from rlctl.core.store.gcs import lease_ttl_s
+
+    deadline = time.monotonic() + lease_ttl_s() + 30
+    while True:
+        try:
+            return resume_local(root, name, progress=_log)
+        except RunInUseError as e:
+            if time.monotonic() > deadline:
+                raise
+            _log({"event": "message", "message": f"waiting: {e}"})
+            time.sleep(5)
+
+
 def main(argv: list[str] | None = None) -> int:
     from rlctl.core.errors import RlctlError
 
@@ -48,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run:
         parser.error("--run (or RLCTL_RUN) is required")
     try:
-        from rlctl.core.runs.local import follow_run, resume_local
+        from rlctl.core.runs.local import follow_run
         from rlctl.core.runs.status import read_status
         from rlctl.core.store import open_store
         from rlctl.core.store.base import Phase
@@ -64,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             _log({"event": "message", "message": f"run {name} is already completed"})
             return 0
         if topo.is_writer:
-            record = resume_local(root, name, progress=_log)
+            record = _resume_when_free(root, name)
         else:
             record = follow_run(root, name, progress=_log)
     except RlctlError as e:

@@ -81,10 +81,17 @@ def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
     run = store.run(spec.name)
     taken = AlreadyExistsError(
         f"run {spec.name!r} already exists in {store.uri}",
-        hint=f"continue it with 'rlctl resume {spec.name}' or choose another --name",
+        hint=f"continue it with 'rlctl resume {spec.name}', remove it with 'rlctl delete "
+        f"run {spec.name}', or choose another --name",
     )
     if run.exists(SPEC):
         raise taken
+    if any(not n.startswith(".") for n in run.list("")):  # a lock or lease is no run
+        # checkpoints without a spec: a damaged run a new spec would silently resume
+        raise AlreadyExistsError(
+            f"run folder {run.uri} exists without its {SPEC}",
+            hint=f"restore its {SPEC}, remove it with 'rlctl delete run {spec.name}', or "
+            "choose another --name")
     try:
         run.write_text(SPEC, dump_yaml(spec))  # exclusive: of two racing creators, one wins
     except ConflictError:

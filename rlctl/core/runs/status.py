@@ -11,6 +11,7 @@ from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
 from rlctl.core.store.base import (
     EVAL,
     METRICS,
+    SPEC,
     STATUS,
     Phase,
     RunDir,
@@ -120,6 +121,11 @@ def describe_run(run: RunDir) -> RunInfo:
             except ValueError:  # wrong types in the record: shown as absent
                 continue
     damaged = status.get("damaged")
+    if not run.exists(SPEC):
+        damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
+    elif "phase" in status and Phase.parse(status["phase"]) is Phase.UNKNOWN \
+            and status["phase"] != Phase.UNKNOWN:
+        damaged = f"{STATUS}: phase {status['phase']!r} is not a phase"
     phase = _phase(status)
     error = f"damaged: {damaged}" if damaged else _str(status.get("error"))
     if phase is Phase.STALE:

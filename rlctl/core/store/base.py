@@ -163,6 +163,13 @@ def existing_run(store: RunStore, name: str) -> RunDir:
     """The named run, or a NotFoundError that says how to find the right one."""
     run = store.run(name)
     if not run.exists(SPEC):
+        if any(not n.startswith(".") for n in run.list("")):
+            from rlctl.core.errors import ConfigError
+
+            raise ConfigError(
+                f"run {name!r} is damaged: {run.uri} has no {SPEC}",
+                hint=f"restore its {SPEC} (the run's settings) to resume it, or remove the "
+                f"run with 'rlctl delete run {name}'")
         raise NotFoundError(
             f"run {name!r} not found in {store.uri}",
             hint="list runs with 'rlctl status' or pass --runs-dir",

@@ -18,21 +18,36 @@ and the run dir uploads them: ``push(rel)`` after each step, and
 ``publish_checkpoint(step)`` after each complete save, which uploads the step's
 files and then writes the marker last. Only steps with a marker count as
 checkpoints, so a save killed half-way through its upload is never restored.
+
+One writer per run: a run on gs:// may be trained from several machines or pods
+(a laptop, then a cluster; a restarted pod), where no file lock reaches, so
+``lock()`` holds a *lease*, the object ``<run>/.lease``. It is created only if
+absent (``if_generation_match=0``), renewed every ttl/3 seconds by a daemon
+thread, and deleted on exit, each time only at the generation this process wrote.
+A holder that is killed cannot delete it, so a lease whose object GCS has not
+updated for ttl seconds (``RLCTL_LEASE_TTL_S``, default 120) counts as expired and
+may be taken over; a holder on this very machine whose pid is gone counts as
+expired at once (what the kernel does for a local run's lock). A holder that finds
+its lease taken over stops writing (``ConflictError``) and leaves the new one be.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import uuid
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError
+from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError, RunInUseError
 from rlctl.core.names import validate_name
 from rlctl.core.store.base import CHECKPOINTS, SPEC, STATUS, existing_run
 
@@ -42,6 +57,8 @@ if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
 
 COMMITTED = "COMMITTED"
 _COMMIT_NAMES = {SPEC, STATUS}
+LEASE = ".lease"  # a gs:// run's writer lease (see GcsRunDir.lock)
+DEFAULT_LEASE_TTL_S = 120.0
 
 
 def _is_commit_object(rel: str) -> bool:
@@ -77,11 +94,201 @@ def _translate(e: Exception, what: str) -> Exception:
     return CloudError(f"{what}: {e}")
 
 
+def lease_ttl_s(value: float | None = None) -> float:
+    """``value``, else ``$RLCTL_LEASE_TTL_S``, else 120 s: how long a lease outlives
+    its holder's last renewal (tests use a second or so)."""
+    raw = os.environ.get("RLCTL_LEASE_TTL_S", "").strip() if value is None else str(value)
+    if not raw:
+        return DEFAULT_LEASE_TTL_S
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = 0.0
+    if not 0 < ttl < float("inf"):  # nan too
+        raise ConfigError(f"lease ttl {raw!r} is not a positive number of seconds",
+                          hint="set RLCTL_LEASE_TTL_S to e.g. 120")
+    return ttl
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _machine() -> str:
+    """This boot of this machine and this pid namespace (Linux), or "": a pid can be
+    checked with kill(pid, 0) only from inside the same ones, and containers on one
+    node (hostNetwork) share a host name but not their pids."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def _holder_is_dead(info: dict[str, Any]) -> bool:
+    """The holder ran on this machine and its pid is gone (SIGKILL, OOM, a crash).
+    Any other holder may be alive: only its lease's expiry tells."""
+    pid = info.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return False
+    if info.get("host") != socket.gethostname() or info.get("machine", "") != _machine():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, another user's
+        return False
+    return False
+
+
+def _describe(info: dict[str, Any]) -> str:
+    """The holder as local.py names it: ``pid P on HOST since T``."""
+    try:
+        return f"pid {info['pid']} on {info['host']} since {info['since']}"
+    except KeyError:
+        return "another process"
+
+
+class _Lease:
+    """This process's hold on one run's lease object (see ``GcsRunDir.lock``).
+
+    ``token`` is unique to this hold, so a write whose reply was lost and that the
+    client retried (getting 412 for its own new generation) is recognised as ours.
+    """
+
+    def __init__(self, bucket: Bucket, key: str, run: str, uri: str, ttl_s: float) -> None:
+        self.bucket, self.key, self.run, self.uri, self.ttl_s = bucket, key, run, uri, ttl_s
+        self.token = uuid.uuid4().hex
+        self.since = _now().isoformat(timespec="seconds")
+        self.generation = 0
+        self.lost = False  # set by the renewer when another process took the lease
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        return json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(), "since": self.since,
+            "renewed": _now().isoformat(timespec="seconds"), "ttl_s": self.ttl_s,
+            "machine": _machine(), "token": self.token,
+        }).encode()
+
+    def _read(self) -> tuple[Any, dict[str, Any]] | None:
+        """The lease object and its content ({} if damaged); None if there is none
+        or it changed while being read."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            blob = self.bucket.get_blob(self.key)
+            if blob is None:
+                return None
+            data = blob.download_as_bytes(if_generation_match=blob.generation)
+        except (gexc.NotFound, gexc.PreconditionFailed):
+            return None
+        try:
+            info = json.loads(data)
+        except ValueError:
+            info = None
+        return blob, info if isinstance(info, dict) else {}
+
+    def _write(self, expected: int, timeout: float | None = None) -> bool:
+        """Write our lease over generation ``expected`` (0: none may exist); False
+        if the object is someone else's. Errors other than 412 propagate."""
+        from google.api_core import exceptions as gexc
+
+        blob = self.bucket.blob(self.key)
+        kw: dict[str, Any] = {} if timeout is None else {"retry": None, "timeout": timeout}
+        try:
+            blob.upload_from_string(self._body(), content_type="application/json",
+                                    if_generation_match=expected, **kw)
+        except gexc.PreconditionFailed:
+            held = self._read()
+            if held is None or held[1].get("token") != self.token:
+                return False
+            blob = held[0]  # our own write, retried by the client after a lost reply
+        self.generation = int(blob.generation)
+        return True
+
+    def _ttl_of(self, info: dict[str, Any]) -> float:
+        """The holder's own renewal promise; ours for a damaged lease."""
+        ttl = info.get("ttl_s")
+        if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and 0 < ttl < 1e9:
+            return float(ttl)
+        return self.ttl_s
+
+    def _expired(self, blob: Any, info: dict[str, Any]) -> bool:
+        """Judged by GCS's own ``updated`` time of the object (its last renewal),
+        not by the holder's clock; a damaged lease gets our ttl."""
+        if _holder_is_dead(info):
+            return True
+        updated = blob.updated
+        return updated is not None and \
+            _now() > updated + dt.timedelta(seconds=self._ttl_of(info))
+
+    def acquire(self) -> None:
+        expected = 0  # first: create it, only if there is none
+        try:
+            for _ in range(4):
+                if self._write(expected):
+                    break
+                held = self._read()
+                if held is None:  # released meanwhile: create it again
+                    expected = 0
+                    continue
+                blob, info = held
+                if not self._expired(blob, info):
+                    raise RunInUseError(
+                        f"run {self.run!r} is in use by {_describe(info)}",
+                        hint="wait for it to finish, or stop that process first; a holder "
+                             "that died without releasing the run loses its lease "
+                             f"{self._ttl_of(info):g} s after its last renewal",
+                    )
+                expected = int(blob.generation)  # take it over, unless another did first
+            else:
+                raise RunInUseError(f"run {self.run!r} is in use by another process",
+                                    hint="wait for it to finish, or stop that process first")
+        except ConflictError:
+            raise
+        except Exception as e:
+            raise _translate(e, self.uri) from e
+        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
+                                        name=f"rlctl-lease-{self.run}")
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        """Every ttl/3 s. One failed renewal (a network blip) is retried at the next
+        tick, bounded so release() never waits long; a 412 means the lease lapsed
+        and another process took it."""
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                timeout = min(max(self.ttl_s / 3, 2.0), 10.0)
+                if not self._write(self.generation, timeout=timeout):
+                    self.lost = True
+                    return
+            except Exception:  # transient: the next tick tries again
+                continue
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease if it is still ours. Best effort, never
+        raises: a lease left behind expires after ttl_s anyway."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.lost:
+            return
+        with contextlib.suppress(Exception):
+            # the read first only for emulators that ignore ifGenerationMatch on
+            # delete (fake-gcs-server); on GCS the precondition alone is enough
+            blob = self.bucket.get_blob(self.key)
+            if blob is not None and int(blob.generation) == self.generation:
+                blob.delete(if_generation_match=self.generation)
+
+
 class GcsRunDir:
     """One run's objects under ``gs://bucket/prefix/<name>/`` (same methods as LocalRunDir)."""
 
     def __init__(self, bucket: Bucket, prefix: str, name: str,
-                 staging_root: str | None = None) -> None:
+                 staging_root: str | None = None, lease_ttl: float | None = None) -> None:
         self.name = name
         self.bucket = bucket
         self.prefix = f"{prefix}/{name}" if prefix else name
@@ -90,6 +297,8 @@ class GcsRunDir:
         self._uploaded: dict[str, tuple[int, int]] = {}  # local file -> (size, mtime_ns)
         self._staging_root = staging_root
         self._staging: Path | None = None
+        self._lease_ttl = lease_ttl
+        self._lease: _Lease | None = None
 
     # --- objects -------------------------------------------------------------
     def _key(self, rel: str) -> str:
@@ -130,7 +339,19 @@ class GcsRunDir:
             return data.decode()
         raise AssertionError("unreachable")
 
+    def _check_lease(self) -> None:
+        """A writer whose lease lapsed and was taken over stops writing: the run has
+        another writer now."""
+        if self._lease is not None and self._lease.lost:
+            raise ConflictError(
+                f"run {self.name!r} was taken over by another process: this process's "
+                f"lease on it ({self.uri}/{LEASE}) expired",
+                hint="the lease could not be renewed in time (a stall or a network "
+                     "outage); check who trains the run now with 'rlctl status'",
+            )
+
     def write_text(self, rel: str, text: str) -> None:
+        self._check_lease()
         blob = self.bucket.blob(self._key(rel))
         kw: dict[str, Any] = {}
         if _is_commit_object(rel):
@@ -144,9 +365,21 @@ class GcsRunDir:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """No cross-host lease yet: on gs:// a second writer is caught per file by the
-        generation preconditions of spec.yaml, status.json and COMMITTED instead."""
-        yield
+        """Exclusive for the life of the process that trains this run, across hosts:
+        a run on gs:// may be trained from several machines or pods, which share no
+        file lock, so this holds the lease object ``<run>/.lease`` (see the module
+        docstring). A second train/resume anywhere gets a ConflictError naming the
+        holder. The lease expires ttl_s after its last renewal, so a killed holder
+        does not block the run forever (on the holder's own machine, at once)."""
+        lease = _Lease(self.bucket, self._key(LEASE), self.name, f"{self.uri}/{LEASE}",
+                       lease_ttl_s(self._lease_ttl))
+        lease.acquire()
+        self._lease = lease
+        try:
+            yield
+        finally:
+            self._lease = None
+            lease.release()
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_text(rel))
@@ -230,6 +463,7 @@ class GcsRunDir:
                      for p in sorted(local.rglob("*")) if p.is_file()]
         else:
             return
+        self._check_lease()
         try:
             for path, obj_rel in files:
                 st = path.stat()
@@ -288,7 +522,7 @@ def _content_type(rel: str) -> str:
 
 class GcsRunStore:
     def __init__(self, uri: str, client: Client | None = None,
-                 staging_root: str | None = None) -> None:
+                 staging_root: str | None = None, lease_ttl: float | None = None) -> None:
         bucket, self.prefix = parse_gs_uri(uri)
         self.uri = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
         if client is None:
@@ -299,10 +533,11 @@ class GcsRunStore:
         self.client = client
         self.bucket = self.client.bucket(bucket)
         self.staging_root = staging_root
+        self.lease_ttl = lease_ttl  # None: $RLCTL_LEASE_TTL_S or 120 s, read at lock()
 
     def run(self, name: str) -> GcsRunDir:
         return GcsRunDir(self.bucket, self.prefix, validate_name(name, "run"),
-                         self.staging_root)
+                         self.staging_root, self.lease_ttl)
 
     def list_runs(self) -> list[str]:
         base = f"{self.prefix}/" if self.prefix else ""

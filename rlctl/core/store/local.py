@@ -9,8 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlctl.core.errors import ConflictError, NotFoundError
+from rlctl.core.errors import (
+    ConfigError,
+    ConflictError,
+    DiskFullError,
+    NotFoundError,
+    RunInUseError,
+)
 from rlctl.core.names import validate_name
+from rlctl.core.paths import kernel_fs
 from rlctl.core.store.base import (
     CHECKPOINTS,
     LOCK,
@@ -19,6 +26,36 @@ from rlctl.core.store.base import (
     create_exclusive,
     existing_run,
 )
+
+
+def check_root(root: Path) -> None:
+    """A run store root must be (or become) a folder on a real file system."""
+    if pseudo := kernel_fs(root):
+        raise ConfigError(f"run store {str(root)!r} is under {pseudo}, "
+                          "a kernel file system, not storage",
+                          hint="pass --runs-dir a folder on disk, e.g. ./runs")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"run store {str(root)!r} is a file, not a folder",
+                          hint="pass --runs-dir a folder (it is created if missing)")
+
+
+@contextlib.contextmanager
+def writing(where: str) -> Iterator[None]:
+    """OSErrors of a write as one line each: read-only, no permission, disk full."""
+    import errno
+
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, (FileExistsError, FileNotFoundError)) and e.errno != errno.ENOSPC:
+            raise
+        why = e.strerror or type(e).__name__
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"cannot write {where}: {why}",
+                                hint="free space on that disk or pass another --runs-dir"
+                                ) from e
+        raise ConfigError(f"cannot write {where}: {why}",
+                          hint="pass --runs-dir a folder you can write to") from e
 
 
 def _holder(fd: int) -> str:
@@ -46,11 +83,14 @@ class LocalRunDir:
 
     def write_text(self, rel: str, text: str) -> None:
         if rel == SPEC:  # written once, by whoever creates the run (as on gs://)
-            if not create_exclusive(self.path / rel, text):
+            with writing(f"{self.uri}/{rel}"):
+                created = create_exclusive(self.path / rel, text)
+            if not created:
                 raise ConflictError(f"{self.uri}/{rel} was changed by another writer",
                                     hint="another process created this run first")
             return
-        atomic_write(self.path / rel, text)
+        with writing(f"{self.uri}/{rel}"):
+            atomic_write(self.path / rel, text)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -61,13 +101,14 @@ class LocalRunDir:
         import fcntl
         import socket
 
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        with writing(f"{self.uri}/{LOCK}"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise ConflictError(
+                raise RunInUseError(
                     f"run {self.name!r} is in use by {_holder(fd)}",
                     hint="wait for it to finish, or stop that process first",
                 ) from None
@@ -136,6 +177,7 @@ class LocalRunStore:
         # from it, and Orbax >= 0.12.8 refuses relative ones (--runs-dir ./runs)
         self.root = Path(os.path.abspath(Path(root).expanduser()))
         self.uri = str(self.root)
+        check_root(self.root)
 
     def run(self, name: str) -> LocalRunDir:
         return LocalRunDir(self.root, validate_name(name, "run"))
@@ -143,6 +185,7 @@ class LocalRunStore:
     def list_runs(self) -> list[str]:
         if not self.root.is_dir():
             return []
+        # a folder without spec.yaml is no run to list; 'existing' says it is damaged
         return sorted(
             p.name for p in self.root.iterdir() if p.is_dir() and (p / SPEC).is_file()
         )

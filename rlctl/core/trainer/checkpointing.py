@@ -8,11 +8,14 @@ alone writes, from arrays gathered whole.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +77,29 @@ def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in _files(folder)) if folder.is_dir() else 0
 
 
+def state_bytes(state: Any) -> int:
+    """Bytes of every array in a (model, optimizer) state tree."""
+    import jax
+
+    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """An exception's first line, cut to ``limit`` characters."""
+    line = (str(e).strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    """Bytes for people: 1.43 GiB, 12.5 MiB, 640 KiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.{2 if unit == 'GiB' else 1}f} {unit}"
+    return f"{n / 1024:.0f} KiB"
+
+
+def _last_good(step: int | None) -> str:
+    return f"the last good checkpoint is {step}" if step else "no checkpoint was saved yet"
 
 
 def _state(model: Any, optimizer: Any) -> dict[str, Any]:
@@ -105,6 +129,27 @@ def remove_partial(folder: str | Path) -> list[str]:
     return removed
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block, then deliver them to the handlers that
+    were in place. An interrupt inside a save leaves Orbax's writer threads filling a
+    temp folder after the folder was cleaned up; a save takes seconds, so the stop
+    waits for it and the run stops at a safe point with one more complete checkpoint."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    for signum in dict.fromkeys(held):
+        signal.raise_signal(signum)
+
+
 class Checkpoints:
     """The run's checkpoint folder, brought up to date from the run store on open."""
 
@@ -121,7 +166,8 @@ class Checkpoints:
             remove_partial(folder)  # left by a run killed while saving
         # the newest checkpoint that verifies (run store sync, gs://: fetched into
         # staging first); every process restores the step process 0 chose
-        latest = agree(self._newest_intact(warn or (lambda message: None)), topo)
+        self._warn = warn or (lambda message: None)
+        latest = agree(self._newest_intact(self._warn), topo)
         self.latest: int | None = latest or None
         if latest:
             run.fetch_checkpoint(latest)
@@ -150,7 +196,7 @@ class Checkpoints:
             if why is None:
                 return step
             later = steps[i + 1] if i + 1 < len(steps) else None
-            warn(f"checkpoint {step} is damaged ({why}); "
+            warn(f"checkpoint {step} is damaged ({why}); {self._set_aside(step)}; "
                  + (f"trying checkpoint {later}" if later else "no earlier checkpoint"))
         if steps:
             raise ConflictError(
@@ -160,19 +206,19 @@ class Checkpoints:
             )
         return 0
 
-    def _check_space(self, step: int) -> None:
+    def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
-        partial folder filling the disk and a wall of errors)."""
-        last = self.latest_size or 0
+        partial folder filling the disk and a wall of errors). The first save is
+        judged by the state's size in memory, later ones by the last checkpoint's."""
+        last = self.latest_size or state_bytes(state)
         if not last:
             return
         free = shutil.disk_usage(self.folder).free
         if free < last * HEADROOM:
-            good = self.manager.latest_step()
+            good = _last_good(self.manager.latest_step())
             raise DiskFullError(
                 f"not enough disk space for checkpoint {step}: needs about "
-                f"{_gib(last * HEADROOM)}, {_gib(free)} free in {self.folder}; "
-                f"the last good checkpoint is {good}",
+                f"{_gib(last * HEADROOM)}, {_gib(free)} free in {self.folder}; {good}",
                 hint=f"free some space (or lower checkpoint.keep), then 'rlctl resume "
                 f"{self.run.name}'")
 
@@ -184,11 +230,21 @@ class Checkpoints:
             state = to_host(state, self.topo)  # a collective: every process takes part
         if not self.topo.is_writer:
             return
-        self._check_space(step)
-        self.manager.save(step, args=ocp.args.StandardSave(state))
-        self.manager.wait_until_finished()
-        self.latest_size = write_manifest(Path(self.folder) / str(step))
-        self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
+        self._check_space(step, state)
+        with signals_deferred():  # Ctrl-C / SIGTERM land after the save, not inside it
+            try:
+                self.manager.save(step, args=ocp.args.StandardSave(state))
+                self.manager.wait_until_finished()
+            except Exception as e:  # Orbax wraps ENOSPC in its own errors: find it by text
+                remove_partial(self.folder)  # a partial save would keep the disk full
+                if "No space left" not in str(e) and "RESOURCE_EXHAUSTED" not in str(e):
+                    raise
+                raise DiskFullError(
+                    f"disk full while saving checkpoint {step} in {self.folder}; "
+                    f"{_last_good(self.manager.latest_step())}",
+                    hint=f"free some space, then 'rlctl resume {self.run.name}'") from None
+            self.latest_size = write_manifest(Path(self.folder) / str(step))
+            self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
 
     def restore_latest(self, model: Any, optimizer: Any) -> int:
         """Load the latest checkpoint into ``model`` and ``optimizer`` in place; its
@@ -207,7 +263,7 @@ class Checkpoints:
             restored = place_like(restored, state)
         else:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-            restored = self.manager.restore(step, args=ocp.args.StandardRestore(abstract))
+            step, restored = self._restore_readable(step, abstract)
         model_state = nnx.state(model, nnx.Param)
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(model, model_state)
@@ -215,6 +271,47 @@ class Checkpoints:
         nnx.replace_by_pure_dict(opt_state, restored["optimizer"])
         nnx.update(optimizer, opt_state)
         return int(step)
+
+    def _set_aside(self, step: int) -> str:
+        """Rename a damaged step folder out of the checkpoint list (kept for a look,
+        never restored again) so that the resumed run saves that step afresh: Orbax
+        skips a save whose step it already has, which would keep the damage."""
+        if not self.topo.is_writer:
+            return "left for process 0"
+        src = Path(self.folder) / str(step)
+        dst = src.with_name(f"{step}.damaged")
+        n = 1
+        while dst.exists():
+            n += 1
+            dst = src.with_name(f"{step}.damaged-{n}")
+        if src.exists():
+            os.replace(src, dst)
+        self.run.delete(f"{CHECKPOINTS}/{step}")  # gs://: its objects and marker
+        return f"moved to {CHECKPOINTS}/{dst.name}"
+
+    def _restore_readable(self, newest: int, abstract: Any) -> tuple[int, Any]:
+        """(step, state) of the newest checkpoint from ``newest`` down that Orbax can
+        read. One without a manifest (an older rlctl's) is verified only by reading it;
+        a failure is one warning line (TensorStore's own run to dozens) and the one
+        before it is tried."""
+        import orbax.checkpoint as ocp
+
+        steps = [s for s in sorted(self.run.checkpoint_steps(), reverse=True) if s <= newest]
+        errors = []
+        for s in steps:
+            try:
+                self.run.fetch_checkpoint(s)
+                return s, self.manager.restore(s, args=ocp.args.StandardRestore(abstract))
+            except Exception as e:
+                errors.append(f"{s} ({type(e).__name__}: {first_line(e, 120)})")
+                self._warn(f"checkpoint {s} could not be read ({errors[-1]}); "
+                           f"{self._set_aside(s)}; "
+                           + ("trying the one before it" if s != steps[-1]
+                              else "no earlier checkpoint"))
+                self.manager.reload()
+        raise ConflictError(
+            f"no readable checkpoint in {self.folder}: {'; '.join(errors)}",
+            hint="move the damaged step folders aside to start the run over from step 0")
 
     def close(self) -> None:
         """Wait for nothing more (saves are synchronous) and drop any save an

@@ -1,11 +1,26 @@
-"""Where a model's Hugging Face folder comes from: embedded, local, or the hub."""
+"""Where a model's Hugging Face folder comes from (embedded, local, or the hub), and
+a cheap check that its files can be loaded at all.
+
+The check reads only ``config.json`` and each safetensors header (a few KB), so a
+damaged download or a truncated copy is one clear line before anything is written,
+not a ``MemoryError`` or ``cannot reshape`` from deep inside the loader after the
+run was created.
+"""
 
 from __future__ import annotations
 
+import json
+import struct
 from pathlib import Path
+from typing import Any
 
 from rlctl.core.config.models import DEFAULT_MODEL
 from rlctl.core.errors import ConfigError
+
+# a safetensors header is JSON of a few KB per hundred tensors; anything near this
+# is a file that is not safetensors at all (random bytes read as a huge length)
+_MAX_HEADER = 100 * 1024 * 1024
+_REFETCH = "copy or download the model again"
 
 
 def resolve_model_dir(source: str) -> Path:
@@ -15,15 +30,87 @@ def resolve_model_dir(source: str) -> Path:
         return default_model_dir()
     p = Path(source).expanduser()
     if p.exists():
-        if not (p / "config.json").is_file():
-            raise ConfigError(f"model folder {source!r} has no config.json")
+        if not p.is_dir():
+            raise ConfigError(f"model {source!r} is a file, not a folder",
+                              hint="pass the folder that holds config.json and *.safetensors")
+        check_model_folder(p)
         return p
     if source.count("/") == 1 and not source.startswith((".", "/")):
-        return _from_hub(source)
+        return check_model_folder(_from_hub(source))
     raise ConfigError(
         f"model {source!r} is neither a local folder nor a hub id",
         hint=f"use {DEFAULT_MODEL!r}, a folder with config.json, or org/name",
     )
+
+
+def read_model_config(folder: Path) -> dict[str, Any]:
+    """``config.json`` as a dict, or a ConfigError naming the file and what is wrong."""
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        raise ConfigError(f"model folder {str(folder)!r} has no config.json")
+    try:
+        data = json.loads(cfg.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{cfg}: not valid JSON ({_why(e)})", hint=_REFETCH) from e
+    except OSError as e:
+        raise ConfigError(f"cannot read {cfg} ({e.strerror or e})") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{cfg}: a JSON {type(data).__name__}, not an object",
+                          hint=_REFETCH)
+    return data
+
+
+def check_model_folder(folder: Path) -> Path:
+    """The folder, after its config.json and every safetensors header were read and
+    each tensor was found to lie inside its file."""
+    read_model_config(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")
+    for f in files:
+        check_safetensors(f)
+    return folder
+
+
+def check_safetensors(path: Path) -> None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the data;
+    every tensor's ``data_offsets`` must end inside the data (a cut copy does not)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            if n < 2 or n > min(size - 8, _MAX_HEADER):
+                raise ConfigError(f"{path}: not a safetensors file (bad header length)",
+                                  hint=_REFETCH)
+            header = json.loads(f.read(n).decode("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read {path} ({e.strerror or e})") from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not a safetensors file (header: {_why(e)})",
+                          hint=_REFETCH) from e
+    if not isinstance(header, dict):
+        raise ConfigError(f"{path}: not a safetensors file (header is not an object)",
+                          hint=_REFETCH)
+    data = size - 8 - n
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = t.get("data_offsets") if isinstance(t, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(isinstance(o, int) for o in offsets)):
+            raise ConfigError(f"{path}: tensor {name!r} has no valid data_offsets",
+                              hint=_REFETCH)
+        if offsets[1] > data:
+            raise ConfigError(
+                f"{path}: truncated ({data + 8 + n} bytes; tensor {name!r} ends at "
+                f"{offsets[1] + 8 + n})", hint=_REFETCH)
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at line {e.lineno}"
+    return "not UTF-8"
 
 
 def _from_hub(repo_id: str) -> Path:

@@ -81,13 +81,35 @@ def resolve(names: Sequence[str]) -> list[RewardFn]:
             continue
         module, _, attr = name.replace(":", ".").rpartition(".")
         try:
-            fns.append(getattr(importlib.import_module(module), attr))
+            fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError, ValueError) as e:
             raise ConfigError(
                 f"unknown reward {name!r}",
                 hint=f"use one of {sorted(REGISTRY)} or a dotted path module.function",
             ) from e
+        fns.append(_checked(name, fn))
     return fns
+
+
+def _checked(name: str, fn: object) -> RewardFn:
+    """``fn`` if it can be called as ``fn(completion, gold)``: checked here, before the
+    model loads, rather than at the first rollout minutes later."""
+    import inspect
+
+    hint = "a reward is a function (completion: str, gold: str) -> float"
+    if not callable(fn):
+        raise ConfigError(f"reward {name!r} is a {type(fn).__name__}, not a function",
+                          hint=hint)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have no signature: trust them
+        return fn  # type: ignore[return-value]
+    try:
+        sig.bind("completion", "gold")
+    except TypeError as e:
+        raise ConfigError(f"reward {name!r} cannot be called as {name.split('.')[-1]}"
+                          f"(completion, gold): {e}", hint=hint) from e
+    return fn  # type: ignore[return-value]
 
 
 def total_reward(fns: Sequence[RewardFn], completion: str, gold: str) -> float:

@@ -10,7 +10,6 @@ is no part of training: it lives in tests/core/trainer/yardsticks.py.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ class ModelInfo:
     head_dim: int
     vocab_size: int
     params: int
+    dtype: str = "float32"  # of the parameters, and so of the KV cache
 
 
 # --- pitfall: tunix.models.llama3 ignores ModelConfig.rope_theta -------------------
@@ -135,6 +135,19 @@ FAMILIES = {
 }
 
 
+def check_family(folder: Path) -> str:
+    """The folder's ``model_type``, if the trainer has a Tunix model for it."""
+    from rlctl.core.trainer.models import read_model_config
+
+    family = read_model_config(folder).get("model_type")
+    if family not in FAMILIES:
+        raise ConfigError(
+            f"model type {family!r} is not supported by the local trainer",
+            hint=f"use one of: {', '.join(sorted(FAMILIES))}",
+        )
+    return str(family)
+
+
 def load_model(folder: str | Path, dtype: str = "float32",
                mesh: Any = None) -> tuple[nnx.Module, ModelInfo]:
     """Build a Tunix model from a Hugging Face folder (config.json + safetensors).
@@ -144,17 +157,11 @@ def load_model(folder: str | Path, dtype: str = "float32",
     """
     import importlib
 
+    from rlctl.core.trainer.models import read_model_config
+
     folder = Path(folder)
-    cfg_file = folder / "config.json"
-    if not cfg_file.is_file():
-        raise ConfigError(f"model folder {str(folder)!r} has no config.json")
-    c = json.loads(cfg_file.read_text())
-    family = c.get("model_type")
-    if family not in FAMILIES:
-        raise ConfigError(
-            f"model type {family!r} is not supported by the local trainer",
-            hint=f"use one of: {', '.join(sorted(FAMILIES))}",
-        )
+    c = read_model_config(folder)
+    family = check_family(folder)
     if not list(folder.glob("*.safetensors")):
         raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")
     package, build = FAMILIES[family]
@@ -172,6 +179,7 @@ def load_model(folder: str | Path, dtype: str = "float32",
         head_dim=config.head_dim,
         vocab_size=config.vocab_size,
         params=n,
+        dtype="bfloat16" if dtype == "bfloat16" else "float32",
     )
     return model, info
 
@@ -276,8 +284,8 @@ def shared_prefix_logps(
     S = Lp + Lc
     pmask = prompt_ids != pad_id
     cache = sampler_lib._init_cache(  # same layout the sampler uses
-        info.num_layers, S, P, info.num_kv_heads, info.head_dim, jnp.float32
-    )
+        info.num_layers, S, P, info.num_kv_heads, info.head_dim, jnp.dtype(info.dtype)
+    )  # the model writes its keys and values in its own dtype
     p_logits, cache = model(
         prompt_ids, gen_utils.build_positions_from_mask(pmask), cache,
         gen_utils.make_causal_attn_mask(pmask, S),

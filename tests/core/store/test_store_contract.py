@@ -232,31 +232,34 @@ class TestOneWriter:
             b.write_text(SPEC, "name: r1\nseed: 2\n")
         assert reopen(store).run("r1").read_text(SPEC).endswith("seed: 1\n")
 
-    def test_a_local_run_has_one_holder_until_it_dies(self, tmp_path):
+    def test_a_run_has_one_holder_until_it_dies(self, store):
+        """Local: an fcntl lock. gs://: a lease object, which a holder on this machine
+        whose pid is gone loses at once (elsewhere: after its ttl, test_gcs_lease.py)."""
         import os
+        import re
         import signal
+        import socket
         import subprocess
         import sys
 
-        run = LocalRunStore(tmp_path).run("r1")
-        second = LocalRunStore(tmp_path).run("r1")
-        held = f"in use by pid {os.getpid()} on "
-        with run.lock(), pytest.raises(ConflictError, match=held), second.lock():
+        run, second = store.run("r1"), reopen(store).run("r1")
+        held = re.escape(f"in use by pid {os.getpid()} on {socket.gethostname()} since ")
+        with run.lock(), pytest.raises(ConflictError, match=held) as e, second.lock():
             pass
-        with run.lock():  # released on exit
+        assert e.value.exit_code == 4 and "stop that process" in (e.value.hint or "")
+        with second.lock():  # released on exit
             pass
-        code = ("import sys, time; from pathlib import Path;"
-                "from rlctl.core.store.local import LocalRunStore;"
-                "cm = LocalRunStore(Path(sys.argv[1])).run('r1').lock(); cm.__enter__();"
+        code = ("import sys, time; from rlctl.core.store import open_store;"
+                "cm = open_store(sys.argv[1]).run('r1').lock(); cm.__enter__();"
                 "print('held', flush=True); time.sleep(60)")
-        holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+        holder = subprocess.Popen([sys.executable, "-c", code, store.uri],
                                   stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout.readline().strip() == "held"
-            with pytest.raises(ConflictError, match=f"pid {holder.pid}"), run.lock():
+            with pytest.raises(ConflictError, match=f"pid {holder.pid} on "), run.lock():
                 pass
         finally:
             holder.send_signal(signal.SIGKILL)
             holder.wait()
-        with run.lock():  # the kernel dropped a SIGKILLed holder's lock
+        with run.lock():  # a SIGKILLed holder's lock is gone (its pid is)
             pass

@@ -81,6 +81,19 @@ class TestLocalRun:
         assert "already exists" in r.output and "rlctl resume taken" in r.output
 
 
+class TestBfloat16:
+    def test_a_bfloat16_model_trains_through_its_checkpoints(self, tiny_model_dir,
+                                                                 tmp_path):
+        """``model.dtype=bfloat16`` used to crash at the first update: the shared-prefix
+        KV cache was float32 while the model wrote bfloat16 keys and values."""
+        rows = in_process(tiny_model_dir, tmp_path, "bf16", "grpo", "--steps", "2",
+                          "--set", "model.dtype=bfloat16", "--set", "checkpoint.interval=1")
+        assert [r["step"] for r in rows] == [1, 2]
+        assert all(isinstance(r["loss"], float) and r["loss"] == r["loss"] for r in rows)
+        status = json.loads((tmp_path / "bf16" / "status.json").read_text())
+        assert status["phase"] == "completed" and status["latest_checkpoint"] == 2
+
+
 class TestGspo:
     def test_equals_grpo_with_one_iteration(self, tiny_model_dir, tmp_path):
         one = ("--steps", "1", "--set", "training.num_iterations=1", "--set",

@@ -1,0 +1,71 @@
+"""Unreadable inputs are one line and exit 2, found before a run folder exists."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.faults.conftest import one_error
+
+pytestmark = pytest.mark.trainer
+
+
+@pytest.fixture
+def model_copy(tiny_model_dir, tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, dst)
+    return dst
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("truncated", ("model.safetensors: truncated",)),
+    ("random", ("not a safetensors file",)),
+    ("config", ("config.json: not valid JSON",)),
+])
+def test_a_damaged_model_folder_is_named_before_anything_is_written(
+        cli, tiny_args, tmp_path, model_copy, damage, words):
+    st = model_copy / "model.safetensors"
+    if damage == "truncated":
+        st.write_bytes(st.read_bytes()[: st.stat().st_size // 2])
+    elif damage == "random":
+        st.write_bytes(bytes(range(256)) * 400)  # a "header length" of terabytes
+    else:
+        (model_copy / "config.json").write_text('{"model_type": ')
+    r = cli(*tiny_args(tmp_path / "runs", "m", model=model_copy))
+    one_error(r, 2, *words)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_reward_with_the_wrong_signature_is_refused_before_the_model_loads(
+        cli, tiny_args, tmp_path):
+    (tmp_path / "myrewards.py").write_text("def one_arg(completion):\n    return 1.0\n")
+    args = tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["myrewards.one_arg"]')
+    r = cli(*args, env={"PYTHONPATH": str(tmp_path)})
+    one_error(r, 2, "reward 'myrewards.one_arg'", "(completion, gold)")
+    assert "loading model" not in r.stderr and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "proc", "empty"])
+def test_a_runs_dir_that_cannot_hold_runs(cli, tiny_args, tmp_path, where):
+    root = {"file": tmp_path / "a-file", "proc": "/proc/self/runs", "empty": ""}[where]
+    if where == "file":
+        root.write_text("x")
+    r = cli(*tiny_args(root, "r"))
+    if where == "empty":  # an unset shell variable, not "the default ./runs"
+        assert r.returncode == 2 and "--runs-dir" in r.stderr and "is empty" in r.stderr
+        assert not (tmp_path / "runs").exists()
+        return
+    one_error(r, 2, "run store", "a file, not a folder" if where == "file" else "/proc")
+
+
+def test_rlctl_cache_that_is_a_file(cli, tmp_path, data_file):
+    (tmp_path / "cache").write_text("x")
+    r = cli("train", "grpo", "--runs-dir", str(tmp_path / "runs"), "--dataset", "jsonl",
+            "--data-path", str(data_file), env={"RLCTL_CACHE": str(tmp_path / "cache")})
+    one_error(r, 2, "RLCTL_CACHE", "is a file")
+
+
+def test_setting_below_a_value_names_the_value(cli):
+    r = cli("train", "grpo", "--set", "training.steps.x=3", "--dry-run")
+    one_error(r, 2, "training.steps is a value, not a section")

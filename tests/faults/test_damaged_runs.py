@@ -1,0 +1,104 @@
+"""A damaged run is named, never resumed silently, and can be deleted; the other runs
+of the store stay readable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from rlctl.core.store.local import LocalRunStore
+from tests.faults.conftest import one_error
+
+pytestmark = pytest.mark.trainer
+
+
+def test_a_run_folder_without_its_spec(cli, tiny_args, store):
+    shutil.copytree(store / "ok", store / "nospec")
+    (store / "nospec" / "spec.yaml").unlink()
+    before = sorted(os.listdir(store / "nospec" / "checkpoints"))
+
+    one_error(cli("resume", "nospec", "--runs-dir", str(store)), 2, "damaged", "spec.yaml")
+    # a new spec must not adopt the old checkpoints (it would resume them silently)
+    one_error(cli(*tiny_args(store, "nospec")), 4, "without its spec.yaml")
+    assert sorted(os.listdir(store / "nospec" / "checkpoints")) == before
+
+    r = cli("delete", "run", "nospec", "--runs-dir", str(store), "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "checkpoints" in r.stdout and not (store / "nospec").exists()
+    assert (store / "ok" / "spec.yaml").is_file()
+
+
+def test_a_phase_that_is_no_phase_is_shown_as_damaged(cli, store):
+    shutil.copytree(store / "ok", store / "odd")
+    (store / "odd" / "status.json").write_text('{"phase": 42}')
+    r = cli("status", "--runs-dir", str(store), "-o", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["odd"]["error"] == "damaged: status.json: phase 42 is not a phase"
+    assert rows["ok"]["phase"] == "completed" and rows["ok"]["error"] is None
+
+
+class TestDeleteLocalRun:
+    def test_dry_run_lists_what_goes_and_changes_nothing(self, cli, store):
+        r = cli("delete", "run", "ok", "--runs-dir", str(store), "--dry-run", "-o", "json")
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        names = {c["name"]: c for c in plan["changes"]}
+        assert names["checkpoints"]["fields"]["steps"] == [1, 2]
+        assert {"spec.yaml", "status.json", "metrics.jsonl", "ok"} <= set(names)
+        assert (store / "ok" / "spec.yaml").is_file()
+
+    def test_without_yes_and_no_terminal_nothing_is_deleted(self, cli, store):
+        r = cli("delete", "run", "ok", "--runs-dir", str(store))
+        assert r.returncode != 0 and (store / "ok" / "spec.yaml").is_file()
+
+    def test_a_run_being_trained_is_not_deleted(self, cli, store):
+        with LocalRunStore(store).run("ok").lock():
+            r = cli("delete", "run", "ok", "--runs-dir", str(store), "--yes")
+        one_error(r, 4, "in use by pid")
+        assert (store / "ok" / "spec.yaml").is_file()
+
+    def test_the_name_is_free_afterwards(self, cli, tiny_args, store):
+        r = cli("delete", "run", "ok", "--runs-dir", str(store), "--yes", "-o", "json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["result"]["applied"][-1] == "folder/ok"
+        assert os.listdir(store) == []
+
+    def test_an_unknown_run(self, cli, store):
+        one_error(cli("delete", "run", "nope", "--runs-dir", str(store), "--yes"), 3, "nope")
+
+
+@pytest.mark.parametrize("columns", ["40", "20"])
+def test_status_on_a_narrow_terminal_folds_each_run_into_a_block(cli, store, columns):
+    shutil.copytree(store / "ok", store / "second-run")
+    r = cli("status", "--runs-dir", str(store), env={"COLUMNS": columns})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "ok" in lines and "second-run" in lines
+    assert lines.count("  completed") == 2 and "  grpo step 2/2" in lines
+
+
+@pytest.mark.parametrize("damage", [
+    ("status.json", b"\x00\xffgarbage"), ("status.json", b"[1, 2]"), ("status.json", b""),
+    ("metrics.jsonl", None), ("eval/baseline.json", b'{"accuracy": 0.'),
+])
+def test_one_damaged_file_does_not_break_status_for_the_others(cli, store, damage):
+    rel, content = damage
+    shutil.copytree(store / "ok", store / "hurt")
+    f = store / "hurt" / rel
+    f.write_bytes(f.read_bytes() + b"\xff\xfe{not json\n" if content is None else content)
+    r = cli("status", "--runs-dir", str(store), "-o", "json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["ok"]["phase"] == "completed" and rows["ok"]["error"] is None
+    assert set(rows) == {"ok", "hurt"}
+    one = cli("status", "hurt", "--runs-dir", str(store))
+    assert one.returncode == 0 and "Traceback" not in one.stderr, one.stderr
+    if rel == "status.json":
+        assert "damaged: status.json" in one.stdout
+    if rel == "metrics.jsonl":  # the bad line skipped, the good ones kept
+        assert json.loads(cli("status", "hurt", "--runs-dir", str(store), "-o", "json")
+                          .stdout)["latest_metrics"]["step"] == 2
