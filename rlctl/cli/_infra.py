@@ -54,6 +54,11 @@ def build_spec(config: str | None, name: str | None, **opts: Any):
     if accel and num_slices:
         accel = [a if " x" in a else f"{a} x{num_slices}" for a in accel]
     capacity = None
+    if opts.get("spot") and opts.get("reservation"):
+        from rlctl.core.errors import ConfigError
+
+        raise ConfigError("--spot and --reservation exclude each other",
+                          hint="pick one: spot capacity, or the named reservation")
     if opts.pop("spot", False):
         capacity = {"kind": "spot"}
     reservation = opts.pop("reservation", None)

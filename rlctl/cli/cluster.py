@@ -34,7 +34,8 @@ AccelOpt = Annotated[
                  "(repeatable)."),
 ]
 NumSlicesOpt = Annotated[
-    int | None, typer.Option("--num-slices", help="Slices per --accelerator given without 'xN'.")
+    int | None, typer.Option("--num-slices", min=1,
+                             help="Slices per --accelerator given without 'xN'.")
 ]
 SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot capacity for accelerator pools.")]
 ReservationOpt = Annotated[str | None, typer.Option("--reservation", help="Reservation name.")]

@@ -54,6 +54,14 @@ def _where(runs_dir: str | None, cluster: str | None, project: str | None,
     return None
 
 
+def _check_name(run: str | None) -> None:
+    """A bad run name is one line before any credentials or store are touched."""
+    if run is not None:
+        from rlctl.core.names import validate_name
+
+        validate_name(run, "run")
+
+
 def _clients(ctx: typer.Context, where: ClusterRefOpts):
     from rlctl.cli._infra import clients_for
 
@@ -176,6 +184,7 @@ def status(
         raise ConfigError("--watch is table output only",
                           hint="drop -o json, or poll 'rlctl status RUN -o json' yourself")
     where = _where(runs_dir, cluster, project, region)
+    _check_name(run)
 
     def fetch() -> tuple[Any, Any, bool]:
         """(data, renderable, finished)"""
@@ -241,6 +250,7 @@ def resume(
     """
     out = make_output(ctx, output, yes)
     where = _where(runs_dir, cluster, project, region)
+    _check_name(run)
     if where is not None:
         from rlctl.core.runs import cluster as core
 
@@ -288,6 +298,7 @@ def logs(
 
     out = make_output(ctx, output)
     where = _where(runs_dir, cluster, project, region)
+    _check_name(run)
     if where is None:
         raise ConfigError("logs are for cluster runs; a local run logs to its terminal",
                           hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME")
@@ -335,6 +346,7 @@ def delete_run(
 
     out = make_output(ctx, output, yes)
     where = _where(runs_dir, cluster, project, region)
+    _check_name(run)
     if where is None:
         from rlctl.core.runs.local_delete import delete_local, plan_delete_local
 

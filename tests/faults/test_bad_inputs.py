@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -69,3 +70,57 @@ def test_rlctl_cache_that_is_a_file(cli, tmp_path, data_file):
 def test_setting_below_a_value_names_the_value(cli):
     r = cli("train", "grpo", "--set", "training.steps.x=3", "--dry-run")
     one_error(r, 2, "training.steps is a value, not a section")
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("no-tokenizer", ("has no tokenizer.json",)),
+    ("bad-tokenizer", ("tokenizer.json: not a tokenizer file",)),
+    ("config-key", ("cannot build a llama model", "num_hidden_layers")),
+])
+def test_model_files_the_loader_would_trip_on(cli, tiny_args, tmp_path, model_copy, damage,
+                                              words):
+    if damage == "no-tokenizer":
+        (model_copy / "tokenizer.json").unlink()
+    elif damage == "bad-tokenizer":
+        (model_copy / "tokenizer.json").write_text("[1, 2]")
+    else:
+        cfg = json.loads((model_copy / "config.json").read_text())
+        del cfg["num_hidden_layers"]
+        (model_copy / "config.json").write_text(json.dumps(cfg))
+    one_error(cli(*tiny_args(tmp_path / "runs", "m", model=model_copy)), 2, *words)
+    assert not (tmp_path / "runs").exists()  # exit 2: nothing was changed
+
+
+@pytest.mark.parametrize("source, words", [
+    ("def fn(completion, gold)\n    return 1.0\n", ("importing 'badmod' failed", "SyntaxError")),
+    ("raise RuntimeError('cannot import me')\n", ("importing 'badmod' failed",)),
+])
+def test_a_reward_module_that_fails_to_import(cli, tiny_args, tmp_path, source, words):
+    (tmp_path / "badmod.py").write_text(source)
+    r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["badmod.fn"]'),
+            env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"})
+    one_error(r, 2, *words)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("body, words", [
+    ("return 'one'", ("returned 'one', not a finite number",)),
+    ("return float('nan')", ("returned 'nan'",)),
+    ("raise ValueError('boom')", ("reward 'fn' raised ValueError: boom",)),
+])
+def test_a_reward_that_misbehaves_stops_the_run_with_its_name(cli, tiny_args, tmp_path, body,
+                                                              words):
+    (tmp_path / "myreward.py").write_text(f"def fn(completion, gold):\n    {body}\n")
+    r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["myreward.fn"]'),
+            env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"})
+    one_error(r, 2, *words)
+    status = json.loads((tmp_path / "runs" / "r" / "status.json").read_text())
+    assert status["phase"] == "failed" and "fn" in status["error"]
+
+
+@pytest.mark.parametrize("flag", ["--config", "--data-path"])
+def test_a_device_file_is_not_said_to_be_missing(cli, tmp_path, flag):
+    extra = (["--dataset", "jsonl", "--runs-dir", str(tmp_path / "runs")]
+             if flag == "--data-path" else ["--dry-run"])
+    r = cli("train", "grpo", *extra, flag, "/dev/null")
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from rlctl.core.store.local import LocalRunStore
-from tests.faults.conftest import one_error
+from tests.faults.conftest import metrics, one_error
 
 pytestmark = pytest.mark.trainer
 
@@ -102,3 +102,61 @@ def test_one_damaged_file_does_not_break_status_for_the_others(cli, store, damag
     if rel == "metrics.jsonl":  # the bad line skipped, the good ones kept
         assert json.loads(cli("status", "hurt", "--runs-dir", str(store), "-o", "json")
                           .stdout)["latest_metrics"]["step"] == 2
+
+
+def interrupted_after_step_1(run) -> None:
+    """``run`` as a run stopped after step 1: checkpoint 1 only, phase interrupted."""
+    shutil.rmtree(run / "checkpoints" / "2")
+    status = json.loads((run / "status.json").read_text())
+    status.update(phase="interrupted", step=1, latest_checkpoint=1)
+    (run / "status.json").write_text(json.dumps(status))
+
+
+class TestResumeRepairs:
+    """What resume does with a damaged run it can still continue."""
+
+    def test_an_empty_newest_checkpoint_leaves_the_older_one_alone(self, cli, store):
+        run = store / "ok"
+        interrupted_after_step_1(run)
+        (run / "checkpoints" / "2").mkdir()  # a folder Orbax never filled
+        r = cli("resume", "ok", "--runs-dir", str(store))
+        assert r.returncode == 0, r.stderr
+        assert "checkpoint 2 is damaged (its folder is empty)" in r.stderr
+        assert sorted(os.listdir(run / "checkpoints")) == ["1", "2", "2.damaged"]
+
+    @pytest.mark.parametrize("order", [[1, 1, 2], [2, 1], [1, 2, 2]])
+    def test_duplicated_or_reordered_metrics_come_out_one_row_per_step(self, cli, store,
+                                                                        order):
+        run = store / "ok"
+        rows = {r["step"]: r for r in map(json.loads,
+                                            (run / "metrics.jsonl").read_text().splitlines())}
+        interrupted_after_step_1(run)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(rows[k]) + "\n" for k in order))
+        r = cli("resume", "ok", "--runs-dir", str(store))
+        assert r.returncode == 0, r.stderr
+        assert [m["step"] for m in metrics(run)] == [1, 2]
+
+    def test_a_cut_baseline_is_re_created(self, cli, store):
+        run = store / "ok"
+        before = json.loads((run / "eval" / "baseline.json").read_text())
+        interrupted_after_step_1(run)
+        (run / "eval" / "baseline.json").write_text('{"accuracy": 0.')
+        shown = cli("status", "ok", "--runs-dir", str(store))
+        assert "eval/baseline.json is unreadable" in shown.stdout
+        assert cli("resume", "ok", "--runs-dir", str(store)).returncode == 0
+        after = json.loads((run / "eval" / "baseline.json").read_text())
+        assert after["accuracy"] == before["accuracy"] and after["n"] == before["n"]
+
+    @pytest.mark.parametrize("content", ["", "- a list\n", "training:\n  steps: many\n"])
+    def test_a_damaged_spec_is_named(self, cli, store, content):
+        interrupted_after_step_1(store / "ok")
+        (store / "ok" / "spec.yaml").write_text(content)
+        one_error(cli("resume", "ok", "--runs-dir", str(store)), 2, "ok/spec.yaml")
+
+    @pytest.mark.parametrize("folder", ["checkpoints", "tensorboard"])
+    def test_a_file_where_the_run_keeps_a_folder(self, cli, store, folder):
+        run = store / "ok"
+        interrupted_after_step_1(run)
+        shutil.rmtree(run / folder)
+        (run / folder).write_text("x")
+        one_error(cli("resume", "ok", "--runs-dir", str(store)), 2, f"ok/{folder} is a file")

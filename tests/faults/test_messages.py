@@ -39,3 +39,25 @@ def test_a_training_config_in_rlctl_config_is_not_the_clusters(cli, tmp_path):
 def test_debug_adds_the_traceback_and_keeps_the_exit_code(cli, tmp_path):
     r = cli("--debug", "status", "nope", "--runs-dir", str(tmp_path))
     assert r.returncode == 3 and "Traceback" in r.stderr and "error: run 'nope'" in r.stderr
+
+
+def test_a_bad_run_name_is_reported_before_credentials(cli):
+    r = cli("delete", "run", "MyRun", "--runs-dir", "gs://b/runs", "--project", "p",
+            "--region", "us-central1", "--dry-run", env=NO_CREDS)
+    one_error(r, 2, "run name 'MyRun'")
+
+
+def test_a_missing_credentials_file_is_named(cli):
+    r = cli("cluster", "list", "--project", "p", "--region", "us-central1", env=NO_CREDS)
+    one_error(r, 5, "GOOGLE_APPLICATION_CREDENTIALS=/nonexistent/credentials.json")
+
+
+def test_flags_that_exclude_each_other_and_bad_buckets_come_before_credentials(cli):
+    base = ("cluster", "create", "rl", "--project", "p", "--region", "us-central1", "-a",
+            "v6e-16", "--dry-run")
+    one_error(cli(*base, "--spot", "--reservation", "r", env=NO_CREDS), 2, "--spot")
+    one_error(cli(*base, "--bucket", "Bad_Bucket!", env=NO_CREDS), 2, "bucket name")
+
+
+def test_a_value_outside_a_choice_is_shown(cli):
+    one_error(cli("train", "grpo", "--dataset", "csv", "--dry-run"), 2, "(got 'csv')")

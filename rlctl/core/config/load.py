@@ -24,6 +24,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         raise ConfigError(f"config file {str(p)!r} is a directory, not a file",
                           hint="pass the path of a YAML file")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a regular file",
+                          hint="pass the path of a YAML file")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist", hint="check the --config path")
     try:
@@ -88,6 +91,9 @@ def format_validation_error(err: ValidationError, what: str = "config") -> str:
             msg = "unknown field"
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
+        got = e.get("input")
+        if e["type"] in ("literal_error", "enum") and isinstance(got, (str, int, float)):
+            msg += f" (got {got!r})"
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)
 

@@ -85,6 +85,15 @@ def translate(e: BaseException, what: str) -> RlctlError:
         return CloudError(f"{what} failed: {text}")
 
     if type(e).__name__ == "DefaultCredentialsError":  # google.auth, matched by name
+        import os
+
+        gac = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+        if gac:  # the one place ADC looked: say so, not "none found"
+            why = "no such file" if not os.path.isfile(gac) else "not a credentials file"
+            return PermissionDeniedError(
+                f"GOOGLE_APPLICATION_CREDENTIALS={gac}: {why}",
+                hint="point it at a credentials JSON file, or unset it and run "
+                "'gcloud auth application-default login'")
         return PermissionDeniedError(
             "no Google Cloud credentials found",
             hint="run 'gcloud auth application-default login'",

@@ -6,7 +6,7 @@ import re
 
 from rlctl.core.config.catalog import lookup
 from rlctl.core.config.infra import InfraSpec
-from rlctl.core.errors import ConfigError, NotFoundError, PreflightError
+from rlctl.core.errors import ConfigError, NotFoundError, PreflightError, RlctlError
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import call
 from rlctl.core.gcp.storage import bucket_location
@@ -153,10 +153,17 @@ def check_bucket(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> lis
 def run(clients: GcpClients, spec: InfraSpec) -> None:
     """All checks; raises ``PreflightError`` listing every failure. Reads only."""
     lines = check_names(spec)
-    api_lines, enabled = check_apis(clients, spec)
-    lines += api_lines
-    lines += check_accelerators(clients, spec, enabled)
-    lines += check_version(clients, spec, enabled)
-    lines += check_bucket(clients, spec, enabled)
+    try:
+        api_lines, enabled = check_apis(clients, spec)
+        lines += api_lines
+        lines += check_accelerators(clients, spec, enabled)
+        lines += check_version(clients, spec, enabled)
+        lines += check_bucket(clients, spec, enabled)
+    except RlctlError:
+        # no credentials, no access, no network: the pure checks' findings are what
+        # the user can fix first, so they win over "no credentials"
+        if lines:
+            raise PreflightError(lines) from None
+        raise
     if lines:
         raise PreflightError(lines)

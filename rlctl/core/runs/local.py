@@ -79,11 +79,18 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     spec = local_paths_absolute(spec.model_copy(update={"name": name}))
     store = open_store(spec.output.root)
     _preflight(spec)
-    run = write_new_run(store, spec)
-    with run.lock():  # one writer per run, for this process's whole life
-        status = StatusFile(run, spec)
-        status.update(phase=Phase.PENDING)
-        return _execute(spec, run, status, progress)
+    # SIGTERM is Ctrl-C from the moment the run exists: a stop right after spec.yaml
+    # is written leaves an 'interrupted' (or, SIGKILLed, 'stale') run, never 'pending'
+    with _sigterm_as_interrupt():
+        run = write_new_run(store, spec)
+        with run.lock():  # one writer per run, for this process's whole life
+            status = StatusFile(run, spec)
+            try:
+                status.update(phase=Phase.PENDING, pid=os.getpid(),
+                              host=socket.gethostname())
+            except KeyboardInterrupt:
+                _record_interrupt(run, status)
+            return _execute(spec, run, status, progress)
 
 
 def _preflight(spec: RunSpec) -> None:
@@ -91,9 +98,12 @@ def _preflight(spec: RunSpec) -> None:
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
     from rlctl.core.trainer.rewards import resolve
+    from rlctl.core.trainer.tokenizer import ChatTokenizer
     from rlctl.core.trainer.tunix_adapter import check_family
 
-    check_family(resolve_model_dir(spec.model.source))
+    folder = resolve_model_dir(spec.model.source)
+    check_family(folder)
+    ChatTokenizer(folder)  # its files parse and name an eos token
     load_source(spec.data, spec.eval.size)
     resolve(spec.rewards)
 
@@ -101,17 +111,26 @@ def _preflight(spec: RunSpec) -> None:
 def load_run_spec(run: LocalRunDir) -> RunSpec:
     import yaml
 
+    where = f"{run.uri}/{SPEC}"
     try:
         data = yaml.safe_load(run.read_text(SPEC))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{run.uri}/{SPEC} is not valid YAML") from e
-    return build(RunSpec, data)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where} is not valid YAML",
+                          hint="restore the run's spec.yaml (its settings)") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} is empty or not a mapping",
+                          hint="restore the run's spec.yaml (its settings)")
+    try:
+        return build(RunSpec, data)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e.message}", hint="fix or restore the run's spec.yaml"
+                          ) from e
 
 
 def resume_local(root: str, name: str, progress: Progress | None = None) -> TrainResult:
     require_extra("tunix", "train")
     run = open_store(root).existing(name)
-    with run.lock():  # taken before anything is read: a second train/resume stops here
+    with _sigterm_as_interrupt(), run.lock():  # before anything is read: one writer
         return _resume(run, progress)
 
 
@@ -158,44 +177,60 @@ def _alive(pid: Any, host: Any) -> bool:
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, systemd, docker stop) stops the run as Ctrl-C does: at once,
-    recorded as ``interrupted``, partial checkpoint files removed, resumable."""
+    recorded as ``interrupted``, partial checkpoint files removed, resumable.
+
+    Both signals are also remembered (``_STOPPED``): a KeyboardInterrupt raised while
+    JAX calls back into Python (a pytree comparison, say) comes out as some other
+    exception, which after a stop signal still means "interrupted", not "failed"."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: Any) -> None:
+        _STOPPED.append(signum)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+_STOPPED: list[int] = []  # stop signals this process received
+
+
+def _record_interrupt(run: LocalRunDir, status: StatusFile) -> None:
+    status.update(phase=Phase.INTERRUPTED, latest_checkpoint=latest_checkpoint_step(run))
+    raise InterruptedRun(
+        f"run {run.name!r} interrupted at step {status.data.get('step')}",
+        hint=f"continue with 'rlctl resume {run.name}'",
+    ) from None
 
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
              progress: Progress | None) -> TrainResult:
     from rlctl.core.trainer.loop import run_trainer
 
-    status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
-                  started=_now(), error=None)
-
     def on_status(fields: dict[str, Any]) -> None:
         status.update(**fields)
 
+    _STOPPED.clear()
     try:
+        status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
+                      started=_now(), error=None)
         with _sigterm_as_interrupt():
             evals = run_trainer(spec, run, progress, on_status)
     except KeyboardInterrupt:
-        status.update(phase=Phase.INTERRUPTED, latest_checkpoint=latest_checkpoint_step(run))
-        raise InterruptedRun(
-            f"run {run.name!r} interrupted at step {status.data.get('step')}",
-            hint=f"continue with 'rlctl resume {run.name}'",
-        ) from None
-    except RlctlError as e:
-        status.update(phase=Phase.FAILED, error=str(e))
-        raise
-    except Exception as e:  # one line in status.json: a library's dump stays in the log
+        _record_interrupt(run, status)
+    except Exception as e:
+        if _STOPPED:  # the interrupt surfaced wrapped in another exception
+            _record_interrupt(run, status)
+        if isinstance(e, RlctlError):
+            status.update(phase=Phase.FAILED, error=str(e))
+            raise
+        # one line in status.json: a library's dump stays in the log
         line = (str(e).strip().splitlines() or [""])[0][:300]
         status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}")
         raise

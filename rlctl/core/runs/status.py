@@ -47,21 +47,34 @@ def read_status(run: RunDir) -> dict[str, Any]:
 def read_metrics(run: RunDir) -> list[dict[str, Any]]:
     """Parse metrics.jsonl, skipping a torn last line from a killed writer and any
     line that is not a JSON object (bytes appended by something else)."""
+    return _metrics(run)[0]
+
+
+def _metrics(run: RunDir) -> tuple[list[dict[str, Any]], int]:
+    """(the rows, how many lines were skipped)."""
     if not run.exists(METRICS):
-        return []
+        return [], 0
     try:
         text = run.read_text(METRICS)
     except UnicodeDecodeError as e:  # the bad bytes become U+FFFD: their line is skipped
         text = bytes(e.object).decode("utf-8", errors="replace")
     rows = []
-    for line in text.splitlines():
+    skipped = 0
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
+            # a last line without its newline is a write in progress (or cut by a
+            # kill): normal, not damage
+            torn = i == len(lines) - 1 and not text.endswith("\n")
+            skipped += bool(line.strip()) and not torn
             continue
         if isinstance(row, dict):
             rows.append(row)
-    return rows
+        else:
+            skipped += 1
+    return rows, skipped
 
 
 def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
@@ -110,17 +123,22 @@ def _phase(status: dict[str, Any]) -> Phase:
 
 def describe_run(run: RunDir) -> RunInfo:
     status = read_status(run)
-    metrics = read_metrics(run)
+    metrics, skipped = _metrics(run)
     evals = {}
+    problems = [f"{METRICS}: {skipped} unreadable line{'s' if skipped > 1 else ''} skipped"
+                ] if skipped else []
     for which in EVALS:
         data = read_eval(run, which)
+        if data is None and run.exists(f"{EVAL}/{which}.json"):
+            problems.append(f"{EVAL}/{which}.json is unreadable (resume re-creates a baseline)"
+                            if which == "baseline" else f"{EVAL}/{which}.json is unreadable")
         if data is not None:
             try:
                 evals[which] = EvalSummary.model_validate(
                     {k: data.get(k) for k in EvalSummary.model_fields})
             except ValueError:  # wrong types in the record: shown as absent
                 continue
-    damaged = status.get("damaged")
+    damaged = status.get("damaged") or "; ".join(problems) or None
     if not run.exists(SPEC):
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
     elif "phase" in status and Phase.parse(status["phase"]) is Phase.UNKNOWN \

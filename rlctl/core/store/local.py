@@ -22,6 +22,7 @@ from rlctl.core.store.base import (
     CHECKPOINTS,
     LOCK,
     SPEC,
+    TENSORBOARD,
     atomic_write,
     create_exclusive,
     existing_run,
@@ -127,7 +128,11 @@ class LocalRunDir:
     def path_for(self, rel: str) -> str:
         """A local path to write ``rel`` at; its parent folder exists."""
         p = self.path / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
+        if rel in (CHECKPOINTS, TENSORBOARD) and p.exists() and not p.is_dir():
+            raise ConfigError(f"{p} is a file where the run keeps a folder",
+                              hint="move that file aside, then resume the run")
+        with writing(str(p.parent)):
+            p.parent.mkdir(parents=True, exist_ok=True)
         return str(p)
 
     # JSON helpers shared by every backend

@@ -27,6 +27,7 @@ from rlctl.core.store.local import LocalRunDir
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 
 MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
+ORBAX_METADATA = "_CHECKPOINT_METADATA"  # written by every Orbax save we make
 HEADROOM = 1.1  # free space wanted before a save, as a multiple of the last checkpoint
 
 
@@ -56,6 +57,10 @@ def verify(folder: Path) -> str | None:
     trusted as Orbax left it: Orbax renames a save into place only when complete."""
     manifest = folder / MANIFEST
     if not manifest.exists():
+        if not folder.is_dir() or not any(folder.iterdir()):
+            return "its folder is empty"
+        if not (folder / ORBAX_METADATA).is_file():
+            return f"it has no {ORBAX_METADATA}"
         return None
     try:
         files = json.loads(manifest.read_text())["files"]
@@ -180,13 +185,18 @@ class Checkpoints:
             extra["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
                 primary_host=me, active_processes={me})
         self.latest_size = _size(Path(folder) / str(latest)) if latest else 0
-        self.manager = ocp.CheckpointManager(
-            folder,
-            options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, create=not topo.multi_process,
-                enable_async_checkpointing=False, **extra
-            ),
-        )
+        self._options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, create=not topo.multi_process,
+            enable_async_checkpointing=False, **extra)
+        self.manager = ocp.CheckpointManager(folder, options=self._options)
+
+    def _fresh_manager(self) -> None:
+        """A new manager over the folder as it is now: after a failed restore Orbax's
+        handlers keep state that fails the next restore ("Must provide args ...")."""
+        import orbax.checkpoint as ocp
+
+        self.manager.close()
+        self.manager = ocp.CheckpointManager(self.folder, options=self._options)
 
     def _newest_intact(self, warn: Callable[[str], None]) -> int:
         steps = sorted(self.run.checkpoint_steps(), reverse=True)
@@ -308,7 +318,7 @@ class Checkpoints:
                            f"{self._set_aside(s)}; "
                            + ("trying the one before it" if s != steps[-1]
                               else "no earlier checkpoint"))
-                self.manager.reload()
+                self._fresh_manager()
         raise ConflictError(
             f"no readable checkpoint in {self.folder}: {'; '.join(errors)}",
             hint="move the damaged step folders aside to start the run over from step 0")

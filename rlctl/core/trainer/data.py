@@ -137,6 +137,9 @@ def read_problems(path: str, spec: DataSpec) -> list[Problem]:
     if p.is_dir():
         raise ConfigError(f"data path {path!r} is a directory, not a file",
                           hint="pass a .jsonl or .parquet file")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"data path {path!r} is not a regular file",
+                          hint="pass a .jsonl or .parquet file")
     if not p.is_file():
         raise ConfigError(f"data file {path!r} does not exist")
     rows = _parquet_rows(p, path) if p.suffix == ".parquet" else _jsonl_rows(p, path)

@@ -126,6 +126,15 @@ class Trainer:
                                    elapsed=time.perf_counter() - t0, rollout_seconds=t_roll)
 
     # --- the whole run -----------------------------------------------------------
+    def _readable(self, rel: str) -> bool:
+        """``rel`` exists and holds a JSON object (a cut or garbled file is re-made)."""
+        if not self.run.exists(rel):
+            return False
+        try:
+            return _is_record(self.run.read_text(rel))
+        except UnicodeDecodeError:
+            return False
+
     def train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         from rlctl.core.trainer.distributed import using_mesh
 
@@ -150,7 +159,7 @@ class Trainer:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.
             baseline = None
-            needs_baseline = agree(not self.run.exists(f"{EVAL}/baseline.json"), self.topo)
+            needs_baseline = agree(not self._readable(f"{EVAL}/baseline.json"), self.topo)
             if s.eval.size and needs_baseline:
                 on_status({"phase": "evaluating"})
                 baseline = self.evaluate("baseline", 0)
@@ -184,6 +193,15 @@ class Trainer:
         finally:
             self.metrics.close()
             self.ckpt.close()
+
+
+def _is_record(text: str) -> bool:
+    import json
+
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def run_trainer(spec: RunSpec, run: LocalRunDir, progress: Progress | None,

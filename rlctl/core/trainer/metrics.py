@@ -22,10 +22,12 @@ class MetricsWriter:
             self._tb = SummaryWriter(run.path_for(TENSORBOARD), flush_secs=10)
 
     def truncate_after(self, step: int) -> None:
-        """On resume, drop lines of steps the checkpoint does not contain."""
+        """On resume, drop lines of steps the checkpoint does not contain, and leave
+        one line per step in step order (the last written wins: a copied or re-ordered
+        file must not come out of a resume as steps 1, 1, 2 or 2, 1, 3)."""
         if not self.path.exists():
             return
-        keep = []
+        keep: dict[int, str] = {}
         # undecodable bytes become U+FFFD: that line fails to parse and is dropped
         for line in self.path.read_text(errors="replace").splitlines():
             try:
@@ -33,11 +35,11 @@ class MetricsWriter:
             except json.JSONDecodeError:
                 continue  # torn last line of a killed writer, or bytes not ours
             if isinstance(row, dict) and isinstance(row.get("step"), int) \
-                    and row["step"] <= step:
-                keep.append(line)
+                    and 1 <= row["step"] <= step:
+                keep[row["step"]] = line
         from rlctl.core.store.base import atomic_write
 
-        atomic_write(self.path, "".join(f"{line}\n" for line in keep))
+        atomic_write(self.path, "".join(f"{keep[k]}\n" for k in sorted(keep)))
         self.run.push(METRICS)
 
     def write(self, row: dict[str, Any]) -> None:

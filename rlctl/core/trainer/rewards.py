@@ -7,6 +7,7 @@ The model is told to put its final answer in ``<answer>...</answer>``; only the
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
@@ -81,14 +82,31 @@ def resolve(names: Sequence[str]) -> list[RewardFn]:
             continue
         module, _, attr = name.replace(":", ".").rpartition(".")
         try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise ConfigError(
-                f"unknown reward {name!r}",
-                hint=f"use one of {sorted(REGISTRY)} or a dotted path module.function",
-            ) from e
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and module.startswith(e.name):  # the module itself is missing
+                raise ConfigError(
+                    f"unknown reward {name!r}: no module {e.name!r}",
+                    hint=f"use one of {sorted(REGISTRY)} or a dotted path module.function "
+                    "on PYTHONPATH") from e
+            raise _import_failed(name, module, e) from e
+        except ValueError as e:  # an empty module path
+            raise ConfigError(f"unknown reward {name!r}",
+                              hint=f"use one of {sorted(REGISTRY)} or module.function") from e
+        except Exception as e:  # its own code failed: a syntax error, an import inside it
+            raise _import_failed(name, module, e) from e
+        fn = getattr(mod, attr, None)
+        if fn is None:
+            raise ConfigError(f"unknown reward {name!r}: module {module!r} has no {attr!r}",
+                              hint=f"use one of {sorted(REGISTRY)} or module.function")
         fns.append(_checked(name, fn))
     return fns
+
+
+def _import_failed(name: str, module: str, e: BaseException) -> ConfigError:
+    first = (str(e).splitlines() or [""])[0][:160]
+    return ConfigError(f"reward {name!r}: importing {module!r} failed "
+                       f"({type(e).__name__}: {first})", hint="fix that module, or drop the reward")
 
 
 def _checked(name: str, fn: object) -> RewardFn:
@@ -113,4 +131,23 @@ def _checked(name: str, fn: object) -> RewardFn:
 
 
 def total_reward(fns: Sequence[RewardFn], completion: str, gold: str) -> float:
-    return float(sum(fn(completion, gold) for fn in fns))
+    """The sum of the rewards; a reward that fails, or returns anything but a finite
+    number, stops the run with its name (NaN would silently poison the advantages)."""
+    total = 0.0
+    for fn in fns:
+        name = getattr(fn, "__qualname__", repr(fn))
+        try:
+            value = fn(completion, gold)
+        except Exception as e:
+            raise ConfigError(f"reward {name!r} raised {type(e).__name__}: "
+                              f"{(str(e).splitlines() or [''])[0][:160]}",
+                              hint="fix the reward function, then 'rlctl resume' the run") from e
+        try:  # numbers of any kind (numpy's too), but not the text "1.0"
+            number = math.nan if isinstance(value, (str, bytes)) else float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            raise ConfigError(f"reward {name!r} returned {str(value)[:40]!r}, not a finite "
+                              "number", hint="a reward returns a float such as 0.0 or 1.0")
+        total += number
+    return total

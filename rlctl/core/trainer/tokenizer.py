@@ -27,6 +27,21 @@ def _token_str(v: Any) -> str | None:
     return v
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """An optional JSON file of the model folder: {} when absent, a ConfigError
+    naming it when damaged."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON", hint="copy or download the model again"
+                          ) from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object", hint="copy or download the model again")
+    return data
+
+
 class ChatTokenizer:
     def __init__(self, folder: str | Path) -> None:
         from tokenizers import Tokenizer
@@ -35,11 +50,13 @@ class ChatTokenizer:
         tj = folder / "tokenizer.json"
         if not tj.is_file():
             raise ConfigError(f"model folder {str(folder)!r} has no tokenizer.json")
-        self._tok = Tokenizer.from_file(str(tj))
-        cfg_path = folder / "tokenizer_config.json"
-        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
-        gen_path = folder / "generation_config.json"
-        gen = json.loads(gen_path.read_text()) if gen_path.is_file() else {}
+        try:
+            self._tok = Tokenizer.from_file(str(tj))
+        except Exception as e:  # the Rust side raises a bare Exception
+            raise ConfigError(f"{tj}: not a tokenizer file ({str(e)[:120]})",
+                              hint="copy or download the model again") from e
+        cfg = _json_object(folder / "tokenizer_config.json")
+        gen = _json_object(folder / "generation_config.json")
         self.chat_template: str | None = cfg.get("chat_template")
         eos_tok = _token_str(cfg.get("eos_token"))
         eos_ids = []

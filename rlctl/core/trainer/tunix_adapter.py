@@ -139,12 +139,19 @@ def check_family(folder: Path) -> str:
     """The folder's ``model_type``, if the trainer has a Tunix model for it."""
     from rlctl.core.trainer.models import read_model_config
 
-    family = read_model_config(folder).get("model_type")
+    config = read_model_config(folder)
+    family = config.get("model_type")
     if family not in FAMILIES:
         raise ConfigError(
             f"model type {family!r} is not supported by the local trainer",
             hint=f"use one of: {', '.join(sorted(FAMILIES))}",
         )
+    try:
+        FAMILIES[family][1](config)  # every field the Tunix config needs is there
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{folder / 'config.json'}: cannot build a {family} model from it "
+                          f"({type(e).__name__}: {e})", hint="copy or download the model again"
+                          ) from e
     return str(family)
 
 
@@ -170,7 +177,14 @@ def load_model(folder: str | Path, dtype: str = "float32",
         patch_llama3_rope_theta()
     params_mod = importlib.import_module(f"tunix.models.{package}.params")
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
-    model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=mesh, dtype=jdtype)
+    try:
+        model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=mesh,
+                                                          dtype=jdtype)
+    except (KeyError, ValueError) as e:  # weights that do not fit the config's shapes
+        first = (str(e).splitlines() or [""])[0][:160]
+        raise ConfigError(f"model folder {str(folder)!r}: its weights do not match its "
+                          f"config.json ({type(e).__name__}: {first})",
+                          hint="copy or download the model again") from e
     n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     info = ModelInfo(
         family=family,

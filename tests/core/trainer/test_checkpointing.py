@@ -36,7 +36,19 @@ class TestManifest:
         from rlctl.core.trainer.checkpointing import verify
 
         assert verify(self.folder(tmp_path)) is None
-        assert verify(tmp_path / "no-manifest") is None  # an older rlctl's: trusted
+        older = tmp_path / "older"  # an older rlctl's, without a manifest: trusted
+        (older / "default").mkdir(parents=True)
+        (older / "_CHECKPOINT_METADATA").write_text('{"step": 2}')
+        assert verify(older) is None
+
+    def test_an_empty_or_foreign_folder_without_a_manifest_is_damaged(self, tmp_path):
+        """An empty ``checkpoints/2`` used to be trusted; restoring it failed and took
+        the intact checkpoint 1 down with it."""
+        (tmp_path / "2").mkdir()
+        assert verify(tmp_path / "2") == "its folder is empty"
+        (tmp_path / "3").mkdir()
+        (tmp_path / "3" / "notes.txt").write_text("x")
+        assert verify(tmp_path / "3") == "it has no _CHECKPOINT_METADATA"
 
     @pytest.mark.parametrize(("damage", "why"), [
         (lambda s: (s / "default" / "params").write_bytes(b"cut"), "has 3 bytes, not 10240"),
