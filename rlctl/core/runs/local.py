@@ -14,6 +14,7 @@ import datetime as dt
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -97,7 +98,7 @@ def _preflight(spec: RunSpec) -> None:
     """Fail on a bad model, dataset or reward before anything is written."""
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
-    from rlctl.core.trainer.rewards import resolve
+    from rlctl.core.trainer.rewards import resolve, total_reward
     from rlctl.core.trainer.tokenizer import ChatTokenizer
     from rlctl.core.trainer.tunix_adapter import check_family
 
@@ -105,7 +106,8 @@ def _preflight(spec: RunSpec) -> None:
     check_family(folder)
     ChatTokenizer(folder)  # its files parse and name an eos token
     load_source(spec.data, spec.eval.size)
-    resolve(spec.rewards)
+    for fn in resolve(spec.rewards):  # one trial call: a reward that raises or returns
+        total_reward([fn], "<answer>1</answer>", "1")  # no number fails here, not at step 1
 
 
 def load_run_spec(run: LocalRunDir) -> RunSpec:
@@ -190,10 +192,18 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         _STOPPED.append(signum)
         raise KeyboardInterrupt
 
+    def unraisable(info: Any) -> None:
+        # an interrupt that landed in a finalizer is lost there and printed as
+        # "Exception ignored in ..."; on_status re-raises it at the next step instead
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            previous_hook(info)
+
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for s, handler in previous.items():
             signal.signal(s, handler)
 
@@ -215,6 +225,8 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
 
     def on_status(fields: dict[str, Any]) -> None:
         status.update(**fields)
+        if _STOPPED:  # a stop signal whose KeyboardInterrupt was swallowed somewhere
+            raise KeyboardInterrupt
 
     _STOPPED.clear()
     try:

@@ -63,18 +63,47 @@ def read_model_config(folder: Path) -> dict[str, Any]:
 def check_model_folder(folder: Path) -> Path:
     """The folder, after its config.json and every safetensors header were read and
     each tensor was found to lie inside its file."""
-    read_model_config(folder)
+    config = read_model_config(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")
+    shapes: dict[str, list[int]] = {}
     for f in files:
-        check_safetensors(f)
+        shapes.update(check_safetensors(f))
+    check_layers(folder, config, shapes)
     return folder
 
 
-def check_safetensors(path: Path) -> None:
+def check_layers(folder: Path, config: dict[str, Any], shapes: dict[str, list[int]]) -> None:
+    """The weights fit the config where a mismatch would fail only inside the loader:
+    the embedding is [vocab_size, hidden_size], and every one of num_hidden_layers
+    layers has the tensors layer 0 has, with the same shapes."""
+    where = f"model folder {str(folder)!r}"
+    embed = shapes.get("model.embed_tokens.weight")
+    want = [config.get("vocab_size"), config.get("hidden_size")]
+    if embed is not None and all(isinstance(x, int) for x in want) and embed != want:
+        raise ConfigError(f"{where}: model.embed_tokens.weight is {embed}, config.json "
+                          f"says [vocab_size, hidden_size] = {want}", hint=_REFETCH)
+    n = config.get("num_hidden_layers")
+    layer0 = {k[len("model.layers.0."):]: v for k, v in shapes.items()
+              if k.startswith("model.layers.0.")}
+    if not isinstance(n, int) or not layer0:
+        return
+    for i in range(n):
+        for suffix, shape in layer0.items():
+            name = f"model.layers.{i}.{suffix}"
+            if name not in shapes:
+                raise ConfigError(f"{where}: tensor {name!r} is missing "
+                                  f"(config.json has {n} layers)", hint=_REFETCH)
+            if shapes[name] != shape:
+                raise ConfigError(f"{where}: tensor {name!r} is {shapes[name]}, layer 0's "
+                                  f"is {shape}", hint=_REFETCH)
+
+
+def check_safetensors(path: Path) -> dict[str, list[int]]:
     """A safetensors file is an 8-byte header length, a JSON header, then the data;
-    every tensor's ``data_offsets`` must end inside the data (a cut copy does not)."""
+    every tensor's ``data_offsets`` must end inside the data (a cut copy does not).
+    Returns each tensor's shape."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -93,9 +122,12 @@ def check_safetensors(path: Path) -> None:
         raise ConfigError(f"{path}: not a safetensors file (header is not an object)",
                           hint=_REFETCH)
     data = size - 8 - n
+    shapes: dict[str, list[int]] = {}
     for name, t in header.items():
         if name == "__metadata__":
             continue
+        shape = t.get("shape") if isinstance(t, dict) else None
+        shapes[name] = list(shape) if isinstance(shape, list) else []
         offsets = t.get("data_offsets") if isinstance(t, dict) else None
         if not (isinstance(offsets, list) and len(offsets) == 2
                 and all(isinstance(o, int) for o in offsets)):
@@ -105,6 +137,7 @@ def check_safetensors(path: Path) -> None:
             raise ConfigError(
                 f"{path}: truncated ({data + 8 + n} bytes; tensor {name!r} ends at "
                 f"{offsets[1] + 8 + n})", hint=_REFETCH)
+    return shapes
 
 
 def _why(e: Exception) -> str:

@@ -135,7 +135,7 @@ def total_reward(fns: Sequence[RewardFn], completion: str, gold: str) -> float:
     number, stops the run with its name (NaN would silently poison the advantages)."""
     total = 0.0
     for fn in fns:
-        name = getattr(fn, "__qualname__", repr(fn))
+        name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         try:
             value = fn(completion, gold)
         except Exception as e:
