@@ -77,6 +77,12 @@ class DiskFullError(RlctlError):
     exit_code = 1
 
 
+class OutOfMemoryError(RlctlError):
+    """A step needs more memory than the device (or this machine) has free."""
+
+    exit_code = 1
+
+
 class InterruptedRun(RlctlError):
     """Ctrl-C or SIGTERM: the run stopped cleanly and can be resumed."""
 

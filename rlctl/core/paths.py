@@ -1,7 +1,8 @@
-"""Checks on local paths a user hands rlctl to write into."""
+"""Local paths: checks on those a user hands rlctl to write into, and rlctl's cache."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # kernel interfaces, not storage: writing a run or a cache there fails in odd ways
@@ -15,3 +16,13 @@ def kernel_fs(path: Path) -> str | None:
         if p.is_relative_to(root):
             return str(root)
     return None
+
+
+def cache_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
+    """rlctl's cache root: the argument, else ``$RLCTL_CACHE``, else ``~/.cache/rlctl``."""
+    if cache_root is not None:
+        return Path(cache_root).expanduser()
+    env = os.environ.get("RLCTL_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "rlctl"

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlctl.core.errors import ConfigError, MissingDependencyError, NotFoundError, require_extra
-from rlctl.core.paths import kernel_fs
+from rlctl.core.paths import cache_dir, kernel_fs
 
 # Bump when the output layout changes, so cached folders are rebuilt.
 FORMAT_VERSION = 1
@@ -444,16 +444,6 @@ def smollm2_gguf_path() -> Path:
         + ("" if spec is None else f" ({SMOLLM2_GGUF} is missing from it)"),
         hint=SMOLLM2_INSTALL_HINT,
     )
-
-
-def cache_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
-    """rlctl's cache root: the argument, else ``$RLCTL_CACHE``, else ``~/.cache/rlctl``."""
-    if cache_root is not None:
-        return Path(cache_root).expanduser()
-    env = os.environ.get("RLCTL_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "rlctl"
 
 
 def _is_current(folder: Path, src: Path) -> bool:

@@ -114,6 +114,13 @@ class TrainingSpec(Spec):
     lora_rank: Annotated[int | None, Field(ge=1, le=1024, description="LoRA rank; None = full")] = (
         None
     )
+    micro_batch_size: Annotated[
+        int | None,
+        Field(ge=1, le=1_048_576,
+              description="sequences per forward/backward, gradients accumulated (same "
+              "result as the whole batch); a multiple or a divisor of rollout.num_generations; "
+              "default: the largest that fits the device's free memory"),
+    ] = None
     seed: Annotated[int, Field(ge=0)] = 0
 
 
@@ -138,6 +145,15 @@ class OutputSpec(Spec):
 
 
 Algorithm = Literal["grpo", "gspo"]
+
+
+def micro_batch_sizes(prompts: int, group: int) -> list[int]:
+    """The micro-batch sizes a step of ``prompts`` x ``group`` sequences can be cut
+    into, largest first: whole groups (k prompts, k dividing ``prompts``) or equal
+    parts of one group, so each micro-batch still shares its prompts' prefix."""
+    whole = [k * group for k in range(prompts, 0, -1) if prompts % k == 0]
+    parts = [d for d in range(group - 1, 0, -1) if group % d == 0]
+    return whole + parts
 
 
 class RunSpec(Spec):
@@ -186,6 +202,13 @@ class RunSpec(Spec):
         eps_hi = self.training.epsilon_high
         if eps_hi is not None and eps_hi < (self.training.epsilon or 0):
             raise ValueError("training.epsilon_high must be >= training.epsilon")
+        mbs, P, G = (self.training.micro_batch_size, self.training.prompts_per_step,
+                     self.rollout.num_generations)
+        if mbs is not None and mbs < P * G and mbs not in micro_batch_sizes(P, G):
+            some = ", ".join(map(str, micro_batch_sizes(P, G)[:5]))
+            raise ValueError(
+                f"training.micro_batch_size={mbs} must divide rollout.num_generations={G} or "
+                f"be a multiple of it that divides the step's {P * G} sequences ({some}, ...)")
         if self.data.name in ("jsonl",) and not self.data.path:
             raise ValueError("data.path is required when data.name is 'jsonl'")
         return self

@@ -25,6 +25,7 @@ from rlctl.core.errors import ConflictError, DiskFullError
 from rlctl.core.store.base import CHECKPOINTS, atomic_write
 from rlctl.core.store.local import LocalRunDir
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
+from rlctl.core.units import human_bytes
 
 MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
 ORBAX_METADATA = "_CHECKPOINT_METADATA"  # written by every Orbax save we make
@@ -93,14 +94,6 @@ def first_line(e: BaseException, limit: int = 200) -> str:
     """An exception's first line, cut to ``limit`` characters."""
     line = (str(e).strip().splitlines() or [""])[0]
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _gib(n: float) -> str:
-    """Bytes for people: 1.43 GiB, 12.5 MiB, 640 KiB."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
-        if n >= scale:
-            return f"{n / scale:.{2 if unit == 'GiB' else 1}f} {unit}"
-    return f"{n / 1024:.0f} KiB"
 
 
 def _last_good(step: int | None) -> str:
@@ -228,7 +221,8 @@ class Checkpoints:
             good = _last_good(self.manager.latest_step())
             raise DiskFullError(
                 f"not enough disk space for checkpoint {step}: needs about "
-                f"{_gib(last * HEADROOM)}, {_gib(free)} free in {self.folder}; {good}",
+                f"{human_bytes(last * HEADROOM)}, {human_bytes(free)} free in {self.folder}; "
+                f"{good}",
                 hint=f"free some space (or lower checkpoint.keep), then 'rlctl resume "
                 f"{self.run.name}'")
 

@@ -60,6 +60,14 @@ class ProblemSource:
         self.spec = spec
         self._eval_questions = {p.question for p in eval_set}
 
+    @property
+    def finite(self) -> bool:
+        return self._train is not None
+
+    def every_train(self) -> list[Problem]:
+        """All training problems of a finite dataset (the generator has no end)."""
+        return list(self._train or [])
+
     def batch(self, step: int, n: int) -> list[Problem]:
         rng = np.random.default_rng([self.spec.seed, 1, step])
         if self._train is None:  # generator: reject held-out questions

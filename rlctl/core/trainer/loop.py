@@ -83,18 +83,23 @@ class Trainer:
         s = self.spec
         self.source = load_source(s.data, s.eval.size)
         self.reward_fns = rewards_lib.resolve(s.rewards)
-        # the held-out set and the first training batches set the run's prompt width
-        self.rollout.probe(self.source.eval_set + [
+        # the held-out set and the training data (its first batches when generated)
+        # set the run's prompt width
+        train = self.source.every_train() if self.source.finite else [
             p for k in range(rollout_lib.PROBE_STEPS)
-            for p in self.source.batch(k, s.training.prompts_per_step)
-        ])
+            for p in self.source.batch(k, s.training.prompts_per_step)]
+        self.rollout.probe(self.source.eval_set + train, complete=self.source.finite)
 
     def create_optimizer(self) -> None:
         self.optimizer = make_optimizer(self.model, self.spec.training)
 
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""
-        self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info)
+        self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info,
+                                    warn=self._say)
+
+    def _say(self, message: str) -> None:
+        self.emit({"event": "message", "message": message})
 
     # --- eval and one step ---------------------------------------------------------
     def evaluate(self, which: str, step: int) -> dict[str, Any]:
@@ -136,9 +141,12 @@ class Trainer:
             return False
 
     def train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache
         from rlctl.core.trainer.distributed import using_mesh
 
-        with using_mesh(self.mesh):
+        enable_persistent_cache(self._say)  # before the first program compiles
+        self.compiles = CompileWatch(report=self._say)
+        with using_mesh(self.mesh), self.compiles:
             return self._train(on_status)
 
     def _train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -174,6 +182,7 @@ class Trainer:
                        "devices": self.topo.device_count})
             for step in range(start, s.training.steps):
                 row = self.step(step).row()
+                self.compiles.warm()  # the run's programs exist: later compiles are news
                 self.metrics.write(row)
                 done = step + 1
                 # The step line first: a user sees the result before a save that may

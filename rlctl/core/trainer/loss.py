@@ -33,17 +33,38 @@ def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
     return ((r - mean) / (std + 1e-6)).reshape(-1).astype(np.float32)
 
 
-def aggregate(per_token: jax.Array, mask: jax.Array, mode: str) -> jax.Array:
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Norm:
+    """The denominators of every mean over a batch: its completion tokens and its rows
+    with at least one token.
+
+    A micro-batch divides by the *whole* batch's ``Norm``, so the sum of its
+    micro-batches' losses and gradients is the whole batch's, exactly.
+    """
+
+    tokens: jax.Array  # float32 scalar, at least 1
+    rows: jax.Array  # float32 scalar, at least 1
+
+    @classmethod
+    def of(cls, mask: jax.Array) -> Norm:
+        m = mask.astype(jnp.float32)
+        return cls(tokens=jnp.clip(m.sum(), min=1),
+                   rows=jnp.clip((m.sum(-1) > 0).sum().astype(jnp.float32), min=1))
+
+
+def aggregate(per_token: jax.Array, mask: jax.Array, mode: str,
+              norm: Norm | None = None) -> jax.Array:
+    norm = Norm.of(mask) if norm is None else norm
     mask = mask.astype(jnp.float32)
     per_seq = (per_token * mask).sum(axis=-1)
     counts = mask.sum(axis=-1)
-    rows = jnp.clip((counts > 0).sum(), min=1)
     if mode == "token-mean":
-        return per_seq.sum() / jnp.clip(mask.sum(), min=1)
+        return per_seq.sum() / norm.tokens
     if mode == "sequence-mean-token-mean":
-        return (per_seq / jnp.clip(counts, min=1)).sum() / rows
+        return (per_seq / jnp.clip(counts, min=1)).sum() / norm.rows
     if mode == "sequence-mean-token-sum":
-        return per_seq.sum() / rows
+        return per_seq.sum() / norm.rows
     raise ValueError(f"unknown loss aggregation {mode!r}")
 
 
@@ -69,9 +90,15 @@ def policy_loss(
     cfg: LossConfig,
     old_logps: jax.Array | None = None,
     ref_logps: jax.Array | None = None,
+    norm: Norm | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped surrogate loss. With ``old_logps`` None the rollout policy *is* the
-    current one (one update per batch): the ratio is 1 but its gradient is not."""
+    current one (one update per batch): the ratio is 1 but its gradient is not.
+
+    Every figure is a sum divided by ``norm`` (default: this batch's own), so the
+    figures of micro-batches add up to the whole batch's.
+    """
+    norm = Norm.of(mask) if norm is None else norm
     old = jax.lax.stop_gradient(logps) if old_logps is None else old_logps
     log_ratio = jnp.clip(logps - old, -20.0, 20.0)
     if cfg.algorithm == "gspo":
@@ -84,9 +111,9 @@ def policy_loss(
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon_high)
     per_token = jnp.maximum(unclipped, clipped)
-    loss = aggregate(per_token, mask, cfg.aggregation)
+    loss = aggregate(per_token, mask, cfg.aggregation, norm)
     fmask = mask.astype(jnp.float32)
-    denom = jnp.clip(fmask.sum(), min=1)
+    denom = norm.tokens
     aux = {
         "clip_fraction": ((clipped > unclipped) * fmask).sum() / denom,
         "ratio_mean": (ratio * fmask).sum() / denom,
@@ -96,5 +123,5 @@ def policy_loss(
         kl = kl_divergence(logps, ref_logps, cfg.kl_estimator)
         aux["kl"] = (kl * fmask).sum() / denom
         if cfg.beta:
-            loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation)
+            loss = loss + cfg.beta * aggregate(kl, mask, cfg.aggregation, norm)
     return loss, aux

@@ -1,9 +1,11 @@
 """Rollout: prompts rendered and padded, completions sampled, scored, and grouped into
 the ``Batch`` the update trains on.
 
-Shapes are bucketed (``BUCKET``) because every new prompt or completion width
-recompiles the sampler and the update; the sampling seed of a step is a pure
-function of (seed, step) so that a resumed run draws what the uninterrupted one did.
+Every new prompt or completion width recompiles the sampler and the update, so
+both are fixed when the run starts: completions are padded to
+``rollout.max_new_tokens``, prompts to the bucket (``BUCKET``) of the data's
+longest prompt. The sampling seed of a step is a pure function of (seed, step) so
+that a resumed run draws what the uninterrupted one did.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from rlctl.core.trainer.loss import group_advantages
 from rlctl.core.trainer.prompts import chat_messages
 from rlctl.core.trainer.rewards import RewardFn
 
-BUCKET = 16  # sequence lengths are rounded up to this to bound recompilations
-PROBE_STEPS = 64  # training batches measured up front for the run's prompt width
+BUCKET = 16  # prompt widths are rounded up to this
+PROBE_STEPS = 64  # batches of a generated dataset measured up front for the prompt width
 
 
 def round_up(n: int, to: int) -> int:
@@ -122,15 +124,30 @@ class Rollout:
                                   replicate_over=replicate_over)
         return cls(spec, tokenizer, sampler, replicate_over)
 
-    def prompt_tokens(self, problem: Problem) -> int:
-        text = self.tokenizer.apply_chat_template(chat_messages(problem.question))
-        return len(self.tokenizer.encode(text))
+    def prompt_lengths(self, problems: list[Problem]) -> list[int]:
+        texts = [self.tokenizer.apply_chat_template(chat_messages(p.question))
+                 for p in problems]
+        return self.tokenizer.lengths(texts)
 
-    def probe(self, problems: list[Problem]) -> None:
-        """Fix the prompt width of nearly every step (each new width recompiles the
-        sampler and the update) to the longest of ``problems``; a longer batch later
-        gets a wider one for itself (``prompt_width``)."""
-        self.probe_len = round_up(max(self.prompt_tokens(p) for p in problems), BUCKET)
+    def probe(self, problems: list[Problem], complete: bool = False) -> None:
+        """Fix the prompt width of every step (each new width recompiles the sampler
+        and the update) to the bucket of the longest of ``problems``.
+
+        ``complete``: ``problems`` is the whole dataset, so a prompt longer than
+        ``rollout.max_prompt_tokens`` is refused now, not at the step that draws
+        it. A generated dataset is probed on its first batches; a longer batch
+        later gets a wider width for itself (``prompt_width``).
+        """
+        lengths = self.prompt_lengths(problems)
+        limit = self.spec.max_prompt_tokens
+        over = [n for n in lengths if n > limit]
+        if complete and over:
+            raise ConfigError(
+                f"{len(over)} of the data's {len(lengths)} prompts are longer than "
+                f"rollout.max_prompt_tokens={limit} (the longest has {max(over)} tokens)",
+                hint=f"--set rollout.max_prompt_tokens={round_up(max(over), 64)}",
+            )
+        self.probe_len = min(round_up(max(lengths), BUCKET), round_up(limit, BUCKET))
 
     def sync(self, model: Any) -> None:
         """Give the sampler the policy's current weights."""
@@ -142,7 +159,7 @@ class Rollout:
         """Chat prompts of ``problems`` and the width to pad them to."""
         prompts = [self.tokenizer.apply_chat_template(chat_messages(p.question))
                    for p in problems]
-        longest = max(len(self.tokenizer.encode(p)) for p in prompts)
+        longest = max(self.tokenizer.lengths(prompts))
         limit = self.spec.max_prompt_tokens
         if longest > limit:
             raise ConfigError(
@@ -166,11 +183,12 @@ class Rollout:
 
     def completion_arrays(self, tokens: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded completion ids with the stop token included where it was emitted,
-        so the policy also learns when to stop; length bucketed to bound recompiles."""
+        so the policy also learns when to stop; always ``max_new_tokens`` wide, so the
+        update compiles once (a width per step recompiled it for up to a minute)."""
         max_new = self.spec.max_new_tokens
         pad, eos = self.tokenizer.pad_id(), self.tokenizer.eos_id()
         lengths = [min(len(t) + 1, max_new) if len(t) < max_new else max_new for t in tokens]
-        width = min(round_up(max(lengths), BUCKET), round_up(max_new, BUCKET))
+        width = max_new
         ids = np.full((len(tokens), width), pad, np.int32)
         mask = np.zeros((len(tokens), width), np.int32)
         for i, t in enumerate(tokens):

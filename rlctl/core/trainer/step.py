@@ -1,8 +1,9 @@
 """One optimizer step on a rollout's ``Batch``: the jitted update over prefix-shared
 forwards, and the ``StepMetrics`` row it yields.
 
-The update is built once per run (``Update.create``) and compiled once per batch
-shape; which optional log-probs the batch carries is fixed for the whole run.
+The update is built once per run (``Update.create``) and compiled ahead of time
+once per batch shape, which the rollout fixes for the whole run; which optional
+log-probs the batch carries is fixed for the whole run too.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import numpy as np
 from rlctl.core.config.models import RunSpec, TrainingSpec
 from rlctl.core.trainer.loss import LossConfig, policy_loss
 from rlctl.core.trainer.rollout import Batch, Scores
+from rlctl.core.units import human_bytes
 
 
 def make_optimizer(model: Any, t: TrainingSpec) -> Any:
-    """AdamW behind global-norm clipping, with an optional linear warmup."""
+    """AdamW behind global-norm clipping, with an optional linear warmup, its state
+    in float32 whatever the parameters' dtype (``in_float32``)."""
     import optax
     from flax import nnx
 
@@ -31,7 +34,30 @@ def make_optimizer(model: Any, t: TrainingSpec) -> Any:
         optax.clip_by_global_norm(t.max_grad_norm),
         optax.adamw(lr, b1=0.9, b2=0.99, weight_decay=t.weight_decay),
     )
-    return nnx.Optimizer(model, tx, wrt=nnx.Param)
+    return nnx.Optimizer(model, in_float32(tx), wrt=nnx.Param)
+
+
+def in_float32(tx: Any) -> Any:
+    """``tx`` run on float32 copies of gradients and parameters, so its state (Adam's
+    moments) is float32 for bfloat16 parameters too: a bfloat16 second moment
+    underflows (squared gradients below ~1e-38 flush to zero) and its 8-bit mantissa
+    cannot hold a running average. The update is cast back to each parameter's
+    dtype when applied. For float32 parameters this changes nothing."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def f32(tree: Any) -> Any:
+        return jax.tree.map(lambda x: x.astype(jnp.float32)
+                            if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+    def init(params: Any) -> Any:
+        return tx.init(f32(params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> Any:
+        return tx.update(f32(updates), state, None if params is None else f32(params))
+
+    return optax.GradientTransformation(init, update)
 
 
 def loss_config(spec: RunSpec) -> LossConfig:
@@ -46,67 +72,222 @@ def loss_config(spec: RunSpec) -> LossConfig:
     )
 
 
-@dataclass(frozen=True)
-class Update:
-    """The run's jitted functions; a field each so a benchmark can swap the update."""
+def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
+    """``batch`` cut into micro-batches of ``size`` sequences, stacked on a new leading
+    axis, and the group size within each (``size`` itself when it cuts groups).
 
-    train_step: Callable[..., Any]  # (model, optimizer, batch) -> (loss, aux, grad norm)
-    logps: Callable[..., Any]  # (model, prompt_ids, completion_ids) -> per-token log-probs
+    A micro-batch holds whole groups (its prompts once each) or an equal part of
+    one group (its prompt repeated for each part), so the prefix is still shared.
+    """
+    import jax.numpy as jnp
+
+    rows = batch.completion_ids.shape[0]
+    parts = rows // size
+    if size % group == 0:
+        prompts = batch.prompt_ids
+        inner = group
+    else:  # size divides group: each part gets its group's prompt
+        prompts = jnp.repeat(batch.prompt_ids, group // size, axis=0)
+        inner = size
+    stacked = jax_tree_map(lambda x: x.reshape(parts, -1, *x.shape[1:]),
+                           dataclasses.replace(batch, prompt_ids=prompts))
+    return stacked, inner
+
+
+def jax_tree_map(fn: Callable[..., Any], tree: Any) -> Any:
+    import jax
+
+    return jax.tree.map(fn, tree)
+
+
+class Update:
+    """The run's update, compiled ahead of time once per batch shape.
+
+    A pure ``jax.jit`` over the split (model, optimizer) state, donated so XLA
+    updates parameters and Adam moments in place (~1.6 GB less for SmolLM2-135M).
+    Compiling ahead of time gives XLA's memory analysis before anything runs: the
+    micro-batch size is the largest that fits (``training.micro_batch_size`` or
+    found), and a batch that cannot fit is one line, not an allocator dump.
+    """
+
+    def __init__(self, spec: RunSpec, pad_id: int, info: Any,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.cfg = loss_config(spec)
+        self.group = spec.rollout.num_generations
+        self.prompts = spec.training.prompts_per_step
+        self.temperature = spec.rollout.temperature
+        self.micro = spec.training.micro_batch_size  # None: the largest that fits
+        self.pad_id = pad_id
+        self.info = info
+        self.warn = warn or (lambda message: None)
+        self._compiled: dict[Any, tuple[Any, int]] = {}  # batch signature -> (program, size)
+        self._logps: Any = None
 
     @classmethod
-    def create(cls, spec: RunSpec, pad_id: int, info: Any) -> Update:
+    def create(cls, spec: RunSpec, pad_id: int, info: Any,
+               warn: Callable[[str], None] | None = None) -> Update:
+        return cls(spec, pad_id, info, warn)
+
+    # --- the traced functions ------------------------------------------------------
+    def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int):
+        from rlctl.core.trainer import tunix_adapter as ta
+
+        return ta.shared_prefix_logps(
+            model, prompt_ids, completion_ids, group=group, pad_id=self.pad_id,
+            temperature=self.temperature, info=self.info)
+
+    def _loss_and_grads(self, params: Any, mdef: Any, rest: Any, batch: Batch,
+                        size: int) -> tuple[tuple[Any, dict[str, Any]], Any]:
+        """((loss, aux), gradients) of ``batch``, ``size`` sequences at a time with the
+        gradients summed: each micro-batch divides by the whole batch's ``Norm``, so
+        the sums are the whole batch's figures (traced; see ``loss_and_grads``)."""
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from rlctl.core.trainer.loss import Norm
+
+        cfg = self.cfg
+        norm = Norm.of(batch.mask)
+
+        def loss_fn(p, mb: Batch, group: int):
+            m = nnx.merge(mdef, p, rest)
+            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group)
+            loss, aux = policy_loss(logps, mb.mask, mb.advantages, cfg,
+                                    old_logps=mb.old_logps, ref_logps=mb.ref_logps, norm=norm)
+            aux["entropy"] = (ent * mb.mask).sum() / norm.tokens
+            return loss, aux
+
+        if size >= batch.completion_ids.shape[0]:
+            return jax.value_and_grad(loss_fn, has_aux=True)(params, batch, self.group)
+        mbs, group = micro_batches(batch, size, self.group)
+        grad_fn = jax.value_and_grad(lambda p, mb: loss_fn(p, mb, group), has_aux=True)
+        first = jax.tree.map(lambda x: x[0], mbs)
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                             jax.eval_shape(grad_fn, params, first))
+
+        def accumulate(acc, mb):
+            return jax.tree.map(jnp.add, acc, grad_fn(params, mb)), None
+
+        total, _ = jax.lax.scan(accumulate, zeros, mbs)
+        return total
+
+    def loss_and_grads(self, model: Any, batch: Batch, size: int) -> Any:
+        """((loss, aux), gradients) of ``model`` on ``batch`` in micro-batches of
+        ``size``, without updating anything (for tests and benchmarks)."""
+        import jax
+        from flax import nnx
+
+        mdef, params, rest = nnx.split(model, nnx.Param, ...)
+        fn = jax.jit(lambda p, r, b: self._loss_and_grads(p, mdef, r, b, size))
+        return fn(params, rest, batch)
+
+    def _step_fn(self, graphdef: Any, size: int) -> Callable[..., Any]:
+        """(state, batch) -> (new state, loss, aux, grad norm)."""
         import optax
         from flax import nnx
 
-        from rlctl.core.trainer import tunix_adapter as ta
-
-        cfg = loss_config(spec)
-        r = spec.rollout
-
-        def logps_fn(model, prompt_ids, completion_ids):
-            return ta.shared_prefix_logps(
-                model, prompt_ids, completion_ids, group=r.num_generations,
-                pad_id=pad_id, temperature=r.temperature, info=info,
-            )
-
-        # Donating model and optimizer lets XLA update parameters and Adam moments in
-        # place instead of holding old and new copies (~1.6 GB less for SmolLM2-135M).
-        @nnx.jit(donate_argnums=(0, 1))
-        def train_step(model, optimizer, batch: Batch):
-            def loss_fn(m):
-                logps, entropy = logps_fn(m, batch.prompt_ids, batch.completion_ids)
-                loss, aux = policy_loss(
-                    logps, batch.mask, batch.advantages, cfg,
-                    old_logps=batch.old_logps, ref_logps=batch.ref_logps,
-                )
-                return loss, {**aux, "entropy": entropy}
-
-            (loss, aux), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+        def step(state, batch: Batch):
+            model, optimizer = nnx.merge(graphdef, state)
+            mdef, params, rest = nnx.split(model, nnx.Param, ...)
+            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size)
             optimizer.update(model, grads)
-            return loss, aux, optax.global_norm(grads)
+            return nnx.state((model, optimizer)), loss, aux, optax.global_norm(grads)
 
-        @nnx.jit
-        def logps(model, prompt_ids, completion_ids):
-            return logps_fn(model, prompt_ids, completion_ids)[0]
+        return step
 
-        return cls(train_step=train_step, logps=logps)
+    # --- compile once, check the memory ------------------------------------------
+    def program(self, model: Any, optimizer: Any, batch: Batch) -> tuple[Any, int]:
+        """The compiled update for ``batch``'s shapes, and its micro-batch size."""
+        import jax
+        from flax import nnx
+
+        from rlctl.core.config.models import micro_batch_sizes
+        from rlctl.core.trainer import memory
+
+        graphdef, state = nnx.split((model, optimizer))
+        key = (graphdef, jax.tree.map(lambda x: (x.shape, x.dtype), batch))
+        if key in self._compiled:
+            return self._compiled[key]
+        rows = batch.completion_ids.shape[0]
+        sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
+        if self.micro is not None:
+            sizes = [min(self.micro, rows)]
+        have, where = memory.free_memory()
+        tried = rows + rows  # each retry at least halves: each try compiles again
+        for size in sizes:
+            if size > tried // 2:
+                continue
+            tried = size
+            compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0).lower(
+                state, batch).compile()
+            need = memory.compiled_need(compiled)
+            if need <= have:
+                if size < rows and self.micro is None:
+                    self.warn(f"the update runs in micro-batches of {size} sequences: the "
+                              f"whole batch needs more than the {human_bytes(have)} {where} "
+                              f"(training.micro_batch_size)")
+                self._compiled[key] = (compiled, size)
+                return compiled, size
+        what = (f"the update of {rows} sequences x {batch.completion_ids.shape[1]} tokens"
+                + (f" in micro-batches of {tried}" if tried < rows else ""))
+        valid = ", ".join(map(str, micro_batch_sizes(rows // self.group, self.group)))
+        hint = (f"lower training.micro_batch_size (valid: {valid})" if self.micro and tried > 1
+                else "lower rollout.max_new_tokens, rollout.max_prompt_tokens or "
+                "training.prompts_per_step")
+        raise memory.too_big(need, have, where, what, hint)
+
+    def logps(self, model: Any, prompt_ids: Any, completion_ids: Any) -> Any:
+        """Per-token log-probs under ``model`` (the reference, or the rollout policy
+        frozen over iterations), with no gradient."""
+        import jax
+        from flax import nnx
+
+        if self._logps is None:
+            def fn(graphdef, state, prompt_ids, completion_ids):
+                return self._logps_fn(nnx.merge(graphdef, state), prompt_ids, completion_ids,
+                                      self.group)[0]
+
+            self._logps = jax.jit(fn, static_argnums=0)
+        graphdef, state = nnx.split(model)
+        return self._logps(graphdef, state, prompt_ids, completion_ids)
+
+    def train_step(self, model: Any, optimizer: Any, batch: Batch) -> tuple[Any, Any, Any]:
+        """One update of ``model`` and ``optimizer`` in place: (loss, aux, grad norm)."""
+        from flax import nnx
+
+        compiled, _ = self.program(model, optimizer, batch)
+        state = nnx.state((model, optimizer))
+        new_state, loss, aux, gnorm = compiled(state, batch)
+        nnx.update((model, optimizer), new_state)
+        return loss, aux, gnorm
 
     def apply(self, model: Any, optimizer: Any, ref_model: Any, batch: Batch,
               iterations: int) -> tuple[list[float], list[float], dict[str, Any]]:
         """``iterations`` updates on ``batch``: their losses, gradient norms, and the
         last one's auxiliary figures (kl, entropy, clip fraction)."""
-        if ref_model is not None:
-            batch = dataclasses.replace(
-                batch, ref_logps=self.logps(ref_model, batch.prompt_ids, batch.completion_ids))
-        if iterations > 1:  # the rollout policy, frozen for all iterations
-            batch = dataclasses.replace(
-                batch, old_logps=self.logps(model, batch.prompt_ids, batch.completion_ids))
-        losses, norms, auxes = [], [], []
-        for _ in range(iterations):
-            loss, aux, gnorm = self.train_step(model, optimizer, batch)
-            losses.append(float(loss))
-            norms.append(float(gnorm))
-            auxes.append(aux)
+        from rlctl.core.trainer import memory
+
+        try:
+            if ref_model is not None:
+                batch = dataclasses.replace(
+                    batch, ref_logps=self.logps(ref_model, batch.prompt_ids,
+                                                batch.completion_ids))
+            if iterations > 1:  # the rollout policy, frozen for all iterations
+                batch = dataclasses.replace(
+                    batch, old_logps=self.logps(model, batch.prompt_ids, batch.completion_ids))
+            losses, norms, auxes = [], [], []
+            for _ in range(iterations):
+                loss, aux, gnorm = self.train_step(model, optimizer, batch)
+                losses.append(float(loss))
+                norms.append(float(gnorm))
+                auxes.append(aux)
+        except Exception as e:
+            if not memory.is_oom(e):
+                raise
+            raise memory.from_runtime(
+                e, "the update", "lower training.micro_batch_size, rollout.max_new_tokens "
+                "or training.prompts_per_step") from None
         return losses, norms, auxes[-1]
 
 

@@ -87,6 +87,10 @@ class ChatTokenizer:
     def encode(self, text: str, **_: Any) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def lengths(self, texts: list[str]) -> list[int]:
+        """Token counts of many texts at once (the Rust tokenizer batches them)."""
+        return [len(e.ids) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
     def decode(self, ids: list[int], **_: Any) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 

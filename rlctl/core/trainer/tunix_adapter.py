@@ -216,7 +216,12 @@ def make_sampler(model: nnx.Module, tokenizer: Any, info: ModelInfo, cache_size:
         num_kv_heads=info.num_kv_heads,
         head_dim=info.head_dim,
     )
-    return sampler_lib.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
+    sampler = sampler_lib.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
+    # Pitfall: Tunix keeps a jax Array in the sampling state's pytree metadata, so
+    # jit's cache lookup compares it with ``==`` from the second call on, which
+    # compiles a scalar ``equal`` mid-run (step 2); compiled here, it is cached.
+    _ = bool(jnp.asarray(0, jnp.int32) == jnp.asarray(0, jnp.int32))
+    return sampler
 
 
 def sync_sampler(sampler: Any, model: nnx.Module, replicate_over: Any = None) -> None:
@@ -271,9 +276,84 @@ def generate(
 
 
 # --- learning --------------------------------------------------------------------
+# Logits of this many bytes (float32) at most are live at once: above it, the
+# vocabulary-sized log-softmax runs in chunks of tokens, each recomputed in the
+# backward pass instead of kept (256 MB: the default run's 16 x 48 x 49152 logits,
+# 151 MB, stay one chunk and pay no recomputation).
+LOGITS_CHUNK_BYTES = 256 * 2**20
+
+
+def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
+    """The model's final-norm hidden states [B, L, D] and its new cache: everything
+    but the vocabulary projection, which ``token_logps`` does in chunks.
+
+    Qwen models sow these states when asked; the logits they also compute are then
+    unused and removed by XLA. Llama has no such switch, so its (short) forward
+    loop is spelled out here.
+    """
+    if hasattr(model.config, "use_tied_embedding"):  # qwen2, qwen3
+        _, new_cache = model(tokens, positions, cache, mask, output_hidden_states=True)
+        sown = nnx.pop(model, nnx.Intermediate)
+        return sown["all_hidden_states"].get_value()[-1], new_cache
+    new_cache = None if cache is None else {}
+    x = model.embedder.encode(tokens)
+    for i, layer in enumerate(model.layers):
+        name = f"layer_{i}"
+        layer_cache, x = layer(x, positions, cache[name] if cache else None, mask)
+        if cache is not None:
+            new_cache[name] = layer_cache
+    return model.final_norm(x), new_cache
+
+
+def head_weight(model) -> jax.Array:
+    """The vocabulary projection as a [D, V] matrix (the embedding when tied)."""
+    if hasattr(model, "lm_head"):
+        return model.lm_head.w[...]
+    return model.embedder.input_embedding[...].T
+
+
+def chunk_tokens(vocab_size: int, limit_bytes: int = LOGITS_CHUNK_BYTES) -> int:
+    return max(16, limit_bytes // (4 * vocab_size))
+
+
+def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
+                chunk: int) -> tuple[jax.Array, jax.Array]:
+    """Log-prob of each target token and the entropy of its predicted distribution,
+    from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
+
+    With more than one chunk, each chunk's logits are recomputed in the backward
+    pass (``jax.checkpoint``), so at most one chunk of [chunk, V] logits is live:
+    the whole batch's logits (128 x 256 x 49152 floats = 6.4 GB for 16 prompts x 8
+    completions x 256 tokens of SmolLM2) never exist at once.
+    """
+    N, L, D = hidden.shape
+    T = N * L
+
+    def piece(h, t):
+        logits = (h @ w).astype(jnp.float32)
+        if temperature not in (0.0, 1.0):
+            logits = logits / temperature
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        logp = jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0] - lse
+        probs = jnp.exp(logits - lse[:, None])
+        entropy = lse - (probs * logits).sum(-1)
+        return logp, jax.lax.stop_gradient(entropy)
+
+    h, t = hidden.reshape(T, D), targets.reshape(T)
+    if chunk >= T:
+        logp, ent = piece(h, t)
+    else:
+        n = -(-T // chunk)
+        h = jnp.pad(h, ((0, n * chunk - T), (0, 0))).reshape(n, chunk, D)
+        t = jnp.pad(t, (0, n * chunk - T)).reshape(n, chunk)
+        logp, ent = jax.lax.map(lambda ht: jax.checkpoint(piece)(*ht), (h, t))
+        logp, ent = logp.reshape(-1)[:T], ent.reshape(-1)[:T]
+    return logp.reshape(N, L), ent.reshape(N, L)
+
+
 def shared_prefix_logps(
     model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
-    info: ModelInfo,
+    info: ModelInfo, chunk: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs of completions, computing each group's prompt once.
 
@@ -281,14 +361,15 @@ def shared_prefix_logps(
     the model once (batch P) into a KV cache that is then repeated for the P*G
     completions, which attend to it. Gradients flow through the cache, so the
     result equals Tunix's ``compute_per_token_logps`` on the concatenated
-    sequences (tested) at about a third of the tokens.
+    sequences (tested) at about a third of the tokens. The vocabulary-sized
+    log-softmax runs ``chunk`` tokens at a time (``token_logps``).
 
     Args:
       prompt_ids: [P, Lp] left-padded prompts (one per group).
       completion_ids: [P*G, Lc] right-padded completions, grouped by prompt.
 
     Returns:
-      (log-probs [P*G, Lc], mean entropy of the predicted distributions).
+      (log-probs [P*G, Lc], entropy of each token's predicted distribution [P*G, Lc]).
     """
     from tunix.generate import sampler as sampler_lib
     from tunix.generate import utils as gen_utils
@@ -300,8 +381,8 @@ def shared_prefix_logps(
     cache = sampler_lib._init_cache(  # same layout the sampler uses
         info.num_layers, S, P, info.num_kv_heads, info.head_dim, jnp.dtype(info.dtype)
     )  # the model writes its keys and values in its own dtype
-    p_logits, cache = model(
-        prompt_ids, gen_utils.build_positions_from_mask(pmask), cache,
+    p_hidden, cache = trunk(
+        model, prompt_ids, gen_utils.build_positions_from_mask(pmask), cache,
         gen_utils.make_causal_attn_mask(pmask, S),
     )
     cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
@@ -312,15 +393,9 @@ def shared_prefix_logps(
         [jnp.ones((Lc, Lp), jnp.bool_), jnp.tril(jnp.ones((Lc, Lc), jnp.bool_))], axis=-1
     )
     keys = jnp.concatenate([pmask_b, cmask], axis=-1)
-    c_logits, _ = model(completion_ids, positions, cache, keys[:, None, :] & causal[None])
+    c_hidden, _ = trunk(model, completion_ids, positions, cache, keys[:, None, :] & causal[None])
     # token j is predicted by position j-1: the first one by the prompt's last position
-    first = jnp.repeat(p_logits[:, -1:, :], group, axis=0)
-    logits = jnp.concatenate([first, c_logits[:, :-1, :]], axis=1).astype(jnp.float32)
-    if temperature not in (0.0, 1.0):
-        logits = logits / temperature
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
-    logps = jnp.take_along_axis(logp_all, completion_ids[..., None], axis=-1)[..., 0]
-    ent = -(jnp.exp(logp_all) * logp_all).sum(-1)
-    fm = cmask.astype(jnp.float32)
-    entropy = jax.lax.stop_gradient((ent * fm).sum() / jnp.clip(fm.sum(), min=1))
-    return logps, entropy
+    first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
+    hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
+    return token_logps(hidden, completion_ids, head_weight(model), temperature,
+                       chunk or chunk_tokens(info.vocab_size))

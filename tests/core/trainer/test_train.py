@@ -93,6 +93,27 @@ class TestBfloat16:
         status = json.loads((tmp_path / "bf16" / "status.json").read_text())
         assert status["phase"] == "completed" and status["latest_checkpoint"] == 2
 
+    def test_adam_moments_and_log_probs_are_float32(self, tiny_model_dir):
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from rlctl.core.config.models import TrainingSpec
+        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.step import make_optimizer
+
+        model, info = ta.load_model(tiny_model_dir, "bfloat16")
+        params = jax.tree.leaves(nnx.state(model, nnx.Param))
+        assert {x.dtype for x in params} == {jnp.dtype(jnp.bfloat16)}
+        moments = [x for x in jax.tree.leaves(nnx.state(make_optimizer(model, TrainingSpec())))
+                   if x.ndim > 0]
+        assert len(moments) == 2 * len(params)  # mu and nu of every parameter
+        assert {x.dtype for x in moments} == {jnp.dtype(jnp.float32)}
+        prompts, comps = jnp.ones((1, 4), jnp.int32), jnp.ones((2, 3), jnp.int32)
+        logps, _ = ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0,
+                                          temperature=1.0, info=info)
+        assert logps.dtype == jnp.float32
+
 
 class TestGspo:
     def test_equals_grpo_with_one_iteration(self, tiny_model_dir, tmp_path):
@@ -193,11 +214,11 @@ def ctrl_c_at(monkeypatch, at: int) -> None:
     monkeypatch.setattr(loop.Trainer, "step", step)
 
 
-class TestResumeAfterWidening:
-    def test_a_prompt_longer_than_the_probe_saw_does_not_change_the_resumed_run(
+class TestPromptWidth:
+    def test_the_longest_prompt_of_the_data_sets_every_step_and_the_resumed_run(
             self, tiny_model_dir, tmp_path, monkeypatch):
-        """The run meets a prompt wider than its probe at step 1, before the checkpoint
-        at step 2 it is resumed from; every later step must pad as the whole run did."""
+        """The long prompt is drawn at step 1 only, yet every step, and every step of a
+        run resumed at step 2, pads to its width: one compiled shape for the run."""
         from typer.testing import CliRunner
 
         from rlctl.cli.app import app
@@ -205,7 +226,6 @@ class TestResumeAfterWidening:
         from rlctl.core.trainer import loop, rollout
         from rlctl.core.trainer.data import load_source
 
-        monkeypatch.setattr(rollout, "PROBE_STEPS", 1)  # the probe sees step 0's batch only
         data = tmp_path / "train.jsonl"
         rows = [{"question": f"What is {a} + {a + 1}?", "answer": 2 * a + 1} for a in range(1, 8)]
         data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG,
@@ -225,7 +245,8 @@ class TestResumeAfterWidening:
         common = ("--steps", "4", "--eval-size", "0", "--set", "checkpoint.interval=2",
                   "--set", "data.name=jsonl", "--data-path", str(data), "--set", "data.seed=7")
         whole = in_process(tiny_model_dir, tmp_path, "whole", "grpo", *common)
-        assert widths[1] > widths[0], "step 1 was not widened: the test proves nothing"
+        assert len(widths) == 4 and len(set(widths)) == 1, widths
+        assert widths[0] >= 137  # LONG, drawn at step 1 only
 
         real_step = loop.Trainer.step
         ctrl_c_at(monkeypatch, 2)  # after the checkpoint at step 2
@@ -236,6 +257,22 @@ class TestResumeAfterWidening:
         r = CliRunner().invoke(app, ["resume", "cut", "--runs-dir", str(tmp_path)])
         assert r.exit_code == 0, r.output
         assert metrics(tmp_path / "cut") == whole
+        assert len(set(widths)) == 1, widths
+
+    def test_a_prompt_longer_than_the_limit_is_refused_before_training(self, tiny_model_dir,
+                                                                       tmp_path):
+        data = tmp_path / "train.jsonl"
+        rows = [{"question": f"What is {a} + 1?", "answer": a + 1} for a in range(8)]
+        data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG,
+                                                                  "answer": 18}]))
+        r = rlctl(*tiny_args(tiny_model_dir, tmp_path, "long", "grpo", "--eval-size", "0",
+                             "--set", "data.name=jsonl", "--data-path", str(data),
+                             "--set", "rollout.max_prompt_tokens=128"))
+        assert r.returncode == 2, r.stderr
+        assert "1 of the data's 9 prompts are longer than rollout.max_prompt_tokens=128" \
+            in r.stderr
+        assert "Traceback" not in r.stderr
+        assert not (tmp_path / "long" / "metrics.jsonl").exists()
 
 
 class TestBaselineOnResume:

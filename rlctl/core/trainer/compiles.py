@@ -1,0 +1,165 @@
+"""XLA compilations: kept on disk between runs, counted, and explained when late.
+
+A compiled step of the default model runs in well under a second on a GPU, but
+compiling it takes tens of seconds; a run that compiles again at step 2 or 7
+(a new padded width, a second trace) loses more time than all its steps. So the
+run's shapes are fixed up front (rollout.py, step.py), compiled programs go to a
+persistent cache that a second run or a ``resume`` reads instead of compiling,
+and any compilation after the first step is reported with JAX's own reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from rlctl.core.paths import cache_dir
+
+CACHE_ENV = "RLCTL_COMPILE_CACHE"  # a folder, or "off"
+CACHE_MAX_BYTES = 4 * 2**30  # least recently used entries go beyond this
+_OFF = {"off", "0", "false", "no", "none"}
+# where JAX explains a cache miss (jax_explain_cache_misses) and a persistent-cache miss
+_EXPLAINERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit", "jax._src.compiler")
+
+
+def compile_cache_dir() -> Path | None:
+    """The persistent compilation cache folder: ``$RLCTL_COMPILE_CACHE`` (``off``
+    disables it), else ``xla/`` under rlctl's cache (``$RLCTL_CACHE``)."""
+    value = os.environ.get(CACHE_ENV, "").strip()
+    if value.lower() in _OFF and value:
+        return None
+    return Path(value).expanduser() if value else cache_dir() / "xla"
+
+
+def enable_persistent_cache(warn: Callable[[str], None]) -> Path | None:
+    """Point JAX's persistent compilation cache at ``compile_cache_dir()``, caching
+    every program whatever its compile time. A user's own ``JAX_COMPILATION_CACHE_DIR``
+    wins. A folder that cannot be made is a warning: the cache only saves time."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+    folder = compile_cache_dir()
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            warn(f"compilation cache off: cannot create {folder} ({e.strerror or e}); "
+                 f"set {CACHE_ENV} to a writable folder")
+            folder = None
+    jax.config.update("jax_compilation_cache_dir", None if folder is None else str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    cc.reset_cache()  # read the folder anew, whatever this process did before
+    return folder
+
+
+class _Explanations(logging.Handler):
+    """Keeps JAX's last cache-miss explanation instead of printing it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "CACHE MISS" in text:
+            self.last = text
+
+
+class CompileWatch:
+    """Counts this process's XLA compilations by function (a persistent-cache hit
+    is no compilation) and, after ``warm()``, reports each one with its reason.
+
+    One watch is active at a time; JAX's listeners are process-wide and cannot be
+    removed, so one listener is registered once and forwards to the active watch.
+    """
+
+    _active: CompileWatch | None = None
+    _registered = False
+
+    def __init__(self, report: Callable[[str], None] | None = None) -> None:
+        self.report = report or (lambda message: None)
+        self.compiled: Counter[str] = Counter()  # fun_name -> compilations
+        self.hits: Counter[str] = Counter()  # fun_name -> loaded from the persistent cache
+        self.late: list[str] = []  # what compiled after warm-up
+        self._warm = False
+        self._hit = False
+        self._why = _Explanations()
+        self._levels: dict[str, tuple[int, bool]] = {}
+        self._explain = False
+
+    def __enter__(self) -> CompileWatch:
+        import jax
+
+        if not CompileWatch._registered:
+            jax.monitoring.register_event_listener(CompileWatch._on_event)
+            jax.monitoring.register_event_duration_secs_listener(CompileWatch._on_duration)
+            CompileWatch._registered = True
+        self._explain = jax.config.jax_explain_cache_misses
+        jax.config.update("jax_explain_cache_misses", True)
+        for name in _EXPLAINERS:
+            log = logging.getLogger(name)
+            log.addHandler(self._why)
+            self._levels[name] = (log.level, log.propagate)
+            log.setLevel(logging.WARNING)
+            log.propagate = False
+        CompileWatch._active = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import jax
+
+        CompileWatch._active = None
+        jax.config.update("jax_explain_cache_misses", self._explain)
+        for name, (level, propagate) in self._levels.items():
+            log = logging.getLogger(name)
+            log.removeHandler(self._why)
+            log.setLevel(level)
+            log.propagate = propagate
+
+    def warm(self) -> None:
+        """From now on the run's programs all exist: any compilation is reported."""
+        self._warm = True
+
+    @property
+    def total(self) -> int:
+        return sum(self.compiled.values())
+
+    @staticmethod
+    def _on_event(event: str, **_: object) -> None:
+        watch = CompileWatch._active
+        if watch is not None and event == "/jax/compilation_cache/cache_hits":
+            watch._hit = True
+
+    @staticmethod
+    def _on_duration(event: str, duration: float, **kw: object) -> None:
+        watch = CompileWatch._active
+        if watch is None or event != "/jax/core/compile/backend_compile_duration":
+            return
+        name = str(kw.get("fun_name", "?"))
+        if watch._hit:
+            watch._hit = False
+            watch.hits[name] += 1
+            return
+        watch.compiled[name] += 1
+        if watch._warm:
+            why = _reason(watch._why.last)
+            watch._why.last = ""
+            line = f"compiled {name} again after warm-up ({duration:.1f} s)" + (
+                f": {why}" if why else "")
+            watch.late.append(line)
+            watch.report(line)
+
+
+def _reason(text: str) -> str:
+    """JAX's cache-miss explanation, cut to its first reason ("different input
+    types: at x, now f32[5] and before f32[3]")."""
+    lines = [ln.strip(" *") for ln in text.splitlines()[1:] if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("for ", "all previously seen"))]
+    return " ".join(lines[:2])[:240]

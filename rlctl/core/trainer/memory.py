@@ -1,0 +1,95 @@
+"""What a step may use, and running out of memory as one line.
+
+The update is compiled ahead of time, so XLA's own memory analysis says what it
+will ask for before it runs: a batch too big for the device is split into
+micro-batches (``step.Update``) or refused with what to lower, instead of dying
+in the allocator with a page of its dump.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from rlctl.core.errors import ConfigError, OutOfMemoryError
+from rlctl.core.units import human_bytes, parse_bytes
+
+LIMIT_ENV = "RLCTL_MEMORY_LIMIT"  # e.g. 8GB: what a step may use, whatever is free
+HEADROOM = 0.85  # of what is free: the allocator's slack and the sampler's buffers
+
+
+def free_memory() -> tuple[int, str]:
+    """Bytes a step may use on the first device, and where that figure comes from."""
+    free, _, where = _memory()
+    return free, where
+
+
+def _memory() -> tuple[int, int, str]:
+    """(usable free bytes, total bytes, where) of the first device."""
+    import jax
+
+    env = os.environ.get(LIMIT_ENV, "").strip()
+    if env:
+        try:
+            limit = parse_bytes(env)
+        except ValueError as e:
+            raise ConfigError(f"{LIMIT_ENV}: {e}", hint=f"unset {LIMIT_ENV} or write e.g. 8GB"
+                              ) from e
+        return limit, limit, f"allowed by {LIMIT_ENV}"
+    dev = jax.local_devices()[0]
+    stats = dev.memory_stats() if dev.platform != "cpu" else None
+    if stats and stats.get("bytes_limit"):
+        total = int(stats["bytes_limit"])
+        free = total - int(stats.get("bytes_in_use", 0))
+        return int(free * HEADROOM), total, f"free on the {dev.device_kind}"
+    return int(_available_ram() * HEADROOM), _total_ram(), "free on this machine"
+
+
+def _total_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _available_ram() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def compiled_need(compiled: Any) -> int:
+    """Bytes a compiled program allocates beyond its (donated) inputs: temporaries
+    plus outputs that do not reuse an input buffer."""
+    ma = compiled.memory_analysis()
+    if ma is None:
+        return 0
+    return int(ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes)
+
+
+def too_big(need: int, have: int, where: str, what: str, hint: str) -> OutOfMemoryError:
+    return OutOfMemoryError(
+        f"{what} needs {human_bytes(need)}, more than the {human_bytes(have)} {where}",
+        hint=hint)
+
+
+_ASKED = re.compile(r"(?:allocate|allocating)\s+([0-9.]+)\s*([KMGT]?i?B|bytes)", re.I)
+
+
+def is_oom(e: BaseException) -> bool:
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or isinstance(e, MemoryError)
+
+
+def from_runtime(e: BaseException, what: str, hint: str) -> OutOfMemoryError:
+    """An allocator failure (XLA's RESOURCE_EXHAUSTED) as one line: what was asked
+    for, what the device has, what to lower."""
+    m = _ASKED.search(str(e))
+    asked = f" (asked for {m.group(1)} {m.group(2)})" if m else ""
+    _, total, where = _memory()
+    where = where.replace("free on", "in all on").replace("allowed by", "allowed by")
+    return OutOfMemoryError(
+        f"out of memory in {what}{asked}; {human_bytes(total)} {where}", hint=hint)

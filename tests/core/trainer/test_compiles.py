@@ -1,0 +1,126 @@
+"""Compile once: every program of a run compiles during its first step (or the
+baseline eval before it), none later, and a second run with the persistent cache
+compiles nothing. Counted with JAX's own compile events, in fresh processes (an
+in-process run would reuse the previous run's in-memory programs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tunix")
+pytestmark = pytest.mark.trainer
+
+REPO = Path(__file__).resolve().parents[3]
+
+# Runs `rlctl ARGS...` and writes each XLA compilation as [phase, function, from-cache].
+PROBE = r"""
+import atexit, json, os, runpy, sys
+import jax.monitoring as mon
+from rlctl.core.trainer import loop
+seen, phase, hit = [], ["setup"], [False]
+def on_event(event, **kw):
+    if event == "/jax/compilation_cache/cache_hits":
+        hit[0] = True
+def on_duration(event, duration, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+        seen.append([phase[0], kw.get("fun_name"), hit[0]])
+        hit[0] = False
+mon.register_event_listener(on_event)
+mon.register_event_duration_secs_listener(on_duration)
+real = loop.Trainer.step
+def step(self, k):
+    phase[0] = f"step-{k + 1}"
+    try:
+        return real(self, k)
+    finally:
+        phase[0] = f"after-{k + 1}"
+loop.Trainer.step = step
+atexit.register(lambda: open(os.environ["PROBE_OUT"], "w").write(json.dumps(seen)))
+sys.argv = ["rlctl", *sys.argv[1:]]
+runpy.run_module("rlctl", run_name="__main__")
+"""
+
+
+def counted(args: list[str], cache: Path, out: Path) -> list[tuple[str, str, bool]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_COMPILE_CACHE": str(cache),
+           "PROBE_OUT": str(out)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    r = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return [tuple(x) for x in json.loads(out.read_text())]
+
+
+def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model_dir,
+                                                                      tmp_path):
+    from tests.core.trainer.test_train import metrics, tiny_args
+
+    cache = tmp_path / "xla"
+
+    def run(name: str) -> list[tuple[str, str, bool]]:
+        return counted([*tiny_args(tiny_model_dir, tmp_path, name, "grpo", "--steps", "6",
+                                   "--max-new-tokens", "24", "--set", "eval.interval=3",
+                                   "--set", "checkpoint.interval=2")],
+                       cache, tmp_path / f"{name}.json")
+
+    first = run("first")
+    rows = metrics(tmp_path / "first")
+    assert len({r["completion_length"] for r in rows}) > 1, "completions did not vary"
+    compiled = [(phase, fun) for phase, fun, hit in first if not hit]
+    late = [c for c in compiled if c[0] not in ("setup", "step-1")]
+    assert late == [], f"compiled after the first step: {late}"
+    per_program = Counter(fun for _, fun in compiled)
+    assert per_program["jit(step)"] == 1  # the update
+    # the sampler: one program for greedy evals (baseline, step 3, final), one for sampling
+    assert per_program["jit(_prefill_fn)"] == 2
+    assert per_program["jit(_decode_fn)"] == 2
+    assert any(f.startswith("jit(_prefill_fn)") for p, f in compiled if p == "step-1")
+
+    second = run("second")
+    assert [c for c in second if not c[2]] == [], "the second run compiled"
+    assert ("step-1", "jit(step)", True) in second  # loaded from the persistent cache
+    assert any(cache.iterdir())
+
+
+def test_a_late_compilation_is_reported_with_its_reason():
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.compiles import CompileWatch
+
+    lines: list[str] = []
+
+    @jax.jit
+    def double(x):
+        return x * 2
+
+    three, five = jnp.ones(3), jnp.ones(5)
+    with CompileWatch(report=lines.append) as watch:
+        double(three)
+        watch.warm()
+        double(three)  # cached: nothing to say
+        assert lines == []
+        double(five)
+    assert watch.compiled["jit(double)"] == 2
+    assert len(lines) == 1
+    assert lines[0].startswith("compiled jit(double) again after warm-up")
+    assert "different input types: at x, now f32[5] and before f32[3]" in lines[0], lines[0]
+
+
+def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    from rlctl.core.trainer.compiles import CACHE_ENV, compile_cache_dir
+
+    monkeypatch.setenv("RLCTL_CACHE", str(tmp_path / "rlctl"))
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    assert compile_cache_dir() == tmp_path / "rlctl" / "xla"
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    assert compile_cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv(CACHE_ENV, "off")
+    assert compile_cache_dir() is None

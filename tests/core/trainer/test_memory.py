@@ -1,0 +1,205 @@
+"""A batch that fits: chunked log-softmax and micro-batches give the whole batch's
+numbers, and a batch that cannot fit is one line, not an allocator dump."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tunix")
+pytestmark = pytest.mark.trainer
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+
+class TestChunkedLogSoftmax:
+    @pytest.fixture(scope="class")
+    def inputs(self):
+        rng = np.random.default_rng(0)
+        hidden = jnp.asarray(rng.normal(size=(3, 7, 16)), jnp.float32)
+        w = jnp.asarray(rng.normal(size=(16, 50)) * 0.3, jnp.float32)
+        targets = jnp.asarray(rng.integers(0, 50, (3, 7)), jnp.int32)
+        coef = jnp.asarray(rng.normal(size=(3, 7)), jnp.float32)
+        return hidden, w, targets, coef
+
+    @pytest.mark.parametrize("chunk", [1, 5, 16])  # 21 tokens: uneven, padded chunks
+    def test_chunks_give_the_whole_batch_log_probs_entropy_and_gradients(self, inputs, chunk):
+        from rlctl.core.trainer.tunix_adapter import token_logps
+
+        hidden, w, targets, coef = inputs
+
+        def loss(h, w, chunk):
+            return (token_logps(h, targets, w, 0.7, chunk)[0] * coef).sum()
+
+        whole_lp, whole_ent = token_logps(hidden, targets, w, 0.7, chunk=10_000)
+        lp, ent = token_logps(hidden, targets, w, 0.7, chunk=chunk)
+        np.testing.assert_allclose(lp, whole_lp, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ent, whole_ent, rtol=1e-5, atol=1e-5)
+        want = jax.grad(loss, argnums=(0, 1))(hidden, w, 10_000)
+        got = jax.grad(loss, argnums=(0, 1))(hidden, w, chunk)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+    def test_the_plain_log_softmax_is_what_it_computes(self, inputs):
+        from rlctl.core.trainer.tunix_adapter import token_logps
+
+        hidden, w, targets, _ = inputs
+        logp_all = jax.nn.log_softmax((hidden @ w) / 0.7, axis=-1)
+        want = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
+        entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)
+        lp, ent = token_logps(hidden, targets, w, 0.7, chunk=4)
+        np.testing.assert_allclose(lp, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ent, entropy, rtol=1e-5, atol=1e-5)
+
+    def test_chunks_hold_less_memory_in_the_backward_pass(self):
+        """XLA's own memory analysis: the gradient of 4096 tokens x 32k vocabulary
+        needs the whole [4096, 32768] logits unchunked, a chunk of them chunked."""
+        from rlctl.core.trainer.tunix_adapter import token_logps
+
+        hidden = jax.ShapeDtypeStruct((8, 512, 64), jnp.float32)
+        w = jax.ShapeDtypeStruct((64, 32768), jnp.float32)
+        targets = jax.ShapeDtypeStruct((8, 512), jnp.int32)
+
+        def temp_bytes(chunk: int) -> int:
+            grad = jax.grad(lambda h, w, t: token_logps(h, t, w, 1.0, chunk)[0].sum(),
+                            argnums=(0, 1))
+            return jax.jit(grad).lower(hidden, w, targets).compile() \
+                .memory_analysis().temp_size_in_bytes
+
+        whole, chunked = temp_bytes(4096), temp_bytes(256)
+        logits = 4096 * 32768 * 4
+        assert whole >= logits
+        assert chunked < logits / 4, (whole, chunked)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    model, info = ta.load_model(tiny_model_dir)
+    return model, info
+
+
+def make_batch(info, prompts: int = 2, group: int = 4, seed: int = 0, logps: bool = False):
+    from rlctl.core.trainer.rollout import Batch
+
+    rng = np.random.default_rng(seed)
+    p = rng.integers(3, info.vocab_size, (prompts, 6)).astype(np.int32)
+    p[0, :2] = 0  # left padding
+    c = rng.integers(3, info.vocab_size, (prompts * group, 5)).astype(np.int32)
+    c[1, 3:] = 0  # a short completion
+    c[-1, 1:] = 0
+    mask = (c != 0).astype(np.int32)
+    extra = {}
+    if logps:
+        extra = {"ref_logps": rng.normal(-3, 0.3, c.shape).astype(np.float32),
+                 "old_logps": rng.normal(-3, 0.3, c.shape).astype(np.float32)}
+    return Batch(prompt_ids=p, completion_ids=c, mask=mask,
+                 advantages=rng.normal(size=len(c)).astype(np.float32), **extra)
+
+
+def spec(**training):
+    from rlctl.core.config.models import RunSpec
+
+    return RunSpec(algorithm=training.pop("algorithm", "grpo"),
+                   rollout={"num_generations": 4, "temperature": 0.9},
+                   training={"prompts_per_step": 2, **training})
+
+
+class TestMicroBatches:
+    @pytest.mark.parametrize(("algorithm", "extra"), [
+        ("grpo", {}), ("grpo", {"beta": 0.04, "loss_aggregation": "token-mean"}),
+        ("gspo", {"loss_aggregation": "sequence-mean-token-sum"})])
+    @pytest.mark.parametrize("size", [4, 2, 1])  # whole groups, halves, single sequences
+    def test_micro_batches_give_the_whole_batch_loss_and_gradients(self, tiny, algorithm,
+                                                                   extra, size):
+        from rlctl.core.trainer.step import Update
+
+        model, info = tiny
+        batch = make_batch(info, logps=bool(extra))
+        update = Update(spec(algorithm=algorithm, **extra), pad_id=0, info=info)
+        (loss, aux), grads = update.loss_and_grads(model, batch, size=8)
+        (mloss, maux), mgrads = update.loss_and_grads(model, batch, size=size)
+        assert float(mloss) == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
+        for key in aux:
+            assert float(maux[key]) == pytest.approx(float(aux[key]), rel=1e-5, abs=1e-6), key
+        for a, b in zip(jax.tree.leaves(mgrads), jax.tree.leaves(grads), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+
+    def test_a_size_that_splits_groups_unevenly_is_refused_with_the_valid_ones(self):
+        from pydantic import ValidationError
+
+        with pytest.raises(ValidationError, match=r"micro_batch_size=3 .* \(8, 4, 2, 1"):
+            spec(micro_batch_size=3)
+        assert spec(micro_batch_size=64).training.micro_batch_size == 64  # whole batch
+
+    def test_the_default_splits_only_when_the_whole_batch_does_not_fit(self, tiny,
+                                                                        monkeypatch):
+        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.step import Update, make_optimizer
+
+        model, info = tiny
+        s = spec()
+        batch = make_batch(info)
+        opt = make_optimizer(model, s.training)
+        sizes = {}
+        for size in (8, 4):
+            u = Update(s.model_copy(update={"training": s.training.model_copy(
+                update={"micro_batch_size": size})}), pad_id=0, info=info)
+            sizes[size] = memory.compiled_need(u.program(model, opt, batch)[0])
+        assert sizes[4] < sizes[8], sizes
+        monkeypatch.setenv(memory.LIMIT_ENV, str((sizes[4] + sizes[8]) // 2))
+        said: list[str] = []
+        update = Update(s, pad_id=0, info=info, warn=said.append)
+        _, size = update.program(model, opt, batch)
+        assert size == 4
+        assert "micro-batches of 4" in said[0]
+        monkeypatch.setenv(memory.LIMIT_ENV, "1GB")
+        assert Update(s, pad_id=0, info=info).program(model, opt, batch)[1] == 8
+
+
+class TestOutOfMemory:
+    def test_a_step_that_cannot_fit_exits_with_one_line(self, tiny_model_dir, tmp_path,
+                                                         monkeypatch):
+        from typer.testing import CliRunner
+
+        from rlctl.cli.app import app
+        from tests.core.trainer.test_train import tiny_args
+
+        monkeypatch.setenv("RLCTL_MEMORY_LIMIT", "64KB")
+        r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "oom", "grpo",
+                                              "--steps", "2", "--eval-size", "0"))
+        assert r.exit_code == 1, r.output
+        err = [line for line in r.output.splitlines() if "Error" in line or "needs" in line]
+        assert "Traceback" not in r.output
+        assert any("the update of 8 sequences" in line and "RLCTL_MEMORY_LIMIT" in line
+                   and "micro-batches of 1" in line for line in err), r.output
+        status = json.loads((tmp_path / "oom" / "status.json").read_text())
+        assert status["phase"] == "failed"
+
+    def test_an_allocator_failure_is_one_line_with_what_to_lower(self, tiny, monkeypatch):
+        from rlctl.core.errors import OutOfMemoryError
+        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.step import Update, make_optimizer
+
+        model, info = tiny
+        s = spec()
+        update = Update(s, pad_id=0, info=info)
+
+        def exhausted(*a, **k):
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 55.70GiB.\n"
+                "BufferAssignment OOM Debugging.\n" + "allocation 0: size 1.2GiB\n" * 50)
+
+        monkeypatch.setattr(update, "train_step", exhausted)
+        monkeypatch.setenv(memory.LIMIT_ENV, "80GB")
+        with pytest.raises(OutOfMemoryError) as e:
+            update.apply(model, make_optimizer(model, s.training), None, make_batch(info), 1)
+        text = str(e.value)
+        assert "\n" not in text
+        assert "asked for 55.70 GiB" in text and "80.00 GiB" in text
+        assert "training.micro_batch_size" in text
