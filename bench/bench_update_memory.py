@@ -7,7 +7,8 @@ what it would allocate. The baseline row is the same update with the
 vocabulary-sized log-softmax in one piece and no micro-batches (the pre-chunking
 program); the other rows chunk the log-softmax and cut the batch into
 micro-batches of the given sizes. The row marked ``auto`` is what a run on this
-machine picks (``training.micro_batch_size`` unset).
+machine picks (``training.micro_batch_size`` unset: the largest that fits half the
+free memory).
 
     python bench/bench_update_memory.py                       # 16 x 8 x (160 + 256)
     python bench/bench_update_memory.py --prompts 2 --new-tokens 48 --prompt-tokens 160
@@ -117,7 +118,7 @@ def main() -> None:
     update = Update(spec, pad_id=0, info=info)
     sizes = ([int(x) for x in a.sizes.split(",")] if a.sizes
              else [s for s in micro_batch_sizes(a.prompts, a.group) if s >= min(8, rows)])
-    have, where = memory.free_memory()
+    have, where = memory.update_budget()
     print(f"{a.shape} ({info.params / 1e6:.0f}M parameters, {a.dtype}), {a.prompts} prompts x "
           f"{a.group} completions x ({a.prompt_tokens} + {a.new_tokens}) tokens; "
           f"{human_bytes(have)} {where}")
@@ -132,7 +133,7 @@ def main() -> None:
     auto_marked = False
     for size in sizes:
         temp, need, secs = temporaries(update, graphdef, state, batch, size)
-        auto = not auto_marked and need <= have
+        auto = not a.sizes and not auto_marked and need <= have  # the whole list only
         auto_marked |= auto
         label = f"chunked, micro-batches of {size}" + (" (auto)" if auto else "")
         print(f"{label:34} {human_bytes(temp):>12} {temp / base:10.2f} {secs:9.1f}")

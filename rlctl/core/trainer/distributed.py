@@ -180,6 +180,17 @@ def agree(value: Any, topo: Topology) -> Any:
     return multihost_utils.broadcast_one_to_all(np.asarray(value)).item()
 
 
+def least(value: int, topo: Topology) -> int:
+    """The smallest of every process's ``value`` (free memory: the tightest host
+    decides a micro-batch size that every process must share)."""
+    if not topo.multi_process:
+        return value
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return int(np.min(multihost_utils.process_allgather(np.asarray(value, np.int64))))
+
+
 def to_host(tree: Any, topo: Topology) -> Any:
     """Every array of ``tree`` as one whole numpy array (a collective when sharded
     over several processes: every process must call it)."""

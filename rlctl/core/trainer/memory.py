@@ -15,14 +15,26 @@ from typing import Any
 from rlctl.core.errors import ConfigError, OutOfMemoryError
 from rlctl.core.units import human_bytes, parse_bytes
 
-LIMIT_ENV = "RLCTL_MEMORY_LIMIT"  # e.g. 8GB: what a step may use, whatever is free
-HEADROOM = 0.85  # of what is free: the allocator's slack and the sampler's buffers
+LIMIT_ENV = "RLCTL_MEMORY_LIMIT"  # e.g. 8GB: what the update may use, whatever is free
+HEADROOM = 0.85  # of what is free: the allocator's slack
+# of that, the update's share; the rest holds the rollout's KV cache and the
+# sampler's buffers, which are not allocated yet when the update is sized
+UPDATE_SHARE = 0.5
 
 
 def free_memory() -> tuple[int, str]:
-    """Bytes a step may use on the first device, and where that figure comes from."""
+    """Bytes free on the first device, and where that figure comes from."""
     free, _, where = _memory()
     return free, where
+
+
+def update_budget() -> tuple[int, str]:
+    """Bytes the update may allocate, and what that is (``RLCTL_MEMORY_LIMIT``, or
+    ``UPDATE_SHARE`` of the free memory)."""
+    free, _, where = _memory()
+    if where.startswith("allowed by"):
+        return free, where
+    return int(free * UPDATE_SHARE), f"the update may use (half of what is {where})"
 
 
 def _memory() -> tuple[int, int, str]:

@@ -111,7 +111,7 @@ class Update:
     """
 
     def __init__(self, spec: RunSpec, pad_id: int, info: Any,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, topology: Any = None) -> None:
         self.cfg = loss_config(spec)
         self.group = spec.rollout.num_generations
         self.prompts = spec.training.prompts_per_step
@@ -120,13 +120,14 @@ class Update:
         self.pad_id = pad_id
         self.info = info
         self.warn = warn or (lambda message: None)
+        self.topology = topology  # several processes agree on one micro-batch size
         self._compiled: dict[Any, tuple[Any, int]] = {}  # batch signature -> (program, size)
         self._logps: Any = None
 
     @classmethod
     def create(cls, spec: RunSpec, pad_id: int, info: Any,
-               warn: Callable[[str], None] | None = None) -> Update:
-        return cls(spec, pad_id, info, warn)
+               warn: Callable[[str], None] | None = None, topology: Any = None) -> Update:
+        return cls(spec, pad_id, info, warn, topology)
 
     # --- the traced functions ------------------------------------------------------
     def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int):
@@ -213,14 +214,21 @@ class Update:
         sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
         if self.micro is not None:
             sizes = [min(self.micro, rows)]
-        have, where = memory.free_memory()
+        have, where = memory.update_budget()
+        if self.topology is not None:
+            from rlctl.core.trainer.distributed import least
+
+            have = least(have, self.topology)
         tried = rows + rows  # each retry at least halves: each try compiles again
         for size in sizes:
             if size > tried // 2:
                 continue
             tried = size
-            compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0).lower(
-                state, batch).compile()
+            # the new state keeps the old one's shardings: left to XLA, a sharded run's
+            # norms came back sharded otherwise, which the compiled program refuses
+            keep = (jax.tree.map(lambda x: x.sharding, state), None, None, None)
+            compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0,
+                               out_shardings=keep).lower(state, batch).compile()
             need = memory.compiled_need(compiled)
             if need <= have:
                 if size < rows and self.micro is None:

@@ -89,12 +89,14 @@ def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model
     assert any(cache.iterdir())
 
 
-def test_a_late_compilation_is_reported_with_its_reason():
+def test_a_late_compilation_is_reported_with_its_reason(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.compiles import CompileWatch
+    from rlctl.core.trainer.compiles import CACHE_ENV, CompileWatch, enable_persistent_cache
 
+    monkeypatch.setenv(CACHE_ENV, "off")  # a hit from an earlier run would be no compile
+    enable_persistent_cache(print)
     lines: list[str] = []
 
     @jax.jit
