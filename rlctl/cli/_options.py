@@ -80,7 +80,9 @@ ImageOpt = Annotated[str | None, _image(
     "Image for the re-submitted workload (default: the one recorded).")]
 TrainRootOpt = Annotated[str | None, _runs_dir("Run store root.")]
 TrainClusterOpt = Annotated[str | None, _cluster("Run on this GKE cluster instead of locally.")]
-TrainImageOpt = Annotated[str | None, _image("Container image of the trainer (cluster runs).")]
+TrainImageOpt = Annotated[str | None, _image(
+    "Container image of the trainer (cluster runs; default: the one 'rlctl image build' "
+    "made of this rlctl for the cluster's accelerator).")]
 
 
 def _backend_help() -> str:

@@ -52,7 +52,8 @@ ChannelOpt = Annotated[
     str | None, typer.Option("--release-channel", help="rapid, regular, stable or none.")
 ]
 VersionOpt = Annotated[str | None, typer.Option("--cluster-version", help="GKE version.")]
-AutopilotOpt = Annotated[bool, typer.Option("--autopilot", help="GKE Autopilot mode.")]
+AutopilotOpt = Annotated[bool, typer.Option(
+    "--autopilot", help="GKE Autopilot mode: refused (runs need TPU/GPU node pools).")]
 KeepBucketOpt = Annotated[bool, typer.Option("--keep-bucket", help="Do not delete the bucket.")]
 
 
@@ -83,13 +84,16 @@ def create(
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Create (or converge) the cluster, node pools, DCN networks, bucket and IAM binding.
+    """Create (or converge) the cluster, node pools, DCN networks, bucket and IAM binding,
+    then what runs need inside it: the JobSet and PathwaysJob controllers (pinned
+    versions shipped with rlctl), the namespace and the service account.
 
     Shows the plan with an hourly cost estimate, asks, then applies; re-running is safe.
+    Autopilot is refused: runs need one TPU/GPU node pool per slice.
 
     Example: rlctl cluster create rl --region us-east5 -a 'v6e-16 x2' --dcn-networks 2 --bucket b
     """
-    from rlctl.core.gcp import cluster as core
+    from rlctl.core.runs import readiness as core
 
     out = make_output(ctx, output, yes)
     spec = build_spec(
@@ -120,13 +124,14 @@ def delete(
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
 ) -> None:
-    """Delete what rlctl made for a cluster: pools, cluster, firewalls, subnets, networks, bucket.
+    """Delete what rlctl made for a cluster: controllers, pools, cluster, firewalls, subnets,
+    networks, bucket.
 
     Lists exactly what it found with rlctl's labels first; a non-empty bucket is kept.
 
     Example: rlctl cluster delete rl-v6e --region us-east5 --yes
     """
-    from rlctl.core.gcp import cluster as core
+    from rlctl.core.runs import readiness as core
 
     out = make_output(ctx, output, yes)
     name, project, region, clients = existing_cluster(ctx, name, config, project, region)

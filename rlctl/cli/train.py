@@ -58,6 +58,23 @@ AcceleratorOpt = Annotated[
     typer.Option("--accelerator", "-a",
                  help="Which accelerator pools to use when the cluster has several (v6e-16)."),
 ]
+MinSlicesOpt = Annotated[
+    int | None,
+    typer.Option("--min-slices", min=1,
+                 help="Cluster runs, ray backend: fewest slices the elastic job may shrink "
+                 "to (default: all of them)."),
+]
+HostMemoryOpt = Annotated[
+    str | None,
+    typer.Option("--memory", help="Cluster runs: memory of each accelerator host's pod, "
+                 "requested and limited (e.g. 200G; default: the machine type's allocatable "
+                 "less 10%)."),
+]
+HostCpuOpt = Annotated[
+    str | None,
+    typer.Option("--cpu", help="Cluster runs: CPUs each accelerator host's pod requests "
+                 "(default: the machine type's allocatable less 10%)."),
+]
 PrintOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved spec and exit.")
 ]
@@ -67,6 +84,7 @@ def _run(
     algorithm: str, ctx: typer.Context, config: str | None, overrides: list[str] | None,
     flags: dict[str, object], print_config: bool, output: str, yes: bool,
     where: ClusterRefOpts, backend: str, image: str | None, dry_run: bool,
+    resources: dict[str, object] | None = None,
 ) -> None:
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
@@ -74,12 +92,18 @@ def _run(
     out = make_output(ctx, output, yes)
     if where.cluster:
         flags = {**flags, "output.root": None}  # the pods write to the cluster's gs:// store
+    given = [f for f, v in (resources or {}).items() if v is not None]
+    if given and not where.cluster:
+        from rlctl.core.errors import ConfigError
+
+        raise ConfigError(f"--{given[0].replace('_', '-')} is for cluster runs",
+                          hint="add --cluster NAME, or leave it out for a run on this machine")
     spec = resolve_run_spec(algorithm, config, overrides, flags)
     if print_config or (dry_run and not where.cluster):
         out.result(spec.model_dump(mode="json"), dump_yaml(spec))
         return
     if where.cluster:
-        _submit(ctx, out, spec, where, backend, image, dry_run)
+        _submit(ctx, out, spec, where, backend, image, dry_run, resources or {})
         return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import train_local
@@ -90,7 +114,7 @@ def _run(
 
 
 def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
-            image: str | None, dry_run: bool) -> None:
+            image: str | None, dry_run: bool, resources: dict[str, object]) -> None:
     from rlctl.cli._infra import clients_for
     from rlctl.core.runs import cluster as core
     from rlctl.core.runs.results import SubmitPreview
@@ -99,7 +123,8 @@ def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
     out.info(f"looking up cluster {where.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
     result = core.submit(clients, where.ref(), spec, backend, image,
-                         hf_token=core.hf_token_from_env(), dry_run=dry_run)
+                         hf_token=core.hf_token_from_env(), dry_run=dry_run,
+                         resources=core.HostResources(**resources))
     if isinstance(result, SubmitPreview):
         out.info(f"dry run: {len(result.manifests)} objects for {where.cluster} "
                  f"({result.accelerator}), run store {result.runs_dir}; nothing changed")
@@ -138,6 +163,9 @@ def _command(algorithm: str):
         backend: BackendOpt = "jobset",
         image: TrainImageOpt = None,
         accelerator: AcceleratorOpt = None,
+        min_slices: MinSlicesOpt = None,
+        memory: HostMemoryOpt = None,
+        cpu: HostCpuOpt = None,
         project: ProjectOpt = None,
         region: RegionOpt = None,
         print_config: PrintOpt = False,
@@ -163,7 +191,7 @@ def _command(algorithm: str):
         where = ClusterRefOpts(cluster=cluster, project=project, region=region,
                                runs_dir=runs_dir if cluster else None, accelerator=accelerator)
         _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
-             image, dry_run)
+             image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu})
 
     command.__name__ = f"train_{algorithm}"
     command.__doc__ = (

@@ -13,9 +13,9 @@ From the environment, as gcloud's ``api_endpoint_overrides`` and
 still without I/O; explicit ``endpoints=``/``credentials=`` arguments win):
 
 * ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>`` (SERVICE in COMPUTE, CONTAINER, TPU,
-  SERVICEUSAGE, STORAGE) sends that service's calls to another endpoint, for
-  users behind Private Service Connect or regional endpoints, and for CI
-  against a local fake. The value is ``https://HOST[:PORT]`` without a path:
+  SERVICEUSAGE, STORAGE, CLOUDBUILD, ARTIFACTREGISTRY) sends that service's calls to
+  another endpoint, for users behind Private Service Connect or regional endpoints,
+  and for CI against a local fake. The value is ``https://HOST[:PORT]`` without a path:
   the client libraries add the API path themselves (gcloud's values include it).
 * ``RLCTL_AUTH_DISABLE_CREDENTIALS=true`` uses ``AnonymousCredentials`` instead
   of Application Default Credentials. It is for emulators and local fakes only:
@@ -44,7 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from google.cloud.storage import Client as StorageClient  # noqa: F401 (gcs.py hints)
     from kubernetes.client import ApiClient
 
-SERVICES = ("compute", "container", "tpu", "serviceusage", "storage")
+SERVICES = ("compute", "container", "tpu", "serviceusage", "storage", "cloudbuild",
+            "artifactregistry")
 USER_AGENT = f"rlctl/{__version__}"
 ENDPOINT_ENV_PREFIX = "RLCTL_API_ENDPOINT_OVERRIDES_"
 DISABLE_CREDENTIALS_ENV = "RLCTL_AUTH_DISABLE_CREDENTIALS"
@@ -256,6 +257,29 @@ class Clients:
     @cached_property
     def service_usage(self) -> Any:
         return self._gapic("google.cloud.service_usage_v1", "ServiceUsageClient", "serviceusage")
+
+    # --- Cloud Build, Artifact Registry (rlctl image) ---------------------
+    @cached_property
+    def cloudbuild(self) -> Any:
+        return self._gapic("google.cloud.devtools.cloudbuild_v1", "CloudBuildClient",
+                           "cloudbuild")
+
+    @cached_property
+    def artifactregistry(self) -> Any:
+        return self._gapic("google.cloud.artifactregistry_v1", "ArtifactRegistryClient",
+                           "artifactregistry")
+
+    @property
+    def cloudbuild_types(self) -> Any:
+        from google.cloud.devtools import cloudbuild_v1
+
+        return cloudbuild_v1
+
+    @property
+    def artifactregistry_types(self) -> Any:
+        from google.cloud import artifactregistry_v1
+
+        return artifactregistry_v1
 
     # --- Cloud Storage ----------------------------------------------------
     @cached_property

@@ -14,7 +14,18 @@ def _no_local_gcloud(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cli(clients):
+def kube(fake):
+    """The Kubernetes API of every cluster the fake GCP makes (controllers, namespace, KSA)."""
+    pytest.importorskip("kubernetes")
+    from tests.fakes.k8s import FakeKube
+
+    with FakeKube() as k:
+        fake.kube_endpoint = k.url
+        yield k
+
+
+@pytest.fixture
+def cli(clients, kube):
     from typer.testing import CliRunner
 
     from rlctl.cli._options import AppState

@@ -43,16 +43,19 @@ class TestClusterCreate:
         assert r.exit_code == 2 and "--yes" in r.stderr
         assert fake.mutations() == []
 
-    def test_create_then_rerun_is_a_noop_that_says_so(self, cli, fake):
+    def test_create_then_rerun_is_a_noop_that_says_so(self, cli, fake, kube):
         r = cli(*CREATE, "--yes", "-o", "json")
         assert r.exit_code == 0, r.stderr
         doc = json.loads(r.stdout)
-        assert len(doc["result"]["applied"]) == 11
-        n = len(fake.mutations())
+        # 11 Google Cloud resources + 2 controllers + the KSA (namespace: default)
+        assert len(doc["result"]["applied"]) == 14
+        assert {"controller/jobset", "controller/pathways-job",
+                "serviceaccount/default/rlctl"} <= set(doc["result"]["applied"])
+        n, k = len(fake.mutations()), len(kube.mutations())
         r = cli(*CREATE, "--yes")
         assert r.exit_code == 0, r.stderr
         assert "nothing to do: rl already matches the spec" in r.stderr
-        assert len(fake.mutations()) == n
+        assert len(fake.mutations()) == n and len(kube.mutations()) == k
 
     def test_config_file(self, cli, fake, tmp_path):
         cfg = tmp_path / "infra.yaml"
@@ -108,7 +111,9 @@ class TestClusterOthers:
         assert r.exit_code == 0 and "network" in r.stdout and "rl-dcn-1-internal" in r.stdout
         r = cli("cluster", "delete", "rl", *BASE[:4], "--yes", "-o", "json")
         assert r.exit_code == 0, r.stderr
-        assert len(json.loads(r.stdout)["result"]["applied"]) == 10
+        applied = json.loads(r.stdout)["result"]["applied"]
+        assert len(applied) == 12  # 10 Google Cloud resources + 2 controllers
+        assert {"controller/jobset", "controller/pathways-job"} <= set(applied)
         assert fake.is_empty()
         r = cli("cluster", "delete", "rl", *BASE[:4], "--yes")
         assert r.exit_code == 0 and "nothing to delete" in r.stderr

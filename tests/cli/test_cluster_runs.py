@@ -49,12 +49,19 @@ def clients(fake, kube):
                 {s: fake.url for s in SERVICES}, retry_initial=0.01, poll_interval=0.01,
                 retry_deadline=5.0)
     _seed_cluster(fake, kube.url)
+    kube.seed_ready()  # what 'cluster create' installs: CRDs, namespace, KSA
+    _seed_image(fake)  # what 'rlctl image build' pushed
     bucket = c.storage.bucket(BUCKET)
     bucket.labels = {"managed-by": "rlctl", "rlctl-cluster": "c"}
     c.storage.create_bucket(bucket, location="US-CENTRAL1")
     yield c
     for b in c.storage.list_blobs(BUCKET):
         b.delete()
+
+
+def _seed_image(fake) -> None:
+    fake.repositories[("us", "r")] = {"name": "projects/p/locations/us/repositories/r"}
+    fake.docker_images[("us", "r", "rlctl")] = {"1": "sha256:" + "2" * 64}
 
 
 def _seed_cluster(fake, endpoint: str) -> None:
@@ -170,9 +177,16 @@ class TestTrainOnCluster:
         ml/trainer; a run anywhere else would be refused by the bucket."""
         fake.clusters[("us-central1", "c")]["resourceLabels"].update(
             {"rlctl-namespace": "ml", "rlctl-ksa": "trainer"})
+        # not made yet: refused before anything is written, naming the fix
+        r = _submit(cli)
+        assert r.exit_code == 2 and "namespace 'ml' does not exist" in r.stderr
+        assert "rlctl cluster create c --region us-central1 --namespace ml " \
+            "--service-account trainer" in r.stderr
+        assert not list(clients.storage.list_blobs(BUCKET))
+        kube.seed_ready("ml", "trainer")
         assert _submit(cli).exit_code == 0
         kinds = {(k[2], k[3]) for k in kube.objects}
-        assert ("ml", RUN) in kinds and not any(ns == "default" for ns, _ in kinds)
+        assert ("ml", RUN) in kinds and ("default", RUN) not in kinds
         js = kube.objects[("jobset.x-k8s.io/v1alpha2", "jobsets", "ml", RUN)]
         pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "trainer"
@@ -185,14 +199,130 @@ class TestTrainOnCluster:
         r = _submit(cli, "--runs-dir", str(tmp_path), "--dry-run")
         assert r.exit_code == 2 and "gs://" in r.stderr and kube.mutations() == []
 
-    def test_an_image_is_required(self, cli, monkeypatch):
+    def test_without_image_the_built_one_is_picked_and_checked(self, cli, fake, kube,
+                                                                  monkeypatch):
+        from rlctl.core.gcp.image import default_tag
+
         monkeypatch.delenv("RLCTL_IMAGE", raising=False)
-        r = cli("train", "grpo", "--cluster", "c", *LOC, "--dry-run")
-        assert r.exit_code == 2 and "--image" in r.stderr
+        want = f"us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:{default_tag('tpu')}"
+        r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN, "--dry-run",
+                "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.stdout)[-1]["spec"]["replicatedJobs"][0]["template"]["spec"][
+            "template"]["spec"]["containers"][0]["image"] == want
+        # not built yet: refused before anything is written, naming the command
+        r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN)
+        assert r.exit_code == 2
+        assert f"image {want} does not exist: run 'rlctl image build --cluster c " \
+            "--region us-central1 --accelerator tpu'" in r.stderr
+        assert kube.names("jobsets") == []
+        # built: submitted with it
+        fake.repositories[("us-central1", "rlctl")] = {"name": "x"}
+        fake.docker_images[("us-central1", "rlctl", "rlctl-tpu")] = {
+            default_tag("tpu"): "sha256:" + "1" * 64}
+        r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN, "--steps", "4")
+        assert r.exit_code == 0, r.stderr
+        assert kube.names("jobsets") == ["JobSet/r1"]
+
+    def test_a_missing_artifact_registry_image_is_refused(self, cli, fake):
+        fake.docker_images.clear()
+        r = _submit(cli)  # IMAGE is in Artifact Registry (us-docker.pkg.dev/p/r)
+        assert r.exit_code == 2 and f"image {IMAGE} does not exist" in r.stderr
 
     def test_an_unknown_cluster_is_not_found(self, cli):
         r = cli("train", "grpo", "--cluster", "nope", *LOC, "--image", IMAGE, "--dry-run")
         assert r.exit_code == 3 and "cluster 'nope' not found" in r.stderr
+
+
+def _with_dcn(fake) -> None:
+    """The seeds' cluster: each v6e-16 pool attached to two DCN networks (DRANET)."""
+    for pool in fake.clusters[("us-central1", "c")]["nodePools"][1:]:
+        pool["networkConfig"] = {"additionalNodeNetworkConfigs": [
+            {"network": f"c-dcn-{i}", "subnetwork": f"c-dcn-{i}-sub"} for i in range(2)]}
+
+
+class TestSeedShapedDryRun:
+    """train --cluster --dry-run for a v6e-16 x2 cluster with two DCN networks renders,
+    per backend, the seeds' env, privileged flag, memory, DRANET claim, placement
+    strategy and Train v2 driver (item by item in tests/core/k8s/test_seed_workloads.py)."""
+
+    @pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
+    def test_each_backend(self, cli, fake, backend):
+        _with_dcn(fake)
+        r = _submit(cli, "--backend", backend, "--dry-run", "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        objs = {o["kind"]: o for o in json.loads(r.stdout)}
+        text = json.dumps(objs)
+        if backend == "pathways":
+            c = objs["PathwaysJob"]["spec"]["controller"]["template"]["spec"]["containers"][0]
+            assert {"name": "ENABLE_PATHWAYS_PERSISTENCE", "value": "1"} in c["env"]
+            return
+        claim = objs["ResourceClaimTemplate"]["spec"]["spec"]["devices"]["requests"]
+        assert [x["exactly"]["selectors"][0]["cel"]["expression"] for x in claim] == [
+            f'device.attributes["gke.networking.k8s.io"].network == "c-dcn-{i}"'
+            for i in range(2)]
+        for needle in ('"--megascale_grpc_interface_prefixes=eth1,eth2,lo"',
+                       '"privileged": true', '"value": "9915"', '"value": "tpu,cpu"',
+                       '"memory": "585Gi"'):
+            assert needle in text, needle
+        if backend == "ray":
+            driver = objs["ConfigMap"]["data"]["ray_driver.py"]
+            assert 'placement_strategy="SPREAD"' in driver
+            assert 'accelerator_type="TPU-V6E"' in driver
+            assert "from ray.train.v2.api.config import" in driver
+
+    def test_memory_cpu_and_min_slices_flags(self, cli, fake):
+        _with_dcn(fake)
+        r = _submit(cli, "--backend", "ray", "--memory", "200G", "--cpu", "100",
+                    "--min-slices", "1", "--dry-run", "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        rj = next(o for o in json.loads(r.stdout) if o["kind"] == "RayJob")
+        (wg,) = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        assert wg["minReplicas"] == 1 and wg["maxReplicas"] == 2
+        res = wg["template"]["spec"]["containers"][0]["resources"]
+        assert res["requests"]["memory"] == res["limits"]["memory"] == "200G"
+        assert res["requests"]["cpu"] == "100"
+
+    def test_bad_min_slices_and_cluster_only_flags_are_one_line(self, cli, fake):
+        r = _submit(cli, "--min-slices", "3", "--dry-run")
+        assert r.exit_code == 2 and "--min-slices 3 is more than the cluster's 2" in r.stderr
+        r = _submit(cli, "--memory", "lots", "--dry-run")
+        assert r.exit_code == 2 and "'lots' is not a Kubernetes quantity" in r.stderr
+        r = cli("train", "grpo", "--memory", "200G", "--dry-run")
+        assert r.exit_code == 2 and "--memory is for cluster runs" in r.stderr
+        assert "Traceback" not in r.stderr
+
+
+class TestInputsOnGcs:
+    def test_gs_inputs_are_mounted_and_the_stored_spec_reads_them_there(self, cli, kube,
+                                                                        clients):
+        r = _submit(cli, "--model", "gs://models-b/qwen3", "--dataset", "gsm8k",
+                    "--data-path", "gs://data-b/gsm8k/train.jsonl", "--backend", "ray")
+        assert r.exit_code == 0, r.stderr
+        spec = clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/spec.yaml").download_as_text()
+        assert "source: /gcs/models-b/qwen3" in spec
+        assert "path: /gcs/data-b/gsm8k/train.jsonl" in spec
+        rj = kube.objects[("ray.io/v1", "rayjobs", "default", RUN)]
+        for group in [rj["spec"]["rayClusterSpec"]["headGroupSpec"],
+                      *rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]]:
+            t = group["template"]
+            assert t["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+            vols = {v["name"]: v for v in t["spec"]["volumes"]}
+            assert [vols[f"gcs-{i}"]["csi"]["volumeAttributes"]["bucketName"]
+                    for i in range(2)] == ["models-b", "data-b"]
+            mounts = t["spec"]["containers"][0]["volumeMounts"]
+            assert {"name": "gcs-1", "mountPath": "/gcs/data-b", "readOnly": True} in mounts
+
+    def test_a_local_data_file_is_refused_before_anything_is_written(self, cli, clients,
+                                                                     tmp_path):
+        f = tmp_path / "train.jsonl"
+        f.write_text('{"question": "1+1", "answer": "#### 2"}\n')
+        r = _submit(cli, "--dataset", "gsm8k", "--data-path", str(f))
+        assert r.exit_code == 2
+        err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert len(err) == 1 and "the cluster's pods cannot read it" in err[0]
+        assert "gcloud storage cp" in r.stderr
+        assert not list(clients.storage.list_blobs(BUCKET))
 
 
 class TestStatus:

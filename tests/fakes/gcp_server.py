@@ -1,4 +1,5 @@
-"""A wire-level fake of the Compute, GKE, TPU and Service Usage REST APIs (stdlib only).
+"""A wire-level fake of the Compute, GKE, TPU, Service Usage, Cloud Build and Artifact
+Registry REST APIs (stdlib only).
 
 The real google-cloud client libraries talk to it over HTTP on 127.0.0.1. State
 lives in memory; mutations return long-running operations that go PENDING ->
@@ -9,6 +10,12 @@ except bucket IAM policies (``GET/PUT /storage/v1/b/B/iam``), which
 fake-gcs-server does not implement, and bucket ``labels``/``iamConfiguration``,
 and ``location``, which it drops or ignores: this fake keeps those and merges them
 into its bucket responses.
+
+Cloud Build: a build goes QUEUED -> WORKING -> SUCCESS over the client's polls (its
+context object must exist in the bucket, as the real service fetches it), then its
+images' tags exist in Artifact Registry; ``fail_build(step, detail)`` makes the next
+build fail in that step. Artifact Registry: Docker repositories (created through a
+long-running operation), their images and tags.
 """
 
 from __future__ import annotations
@@ -102,6 +109,14 @@ class FakeGCP:
                 {"channel": "STABLE", "defaultVersion": "1.33.5-gke.1200"},
             ],
         }
+        # the Kubernetes API of clusters made here (a FakeKube URL), so `cluster create`
+        # installs its controllers through the real client; None: an unroutable address
+        self.kube_endpoint: str | None = None
+        # Artifact Registry and Cloud Build
+        self.repositories: dict[tuple[str, str], dict] = {}
+        self.docker_images: dict[tuple[str, str, str], dict[str, str]] = {}  # -> {tag: digest}
+        self.builds: dict[str, dict] = {}
+        self._build_fault: tuple[int, str] | None = None
         self._server: ThreadingHTTPServer | None = None
 
     # --- lifecycle ---------------------------------------------------------
@@ -408,12 +423,18 @@ class FakeGCP:
     def _gke(self, r: Req, loc: str, rest: str) -> tuple[int, Any]:
         if rest == "/serverConfig" and r.method == "GET":
             return 200, self.server_config
+        if rest.startswith("/repositories"):
+            return self._ar(r, loc, rest)
+        if rest.startswith("/builds"):
+            return self._cloudbuild(r, loc, rest)
         m = re.fullmatch(r"/operations/([^/]+)", rest)
         if m and r.method == "GET":
             op = self.ops.get(m.group(1))
             if op is None:
                 raise KeyError(m.group(1))
             self._advance(op)
+            if op.api in ("ar", "cloudbuild"):
+                return 200, self._lro_json(op)
             return 200, self._op_json(op)
         if rest == "/clusters" and r.method == "GET":
             cl = [self._cluster_json(c) for (lc, _), c in self.clusters.items()
@@ -427,7 +448,7 @@ class FakeGCP:
                                f"clusters/{name}")
             version = c.get("initialClusterVersion") or self._channel_default(c)
             c.update(status="PROVISIONING", location=loc, currentMasterVersion=version,
-                     endpoint="203.0.113.10",
+                     endpoint=self.kube_endpoint or "203.0.113.10",
                      selfLink=f"projects/{self.project}/locations/{loc}/clusters/{name}")
             for np in c.get("nodePools", []):
                 np.update(status="PROVISIONING", version=version)
@@ -511,6 +532,142 @@ class FakeGCP:
             op = self._op("gke", "DELETE_NODE_POOL", np["selfLink"], gone, r.path, location=loc)
             return 200, self._op_json(op)
         raise KeyError(rest)
+
+    # Artifact Registry ------------------------------------------------------------------
+    def fail_build(self, step: int, detail: str) -> None:
+        """The next build fails in ``step`` with ``detail`` (as Cloud Build reports it)."""
+        self._build_fault = (step, detail)
+
+    def _lro_json(self, op: Op) -> dict:
+        d: dict[str, Any] = {"name": f"projects/{self.project}/locations/{op.location}/"
+                             f"operations/{op.id}", "done": op.state == "DONE"}
+        if op.api == "cloudbuild":
+            d["metadata"] = {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1."
+                             "BuildOperationMetadata", "build": self.builds[op.target]}
+        elif op.state == "DONE":
+            if op.error:
+                d["error"] = {"code": op.error[0], "message": op.error[1]}
+            else:
+                repo = self.repositories.get((op.location or "", op.target))
+                d["response"] = {"@type": "type.googleapis.com/google.devtools."
+                                 "artifactregistry.v1.Repository", **(repo or {})}
+        return d
+
+    def _ar(self, r: Req, loc: str, rest: str) -> tuple[int, Any]:
+        base = f"projects/{self.project}/locations/{loc}/repositories"
+        if rest == "/repositories" and r.method == "POST":
+            rid = r.query["repositoryId"][0]
+            if (loc, rid) in self.repositories:
+                raise Conflict(f"the repository {rid} already exists")
+            repo = {**(r.body or {}), "name": f"{base}/{rid}"}
+            self.repositories[(loc, rid)] = repo
+
+            def done(ok: bool, loc=loc, rid=rid) -> None:
+                if not ok:
+                    self.repositories.pop((loc, rid), None)
+
+            op = self._op("ar", "CREATE_REPOSITORY", rid, done, r.path, location=loc)
+            return 200, self._lro_json(op)
+        m = re.fullmatch(r"/repositories/([^/]+)(?:/(dockerImages|packages/([^/]+)/tags/"
+                         r"([^/]+)))?", rest)
+        if not m or r.method != "GET":
+            raise KeyError(rest)
+        repo = self.repositories.get((loc, m.group(1)))
+        if repo is None:
+            raise KeyError(f"{base}/{m.group(1)}")
+        if m.group(2) is None:
+            return 200, repo
+        if m.group(2) == "dockerImages":
+            host = f"{loc}-docker.pkg.dev/{self.project}/{m.group(1)}"
+            images = []
+            for (lc, rp, pkg), tags in self.docker_images.items():
+                if (lc, rp) != (loc, m.group(1)):
+                    continue
+                for digest in sorted(set(tags.values())):
+                    images.append({
+                        "name": f"{base}/{rp}/dockerImages/{pkg}@{digest}",
+                        "uri": f"{host}/{pkg}@{digest}",
+                        "tags": sorted(t for t, d in tags.items() if d == digest),
+                        "imageSizeBytes": "1234567", "uploadTime": "2026-11-23T10:00:00Z"})
+            return 200, {"dockerImages": images}
+        pkg, tag = m.group(3).replace("%2F", "/"), m.group(4)
+        tags = self.docker_images.get((loc, m.group(1), pkg), {})
+        if tag not in tags:
+            raise KeyError(f"{base}/{m.group(1)}/packages/{pkg}/tags/{tag}")
+        return 200, {"name": f"{base}/{m.group(1)}/packages/{m.group(3)}/tags/{tag}",
+                     "version": f"{base}/{m.group(1)}/packages/{m.group(3)}/versions/"
+                     f"{tags[tag]}"}
+
+    # Cloud Build ------------------------------------------------------------------------
+    def _cloudbuild(self, r: Req, loc: str, rest: str) -> tuple[int, Any]:
+        if rest == "/builds" and r.method == "POST":
+            build = copy.deepcopy(r.body or {})
+            bid = f"b{next(self._ids):04d}"
+            build.update(id=bid, projectId=self.project, status="QUEUED",
+                         name=f"projects/{self.project}/locations/{loc}/builds/{bid}",
+                         logUrl=f"https://console.cloud.google.com/cloud-build/builds;"
+                         f"region={loc}/{bid}?project={self.number}")
+            for st in build.get("steps", []):
+                st["status"] = "QUEUED"
+            build["_fault"], self._build_fault = self._build_fault, None
+            self.builds[bid] = build
+            op = self._op("cloudbuild", "BUILD", bid, lambda ok: None, r.path, location=loc)
+            return 200, self._lro_json(op)
+        m = re.fullmatch(r"/builds/([^/]+)", rest)
+        if not m or r.method != "GET" or m.group(1) not in self.builds:
+            raise KeyError(rest)
+        b = self.builds[m.group(1)]
+        self._step_build(b, loc)
+        return 200, {k: v for k, v in b.items() if not k.startswith("_")}
+
+    def _step_build(self, b: dict, loc: str) -> None:
+        """One poll of a build: QUEUED -> WORKING -> SUCCESS (or FAILURE)."""
+        steps = b.get("steps", [])
+        if b["status"] == "QUEUED":
+            b["status"] = "WORKING"
+            if steps:
+                steps[0]["status"] = "WORKING"
+            return
+        if b["status"] != "WORKING":
+            return
+        src = (b.get("source") or {}).get("storageSource") or {}
+        if not self._gcs_object_exists(src.get("bucket", ""), src.get("object", "")):
+            b.update(status="FAILURE", failureInfo={
+                "type": "FETCH_SOURCE_FAILED",
+                "detail": f"gs://{src.get('bucket')}/{src.get('object')}: object not found"})
+            return
+        fault = b.get("_fault")
+        if fault is not None:
+            step, detail = fault
+            for i, st in enumerate(steps):
+                st["status"] = "SUCCESS" if i < step else "FAILURE" if i == step else "QUEUED"
+            b.update(status="FAILURE", statusDetail=detail,
+                     failureInfo={"type": "USER_BUILD_STEP", "detail": detail})
+            return
+        for st in steps:
+            st["status"] = "SUCCESS"
+        b["status"] = "SUCCESS"
+        digest = "sha256:" + f"{abs(hash(b['id'])):064x}"[-64:]
+        results = []
+        for uri in b.get("images", []):
+            m = re.fullmatch(r"([a-z0-9-]+)-docker\.pkg\.dev/[^/]+/([^/]+)/([^:]+):(.+)", uri)
+            if m:
+                self.docker_images.setdefault((m.group(1), m.group(2), m.group(3)), {})[
+                    m.group(4)] = digest
+            results.append({"name": uri, "digest": digest})
+        b["results"] = {"images": results}
+
+    def _gcs_object_exists(self, bucket: str, name: str) -> bool:
+        if not self.gcs_url or not bucket or not name:
+            return False
+        from urllib.parse import quote
+
+        try:
+            with urllib.request.urlopen(
+                    f"{self.gcs_url}/storage/v1/b/{bucket}/o/{quote(name, safe='')}"):
+                return True
+        except urllib.error.HTTPError:
+            return False
 
     def _tick(self, target_prefix: str) -> None:
         for op in list(self.ops.values()):

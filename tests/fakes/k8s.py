@@ -1,11 +1,15 @@
 """A small in-memory Kubernetes API on 127.0.0.1 that the real ``kubernetes`` client talks to.
 
-It speaks enough of the REST protocol for rlctl: namespaced create (POST), get,
-list (with ``labelSelector`` equality terms), server-side apply (PATCH with
+It speaks enough of the REST protocol for rlctl: create (POST), get, list (with
+``labelSelector`` equality terms), server-side apply (PATCH with
 ``application/apply-patch+yaml``: create or replace the applied fields, owned by
-``fieldManager``), delete, and ``pods/NAME/log``. Tests seed pods, events and
-logs directly into ``FakeKube.objects`` / ``FakeKube.logs`` and read the request
-log from ``FakeKube.requests``.
+``fieldManager``), delete, and ``pods/NAME/log``, for namespaced objects and for
+cluster-scoped ones (namespaces, CRDs, cluster roles, webhook configurations: the
+controllers ``cluster create`` installs; stored under namespace ""). An applied
+CustomResourceDefinition is reported ``Established`` after ``crd_delay`` GETs
+(0: at once), as the API server does once it serves the new kind. Tests seed pods,
+events and logs directly into ``FakeKube.objects`` / ``FakeKube.logs`` and read
+the request log from ``FakeKube.requests``.
 """
 
 from __future__ import annotations
@@ -21,13 +25,20 @@ from urllib.parse import parse_qs, urlparse
 
 _PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-    r"/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
 )
+BUILTIN_GROUPS = {"apps", "batch", "apiextensions.k8s.io", "rbac.authorization.k8s.io",
+                  "admissionregistration.k8s.io", "resource.k8s.io"}
 KINDS = {
     "pods": "Pod", "events": "Event", "configmaps": "ConfigMap", "secrets": "Secret",
     "serviceaccounts": "ServiceAccount", "jobsets": "JobSet", "rayjobs": "RayJob",
     "pathwaysjobs": "PathwaysJob", "resourceclaimtemplates": "ResourceClaimTemplate",
-    "services": "Service",
+    "services": "Service", "namespaces": "Namespace",
+    "customresourcedefinitions": "CustomResourceDefinition", "deployments": "Deployment",
+    "roles": "Role", "rolebindings": "RoleBinding", "clusterroles": "ClusterRole",
+    "clusterrolebindings": "ClusterRoleBinding",
+    "mutatingwebhookconfigurations": "MutatingWebhookConfiguration",
+    "validatingwebhookconfigurations": "ValidatingWebhookConfiguration",
 }
 
 
@@ -50,6 +61,11 @@ class FakeKube:
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self._rv = 0
+        self.crd_delay = 0  # GETs of a new CRD before it reports Established
+        # True: a custom kind is served only once its CRD exists (else the API server's
+        # 404 "the server could not find the requested resource"), as on a real cluster
+        self.served_only = False
+        self._crd_gets: dict[str, int] = {}
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -73,10 +89,31 @@ class FakeKube:
         with self.lock:
             self.objects[(api, plural, md["namespace"], md["name"])] = obj
 
-    def names(self, plural: str | None = None) -> list[str]:
-        """'Kind/name' of every stored object (optionally of one plural), sorted."""
+    def seed_ready(self, namespace: str = "default", service_account: str = "rlctl",
+                   crds: tuple[str, ...] = ("jobsets.jobset.x-k8s.io",
+                                            "pathwaysjobs.pathways-job.pathways.domain",
+                                            "rayjobs.ray.io")) -> None:
+        """What ``cluster create`` leaves: established CRDs, the namespace and the KSA."""
+        for crd in crds:
+            self.put("apiextensions.k8s.io/v1", "customresourcedefinitions", {
+                "metadata": {"name": crd, "namespace": ""},
+                "status": {"conditions": [{"type": "Established", "status": "True"}]}})
+        self.put("v1", "namespaces", {"metadata": {"name": namespace, "namespace": ""}})
+        self.put("v1", "serviceaccounts", {"metadata": {"name": service_account,
+                                                        "namespace": namespace}})
+
+    def names(self, plural: str | None = None, cluster: bool = False) -> list[str]:
+        """'Kind/name' of every stored namespaced object (optionally of one plural), sorted;
+        cluster-scoped ones (CRDs, namespaces, cluster roles) with ``cluster=True``."""
         return sorted(f"{o['kind']}/{o['metadata']['name']}"
-                      for (_, p, _, _), o in self.objects.items() if plural in (None, p))
+                      for (_, p, ns, _), o in self.objects.items()
+                      if plural in (None, p) and (bool(ns) != cluster))
+
+    def _establish(self, crd: dict[str, Any]) -> None:
+        name = crd["metadata"]["name"]
+        seen = self._crd_gets[name] = self._crd_gets.get(name, 0) + 1
+        if seen > self.crd_delay:
+            crd["status"] = {"conditions": [{"type": "Established", "status": "True"}]}
 
     def mutations(self) -> list[tuple[str, str]]:
         return [(r["method"], r["path"]) for r in self.requests if r["method"] != "GET"]
@@ -116,9 +153,14 @@ class FakeKube:
                 if not m:
                     return self._status(404, "NotFound", f"no route {url.path}")
                 api = m["core"] or f"{m['group']}/{m['version']}"
-                ns, plural, name = m["ns"], m["plural"], m["name"]
+                ns, plural, name = m["ns"] or "", m["plural"], m["name"]
                 key = (api, plural, ns, name or "")
                 with fake.lock:
+                    if fake.served_only and m["group"] and m["group"] not in BUILTIN_GROUPS and (
+                            "apiextensions.k8s.io/v1", "customresourcedefinitions", "",
+                            f"{plural}.{m['group']}") not in fake.objects:
+                        return self._status(404, "NotFound",
+                                            "the server could not find the requested resource")
                     if m["sub"] == "log":
                         if (ns, name) not in fake.logs:
                             return self._status(404, "NotFound", f"no log for {name}")
@@ -137,6 +179,8 @@ class FakeKube:
                     if method == "GET":
                         if key not in fake.objects:
                             return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                        if plural == "customresourcedefinitions":
+                            fake._establish(fake.objects[key])
                         return self._send(200, fake.objects[key])
                     if method == "DELETE":
                         obj = fake.objects.pop(key, None)
@@ -174,7 +218,10 @@ class FakeKube:
                        old: dict[str, Any] | None) -> dict[str, Any]:
                 obj = copy.deepcopy(body)
                 md = obj.setdefault("metadata", {})
-                md["namespace"] = ns
+                if ns:
+                    md["namespace"] = ns
+                else:  # cluster-scoped
+                    md.pop("namespace", None)
                 md["uid"] = (old or {}).get("metadata", {}).get("uid") or str(uuid.uuid4())
                 md["resourceVersion"] = str(fake._rv)
                 if old and "status" in old:

@@ -29,6 +29,7 @@ class Accelerator(BaseModel):
     # TPU fields
     family: str | None = None
     gke_accelerator: str | None = None
+    ray_accelerator_type: str | None = None  # Ray's name for the generation: TPU-V6E
     chips_per_host: int = 0
     hosts: int = 1
     topology: str | None = None
@@ -54,7 +55,7 @@ def _load() -> dict[str, Accelerator]:
         for name, t in fam["types"].items():
             out[name] = Accelerator(
                 name=name, kind="tpu", family=family, gke_accelerator=fam["gke_accelerator"],
-                **t,
+                ray_accelerator_type=fam["ray_accelerator_type"], **t,
             )
     for name, g in raw["gpu"].items():
         out[name] = Accelerator(name=name, kind="gpu", machine_type=name, **g)
@@ -85,6 +86,73 @@ def lookup(name: str) -> Accelerator:
         else "valid names look like v6e-16, v5p-128, v5litepod-16, tpu7x-128, a3-highgpu-8g"
     )
     raise ConfigError(f"unknown accelerator type {name!r}", hint=hint)
+
+
+# --- machine types: what a host's trainer pod may ask for ------------------------------
+# GKE keeps back, of a node's memory, 25% of the first 4 GiB, 20% of the next 4, 10% of
+# the next 8, 6% of the next 112 and 2% of the rest, plus a 100 MiB eviction threshold;
+# of its CPU, 6% of the first core, 1% of the next, 0.5% of the next 2 and 0.25% of the
+# rest (GKE docs, "Plan GKE Standard node sizes"). Both as (upper bound, fraction).
+_MEMORY_RESERVED = ((4, 0.25), (8, 0.20), (16, 0.10), (128, 0.06), (float("inf"), 0.02))
+_CPU_RESERVED = ((1, 0.06), (2, 0.01), (4, 0.005), (float("inf"), 0.0025))
+_EVICTION_GIB = 100 / 1024
+# What the node's own DaemonSets (metadata server, netd, logging, GCS FUSE, DRANET) take.
+POD_HEADROOM = 0.10
+
+
+class Machine(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    vcpus: int
+    memory_gb: float
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_gb * 1e9 / 2**30
+
+
+def _tiered(total: float, tiers: tuple[tuple[float, float], ...]) -> float:
+    kept, low = 0.0, 0.0
+    for high, frac in tiers:
+        if total > low:
+            kept += (min(total, high) - low) * frac
+        low = high
+    return kept
+
+
+@lru_cache(maxsize=1)
+def _machines() -> dict[str, Machine]:
+    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
+    return {n: Machine(name=n, **m) for n, m in (raw.get("machines") or {}).items()}
+
+
+def machine(name: str) -> Machine | None:
+    return _machines().get(name)
+
+
+def allocatable(m: Machine) -> tuple[float, float]:
+    """(vCPUs, GiB) GKE leaves allocatable to pods on a node of this machine type."""
+    cpu = m.vcpus - _tiered(m.vcpus, _CPU_RESERVED)
+    mem = m.memory_gib - _tiered(m.memory_gib, _MEMORY_RESERVED) - _EVICTION_GIB
+    return cpu, mem
+
+
+def pod_resources(machine_type: str) -> tuple[str, str] | None:
+    """(cpu, memory) quantities for the one trainer pod of a host: allocatable less
+    ``POD_HEADROOM``, whole vCPUs and GiB (None: a machine type the catalog lacks)."""
+    m = machine(machine_type)
+    if m is None:
+        return None
+    cpu, mem = allocatable(m)
+    keep = 1 - POD_HEADROOM
+    return str(max(1, int(cpu * keep))), f"{max(1, int(mem * keep))}Gi"
+
+
+def ray_accelerator_type(gke_accelerator: str) -> str | None:
+    """Ray's accelerator type of a GKE TPU accelerator label (tpu-v6e-slice -> TPU-V6E)."""
+    return next((a.ray_accelerator_type for a in _load().values()
+                 if a.gke_accelerator == gke_accelerator), None)
 
 
 _SLICES = re.compile(r"^\s*(?P<name>[A-Za-z0-9-]+)\s*(?:\s[xX*]\s*(?P<n>\d+))?\s*$")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,11 @@ from rlctl.core.gcp.operations import Event, call, execute, wait_gke
 from rlctl.core.plan import Change, CostEstimate, Plan
 
 CPU_POOL = "cpu"
+# The seeds' TPU pools: full access scope (the pods reach GCS and Pathways' storage
+# through Workload Identity; the node's own scope must not be the narrower default)
+# and one thread per core, as `gcloud ... node-pools create --threads-per-core=1`.
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+TPU_THREADS_PER_CORE = 1
 _CHANNELS = {"rapid": "RAPID", "regular": "REGULAR", "stable": "STABLE", "none": "UNSPECIFIED"}
 
 
@@ -77,6 +82,10 @@ def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str
             }
             if spec.dcn.count:
                 config["labels"] = {DRANET_LABEL: "true"}
+            config["oauth_scopes"] = [CLOUD_PLATFORM]
+            if acc.kind == "tpu":
+                config["advanced_machine_features"] = {
+                    "threads_per_core": TPU_THREADS_PER_CORE}
             if acc.kind == "gpu":
                 config["accelerators"] = [{
                     "accelerator_count": acc.gpus, "accelerator_type": acc.gpu_type,
@@ -200,7 +209,8 @@ def _pool_fields(spec: InfraSpec, acc: Accelerator | None, nodes: int, machine: 
     if acc is not None:
         f.update(accelerator=acc.name, zone=spec.zone, capacity=spec.capacity.kind)
         if acc.kind == "tpu":
-            f.update(topology=acc.topology, chips=acc.chips)
+            f.update(topology=acc.topology, chips=acc.chips,
+                     threads_per_core=TPU_THREADS_PER_CORE)
         else:
             f.update(gpus=f"{acc.gpus} x {acc.gpu_type}")
         if spec.dcn.count:
@@ -438,12 +448,21 @@ def _apply_gke(clients: GcpClients, c: Change, project: str, location: str, clus
     wait_gke(clients, op, location, what, on_poll=on_poll)
 
 
-def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None) -> dict[str, Any]:
-    """Apply every non-unchanged change, concurrently where independent; wait for all."""
+def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None,
+               handlers: Mapping[str, Callable[[Change, Callable[[str], None]], None]]
+               | None = None) -> dict[str, Any]:
+    """Apply every non-unchanged change, concurrently where independent; wait for all.
+
+    ``handlers`` apply kinds this module does not know (the in-cluster controllers,
+    namespace and KSA that ``core/runs/readiness.py`` adds to the plan).
+    """
     region = plan.location
+    extra = dict(handlers or {})
 
     def handler(c: Change, on_poll: Callable[[str], None]) -> None:
-        if c.kind in ("network", "subnet", "firewall"):
+        if c.kind in extra:
+            extra[c.kind](c, on_poll)
+        elif c.kind in ("network", "subnet", "firewall"):
             network.apply(clients, c, region, on_poll)
         elif c.kind in ("cluster", "nodepool"):
             _apply_gke(clients, c, plan.project, plan.location, plan.target, on_poll)

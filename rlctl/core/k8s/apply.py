@@ -35,6 +35,22 @@ PLURALS = {
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    # what the controllers' manifests (rlctl/data/controllers) hold besides the above
+    ("v1", "Service"): "services",
+    ("apps/v1", "Deployment"): "deployments",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+}
+# Kinds that live outside any namespace (addressed without /namespaces/NS).
+CLUSTER_PLURALS = {
+    ("v1", "Namespace"): "namespaces",
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "clusterroles",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "clusterrolebindings",
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):
+        "mutatingwebhookconfigurations",
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
+        "validatingwebhookconfigurations",
 }
 # Created only when missing, never updated: shared or holding a secret value.
 CREATE_ONLY = {"ServiceAccount", "Secret"}
@@ -52,17 +68,26 @@ def run_kinds() -> list[tuple[str, str]]:
 
 
 def _collection(api_version: str, kind: str, namespace: str) -> str:
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    cluster_plural = CLUSTER_PLURALS.get((api_version, kind))
+    if cluster_plural is not None:
+        return f"{base}/{cluster_plural}"
     backend = backends.by_kind(api_version, kind)
     plural = backend.plural if backend else PLURALS.get((api_version, kind))
     if plural is None:
         raise ConfigError(f"rlctl does not manage {api_version} {kind} objects")
-    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{base}/namespaces/{namespace}/{plural}"
 
 
 def _translate(e: Exception, what: str) -> Exception:
     status = getattr(e, "status", None)
     reason = getattr(e, "reason", "") or ""
+    if status == 404 and "could not find the requested resource" in _body_message(e):
+        # the kind itself is not served: its CRD (controller) is not installed
+        return NotFoundError(
+            f"the cluster does not serve the kind of {what}: its CRD is not installed",
+            hint="re-run 'rlctl cluster create CLUSTER', which installs the JobSet and "
+            "PathwaysJob controllers (the Ray operator is GKE's RayOperator add-on)")
     if status == 404:
         return NotFoundError(f"{what} not found")
     if status == 409:
@@ -96,6 +121,7 @@ class KubeApi:
               = None, body: Any = None, content_type: str = "application/json",
               response_type: str = "object") -> Any:
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as TransportError
 
         headers = {"Accept": "application/json" if response_type == "object" else "*/*",
                    "Content-Type": content_type}
@@ -111,8 +137,11 @@ class KubeApi:
                 raise ApiException(http_resp=resp)
         except ApiException as e:
             raise _translate(e, what) from e
-        except OSError as e:  # urllib3 wraps connection errors in OSError subclasses
-            raise CloudError(f"cannot reach the cluster API for {what}: {e}") from e
+        except (OSError, TransportError) as e:  # refused, reset, timed out, retries spent
+            reason = getattr(e, "reason", None) or e
+            raise CloudError(f"cannot reach the cluster API for {what}: {reason}",
+                             hint="check the cluster's endpoint and your network (a private "
+                             "cluster needs a route to its control plane)") from e
         text = data.decode() if isinstance(data, bytes) else str(data or "")
         if response_type != "object":
             return text
@@ -121,17 +150,21 @@ class KubeApi:
         return json.loads(text) if text else {}
 
     # --- single objects ----------------------------------------------------------------
-    def get(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
+            ) -> dict[str, Any] | None:
+        ns = namespace or self.namespace
         try:
-            return self._call("GET", f"{_collection(api_version, kind, self.namespace)}/{name}",
+            return self._call("GET", f"{_collection(api_version, kind, ns)}/{name}",
                               f"{kind}/{name}")
         except NotFoundError:
             return None
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply with field manager ``rlctl`` (forcing our fields)."""
+        """Server-side apply with field manager ``rlctl`` (forcing our fields), in the
+        object's own namespace when it names one (a controller's), else this API's."""
         kind, name = obj["kind"], obj["metadata"]["name"]
-        path = f"{_collection(obj['apiVersion'], kind, self.namespace)}/{name}"
+        ns = obj["metadata"].get("namespace") or self.namespace
+        path = f"{_collection(obj['apiVersion'], kind, ns)}/{name}"
         return self._call("PATCH", path, f"{kind}/{name}", body=obj,
                           content_type="application/apply-patch+yaml",
                           query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
@@ -139,15 +172,17 @@ class KubeApi:
     def create_if_missing(self, obj: dict[str, Any]) -> bool:
         """Create ``obj`` unless an object of that name exists; True if created."""
         kind, name = obj["kind"], obj["metadata"]["name"]
+        ns = obj["metadata"].get("namespace") or self.namespace
         try:
-            self._call("POST", _collection(obj["apiVersion"], kind, self.namespace),
+            self._call("POST", _collection(obj["apiVersion"], kind, ns),
                        f"{kind}/{name}", body=obj, query=[("fieldManager", FIELD_MANAGER)])
         except AlreadyExistsError:
             return False
         return True
 
-    def delete(self, api_version: str, kind: str, name: str) -> bool:
-        path = f"{_collection(api_version, kind, self.namespace)}/{name}"
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None
+               ) -> bool:
+        path = f"{_collection(api_version, kind, namespace or self.namespace)}/{name}"
         try:
             self._call("DELETE", path, f"{kind}/{name}",
                        body={"propagationPolicy": "Background"})
@@ -245,10 +280,27 @@ def find_workload(api: KubeApi, run: str, backend: str | None = None
     return None
 
 
+# The JobSet controller labels every pod of a JobSet with its name. A PathwaysJob's
+# worker pods are built by its controller from a JobSet named after the run, with no
+# way to add our labels (its CRD has no worker pod template), so they are found by it.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def run_pods(api: KubeApi, run: str, backend: str | None = None) -> list[dict[str, Any]]:
+    """The run's pods: those with rlctl's run label, plus (Pathways, or an unknown
+    backend) the pods of the JobSet its PathwaysJob made, which carry only its name."""
+    pods = api.list("v1", "Pod", run_selector(run))
+    if backend in (None, "pathways"):
+        names = {p["metadata"]["name"] for p in pods}
+        pods += [p for p in api.list("v1", "Pod", f"{JOBSET_NAME_LABEL}={run}")
+                 if p["metadata"]["name"] not in names]
+    return pods
+
+
 def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Diagnosis:
     """The run's workload phase and, when it is not running, why (one line)."""
     workload = find_workload(api, run, backend)
-    pods = api.list("v1", "Pod", run_selector(run))
+    pods = run_pods(api, run, backend)
     names = {p["metadata"]["name"] for p in pods}
     events = [e for e in api.list("v1", "Event")
               if (e.get("involvedObject") or {}).get("name") in names | {run}]

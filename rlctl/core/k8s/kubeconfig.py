@@ -65,14 +65,21 @@ def build_configuration(endpoint: str, ca_cert_b64: str | None,
     cfg.api_key_prefix = {"authorization": "Bearer"}
     if callable(token):
         source = token
-        cfg.api_key = {"authorization": source()}
 
         def refresh(c: Configuration) -> None:
-            c.api_key["authorization"] = source()
+            # no token (anonymous credentials: emulators and local fakes only) means no
+            # Authorization header, not an empty or "None" one the client cannot send
+            value = source()
+            if value:
+                c.api_key["authorization"] = value
+            else:
+                c.api_key.pop("authorization", None)
 
+        cfg.api_key = {}
+        refresh(cfg)
         cfg.refresh_api_key_hook = refresh
     else:
-        cfg.api_key = {"authorization": token}
+        cfg.api_key = {"authorization": token} if token else {}
     return cfg
 
 

@@ -26,6 +26,7 @@ from rlctl.core.names import validate_name
 RUN_LABEL = "rlctl.dev/run"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
@@ -59,9 +60,18 @@ class WorkloadView(BaseModel):
     max_restarts: int = Field(3, ge=0)
     min_slices: int = Field(1, ge=1, description="Ray: fewest slices the job may shrink to.")
     dcn_networks: list[str] = Field(default_factory=list)
-    cpu: str = "8"
-    memory: str = "32Gi"
+    cpu: str = Field("", description="Per accelerator host pod; '' = the catalog's "
+                     "allocatable of the machine type, less headroom.")
+    memory: str = Field("", description="Per accelerator host pod, requested and limited; "
+                        "'' = from the catalog like cpu.")
+    controller_cpu: str = Field("4", description="Pathways' controller pod (a CPU node).")
+    controller_memory: str = Field("16Gi", description="Pathways' controller pod.")
+    megascale_port: int = Field(9915, ge=1, le=65535, description="libtpu's DCN port (the "
+                                "seeds' 9915; Ray's metrics export has 8080).")
+    metrics_export_port: int = Field(8080, ge=1, le=65535)
     env: list[EnvVar] = Field(default_factory=list)
+    gcs_buckets: list[str] = Field(default_factory=list, description="Buckets mounted "
+                                   "read-only at /gcs/BUCKET (GCS FUSE CSI) for gs:// inputs.")
 
     @field_validator("run")
     @classmethod
@@ -90,7 +100,29 @@ class WorkloadView(BaseModel):
     def _networks(cls, v: list[str]) -> list[str]:
         return [validate_name(n, "network", max_len=63) for n in v]
 
-    @field_validator("cpu", "memory")
+    @field_validator("gcs_buckets")
+    @classmethod
+    def _buckets(cls, v: list[str]) -> list[str]:
+        for b in v:
+            if not _BUCKET.fullmatch(b):
+                raise ValueError(f"{b!r} is not a bucket name")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _host_resources(cls, data: Any) -> Any:
+        """Unset cpu/memory come from the machine type's allocatable (catalog)."""
+        if not isinstance(data, dict) or (data.get("cpu") and data.get("memory")):
+            return data
+        from rlctl.core.config.catalog import pod_resources
+
+        shape = data.get("shape")
+        machine = getattr(shape, "machine_type", None) or (
+            shape.get("machine_type") if isinstance(shape, dict) else None)
+        cpu, memory = pod_resources(machine or "") or ("8", "32Gi")
+        return {**data, "cpu": data.get("cpu") or cpu, "memory": data.get("memory") or memory}
+
+    @field_validator("cpu", "memory", "controller_cpu", "controller_memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
         if not _QUANTITY.fullmatch(v):
@@ -128,9 +160,24 @@ class WorkloadView(BaseModel):
 
     @property
     def ray_accelerator_type(self) -> str:
-        # Ray's TPU accelerator type is the generation plus the chip count, e.g. "TPU-V6E"
-        gen = self.shape.accelerator.removeprefix("tpu-").split("-")[0].upper()
-        return f"TPU-{gen}"
+        """Ray's name of the TPU generation (TPU-V6E, TPU-V5LITEPOD, TPU-V7X), from the
+        catalog: Ray places TPU workers only on nodes advertising exactly this type."""
+        from rlctl.core.config.catalog import ray_accelerator_type
+
+        found = ray_accelerator_type(self.shape.accelerator)
+        if found is None:
+            raise ConfigError(f"no Ray accelerator type for {self.shape.accelerator!r}",
+                              hint="the ray backend needs a TPU type from the catalog")
+        return found
+
+    @property
+    def libtpu_init_args(self) -> str | None:
+        """libtpu's DCN interfaces: the DRANET NICs (eth1.. one per DCN network, eth0 is
+        the node's own) then loopback; None without DCN networks (libtpu's default)."""
+        if self.shape.kind != "tpu" or not self.dcn_networks:
+            return None
+        nics = [f"eth{i + 1}" for i in range(len(self.dcn_networks))]
+        return f"--megascale_grpc_interface_prefixes={','.join([*nics, 'lo'])}"
 
 
 def make_view(**fields: Any) -> WorkloadView:

@@ -26,6 +26,7 @@ from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE, KSA_LABEL, N
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
 from rlctl.core.gcp.api import GcpClients
+from rlctl.core.gcp.image import default_image, default_tag, image_exists
 from rlctl.core.gcp.storage import runs_bucket
 from rlctl.core.k8s import backends
 from rlctl.core.k8s.apply import KubeApi, describe_workload, trainer_logs
@@ -145,37 +146,82 @@ def _store(clients: GcpClients, uri: str) -> RunStore:
 
 
 # --- submit ------------------------------------------------------------------------
+def _image_lines(clients: GcpClients, target: ClusterTarget, shape: SliceShape,
+                 image: str) -> list[str]:
+    """One line if the image is known to be missing (Artifact Registry images only)."""
+    if image_exists(clients, image) is not False:
+        return []
+    return [f"image {image} does not exist: run 'rlctl image build --cluster {target.name} "
+            f"--region {target.region} --accelerator {shape.kind}'"
+            + ("" if image.rsplit(":", 1)[-1] == default_tag(shape.kind) else
+               ", then pass the image it prints with --image (or leave --image out)")]
+
+
+def _ready_or_raise(api: KubeApi, target: ClusterTarget, backend: str,
+                    opts: ClusterOptions, lines: list[str]) -> None:
+    """The pre-submit checks: the backend's CRD, the namespace, the KSA and the image
+    are there.
+
+    Without them the workload is refused with "the server could not find the
+    requested resource", or its pods never start; each missing piece is one line
+    naming the command that adds it (nothing is written before this passes).
+    """
+    from rlctl.core.errors import PreflightError
+    from rlctl.core.k8s.controllers import missing_for_run
+
+    lines = missing_for_run(api, target.name, backend, opts.namespace, opts.service_account,
+                            target.region) + lines
+    if lines:
+        raise PreflightError(lines)
+
+
+class HostResources(BaseModel):
+    """What one accelerator host's pod asks for, and how far an elastic run may shrink;
+    None = the default (the machine type's allocatable from the catalog; every slice)."""
+
+    cpu: str | None = None
+    memory: str | None = None
+    min_slices: int | None = None
+
+
 def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, image: str | None,
-           hf_token: str | None = None, dry_run: bool = False
-           ) -> SubmitResult | SubmitPreview:
+           hf_token: str | None = None, dry_run: bool = False,
+           resources: HostResources | None = None) -> SubmitResult | SubmitPreview:
     """Render (``dry_run``) or submit a run to ``ref.cluster``.
 
     A dry run returns a ``SubmitPreview`` (the manifests, no Secret value, nothing
     written); a submit ``submit_run``'s result with where the run went.
     """
+    res = resources or HostResources()
     backends.get(backend)  # ConfigError naming the registered backends
-    if not image:
-        raise ConfigError("a cluster run needs a container image",
-                          hint="pass --image REGISTRY/rlctl:TAG (or set RLCTL_IMAGE); "
-                          "build one with the Dockerfile in the repository")
     if not ref.cluster:
         raise ConfigError("no cluster given", hint="pass --cluster NAME")
     project, region = _location(ref, {})
     target = find_cluster(clients, project, region, ref.cluster)
     acc, shape = target.shape(ref.accelerator)
+    # no --image: the one 'rlctl image build' makes of this rlctl for the accelerator
+    image = image or default_image(project, region, shape.kind)
     runs_dir = ref.runs_dir or f"gs://{runs_bucket(clients, project, target.name)}/{RUNS_PREFIX}"
     store = _store(clients, runs_dir)
+    if res.min_slices is not None and res.min_slices > shape.num_slices:
+        raise ConfigError(f"--min-slices {res.min_slices} is more than the cluster's "
+                          f"{shape.num_slices} {acc} slice(s)",
+                          hint=f"pass a number from 1 to {shape.num_slices}")
     opts = ClusterOptions(image=image,
                           namespace=ref.namespace or target.namespace or DEFAULT_NAMESPACE,
                           service_account=target.service_account or DEFAULT_KSA,
-                          dcn_networks=target.dcn_networks)
+                          dcn_networks=target.dcn_networks, cpu=res.cpu or "",
+                          memory=res.memory or "", min_slices=res.min_slices or 1)
     where = {"cluster": target.name, "project": project, "region": region,
              "accelerator": acc, "image": image}
+    # recorded for resume, which renders the workload again
+    record = {**where, **res.model_dump(exclude_none=True)}
     if dry_run:
         objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
         return SubmitPreview(**where, runs_dir=store.uri, manifests=objs)
     api = kube_api(clients, target, opts.namespace)
-    out = submit_run(spec, backend, shape, api, store, opts, hf_token=hf_token, record=where)
+    _ready_or_raise(api, target, backend, opts, _image_lines(clients, target, shape, image))
+    out = submit_run(spec, backend, shape, api, store, opts, hf_token=hf_token, record=record)
     return out.model_copy(update=where)
 
 
@@ -321,7 +367,10 @@ def resume(clients: GcpClients, ref: ClusterRef, name: str, hf_token: str | None
         raise ConfigError(f"run {name!r} records no image", hint="pass --image")
     opts = ClusterOptions(image=image, namespace=api.namespace,
                           service_account=o.status.get("service_account") or DEFAULT_KSA,
-                          dcn_networks=o.target.dcn_networks)
+                          dcn_networks=o.target.dcn_networks,
+                          cpu=o.status.get("cpu") or "", memory=o.status.get("memory") or "",
+                          min_slices=min(int(o.status.get("min_slices") or 1),
+                                         shape.num_slices))
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
     return out.model_copy(update={"cluster": o.target.name, "accelerator": acc})
 

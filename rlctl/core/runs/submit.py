@@ -47,8 +47,8 @@ class ClusterOptions(BaseModel):
     max_restarts: int = 3
     min_slices: int = 1
     dcn_networks: list[str] = []
-    cpu: str = "8"
-    memory: str = "32Gi"
+    cpu: str = ""  # '' = from the catalog (the machine type's allocatable)
+    memory: str = ""
 
 
 def hf_secret_name(run: str) -> str:
@@ -65,6 +65,7 @@ def build_view(spec: RunSpec, backend: str, shape: SliceShape, run_uri: str,
         hf_secret=hf_secret_name(spec.name) if with_hf_secret else None,
         max_restarts=opts.max_restarts, min_slices=opts.min_slices,
         dcn_networks=opts.dcn_networks, cpu=opts.cpu, memory=opts.memory,
+        gcs_buckets=mounted_buckets(spec),
     )
 
 
@@ -83,13 +84,79 @@ def render_run(spec: RunSpec, backend: str, shape: SliceShape, store: RunStore,
 
 
 def _named(spec: RunSpec, store: RunStore | None = None) -> RunSpec:
-    """The spec as the pods will run it: named, with output.root = the run store."""
+    """The spec as the pods will run it: named, with output.root = the run store, and
+    gs:// inputs read through the pods' GCS FUSE mounts (``pod_inputs``)."""
     if not spec.name:
         spec = spec.model_copy(update={"name": generate_run_name(spec.algorithm)})
     if store is not None and spec.output.root != store.uri:
         spec = spec.model_copy(update={"output": spec.output.model_copy(
             update={"root": store.uri})})
-    return spec
+    return pod_inputs(spec)
+
+
+# --- inputs on gs:// ------------------------------------------------------------------
+# GKE's GCS FUSE CSI driver (enabled by 'cluster create') mounts each bucket an input
+# lives in at /gcs/BUCKET in every trainer container, so the trainer reads a gs:// model
+# folder or data file as the local path it already knows how to read.
+GCS_MOUNT = "/gcs"
+
+
+def _gs_to_mount(uri: str) -> str:
+    return f"{GCS_MOUNT}/{uri[len('gs://'):]}"
+
+
+def pod_inputs(spec: RunSpec) -> RunSpec:
+    """The spec with ``gs://`` model/data paths as their mount paths in the pods.
+
+    A file or folder on this machine cannot be read by the pods: it is refused with the
+    command that copies it to a bucket (never silently ignored).
+    """
+    from pathlib import Path
+
+    from rlctl.core.config.models import DEFAULT_MODEL
+
+    fields = {"model.source": spec.model.source, "data.path": spec.data.path,
+              "data.eval_path": spec.data.eval_path}
+    new: dict[str, str] = {}
+    for key, value in fields.items():
+        if not value or value.startswith(f"{GCS_MOUNT}/"):
+            continue
+        if value.startswith("gs://"):
+            if len(value) <= len("gs://") or value[len("gs://"):].startswith("/"):
+                raise ConfigError(f"{key}={value!r} names no bucket",
+                                  hint="use gs://BUCKET/PATH")
+            new[key] = _gs_to_mount(value)
+            continue
+        local = key != "model.source" or (value != DEFAULT_MODEL
+                                          and Path(value).expanduser().exists())
+        if local:
+            flag = {"model.source": "--model", "data.path": "--data-path",
+                    "data.eval_path": "--set data.eval_path="}[key]
+            raise ConfigError(
+                f"{key}={value!r} is a path on this machine; the cluster's pods cannot "
+                "read it",
+                hint=f"copy it to a bucket the run's service account can read (e.g. "
+                f"'gcloud storage cp -r {value} gs://BUCKET/inputs/') and pass {flag} "
+                "gs://BUCKET/inputs/...")
+    if not new:
+        return spec
+    model = spec.model.model_copy(update={"source": new.get("model.source",
+                                                            spec.model.source)})
+    data = spec.data.model_copy(update={
+        "path": new.get("data.path", spec.data.path),
+        "eval_path": new.get("data.eval_path", spec.data.eval_path)})
+    return spec.model_copy(update={"model": model, "data": data})
+
+
+def mounted_buckets(spec: RunSpec) -> list[str]:
+    """The buckets the pods mount: those of the spec's /gcs/BUCKET/... inputs."""
+    out: list[str] = []
+    for value in (spec.model.source, spec.data.path, spec.data.eval_path):
+        if value and value.startswith(f"{GCS_MOUNT}/"):
+            bucket = value[len(GCS_MOUNT) + 1:].split("/", 1)[0]
+            if bucket and bucket not in out:
+                out.append(bucket)
+    return out
 
 
 def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | None

@@ -79,6 +79,10 @@ class TestCreateRequests:
                 ("rl-dcn-0", "rl-dcn-0-sub"), ("rl-dcn-1", "rl-dcn-1-sub")]
             assert p.config.resource_labels["managed-by"] == "rlctl"
             assert not p.config.spot
+            # the seeds' --threads-per-core=1 and cloud-platform scope
+            assert p.config.advanced_machine_features.threads_per_core == 1
+            assert list(p.config.oauth_scopes) == [
+                "https://www.googleapis.com/auth/cloud-platform"]
         # bucket in the region, uniform access, labelled; objectUser for the KSA principal
         (breq,) = [r for r in muts if r.method == "POST" and r.path == "/storage/v1/b"]
         assert breq.body["location"] == "US-CENTRAL1"

@@ -96,10 +96,10 @@ class TestJobSet:
         assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
                                        "cloud.google.com/gke-tpu-topology": "4x4"}
         c = pod["containers"][0]
-        assert c["resources"]["limits"] == {"google.com/tpu": 4}
+        assert c["resources"]["limits"] == {"google.com/tpu": 4, "memory": "585Gi"}
         assert c["resources"]["requests"]["google.com/tpu"] == 4
         e = env(c)
-        assert e["MEGASCALE_NUM_SLICES"] == "2" and e["MEGASCALE_PORT"] == "8080"
+        assert e["MEGASCALE_NUM_SLICES"] == "2" and e["MEGASCALE_PORT"] == "9915"
         assert e["MEGASCALE_SLICE_ID"] == {"fieldRef": {
             "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/job-index']"}}
         assert e["MEGASCALE_COORDINATOR_ADDRESS"] == "r1-slice-0-0.r1"
@@ -113,7 +113,8 @@ class TestJobSet:
         pod = rj["template"]["spec"]["template"]["spec"]
         assert rj["template"]["spec"]["parallelism"] == 4  # 2 slices x 2 hosts
         assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
-        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8,
+                                                               "memory": "1531Gi"}
         assert env(pod["containers"][0])["JAX_NUM_PROCESSES"] == "4"
 
 

@@ -1,0 +1,201 @@
+"""The build context of a cluster image: a Dockerfile, its pinned requirements and a
+wheel of this very rlctl, packed reproducibly, and the content hash that tags it.
+
+Why build a wheel here instead of installing rlctl from PyPI in the image: the pods
+must run exactly the code that submitted the run (same spec fields, same templates),
+including an unreleased checkout. The wheel is made from the installed package's
+own files (Python modules, templates, data), so the context never holds anything
+else: no ``.git``, no ``runs/``, no credentials, whatever the working directory is.
+
+The archive is byte-for-byte reproducible (sorted members, fixed times, owners and
+modes), so its SHA-256 names the image: an unchanged context maps to the same tag,
+and ``rlctl image build`` reuses the image instead of building it again.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import io
+import tarfile
+import zipfile
+from importlib import resources
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlctl import __version__
+from rlctl.core.errors import ConfigError
+
+Accelerator = Literal["tpu", "gpu"]
+ACCELERATORS: tuple[Accelerator, ...] = ("tpu", "gpu")
+# What a wheel of rlctl holds: its modules, templates and data, nothing else.
+_PACKAGE_SUFFIXES = (".py", ".j2", ".yaml", ".json", ".md")
+_EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry can carry
+
+
+class ImagePins(BaseModel):
+    """One image's pins from ``rlctl/data/images.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    extras: list[str]
+    requirements: list[str]
+    no_deps: list[str] = Field(default_factory=list, description="installed with --no-deps")
+
+
+class ImagesFile(BaseModel):
+    """``rlctl/data/images.yaml``: every pinned version of the cluster images."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    python: str
+    base: str
+    glibc: str = Field(description="newest glibc the base image has (manylinux tags)")
+    platform: str
+    repository: str
+    images: dict[str, ImagePins]
+
+
+@functools.cache
+def pins() -> ImagesFile:
+    import yaml
+
+    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/images.yaml").read_text())
+    return ImagesFile(**raw)
+
+
+def image_pins(accelerator: str) -> ImagePins:
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"--accelerator must be tpu or gpu, not {accelerator!r}")
+    return pins().images[accelerator]
+
+
+def pip_platforms() -> list[str]:
+    """The manylinux tags the base image accepts (its glibc and older), for pip."""
+    newest = int(pins().glibc.split(".")[1])
+    return ["manylinux2014_x86_64", *(f"manylinux_2_{m}_x86_64" for m in range(17, newest + 1))]
+
+
+# --- the wheel ------------------------------------------------------------------------
+def _package_files() -> list[tuple[str, bytes]]:
+    """(path in the wheel, bytes) of the installed rlctl package, sorted."""
+    root = resources.files("rlctl")
+    out: list[tuple[str, bytes]] = []
+
+    def walk(node, prefix: str) -> None:
+        for child in node.iterdir():
+            if child.name == "__pycache__" or child.name.startswith("."):
+                continue
+            rel = f"{prefix}/{child.name}"
+            if child.is_dir():
+                walk(child, rel)
+            elif child.name.endswith(_PACKAGE_SUFFIXES):
+                out.append((rel, child.read_bytes()))
+
+    walk(root, "rlctl")
+    return sorted(out)
+
+
+def _metadata() -> str:
+    """METADATA of the wheel: name, version and the dependencies (with their extras)
+    of the installed distribution, so pip in the image resolves the same ranges."""
+    import importlib.metadata as im
+
+    try:
+        md = im.metadata("rlctl")
+    except im.PackageNotFoundError as e:
+        raise ConfigError("rlctl is not installed as a package, so its wheel cannot be built",
+                          hint="pip install -e . (or pip install rlctl)") from e
+    lines = ["Metadata-Version: 2.1", "Name: rlctl", f"Version: {__version__}"]
+    if md["Requires-Python"]:
+        lines.append(f"Requires-Python: {md['Requires-Python']}")
+    lines += [f"Provides-Extra: {x}" for x in md.get_all("Provides-Extra") or []]
+    lines += [f"Requires-Dist: {x}" for x in md.get_all("Requires-Dist") or []]
+    return "\n".join(lines) + "\n"
+
+
+def wheel_name() -> str:
+    return f"rlctl-{__version__}-py3-none-any.whl"
+
+
+def build_wheel() -> bytes:
+    """A reproducible py3-none-any wheel of the installed rlctl (RECORD with hashes)."""
+    import base64
+
+    dist = f"rlctl-{__version__}.dist-info"
+    files = _package_files()
+    files.append((f"{dist}/METADATA", _metadata().encode()))
+    files.append((f"{dist}/WHEEL", b"Wheel-Version: 1.0\nGenerator: rlctl\n"
+                  b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
+    record = []
+    for path, data in files:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files.append((f"{dist}/RECORD", ("\n".join(record) + "\n").encode()))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for path, data in files:
+            info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return buf.getvalue()
+
+
+# --- the Dockerfile and the context ------------------------------------------------------
+def render_dockerfile(accelerator: str) -> str:
+    """The image's Dockerfile from ``rlctl/templates/Dockerfile.<accelerator>.j2``."""
+    import jinja2
+
+    p = image_pins(accelerator)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("rlctl", "templates"),
+                             undefined=jinja2.StrictUndefined, autoescape=False,
+                             keep_trailing_newline=True)
+    d = {"base": pins().base, "wheel": wheel_name(), "extras": p.extras,
+         "no_deps": p.no_deps, "version": __version__, "accelerator": accelerator}
+    return env.get_template(f"Dockerfile.{accelerator}.j2").render(d=d)
+
+
+def requirements(accelerator: str) -> str:
+    return "\n".join(image_pins(accelerator).requirements) + "\n"
+
+
+class BuildContext(BaseModel):
+    """The packed context and what names it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    accelerator: Accelerator
+    files: list[str] = Field(description="members of the archive, in order")
+    archive: bytes = Field(repr=False, exclude=True)
+    sha256: str
+
+    @property
+    def tag(self) -> str:
+        """The content-hash tag: the same context always gets the same tag."""
+        return f"{__version__.replace('+', '-')}-{self.sha256[:12]}"
+
+
+def build_context(accelerator: str) -> BuildContext:
+    """The context as a reproducible .tar.gz (Dockerfile, requirements.txt, the wheel)."""
+    members = [("Dockerfile", render_dockerfile(accelerator).encode()),
+               ("requirements.txt", requirements(accelerator).encode()),
+               (wheel_name(), build_wheel())]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), _EPOCH, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    tar_bytes = raw.getvalue()
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6) as gz:
+        gz.write(tar_bytes)
+    return BuildContext(accelerator=accelerator, files=[n for n, _ in members],  # type: ignore[arg-type]
+                        archive=packed.getvalue(),
+                        sha256=hashlib.sha256(tar_bytes).hexdigest())
