@@ -151,3 +151,18 @@ def clients(fake):
 
     return Clients.local(fake.url, project="p", region="us-central1",
                          retry_initial=0.01, retry_deadline=5.0)
+
+
+CLUSTER_BUCKET = "rl-runs"
+
+
+@pytest.fixture
+def cluster_bucket(clients):
+    """The run bucket of a cluster named ``rl``, as ``cluster create`` labels it (emptied
+    after the test)."""
+    b = clients.storage.bucket(CLUSTER_BUCKET)
+    b.labels = {"managed-by": "rlctl", "rlctl-cluster": "rl"}
+    clients.storage.create_bucket(b, location="US-CENTRAL1")
+    yield CLUSTER_BUCKET
+    for blob in clients.storage.list_blobs(CLUSTER_BUCKET):
+        blob.delete()

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from rlctl import __version__
-from rlctl.cli import cluster, network, runs, train
+from rlctl.cli import checkpoint, cluster, image, network, runs, train
 from rlctl.cli._logging import configure_library_logging
 from rlctl.cli._options import AppState
 
@@ -56,9 +56,11 @@ def root(
 app.add_typer(train.app, name="train")
 app.add_typer(network.app, name="network")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(image.app, name="image")
 app.command("status")(runs.status)
 app.command("logs")(runs.logs)
 app.command("resume")(runs.resume)
+app.command("checkpoint-convert")(checkpoint.checkpoint_convert)
 
 # `rlctl delete run|cluster|network`: the same functions as `cluster delete` and
 # `network delete`, registered a second time under the verb-first spelling.

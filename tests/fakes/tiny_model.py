@@ -41,6 +41,22 @@ def _train_tokenizer(vocab_size: int):
     return tok
 
 
+# model_type -> the architecture transformers builds for it
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                  "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+FAMILIES = tuple(_ARCHITECTURES)
+
+
+def write_tiny_model(folder: Path, family: str, **kwargs: object) -> Path:
+    """A tiny random model of ``family`` (a ``model_type``); Gemma 3 ties its
+    embeddings and Qwen3 uses rope theta 1e6, as the real ones do."""
+    if family == "gemma3_text":
+        kwargs.setdefault("tie", True)
+    if family == "qwen3":  # the value of every Qwen3 (and the only one Tunix runs)
+        kwargs.setdefault("rope_theta", 1e6)
+    return write_tiny_llama(folder, family=family, **kwargs)  # type: ignore[arg-type]
+
+
 def write_tiny_llama(
     folder: Path, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
     ffn: int = 128, vocab: int = 384, seed: int = 0, rope_theta: float = 10000.0,
@@ -82,9 +98,21 @@ def write_tiny_llama(
                 p + "self_attn.k_proj.bias": w(kv_heads * head_dim),
                 p + "self_attn.v_proj.bias": w(kv_heads * head_dim),
             })
+        if family in ("qwen3", "gemma3_text"):  # per-head RMS norms of q and k
+            tensors.update({
+                p + "self_attn.q_norm.weight": 1 + w(head_dim) * 5,
+                p + "self_attn.k_norm.weight": 1 + w(head_dim) * 5,
+            })
+        if family == "gemma3_text":  # four norms per layer, each scaled by (1 + w)
+            for n in ("input_layernorm", "post_attention_layernorm",
+                      "pre_feedforward_layernorm", "post_feedforward_layernorm",
+                      "self_attn.q_norm", "self_attn.k_norm"):
+                tensors[p + n + ".weight"] = w(hidden if "_layernorm" in n else head_dim) * 5
+    if family == "gemma3_text":
+        tensors["model.norm.weight"] = w(hidden) * 5
     save_file(tensors, str(folder / "model.safetensors"))
     config = {
-        "architectures": ["Qwen2ForCausalLM" if family == "qwen2" else "LlamaForCausalLM"],
+        "architectures": [_ARCHITECTURES[family]],
         "model_type": family,
         "vocab_size": vocab_size, "hidden_size": hidden, "intermediate_size": ffn,
         "num_hidden_layers": layers, "num_attention_heads": heads,
@@ -92,6 +120,15 @@ def write_tiny_llama(
         "rms_norm_eps": 1e-5, "max_position_embeddings": 2048, "tie_word_embeddings": tie,
         "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "torch_dtype": "float32",
     }
+    if family == "gemma3_text":  # Tunix's Gemma 3: 5 sliding layers, then 1 global
+        config.update({
+            "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": head_dim, "sliding_window": 512,
+            "rope_local_base_freq": 10000.0, "final_logit_softcapping": None,
+            "attn_logit_softcapping": None, "rope_scaling": None,
+            "layer_types": [("full_attention" if (i + 1) % 6 == 0 else "sliding_attention")
+                            for i in range(layers)],
+        })
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>",

@@ -96,7 +96,7 @@ class Trainer:
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""
         self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info,
-                                    warn=self._say)
+                                    warn=self._say, topology=self.topo)
 
     def _say(self, message: str) -> None:
         self.emit({"event": "message", "message": message})

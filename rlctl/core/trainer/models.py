@@ -14,6 +14,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from rlctl.core.checkpoints.sources import TRAINER_MARKER
 from rlctl.core.config.models import DEFAULT_MODEL
 from rlctl.core.errors import ConfigError
 
@@ -62,8 +63,15 @@ def read_model_config(folder: Path) -> dict[str, Any]:
 
 def check_model_folder(folder: Path) -> Path:
     """The folder, after its config.json and every safetensors header were read and
-    each tensor was found to lie inside its file."""
+    each tensor was found to lie inside its file. A trainer folder (``rlctl
+    checkpoint-convert --to trainer``) has an Orbax checkpoint instead of
+    safetensors: its marker, written last, says the conversion finished."""
     config = read_model_config(folder)
+    if (folder / TRAINER_MARKER).is_file():
+        if not (folder / "checkpoint" / "default" / "_METADATA").is_file():
+            raise ConfigError(f"trainer folder {str(folder)!r} has no Orbax checkpoint",
+                              hint="convert the model again with rlctl checkpoint-convert")
+        return folder
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rlctl.core.checkpoints.sources import TRAINER_MARKER
 from rlctl.core.errors import ConfigError
 
 
@@ -85,6 +86,30 @@ def patch_llama3_rope_theta() -> None:
 
 
 # --- models ----------------------------------------------------------------------
+_HASHABLE: dict[type, type] = {}
+
+
+def _hashable(config: Any) -> Any:
+    """``config`` as an instance of a subclass that can be hashed by value.
+
+    Pitfall: Tunix's Qwen2/Qwen3/Gemma 3 ``ModelConfig`` are mutable dataclasses, so
+    unhashable, and a model's graphdef (which holds its config) is then unhashable
+    too: step.py's cache of compiled updates, keyed by graphdef, raised
+    ``TypeError: unhashable type: 'ModelConfig'`` at the first step. Equal configs
+    have equal reprs, so hashing the repr keeps hash and ``==`` consistent."""
+    cls = type(config)
+    if cls.__hash__ is not None:
+        return config
+    if cls not in _HASHABLE:
+        _HASHABLE[cls] = type(cls.__name__, (cls,), {
+            "__slots__": (), "__hash__": lambda self: hash(repr(self)),
+            "__module__": cls.__module__})
+    import dataclasses
+
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    return _HASHABLE[cls](**fields)
+
+
 def _llama_config(c: dict[str, Any]):
     from tunix.models.llama3 import model as m
 
@@ -121,10 +146,76 @@ def _qwen_config(module: str):
             "norm_eps": c.get("rms_norm_eps", 1e-6),
             "use_tied_embedding": bool(c.get("tie_word_embeddings", False)),
         }
+        # pitfall: Tunix 0.1.7's Qwen3 attention calls apply_rope without the config's
+        # rope_theta, so it always runs 1e6 (every released Qwen3 dense model's value);
+        # another value would train a different model than transformers runs
+        if module == "qwen3" and float(fields["rope_theta"]) != 1e6:
+            raise ConfigError(f"Qwen3 config: rope_theta={fields['rope_theta']} is not "
+                              "supported (the trainer's Qwen3 model always uses 1000000)")
         known = set(m.ModelConfig.__dataclass_fields__)
-        return m.ModelConfig(**{k: v for k, v in fields.items() if k in known})
+        return _hashable(m.ModelConfig(**{k: v for k, v in fields.items() if k in known}))
 
     return build
+
+
+def _gemma3_config(c: dict[str, Any]):
+    """Tunix's Gemma 3 from a ``gemma3_text`` config.json. What Tunix's model cannot
+    express is refused here with the field that says so, rather than trained with
+    different logits than transformers computes: logit soft-capping, a layer pattern
+    other than Gemma 3's (5 sliding-window layers, then 1 global), another RMS norm
+    epsilon (Tunix's is fixed) or an unusual query scaling."""
+    from tunix.models.gemma3 import model as m
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"Gemma 3 config: {what}: not supported by the trainer's "
+                           "Gemma 3 model (Tunix)", hint="use a stock Gemma 3 text model")
+
+    for cap in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if c.get(cap) is not None:
+            raise refuse(f"{cap}={c[cap]}")
+    heads, hidden = c["num_attention_heads"], c["hidden_size"]
+    head_dim = c.get("head_dim") or hidden // heads
+    layers = c["num_hidden_layers"]
+    pattern = ["full_attention" if (i + 1) % len(m.GEMMA3_ATTENTION_PATTERN) == 0
+               else "sliding_attention" for i in range(layers)]
+    if c.get("layer_types") not in (None, pattern):
+        raise refuse("layer_types other than 5 sliding-window layers then 1 global")
+    if abs(float(c.get("rms_norm_eps", 1e-6)) - 1e-6) > 1e-12:
+        raise refuse(f"rms_norm_eps={c['rms_norm_eps']} (Tunix uses 1e-6)")
+    if c.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        raise refuse(f"hidden_activation={c['hidden_activation']}")
+    q = m.QueryPreAttentionNormalisation
+    scalar = c.get("query_pre_attn_scalar", head_dim)
+    if scalar == head_dim:
+        norm = q.BY_ONE_OVER_SQRT_HEAD_DIM
+    elif scalar == hidden // heads:
+        norm = q.BY_ONE_OVER_SQRT_EMBED_DIM_DIV_NUM_HEADS
+    else:
+        raise refuse(f"query_pre_attn_scalar={scalar}")
+    # transformers 5 writes rope_parameters per layer type; older files rope_theta etc.
+    rope = c.get("rope_parameters") or {}
+    full = rope.get("full_attention", {}) if isinstance(rope, dict) else {}
+    local = rope.get("sliding_attention", {}) if isinstance(rope, dict) else {}
+    scaling = c.get("rope_scaling") or (full if full.get("rope_type") == "linear" else None)
+    factor = 1.0
+    if scaling:
+        if scaling.get("rope_type", scaling.get("type")) != "linear":
+            raise refuse(f"rope_scaling={scaling}")
+        factor = float(scaling["factor"])
+    return _hashable(m.ModelConfig(
+        num_layers=layers,
+        num_embed=c["vocab_size"],
+        embed_dim=hidden,
+        hidden_dim=c["intermediate_size"],
+        num_heads=heads,
+        head_dim=head_dim,
+        num_kv_heads=c.get("num_key_value_heads", heads),
+        sliding_window_size=c.get("sliding_window", 4096),
+        local_base_frequency=int(local.get("rope_theta", c.get("rope_local_base_freq", 10_000))),
+        global_base_frequency=int(full.get("rope_theta", c.get("rope_theta", 1_000_000))),
+        global_scale_factor=factor,
+        query_pre_attn_norm=norm,
+    ))
 
 
 FAMILIES = {
@@ -132,7 +223,12 @@ FAMILIES = {
     "llama": ("llama3", _llama_config),
     "qwen2": ("qwen2", _qwen_config("qwen2")),
     "qwen3": ("qwen3", _qwen_config("qwen3")),
+    "gemma3_text": ("gemma3", _gemma3_config),
 }
+# the Tunix module that loads safetensors, where it is not ``params``
+_SAFETENSORS_LOADER = {"gemma3": "params_safetensors"}
+# the Tunix model class of each package (to restore a trainer checkpoint into)
+_MODEL_CLASS = {"llama3": "Llama3", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma3": "Gemma3"}
 
 
 def check_family(folder: Path) -> str:
@@ -157,11 +253,14 @@ def check_family(folder: Path) -> str:
 
 def load_model(folder: str | Path, dtype: str = "float32",
                mesh: Any = None) -> tuple[nnx.Module, ModelInfo]:
-    """Build a Tunix model from a Hugging Face folder (config.json + safetensors).
+    """Build a Tunix model from a Hugging Face folder (config.json + safetensors), or
+    from a trainer folder (``rlctl checkpoint-convert --to trainer``: config.json and
+    an Orbax checkpoint of the model already in Tunix's layout, restored directly).
 
-    With a ``mesh``, Tunix places each parameter sharded by the model's own
-    sharding rules (FSDP over the ``fsdp`` axis) as it loads it.
+    With a ``mesh``, each parameter is placed sharded by the model's own sharding
+    rules (FSDP over the ``fsdp`` axis) as it is loaded.
     """
+    import dataclasses
     import importlib
 
     from rlctl.core.trainer.models import read_model_config
@@ -169,17 +268,24 @@ def load_model(folder: str | Path, dtype: str = "float32",
     folder = Path(folder)
     c = read_model_config(folder)
     family = check_family(folder)
-    if not list(folder.glob("*.safetensors")):
+    trainer_folder = (folder / TRAINER_MARKER).is_file()
+    if not trainer_folder and not list(folder.glob("*.safetensors")):
         raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")
     package, build = FAMILIES[family]
     config = build(c)
+    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+    if hasattr(config, "param_dtype"):  # Gemma 3 defaults to bfloat16 parameters
+        config = _hashable(dataclasses.replace(config, param_dtype=jdtype))
     if family == "llama":
         patch_llama3_rope_theta()
-    params_mod = importlib.import_module(f"tunix.models.{package}.params")
-    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
     try:
-        model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=mesh,
-                                                          dtype=jdtype)
+        if trainer_folder:
+            model = _restore_trainer_folder(folder, package, config, jdtype, mesh)
+        else:
+            params_mod = importlib.import_module(
+                f"tunix.models.{package}.{_SAFETENSORS_LOADER.get(package, 'params')}")
+            model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=mesh,
+                                                              dtype=jdtype)
     except (KeyError, ValueError) as e:  # weights that do not fit the config's shapes
         first = (str(e).splitlines() or [""])[0][:160]
         raise ConfigError(f"model folder {str(folder)!r}: its weights do not match its "
@@ -191,11 +297,58 @@ def load_model(folder: str | Path, dtype: str = "float32",
         num_layers=config.num_layers,
         num_kv_heads=config.num_kv_heads,
         head_dim=config.head_dim,
-        vocab_size=config.vocab_size,
+        vocab_size=getattr(config, "vocab_size", None) or config.num_embed,
         params=n,
         dtype="bfloat16" if dtype == "bfloat16" else "float32",
     )
     return model, info
+
+
+def _restore_trainer_folder(folder: Path, package: str, config: Any, jdtype: Any,
+                            mesh: Any) -> nnx.Module:
+    """The model, restored from a trainer folder's Orbax checkpoint: shapes come from
+    the model built abstractly (no memory), each array is read straight into its
+    place (sharded over ``mesh`` when given) and cast to ``jdtype``."""
+    import importlib
+
+    import orbax.checkpoint as ocp
+
+    m = importlib.import_module(f"tunix.models.{package}.model")
+    abstract = nnx.eval_shape(lambda: getattr(m, _MODEL_CLASS[package])(config,
+                                                                       rngs=nnx.Rngs(0)))
+    params = nnx.state(abstract, nnx.Param)
+    shardings = (nnx.get_named_sharding(params, mesh) if mesh is not None else None)
+
+    def target(x: Any, s: Any = None) -> Any:
+        return jax.ShapeDtypeStruct(x.shape, jdtype, sharding=s)
+
+    pure = nnx.to_pure_dict(params)
+    if shardings is not None:
+        want = jax.tree.map(target, pure, nnx.to_pure_dict(shardings))
+    else:
+        want = jax.tree.map(target, pure)
+    want = _str_keys(want)  # Orbax names every key by its string
+    restored = ocp.StandardCheckpointer().restore(
+        (folder / "checkpoint" / "default").absolute(), {"model": want})["model"]
+    nnx.replace_by_pure_dict(params, _like_keys(restored, pure))
+    if mesh is None:
+        params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
+    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)
+    rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
+    return nnx.merge(graphdef, params, rest)
+
+
+def _str_keys(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {str(k): _str_keys(v) for k, v in tree.items()}
+    return tree
+
+
+def _like_keys(tree: Any, like: Any) -> Any:
+    """``tree`` (string keys) with the keys of ``like`` (ints where it has them)."""
+    if isinstance(like, dict):
+        return {k: _like_keys(tree[str(k)], v) for k, v in like.items()}
+    return tree
 
 
 # --- rollout ---------------------------------------------------------------------
@@ -287,11 +440,13 @@ def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
     """The model's final-norm hidden states [B, L, D] and its new cache: everything
     but the vocabulary projection, which ``token_logps`` does in chunks.
 
-    Qwen models sow these states when asked; the logits they also compute are then
+    Qwen and Gemma 3 models sow these states when asked (Gemma scales its embeddings
+    by sqrt(D) inside the call, so it must run whole); the logits they also compute are then
     unused and removed by XLA. Llama has no such switch, so its (short) forward
     loop is spelled out here.
     """
-    if hasattr(model.config, "use_tied_embedding"):  # qwen2, qwen3
+    if hasattr(model.config, "use_tied_embedding") or hasattr(model.config, "num_embed"):
+        # qwen2, qwen3, gemma3 (whose embedder scales by sqrt(D) inside the call)
         _, new_cache = model(tokens, positions, cache, mask, output_hidden_states=True)
         sown = nnx.pop(model, nnx.Intermediate)
         return sown["all_hidden_states"].get_value()[-1], new_cache
@@ -312,8 +467,11 @@ def head_weight(model) -> jax.Array:
     return model.embedder.input_embedding[...].T
 
 
-def chunk_tokens(vocab_size: int, limit_bytes: int = LOGITS_CHUNK_BYTES) -> int:
-    return max(16, limit_bytes // (4 * vocab_size))
+def chunk_tokens(vocab_size: int, limit_bytes: int | None = None) -> int:
+    """Tokens per chunk of the log-softmax: ``LOGITS_CHUNK_BYTES`` of logits (read at
+    call time, so a benchmark can set it)."""
+    limit = LOGITS_CHUNK_BYTES if limit_bytes is None else limit_bytes
+    return max(16, limit // (4 * vocab_size))
 
 
 def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
@@ -393,7 +551,8 @@ def shared_prefix_logps(
         [jnp.ones((Lc, Lp), jnp.bool_), jnp.tril(jnp.ones((Lc, Lc), jnp.bool_))], axis=-1
     )
     keys = jnp.concatenate([pmask_b, cmask], axis=-1)
-    c_hidden, _ = trunk(model, completion_ids, positions, cache, keys[:, None, :] & causal[None])
+    c_mask = keys[:, None, :] & causal[None]
+    c_hidden, _ = trunk(model, completion_ids, positions, cache, c_mask)
     # token j is predicted by position j-1: the first one by the prompt's last position
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
     hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)

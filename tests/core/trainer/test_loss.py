@@ -137,34 +137,9 @@ class TestParityWithTunix:
 
     @pytest.mark.parametrize("algorithm", ["grpo", "gspo"])
     def test_loss_and_gradient_match(self, setup, algorithm):
-        from flax import nnx
-
-        from rlctl.core.trainer import tunix_adapter as ta
         from tests.core.trainer import yardsticks
 
-        model, info, prompts, comps, mask, adv, pad, G = setup
-        eps = (0.2, 0.28) if algorithm == "grpo" else (3e-4, 4e-4)
-        cfg = LossConfig(algorithm, *eps, 0.0, "k3", "sequence-mean-token-mean")
-        tcfg = yardsticks.algo_config(algorithm=algorithm, beta=0.0, epsilon=eps[0],
-                                      epsilon_high=eps[1], kl_estimator="k3",
-                                      loss_aggregation=cfg.aggregation, temperature=1.0)
-        full_prompts = np.repeat(prompts, G, 0)
-        old = yardsticks.per_token_logps(model, full_prompts, comps, pad, 2) - 0.05 * mask
-        ex = yardsticks.train_example(full_prompts, comps, mask, adv, pad, old_logps=old)
-
-        def ours_fn(m):
-            lp, _ = ta.shared_prefix_logps(m, prompts, comps, group=G, pad_id=pad,
-                                           temperature=1.0, info=info)
-            return policy_loss(lp, mask, adv, cfg, old_logps=old)[0]
-
-        def tunix_fn(m):
-            return yardsticks.policy_loss(m, ex, tcfg, pad, 2)[0]
-
-        l1, g1 = nnx.value_and_grad(ours_fn)(model)
-        l2, g2 = nnx.value_and_grad(tunix_fn)(model)
-        assert float(l1) == pytest.approx(float(l2), abs=1e-6)
-        for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)
+        yardsticks.assert_loss_and_gradients_match(*setup, algorithm=algorithm)
 
 
 @pytest.mark.trainer

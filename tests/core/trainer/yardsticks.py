@@ -83,3 +83,39 @@ def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int,
         completion_tokens=jnp.asarray(completion_ids),
         pad_id=pad_id, eos_id=eos_id, stop_gradient=True, temperature=temperature,
     )
+
+
+def assert_loss_and_gradients_match(model, info, prompts, comps, mask, adv, pad, G,
+                                    algorithm: str = "grpo") -> None:
+    """rlctl's prefix-shared log-probs + loss against Tunix's ``grpo_loss_fn`` on the
+    full sequences, with old log-probs a little off the current ones (so the ratio and
+    its clipping matter): equal loss and gradients."""
+    import jax
+    import pytest
+    from flax import nnx
+
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.loss import LossConfig
+    from rlctl.core.trainer.loss import policy_loss as ours_loss
+
+    eps = (0.2, 0.28) if algorithm == "grpo" else (3e-4, 4e-4)
+    cfg = LossConfig(algorithm, *eps, 0.0, "k3", "sequence-mean-token-mean")
+    tcfg = algo_config(algorithm=algorithm, beta=0.0, epsilon=eps[0], epsilon_high=eps[1],
+                       kl_estimator="k3", loss_aggregation=cfg.aggregation, temperature=1.0)
+    full_prompts = np.repeat(prompts, G, 0)
+    old = per_token_logps(model, full_prompts, comps, pad, 2) - 0.05 * mask
+    ex = train_example(full_prompts, comps, mask, adv, pad, old_logps=old)
+
+    def ours_fn(m):
+        lp, _ = ta.shared_prefix_logps(m, prompts, comps, group=G, pad_id=pad,
+                                       temperature=1.0, info=info)
+        return ours_loss(lp, mask, adv, cfg, old_logps=old)[0]
+
+    def tunix_fn(m):
+        return policy_loss(m, ex, tcfg, pad, 2)[0]
+
+    l1, g1 = nnx.value_and_grad(ours_fn)(model)
+    l2, g2 = nnx.value_and_grad(tunix_fn)(model)
+    assert float(l1) == pytest.approx(float(l2), abs=1e-6)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)

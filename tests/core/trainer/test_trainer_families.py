@@ -1,0 +1,111 @@
+"""Qwen3 and Gemma 3 in the trainer: the prefix-shared log-probs, loss and gradients
+(``tunix_adapter.trunk``/``head_weight``) equal Tunix's full-sequence computation,
+as ``tests/core/trainer/test_loss.py::TestParityWithTunix`` shows for Llama; and
+Gemma 3 configs the trainer's model cannot run are refused, not silently changed.
+
+(Here rather than under tests/core/trainer/ because the families arrived with
+checkpoint-convert; the models come from the same tiny-model writer.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("tunix")
+
+from rlctl.core.errors import ConfigError  # noqa: E402
+from tests.fakes.tiny_model import write_tiny_model  # noqa: E402
+
+NEW_FAMILIES = ["qwen3", "gemma3_text"]
+
+
+@pytest.fixture(scope="module", params=NEW_FAMILIES)
+def setup(request, tmp_path_factory):
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    folder = write_tiny_model(tmp_path_factory.mktemp("m") / request.param, request.param)
+    model, info = ta.load_model(folder)
+    assert info.family == request.param
+    rng = np.random.default_rng(1)
+    pad, G = 0, 3
+    prompts = rng.integers(3, info.vocab_size, (2, 7)).astype(np.int32)
+    prompts[1, :3] = pad  # left padding
+    comps = rng.integers(3, info.vocab_size, (6, 5)).astype(np.int32)
+    comps[2, 3:] = pad  # right padding
+    mask = (comps != pad).astype(np.int32)
+    adv = rng.normal(size=6).astype(np.float32)
+    return model, info, prompts, comps, mask, adv, pad, G
+
+
+@pytest.mark.trainer
+def test_prefix_shared_log_probs_match_full_sequence(setup):
+    from rlctl.core.trainer import tunix_adapter as ta
+    from tests.core.trainer import yardsticks
+
+    model, info, prompts, comps, mask, _, pad, G = setup
+    ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
+                                     temperature=0.7, info=info)
+    full = yardsticks.per_token_logps(model, np.repeat(prompts, G, 0), comps, pad, 2, 0.7)
+    np.testing.assert_allclose(np.asarray(ours) * mask, np.asarray(full) * mask, atol=2e-5)
+
+
+@pytest.mark.trainer
+def test_chunked_log_softmax_matches_one_chunk(setup):
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    model, info, prompts, comps, _, _, pad, G = setup
+    one, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
+                                    temperature=1.0, info=info)
+    chunked, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
+                                        temperature=1.0, info=info, chunk=7)
+    np.testing.assert_allclose(np.asarray(one), np.asarray(chunked), atol=1e-6)
+
+
+@pytest.mark.trainer
+def test_loss_and_gradient_match_tunix(setup):
+    from tests.core.trainer import yardsticks
+
+    yardsticks.assert_loss_and_gradients_match(*setup)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
+    ({"rms_norm_eps": 1e-5}, "rms_norm_eps"),
+    ({"query_pre_attn_scalar": 3}, "query_pre_attn_scalar"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
+])
+def test_gemma3_refuses_what_tunix_cannot_run(tmp_path, change, field):
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    folder = write_tiny_model(tmp_path / "g", "gemma3_text")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, **change}))
+    with pytest.raises(ConfigError, match=field):
+        ta.load_model(folder)
+
+
+def test_qwen3_refuses_a_rope_theta_tunix_ignores(tmp_path):
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    folder = write_tiny_model(tmp_path / "q", "qwen3", rope_theta=1e4)
+    with pytest.raises(ConfigError, match="rope_theta"):
+        ta.load_model(folder)
+
+
+def test_gemma3_rope_and_scaling_reach_tunix(tmp_path):
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    cfg = json.loads((write_tiny_model(tmp_path / "g", "gemma3_text") / "config.json")
+                     .read_text())
+    built = ta.FAMILIES["gemma3_text"][1]({**cfg, "rope_theta": 1e6,
+                                           "rope_local_base_freq": 1e4,
+                                           "rope_scaling": {"rope_type": "linear",
+                                                            "factor": 8.0}})
+    assert (built.global_base_frequency, built.local_base_frequency) == (1_000_000, 10_000)
+    assert built.global_scale_factor == 8.0 and built.num_embed == cfg["vocab_size"]
