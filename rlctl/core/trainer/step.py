@@ -79,6 +79,7 @@ def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
     A micro-batch holds whole groups (its prompts once each) or an equal part of
     one group (its prompt repeated for each part), so the prefix is still shared.
     """
+    import jax
     import jax.numpy as jnp
 
     rows = batch.completion_ids.shape[0]
@@ -89,15 +90,9 @@ def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
     else:  # size divides group: each part gets its group's prompt
         prompts = jnp.repeat(batch.prompt_ids, group // size, axis=0)
         inner = size
-    stacked = jax_tree_map(lambda x: x.reshape(parts, -1, *x.shape[1:]),
+    stacked = jax.tree.map(lambda x: x.reshape(parts, -1, *x.shape[1:]),
                            dataclasses.replace(batch, prompt_ids=prompts))
     return stacked, inner
-
-
-def jax_tree_map(fn: Callable[..., Any], tree: Any) -> Any:
-    import jax
-
-    return jax.tree.map(fn, tree)
 
 
 class Update:
@@ -114,7 +109,6 @@ class Update:
                  warn: Callable[[str], None] | None = None, topology: Any = None) -> None:
         self.cfg = loss_config(spec)
         self.group = spec.rollout.num_generations
-        self.prompts = spec.training.prompts_per_step
         self.temperature = spec.rollout.temperature
         self.micro = spec.training.micro_batch_size  # None: the largest that fits
         self.pad_id = pad_id
