@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from rlctl.core.errors import ConfigError, OutOfMemoryError
@@ -22,23 +23,16 @@ HEADROOM = 0.85  # of what is free: the allocator's slack
 UPDATE_SHARE = 0.5
 
 
-def free_memory() -> tuple[int, str]:
-    """Bytes free on the first device, and where that figure comes from."""
-    free, _, where = _memory()
-    return free, where
+@dataclass(frozen=True)
+class DeviceMemory:
+    free: int  # bytes a step may use: free memory less HEADROOM, or RLCTL_MEMORY_LIMIT
+    total: int
+    where: str  # "this machine", "the NVIDIA H100 80GB HBM3", ...
+    limited: bool  # set by RLCTL_MEMORY_LIMIT
 
 
-def update_budget() -> tuple[int, str]:
-    """Bytes the update may allocate, and what that is (``RLCTL_MEMORY_LIMIT``, or
-    ``UPDATE_SHARE`` of the free memory)."""
-    free, _, where = _memory()
-    if where.startswith("allowed by"):
-        return free, where
-    return int(free * UPDATE_SHARE), f"the update may use (half of what is {where})"
-
-
-def _memory() -> tuple[int, int, str]:
-    """(usable free bytes, total bytes, where) of the first device."""
+def device_memory() -> DeviceMemory:
+    """The first device's memory, or the limit ``RLCTL_MEMORY_LIMIT`` sets."""
     import jax
 
     env = os.environ.get(LIMIT_ENV, "").strip()
@@ -48,14 +42,23 @@ def _memory() -> tuple[int, int, str]:
         except ValueError as e:
             raise ConfigError(f"{LIMIT_ENV}: {e}", hint=f"unset {LIMIT_ENV} or write e.g. 8GB"
                               ) from e
-        return limit, limit, f"allowed by {LIMIT_ENV}"
+        return DeviceMemory(limit, limit, LIMIT_ENV, limited=True)
     dev = jax.local_devices()[0]
     stats = dev.memory_stats() if dev.platform != "cpu" else None
     if stats and stats.get("bytes_limit"):
         total = int(stats["bytes_limit"])
         free = total - int(stats.get("bytes_in_use", 0))
-        return int(free * HEADROOM), total, f"free on the {dev.device_kind}"
-    return int(_available_ram() * HEADROOM), _total_ram(), "free on this machine"
+        return DeviceMemory(int(free * HEADROOM), total, f"the {dev.device_kind}", False)
+    return DeviceMemory(int(_available_ram() * HEADROOM), _total_ram(), "this machine", False)
+
+
+def update_budget() -> tuple[int, str]:
+    """Bytes the update may allocate, and what that is (``RLCTL_MEMORY_LIMIT``, or
+    ``UPDATE_SHARE`` of the free memory)."""
+    m = device_memory()
+    if m.limited:
+        return m.free, f"allowed by {LIMIT_ENV}"
+    return int(m.free * UPDATE_SHARE), f"the update may use (half of what is free on {m.where})"
 
 
 def _total_ram() -> int:
@@ -101,7 +104,7 @@ def from_runtime(e: BaseException, what: str, hint: str) -> OutOfMemoryError:
     for, what the device has, what to lower."""
     m = _ASKED.search(str(e))
     asked = f" (asked for {m.group(1)} {m.group(2)})" if m else ""
-    _, total, where = _memory()
-    where = where.replace("free on", "in all on").replace("allowed by", "allowed by")
+    m = device_memory()
+    has = f"allowed by {LIMIT_ENV}" if m.limited else f"in all on {m.where}"
     return OutOfMemoryError(
-        f"out of memory in {what}{asked}; {human_bytes(total)} {where}", hint=hint)
+        f"out of memory in {what}{asked}; {human_bytes(m.total)} {has}", hint=hint)
