@@ -121,7 +121,7 @@ def test_trained_policy_exported_to_hf_runs_the_same_in_transformers(
         hf_model,
         jax_logits,
         prompt_ids,
-        tunix_greedy,
+        trainer_greedy,
     )
     from tests.fakes.tiny_model import write_tiny_model
 
@@ -169,7 +169,7 @@ def test_trained_policy_exported_to_hf_runs_the_same_in_transformers(
     ours, theirs = jax_logits(policy, ids), hf_logits(m, ids)
     np.testing.assert_allclose(ours, theirs, atol=2e-4, rtol=1e-3)
     assert torch.equal(torch.tensor(ours.argmax(-1)), torch.tensor(theirs.argmax(-1)))
-    assert tunix_greedy(policy, info, out, 8) == hf_greedy(m, ids, 8)
+    assert trainer_greedy(policy, info, out, 8) == hf_greedy(m, ids, 8)
 
 
 @pytest.mark.trainer

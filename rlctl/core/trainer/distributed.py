@@ -188,7 +188,10 @@ def least(value: int, topo: Topology) -> int:
     import numpy as np
     from jax.experimental import multihost_utils
 
-    return int(np.min(multihost_utils.process_allgather(np.asarray(value, np.int64))))
+    # in MiB: with JAX's 64-bit mode off an int64 travels as int32, and 4 GB wrapped
+    # to a negative number; 2**31 MiB is 2 PiB
+    mib = np.asarray(min(value >> 20, 2**31 - 1), np.int32)
+    return int(np.min(multihost_utils.process_allgather(mib))) << 20
 
 
 def to_host(tree: Any, topo: Topology) -> Any:

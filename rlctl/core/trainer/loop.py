@@ -117,12 +117,13 @@ class Trainer:
         s = self.spec
         t0 = time.perf_counter()
         problems = self.source.batch(step, s.training.prompts_per_step)
-        group = [p for p in problems for _ in range(s.rollout.num_generations)]
         self.rollout.sync(self.model)
-        prompts, width = self.rollout.render(group)
+        prompts, width = self.rollout.render(problems)
+        # each prompt is prefilled once and its group decoded from the shared cache
         out = self.rollout.sample(prompts, width, seed=step_seed(s.training.seed, step, 4))
         t_roll = time.perf_counter() - t0
 
+        group = [p for p in problems for _ in range(s.rollout.num_generations)]
         scores = score(self.reward_fns, out.text, group)
         batch = self.rollout.batch(out, scores)
         losses, norms, aux = self.update.apply(self.model, self.optimizer, self.ref_model,

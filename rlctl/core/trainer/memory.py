@@ -8,6 +8,8 @@ in the allocator with a page of its dump.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +23,9 @@ HEADROOM = 0.85  # of what is free: the allocator's slack
 # of that, the update's share; the rest holds the rollout's KV cache and the
 # sampler's buffers, which are not allocated yet when the update is sized
 UPDATE_SHARE = 0.5
+# on the CPU the update may use as much as the state it updates, and at least this
+# much: a small model's batch is not cut into micro-batches for a few megabytes
+HOST_FLOOR = 2**30
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class DeviceMemory:
     total: int
     where: str  # "this machine", "the NVIDIA H100 80GB HBM3", ...
     limited: bool  # set by RLCTL_MEMORY_LIMIT
+    host: bool = False  # the machine's RAM (CPU backend), shared with everything else
 
 
 def device_memory() -> DeviceMemory:
@@ -49,15 +55,32 @@ def device_memory() -> DeviceMemory:
         total = int(stats["bytes_limit"])
         free = total - int(stats.get("bytes_in_use", 0))
         return DeviceMemory(int(free * HEADROOM), total, f"the {dev.device_kind}", False)
-    return DeviceMemory(int(_available_ram() * HEADROOM), _total_ram(), "this machine", False)
+    return DeviceMemory(int(_available_ram() * HEADROOM), _total_ram(), "this machine", False,
+                        host=True)
 
 
-def update_budget() -> tuple[int, str]:
-    """Bytes the update may allocate, and what that is (``RLCTL_MEMORY_LIMIT``, or
-    ``UPDATE_SHARE`` of the free memory)."""
+def update_budget(state_bytes: int = 0) -> tuple[int, str]:
+    """Bytes the update may allocate, and what that is: ``RLCTL_MEMORY_LIMIT``, or
+    ``UPDATE_SHARE`` of the free memory, and on the CPU at most ``state_bytes``.
+
+    On the CPU the update's working memory is held to the size of the state it
+    updates (weights and optimizer moments, at least ``HOST_FLOOR``) and to what is
+    free, so a run's peak stays near twice that state, not four times: RAM is shared
+    with everything else on the machine, and measured on 2 cores, micro-batches of 4
+    sequences ran the default update within 10% of the whole batch's time. The
+    rollout's buffers are freed by the time the update runs, so it may use all that
+    is free. An accelerator's memory is the run's alone, where larger micro-batches
+    are faster: there the cap is half the free memory (the KV cache needs the rest).
+    """
     m = device_memory()
     if m.limited:
         return m.free, f"allowed by {LIMIT_ENV}"
+    if m.host and state_bytes:
+        cap = max(state_bytes, HOST_FLOOR)
+        if cap <= m.free:
+            return cap, (f"the update may use on {m.where} (as much as the weights and "
+                         f"optimizer state it updates)")
+        return m.free, f"the update may use (what is free on {m.where})"
     return int(m.free * UPDATE_SHARE), f"the update may use (half of what is free on {m.where})"
 
 
@@ -85,6 +108,15 @@ def compiled_need(compiled: Any) -> int:
     return int(ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes)
 
 
+def predicted_need(size: int, need: int, smaller: int, grad_bytes: int) -> int:
+    """What the update in micro-batches of ``smaller`` sequences should need, from
+    ``need`` measured at ``size``: activations scale with the sequences, and cutting
+    the batch adds an accumulator the size of the gradients. A guess to skip
+    compiles that cannot fit; the compiled program's own analysis decides."""
+    per_row = max(0, need - grad_bytes) / size
+    return int(2 * grad_bytes + per_row * smaller)
+
+
 def too_big(need: int, have: int, where: str, what: str, hint: str) -> OutOfMemoryError:
     return OutOfMemoryError(
         f"{what} needs {human_bytes(need)}, more than the {human_bytes(have)} {where}",
@@ -108,3 +140,25 @@ def from_runtime(e: BaseException, what: str, hint: str) -> OutOfMemoryError:
     has = f"allowed by {LIMIT_ENV}" if m.limited else f"in all on {m.where}"
     return OutOfMemoryError(
         f"out of memory in {what}{asked}; {human_bytes(m.total)} {has}", hint=hint)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; other C libraries have none
+    except (AttributeError, OSError):
+        return None
+
+
+def return_freed_memory() -> None:
+    """Hand the freed pages of the C heap back to the operating system.
+
+    XLA:CPU's buffers come from malloc, and glibc keeps what is freed in its heap for
+    reuse. Between the rollout and the update, whose buffers have different sizes,
+    that kept memory is not reused and counts in the process's resident memory:
+    measured on the default run, 1.9 GB after the first update's compilation and
+    0.2 GB after each rollout. ``malloc_trim`` costs milliseconds.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

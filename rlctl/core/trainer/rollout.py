@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -25,6 +25,9 @@ from rlctl.core.trainer.distributed import Topology, weights_fit_each_device
 from rlctl.core.trainer.loss import group_advantages
 from rlctl.core.trainer.prompts import chat_messages
 from rlctl.core.trainer.rewards import RewardFn
+
+if TYPE_CHECKING:  # flax and the models: imported once a Rollout is created
+    from rlctl.core.trainer.sampler import Sampler
 
 BUCKET = 16  # prompt widths are rounded up to this
 PROBE_STEPS = 64  # batches of a generated dataset measured up front for the prompt width
@@ -49,8 +52,8 @@ def prompt_width(probed: int, longest: int) -> int:
 
 def step_seed(seed: int, step: int, stream: int) -> int:
     """A seed for ``stream`` at ``step`` that depends on nothing else, so a resumed
-    run samples exactly what the uninterrupted run did (Tunix reuses one key when
-    given none: see ``tunix_adapter.generate``)."""
+    run samples exactly what the uninterrupted run did (the sampler draws from
+    this seed alone: ``sampler.sample_groups``)."""
     return int(np.random.default_rng([seed, stream, step]).integers(0, 2**31 - 1))
 
 
@@ -80,6 +83,24 @@ class Scores:
     formatted: np.ndarray  # the answer tag present, 0/1
 
 
+@dataclass(frozen=True)
+class Samples:
+    """Completions of P prompts, ``group`` per prompt, grouped by prompt."""
+
+    text: list[str]  # each completion decoded, without its stop token
+    tokens: list[np.ndarray]  # each completion's ids, without its stop token
+    prompt_ids: np.ndarray  # [P, Lp] left-padded, one row per group
+    completion_ids: np.ndarray  # [P*G, max_new_tokens]: the stop token kept, pad after
+    lengths: np.ndarray  # [P*G] tokens before the stop (max_new_tokens: none emitted)
+    logps: np.ndarray  # [P*G, max_new_tokens] of each sampled token under the temperature
+
+    def mask(self) -> np.ndarray:
+        """1 on completion tokens, the stop token included, so the policy also learns
+        when to stop; always ``max_new_tokens`` wide, so the update compiles once."""
+        width = self.completion_ids.shape[1]
+        return (np.arange(width)[None, :] <= self.lengths[:, None]).astype(np.int32)
+
+
 def score(reward_fns: list[RewardFn], texts: list[str], problems: list[Problem]) -> Scores:
     pairs = list(zip(texts, problems, strict=True))
     total = [rewards_lib.total_reward(reward_fns, t, p.answer) for t, p in pairs]
@@ -106,23 +127,20 @@ def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> An
 class Rollout:
     """The sampler and the tokenizer, and what turns problems into a ``Batch``."""
 
-    def __init__(self, spec: RolloutSpec, tokenizer: Any, sampler: Any,
-                 replicate_over: Any = None) -> None:
+    def __init__(self, spec: RolloutSpec, tokenizer: Any, sampler: Sampler) -> None:
         self.spec = spec
         self.tokenizer = tokenizer
         self.sampler = sampler
-        self.replicate_over = replicate_over
         self.probe_len = 0  # until probe(): each batch gets the bucket of its own longest
 
     @classmethod
     def create(cls, spec: RolloutSpec, model: Any, tokenizer: Any, info: Any,
                replicate_over: Any = None) -> Rollout:
-        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.sampler import Sampler
 
-        cache = round_up(spec.max_prompt_tokens, BUCKET) + spec.max_new_tokens + BUCKET
-        sampler = ta.make_sampler(model, tokenizer, info, cache_size=cache,
-                                  replicate_over=replicate_over)
-        return cls(spec, tokenizer, sampler, replicate_over)
+        sampler = Sampler(model, info, pad_id=tokenizer.pad_id(), eos_ids=tokenizer.eos_ids,
+                          max_new_tokens=spec.max_new_tokens, replicate_over=replicate_over)
+        return cls(spec, tokenizer, sampler)
 
     def prompt_lengths(self, problems: list[Problem]) -> list[int]:
         texts = [self.tokenizer.apply_chat_template(chat_messages(p.question))
@@ -151,9 +169,7 @@ class Rollout:
 
     def sync(self, model: Any) -> None:
         """Give the sampler the policy's current weights."""
-        from rlctl.core.trainer import tunix_adapter as ta
-
-        ta.sync_sampler(self.sampler, model, self.replicate_over)
+        self.sampler.sync(model)
 
     def render(self, problems: list[Problem]) -> tuple[list[str], int]:
         """Chat prompts of ``problems`` and the width to pad them to."""
@@ -168,43 +184,27 @@ class Rollout:
             )
         return prompts, prompt_width(self.probe_len, longest)
 
-    def sample(self, prompts: list[str], width: int, seed: int, greedy: bool = False):
-        from rlctl.core.trainer import tunix_adapter as ta
+    def sample(self, prompts: list[str], width: int, seed: int,
+               greedy: bool = False) -> Samples:
+        """Completions of each prompt: ``rollout.num_generations`` sampled ones (the
+        GRPO group, decoded from the prompt's one prefill), or one greedy."""
+        from rlctl.core.trainer.sampler import left_pad
 
         r = self.spec
-        return ta.generate(
-            self.sampler, prompts,
-            max_new_tokens=r.max_new_tokens,
-            max_prompt_tokens=width,
-            eos_ids=self.tokenizer.eos_ids,
-            temperature=None if greedy else r.temperature,
-            top_p=r.top_p, top_k=r.top_k, seed=seed,
-        )
+        group = 1 if greedy else r.num_generations
+        prompt_ids = left_pad([self.tokenizer.encode(p) for p in prompts], width,
+                              self.tokenizer.pad_id())
+        drawn = self.sampler(prompt_ids, group=group, seed=seed,
+                             temperature=0.0 if greedy else r.temperature,
+                             top_p=r.top_p, top_k=r.top_k)
+        tokens = [row[:n] for row, n in zip(drawn.tokens, drawn.lengths, strict=True)]
+        return Samples(text=[self.tokenizer.decode(t.tolist()) for t in tokens],
+                       tokens=tokens, prompt_ids=prompt_ids, completion_ids=drawn.tokens,
+                       lengths=drawn.lengths, logps=drawn.logps)
 
-    def completion_arrays(self, tokens: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Right-padded completion ids with the stop token included where it was emitted,
-        so the policy also learns when to stop; always ``max_new_tokens`` wide, so the
-        update compiles once (a width per step recompiled it for up to a minute)."""
-        max_new = self.spec.max_new_tokens
-        pad, eos = self.tokenizer.pad_id(), self.tokenizer.eos_id()
-        lengths = [min(len(t) + 1, max_new) if len(t) < max_new else max_new for t in tokens]
-        width = max_new
-        ids = np.full((len(tokens), width), pad, np.int32)
-        mask = np.zeros((len(tokens), width), np.int32)
-        for i, t in enumerate(tokens):
-            t = np.asarray(t[:max_new], np.int32)
-            ids[i, : len(t)] = t
-            if len(t) < max_new:
-                ids[i, len(t)] = eos
-            mask[i, : lengths[i]] = 1
-        return ids, mask
-
-    def batch(self, out: Any, scores: Scores) -> Batch:
+    def batch(self, out: Samples, scores: Scores) -> Batch:
         """The sampler's output for whole groups, with each completion's advantage
         within its group, as a ``Batch`` (no log-probs yet)."""
-        group = self.spec.num_generations
-        advantages = group_advantages(scores.reward, group)
-        completion_ids, mask = self.completion_arrays(list(out.tokens))
-        prompt_ids = np.asarray(out.padded_prompt_tokens, np.int32)[::group]  # one per group
-        return Batch(prompt_ids=prompt_ids, completion_ids=completion_ids, mask=mask,
-                     advantages=advantages)
+        advantages = group_advantages(scores.reward, self.spec.num_generations)
+        return Batch(prompt_ids=out.prompt_ids, completion_ids=out.completion_ids,
+                     mask=out.mask(), advantages=advantages)

@@ -22,42 +22,20 @@ from rlctl.core.units import human_bytes
 
 
 def make_optimizer(model: Any, t: TrainingSpec) -> Any:
-    """AdamW behind global-norm clipping, with an optional linear warmup, its state
-    in float32 whatever the parameters' dtype (``in_float32``)."""
+    """AdamW behind global-norm clipping, with an optional linear warmup, fused so the
+    update holds no copy of the model, its moments float32 whatever the parameters'
+    dtype (``optimizer.clipped_adamw``)."""
     import optax
     from flax import nnx
+
+    from rlctl.core.trainer.optimizer import clipped_adamw
 
     lr: Any = t.learning_rate
     if t.warmup_steps:
         lr = optax.linear_schedule(0.0, t.learning_rate, t.warmup_steps)
-    tx = optax.chain(
-        optax.clip_by_global_norm(t.max_grad_norm),
-        optax.adamw(lr, b1=0.9, b2=0.99, weight_decay=t.weight_decay),
-    )
-    return nnx.Optimizer(model, in_float32(tx), wrt=nnx.Param)
-
-
-def in_float32(tx: Any) -> Any:
-    """``tx`` run on float32 copies of gradients and parameters, so its state (Adam's
-    moments) is float32 for bfloat16 parameters too: a bfloat16 second moment
-    underflows (squared gradients below ~1e-38 flush to zero) and its 8-bit mantissa
-    cannot hold a running average. The update is cast back to each parameter's
-    dtype when applied. For float32 parameters this changes nothing."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    def f32(tree: Any) -> Any:
-        return jax.tree.map(lambda x: x.astype(jnp.float32)
-                            if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
-
-    def init(params: Any) -> Any:
-        return tx.init(f32(params))
-
-    def update(updates: Any, state: Any, params: Any = None) -> Any:
-        return tx.update(f32(updates), state, None if params is None else f32(params))
-
-    return optax.GradientTransformation(init, update)
+    tx = clipped_adamw(lr, b1=0.9, b2=0.99, weight_decay=t.weight_decay,
+                       max_norm=t.max_grad_norm)
+    return nnx.Optimizer(model, tx, wrt=nnx.Param)
 
 
 def loss_config(spec: RunSpec) -> LossConfig:
@@ -208,15 +186,22 @@ class Update:
         sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
         if self.micro is not None:
             sizes = [min(self.micro, rows)]
-        have, where = memory.update_budget()
+        have, where = memory.update_budget(
+            sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)))
         if self.topology is not None:
             from rlctl.core.trainer.distributed import least
 
             have = least(have, self.topology)
+        grads = sum(x.size * x.dtype.itemsize
+                    for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+        measured: tuple[int, int] | None = None  # (size, need) of the first compile
         tried = rows + rows  # each retry at least halves: each try compiles again
         for size in sizes:
             if size > tried // 2:
                 continue
+            if measured and size != sizes[-1] and memory.predicted_need(
+                    *measured, size, grads) > have:
+                continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
             tried = size
             # the new state keeps the old one's shardings: left to XLA, a sharded run's
             # norms came back sharded otherwise, which the compiled program refuses
@@ -224,6 +209,7 @@ class Update:
             compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0,
                                out_shardings=keep).lower(state, batch).compile()
             need = memory.compiled_need(compiled)
+            measured = measured or (size, need)
             if need <= have:
                 if size < rows and self.micro is None:
                     self.warn(f"the update runs in micro-batches of {size} sequences: the "
@@ -270,6 +256,7 @@ class Update:
         last one's auxiliary figures (kl, entropy, clip fraction)."""
         from rlctl.core.trainer import memory
 
+        memory.return_freed_memory()  # the rollout's buffers, before the update's
         try:
             if ref_model is not None:
                 batch = dataclasses.replace(
@@ -290,6 +277,7 @@ class Update:
             raise memory.from_runtime(
                 e, "the update", "lower training.micro_batch_size, rollout.max_new_tokens "
                 "or training.prompts_per_step") from None
+        memory.return_freed_memory()  # the update's temporaries (and its compilation's)
         return losses, norms, auxes[-1]
 
 

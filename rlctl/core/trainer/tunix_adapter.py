@@ -10,6 +10,9 @@ is no part of training: it lives in tests/core/trainer/yardsticks.py.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,26 @@ from flax import nnx
 
 from rlctl.core.checkpoints.sources import TRAINER_MARKER
 from rlctl.core.errors import ConfigError
+
+
+def _tunix_without_its_init() -> None:
+    """Register the ``tunix`` package without running its ``__init__``.
+
+    Pitfall: ``import tunix.models.llama3.model`` first runs ``tunix/__init__.py``,
+    which imports every learner Tunix has (distillation, SFT, DPO, agentic RL) and
+    through them tensorboardX, pandas, and torch when it is installed: measured, 3.5 s
+    and 320 MB of resident memory that rlctl never uses (a twelfth of the default
+    run's peak). Only the submodules rlctl imports (``models``, ``generate``) load.
+    A process that imported ``tunix`` itself first keeps the whole package.
+    """
+    if "tunix" in sys.modules:
+        return
+    spec = importlib.util.find_spec("tunix")
+    if spec is not None:  # None: the first tunix import below gives the usual error
+        sys.modules["tunix"] = importlib.util.module_from_spec(spec)
+
+
+_tunix_without_its_init()
 
 
 @dataclass(frozen=True)
@@ -352,16 +375,18 @@ def _like_keys(tree: Any, like: Any) -> Any:
 
 
 # --- rollout ---------------------------------------------------------------------
+# rlctl samples with its own prefix-shared sampler (sampler.py); Tunix's sampler is
+# kept only as the yardstick bench/bench_rollout.py measures it against.
 def make_sampler(model: nnx.Module, tokenizer: Any, info: ModelInfo, cache_size: int,
                  replicate_over: Any = None):
-    """Tunix's sampler; on whole (replicated) weights with ``replicate_over`` (a mesh),
-    see ``sync_sampler``. Tunix insists every later weight update keeps the sharding
-    the sampler was built with, so it is built on a replicated copy from the start."""
+    """Tunix's sampler; on whole (replicated) weights with ``replicate_over`` (a mesh).
+    Tunix insists every later weight update keeps the sharding the sampler was built
+    with, so it is built on a replicated copy from the start."""
     from tunix.generate import sampler as sampler_lib
 
     if replicate_over is not None:
         graphdef, state = nnx.split(model)
-        model = nnx.merge(graphdef, _whole(state, replicate_over))
+        model = nnx.merge(graphdef, whole_weights(state, replicate_over))
 
     cache = sampler_lib.CacheConfig(
         cache_size=cache_size,
@@ -377,24 +402,32 @@ def make_sampler(model: nnx.Module, tokenizer: Any, info: ModelInfo, cache_size:
     return sampler
 
 
-def sync_sampler(sampler: Any, model: nnx.Module, replicate_over: Any = None) -> None:
-    """Give the sampler the policy's current weights (no recompilation).
+def kv_cache(info: ModelInfo, batch: int, size: int) -> Any:
+    """An empty KV cache of ``size`` slots per row in the layout Tunix's attention
+    layers write (``layer_i: {k, v, end_index}``); the model's dtype, as
+    ``shared_prefix_logps`` makes it."""
+    from tunix.generate import sampler as sampler_lib
 
-    With a mesh in ``replicate_over``, the sampler gets one whole copy of the
-    weights per device, gathered once per step: decoding then runs data-parallel
-    with no collective per token. Left FSDP-sharded, every decoded token would
-    all-gather every layer; measured on two CPU processes over loopback, that made
-    the rollout 3.9x slower (bench/bench_distributed.py).
+    return sampler_lib._init_cache(info.num_layers, size, batch, info.num_kv_heads,
+                                   info.head_dim, jnp.dtype(info.dtype))
+
+
+def whole_weights(state: Any, mesh: Any) -> Any:
+    """Every array of ``state`` replicated on every device of ``mesh`` (one all-gather).
+
+    The sampler decodes on such a copy across processes: left FSDP-sharded, every
+    decoded token would all-gather every layer; measured on two CPU processes over
+    loopback, that made the rollout 3.9x slower (bench/bench_distributed.py).
     """
-    state = nnx.variables(model)
-    sampler.transformer_state = state if replicate_over is None else _whole(state, replicate_over)
+    return _replicator(mesh)(state)
 
 
-def _whole(state: Any, mesh: Any) -> Any:
-    """Every array of ``state`` replicated on every device of ``mesh`` (one all-gather)."""
+@functools.lru_cache(maxsize=4)
+def _replicator(mesh: Any) -> Any:
+    """One jitted identity per mesh: a new lambda per call would trace it anew."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))(state)
+    return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def generate(

@@ -51,16 +51,16 @@ def prompt_ids(folder: Path) -> list[int]:
     return ChatTokenizer(folder).encode(PROMPT)
 
 
-def tunix_greedy(model, info, folder: Path, n: int) -> list[int]:
-    """Greedy tokens from rlctl's rollout path (Tunix's sampler, as the trainer runs it)."""
-    from rlctl.core.trainer import tunix_adapter as ta
+def trainer_greedy(model, info, folder: Path, n: int) -> list[int]:
+    """Greedy tokens from rlctl's rollout path (its sampler, as the trainer runs it)."""
+    from rlctl.core.trainer.sampler import Sampler, left_pad
     from rlctl.core.trainer.tokenizer import ChatTokenizer
 
     tok = ChatTokenizer(folder)
-    sampler = ta.make_sampler(model, tok, info, cache_size=64)
-    out = ta.generate(sampler, [PROMPT], max_new_tokens=n, max_prompt_tokens=32,
-                      eos_ids=[], temperature=None, top_p=None, top_k=None, seed=0)
-    return [int(t) for t in np.asarray(out.tokens[0])][:n]
+    sampler = Sampler(model, info, pad_id=tok.pad_id(), eos_ids=[], max_new_tokens=n)
+    out = sampler(left_pad([tok.encode(PROMPT)], 32, tok.pad_id()), group=1, seed=0,
+                  temperature=0.0)
+    return [int(t) for t in out.tokens[0]]
 
 
 def hf_greedy(model, prompt_ids: list[int], n: int) -> list[int]:
@@ -77,7 +77,7 @@ def assert_same_model(jax_model, info, hf_folder: Path, trainer_folder: Path) ->
     np.testing.assert_allclose(ours, theirs, atol=2e-4, rtol=1e-3)
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
     want = hf_greedy(m, ids, 8)
-    assert tunix_greedy(jax_model, info, trainer_folder, 8) == want
+    assert trainer_greedy(jax_model, info, trainer_folder, 8) == want
 
 
 @pytest.mark.trainer

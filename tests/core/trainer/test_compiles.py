@@ -78,10 +78,14 @@ def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model
     assert late == [], f"compiled after the first step: {late}"
     per_program = Counter(fun for _, fun in compiled)
     assert per_program["jit(step)"] == 1  # the update
-    # the sampler: one program for greedy evals (baseline, step 3, final), one for sampling
-    assert per_program["jit(_prefill_fn)"] == 2
-    assert per_program["jit(_decode_fn)"] == 2
-    assert any(f.startswith("jit(_prefill_fn)") for p, f in compiled if p == "step-1")
+    # the sampler: one program for greedy evals (baseline, step 3, final: 4 prompts x 1),
+    # compiled by the baseline, one for sampling (2 prompts x 4) by step 1; greedy and
+    # the sampling parameters are traced values, not programs of their own
+    assert per_program["jit(sample_groups)"] == 2
+    assert ("setup", "jit(sample_groups)") in compiled
+    # step 1 compiles the sampling program and the update, nothing else
+    assert Counter(fun for phase, fun in compiled if phase == "step-1") == {
+        "jit(sample_groups)": 1, "jit(step)": 1}
 
     second = run("second")
     assert [c for c in second if not c[2]] == [], "the second run compiled"

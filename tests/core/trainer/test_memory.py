@@ -83,13 +83,14 @@ def tiny(tiny_model_dir):
     return model, info
 
 
-def make_batch(info, prompts: int = 2, group: int = 4, seed: int = 0, logps: bool = False):
+def make_batch(info, prompts: int = 2, group: int = 4, seed: int = 0, logps: bool = False,
+               lengths: tuple[int, int] = (6, 5)):
     from rlctl.core.trainer.rollout import Batch
 
     rng = np.random.default_rng(seed)
-    p = rng.integers(3, info.vocab_size, (prompts, 6)).astype(np.int32)
+    p = rng.integers(3, info.vocab_size, (prompts, lengths[0])).astype(np.int32)
     p[0, :2] = 0  # left padding
-    c = rng.integers(3, info.vocab_size, (prompts * group, 5)).astype(np.int32)
+    c = rng.integers(3, info.vocab_size, (prompts * group, lengths[1])).astype(np.int32)
     c[1, 3:] = 0  # a short completion
     c[-1, 1:] = 0
     mask = (c != 0).astype(np.int32)
@@ -144,7 +145,7 @@ class TestMicroBatches:
 
         model, info = tiny
         s = spec()
-        batch = make_batch(info)
+        batch = make_batch(info, lengths=(32, 256))  # activations outweigh the gradients
         opt = make_optimizer(model, s.training)
         sizes = {}
         for size in (8, 4):
@@ -203,3 +204,81 @@ class TestOutOfMemory:
         assert "\n" not in text
         assert "asked for 55.70 GiB" in text and "80.00 GiB" in text
         assert "training.micro_batch_size" in text
+
+
+class TestBudget:
+    """What the update may allocate: on the CPU, no more than the state it updates."""
+
+    @staticmethod
+    def machine(monkeypatch, free: int, host: bool) -> None:
+        from rlctl.core.trainer import memory
+
+        monkeypatch.delenv(memory.LIMIT_ENV, raising=False)
+        monkeypatch.setattr(memory, "device_memory", lambda: memory.DeviceMemory(
+            free, 2 * free, "this machine" if host else "the GPU", False, host=host))
+
+    def test_on_the_cpu_the_update_may_use_as_much_as_its_state(self, monkeypatch):
+        from rlctl.core.trainer import memory
+
+        self.machine(monkeypatch, free=20 * 2**30, host=True)
+        have, where = memory.update_budget(state_bytes=3 * 2**30)
+        assert have == 3 * 2**30
+        assert "weights and optimizer state" in where
+
+    def test_and_a_small_model_at_least_the_floor(self, monkeypatch):
+        from rlctl.core.trainer import memory
+
+        self.machine(monkeypatch, free=20 * 2**30, host=True)
+        assert memory.update_budget(state_bytes=2**20)[0] == memory.HOST_FLOOR
+
+    def test_what_is_free_when_that_is_less_than_the_state(self, monkeypatch):
+        from rlctl.core.trainer import memory
+
+        self.machine(monkeypatch, free=2 * 2**30, host=True)
+        assert memory.update_budget(state_bytes=3 * 2**30) == (
+            2 * 2**30, "the update may use (what is free on this machine)")
+
+    def test_an_accelerator_gives_the_update_half_its_free_memory(self, monkeypatch):
+        from rlctl.core.trainer import memory
+
+        self.machine(monkeypatch, free=20 * 2**30, host=False)
+        assert memory.update_budget(state_bytes=3 * 2**30)[0] == 10 * 2**30
+
+    def test_the_limit_wins(self, monkeypatch):
+        from rlctl.core.trainer import memory
+
+        monkeypatch.setenv(memory.LIMIT_ENV, "8GB")
+        assert memory.update_budget(state_bytes=2**30) == (
+            8 * 2**30, f"allowed by {memory.LIMIT_ENV}")  # binary units
+
+    def test_freed_memory_can_be_returned_at_any_time(self):
+        from rlctl.core.trainer import memory
+
+        assert memory.return_freed_memory() is None  # a no-op where glibc is absent
+
+
+def test_the_trainer_imports_none_of_tunix_learners_nor_torch():
+    """Tunix's package __init__ imports its learners (and through them torch and pandas,
+    320 MB and 3.5 s), and tensorboardX imports torch: rlctl's imports skip both."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from rlctl.core.trainer import tunix_adapter, loop, metrics; "
+            "import tunix.generate.sampler, tunix.models.llama3.model, tunix.models.qwen3.model;"
+            "metrics.summary_writer();"
+            "print(sorted(m for m in ('torch', 'pandas', 'tunix.rl', "
+            "'tunix.sft', 'tunix.distillation') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_need_of_smaller_micro_batches_is_predicted_from_one_compile():
+    """Measured on SmolLM2-135M (2 x 8 x (112 + 48)): the whole batch needed 2.32 GiB,
+    micro-batches of 8 and 4 needed 1.68 and 1.29 GiB (0.5 GiB of gradients)."""
+    from rlctl.core.trainer.memory import predicted_need
+
+    gib = 2**30
+    whole, grads = int(2.32 * gib), gib // 2
+    assert 1.6 * gib < predicted_need(16, whole, 8, grads) < 2.0 * gib
+    assert 1.2 * gib < predicted_need(16, whole, 4, grads) < 1.5 * gib

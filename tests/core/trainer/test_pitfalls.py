@@ -115,19 +115,21 @@ class TestPadToken:
 
 class TestSamplingSeed:
     def test_each_step_draws_new_samples_and_a_step_is_reproducible(self, tiny_model_dir):
+        """Tunix's sampler reused one PRNG key when given no seed; rlctl's draws from
+        the step's own seed, so steps differ and a resumed step draws the same."""
+        from rlctl.core.config.models import RolloutSpec
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.rollout import step_seed
+        from rlctl.core.trainer.rollout import Rollout, step_seed
         from rlctl.core.trainer.tokenizer import ChatTokenizer
 
         tok = ChatTokenizer(tiny_model_dir)
         model, info = ta.load_model(tiny_model_dir)
-        sampler = ta.make_sampler(model, tok, info, cache_size=64)
-        prompts = [tok.apply_chat_template([{"role": "user", "content": "hi"}])] * 4
+        rollout = Rollout.create(RolloutSpec(num_generations=4, max_new_tokens=8), model,
+                                 tok, info)
+        prompts = [tok.apply_chat_template([{"role": "user", "content": "hi"}])]
 
-        def draw(step: int) -> list[str]:
-            out = ta.generate(sampler, prompts, max_new_tokens=8, max_prompt_tokens=16,
-                              eos_ids=tok.eos_ids, temperature=1.0, top_p=1.0, top_k=None,
-                              seed=step_seed(0, step, 4))
+        def draw(step: int) -> list[list[int]]:
+            out = rollout.sample(prompts, 16, seed=step_seed(0, step, 4))
             return [list(t) for t in out.tokens]
 
         assert len({step_seed(0, k, 4) for k in range(100)}) == 100

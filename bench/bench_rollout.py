@@ -1,0 +1,161 @@
+"""Rollout seconds of the default run: rlctl's sampler against Tunix's, in one process.
+
+The default run (SmolLM2-135M-Instruct, 2 arithmetic prompts x G=8, 48 new tokens)
+samples each step's rollout twice on the same weights, prompts and seeds: once
+the way the trainer did before rlctl had its own sampler (Tunix's sampler on the
+P*G repeated prompts, its cache as ``Rollout.create`` sized it), once with
+``rollout.Rollout`` (each prompt prefilled once, the group decoded from the shared
+cache, stopped when every row has stopped). The two alternate within each step
+so that load from other processes falls on both; the first step of each
+compiles and is left out. Also times the greedy eval batch (16 prompts, one
+completion each) both ways, and, to say where the time goes, a prefill-only call
+(1 new token) of each.
+
+    python bench/bench_rollout.py --steps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def setup() -> Any:
+    from rlctl.core.config.models import RunSpec
+    from rlctl.core.store.local import LocalRunStore
+    from rlctl.core.trainer.loop import Trainer
+
+    spec = RunSpec(name="bench", output={"root": tempfile.mkdtemp(), "tensorboard": False})
+    t = Trainer(spec, LocalRunStore(spec.output.root).run("bench"))
+    t.create_model()  # the default model: the embedded smollm2-135m-instruct
+    t.create_data()
+    return t
+
+
+class Tunix:
+    """The rollout as the trainer ran it on Tunix's sampler (the same weights: the
+    sampler holds the model's arrays, no copy)."""
+
+    def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
+        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.rollout import BUCKET, round_up
+
+        r = t.spec.rollout
+        self.t, self.ta = t, ta
+        self.max_new = max_new_tokens or r.max_new_tokens
+        cache = round_up(r.max_prompt_tokens, BUCKET) + r.max_new_tokens + BUCKET
+        self.sampler = ta.make_sampler(t.model, t.tokenizer, t.info, cache_size=cache)
+
+    def __call__(self, problems: list[Any], seed: int, greedy: bool) -> list[list[int]]:
+        r, rollout = self.t.spec.rollout, self.t.rollout
+        G = 1 if greedy else r.num_generations
+        prompts, width = rollout.render([p for p in problems for _ in range(G)])
+        out = self.ta.generate(
+            self.sampler, prompts, max_new_tokens=self.max_new, max_prompt_tokens=width,
+            eos_ids=self.t.tokenizer.eos_ids, temperature=None if greedy else r.temperature,
+            top_p=r.top_p, top_k=r.top_k, seed=seed)
+        return [[int(x) for x in tok] for tok in out.tokens]
+
+
+class Rlctl:
+    """The trainer's rollout now (``Rollout.sample``)."""
+
+    def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
+        from rlctl.core.trainer.rollout import Rollout
+
+        self.rollout = t.rollout
+        if max_new_tokens:
+            spec = t.spec.rollout.model_copy(update={"max_new_tokens": max_new_tokens})
+            self.rollout = Rollout.create(spec, t.model, t.tokenizer, t.info)
+            self.rollout.probe_len = t.rollout.probe_len
+
+    def __call__(self, problems: list[Any], seed: int, greedy: bool) -> list[list[int]]:
+        prompts, width = self.rollout.render(problems)
+        out = self.rollout.sample(prompts, width, seed=seed, greedy=greedy)
+        return [[int(x) for x in tok] for tok in out.tokens]
+
+
+def timed(fn: Callable[..., list[list[int]]], *args: Any) -> tuple[float, list[list[int]]]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def compare(paths: dict[str, Any], batches: list[list[Any]], seeds: list[int],
+            greedy: bool) -> dict[str, dict[str, Any]]:
+    """Each path on each batch, alternating which goes first; batch 0 only warms up."""
+    seconds: dict[str, list[float]] = {n: [] for n in paths}
+    lengths: dict[str, list[int]] = {n: [] for n in paths}
+    outs: dict[str, list[list[list[int]]]] = {n: [] for n in paths}
+    for k, (problems, seed) in enumerate(zip(batches, seeds, strict=True)):
+        order = list(paths) if k % 2 else list(reversed(paths))
+        for name in order:
+            s, tokens = timed(paths[name], problems, seed, greedy)
+            if k:  # batch 0 compiled
+                seconds[name].append(s)
+                lengths[name].extend(len(t) for t in tokens)
+                outs[name].append(tokens)
+    result = {}
+    for name in paths:
+        med = statistics.median(seconds[name])
+        # completion tokens, the stop token not counted (as both samplers return them)
+        generated = sum(lengths[name]) / len(seconds[name])
+        result[name] = {
+            "median_seconds": round(med, 3),
+            "seconds": [round(s, 3) for s in seconds[name]],
+            "tokens_per_s": round(generated / statistics.mean(seconds[name]), 1),
+            "mean_completion_tokens": round(statistics.mean(lengths[name]), 2),
+        }
+    if greedy:
+        a, b = (outs[n] for n in paths)
+        same = sum(x == y for xs, ys in zip(a, b, strict=True) for x, y in zip(xs, ys,
+                                                                              strict=True))
+        result["greedy_completions_identical"] = f"{same}/{sum(len(x) for x in a)}"
+    return result
+
+
+def main() -> None:
+    from rlctl.core.trainer.rollout import step_seed
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=8, help="measured steps (after 1 warm-up)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    t = setup()
+    s = t.spec
+    P, n = s.training.prompts_per_step, args.steps + 1
+    train = [t.source.batch(k, P) for k in range(n)]
+    seeds = [step_seed(s.training.seed, k, 4) for k in range(n)]
+    paths = {"tunix": Tunix(t), "rlctl": Rlctl(t)}
+    rollout = compare(paths, train, seeds, greedy=False)
+    evals = [t.source.eval_set[: s.eval.batch_size]] * n
+    greedy = compare(paths, evals, [0] * n, greedy=True)
+    # where the time goes: the same calls with 1 new token are (almost) prefill alone
+    prefill = compare({"tunix": Tunix(t, 1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4],
+                      greedy=False)
+    out = {
+        "setup": f"{s.model.source}, {P} prompts x G={s.rollout.num_generations}, "
+                 f"{s.rollout.max_new_tokens} new tokens, {args.steps} steps after 1 warm-up",
+        "rollout": rollout,
+        "rollout_speedup": round(rollout["tunix"]["median_seconds"]
+                                 / rollout["rlctl"]["median_seconds"], 2),
+        "greedy_eval_16": greedy,
+        "greedy_eval_speedup": round(greedy["tunix"]["median_seconds"]
+                                     / greedy["rlctl"]["median_seconds"], 2),
+        "prefill_only_1_token": {k: v["median_seconds"] for k, v in prefill.items()},
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
