@@ -109,7 +109,7 @@ def main() -> None:
         print(f"{label:34} {len(xs):3} {start / gb:9.2f} {peak / gb:8.2f} "
               f"{max(x[2] for x in xs) / gb:10.2f} {max(x[3] for x in xs) / gb:12.2f}")
     if a.every:
-        for label, start, peak, held, temp in rows:
+        for label, start, peak, held, _temp in rows:
             print(f"  {label:32} {start / gb:9.2f} {peak / gb:8.2f} {held / gb:10.2f}")
     print(f"peak of the whole run: {max(r[2] for r in rows) / gb:.2f} GB")
 
