@@ -46,20 +46,20 @@ class Tunix:
     sampler holds the model's arrays, no copy)."""
 
     def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
-        from rlctl.core.trainer import tunix_adapter as ta
         from rlctl.core.trainer.rollout import BUCKET, round_up
+        from tests.core.trainer import yardsticks
 
         r = t.spec.rollout
-        self.t, self.ta = t, ta
+        self.t, self.yardsticks = t, yardsticks
         self.max_new = max_new_tokens or r.max_new_tokens
         cache = round_up(r.max_prompt_tokens, BUCKET) + r.max_new_tokens + BUCKET
-        self.sampler = ta.make_sampler(t.model, t.tokenizer, t.info, cache_size=cache)
+        self.sampler = yardsticks.tunix_sampler(t.model, t.tokenizer, t.info, cache_size=cache)
 
     def __call__(self, problems: list[Any], seed: int, greedy: bool) -> list[list[int]]:
         r, rollout = self.t.spec.rollout, self.t.rollout
         G = 1 if greedy else r.num_generations
         prompts, width = rollout.render([p for p in problems for _ in range(G)])
-        out = self.ta.generate(
+        out = self.yardsticks.tunix_generate(
             self.sampler, prompts, max_new_tokens=self.max_new, max_prompt_tokens=width,
             eos_ids=self.t.tokenizer.eos_ids, temperature=None if greedy else r.temperature,
             top_p=r.top_p, top_k=r.top_k, seed=seed)

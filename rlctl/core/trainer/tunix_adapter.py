@@ -376,32 +376,7 @@ def _like_keys(tree: Any, like: Any) -> Any:
 
 # --- rollout ---------------------------------------------------------------------
 # rlctl samples with its own prefix-shared sampler (sampler.py); Tunix's sampler is
-# kept only as the yardstick bench/bench_rollout.py measures it against.
-def make_sampler(model: nnx.Module, tokenizer: Any, info: ModelInfo, cache_size: int,
-                 replicate_over: Any = None):
-    """Tunix's sampler; on whole (replicated) weights with ``replicate_over`` (a mesh).
-    Tunix insists every later weight update keeps the sharding the sampler was built
-    with, so it is built on a replicated copy from the start."""
-    from tunix.generate import sampler as sampler_lib
-
-    if replicate_over is not None:
-        graphdef, state = nnx.split(model)
-        model = nnx.merge(graphdef, whole_weights(state, replicate_over))
-
-    cache = sampler_lib.CacheConfig(
-        cache_size=cache_size,
-        num_layers=info.num_layers,
-        num_kv_heads=info.num_kv_heads,
-        head_dim=info.head_dim,
-    )
-    sampler = sampler_lib.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
-    # Pitfall: Tunix keeps a jax Array in the sampling state's pytree metadata, so
-    # jit's cache lookup compares it with ``==`` from the second call on, which
-    # compiles a scalar ``equal`` mid-run (step 2); compiled here, it is cached.
-    _ = bool(jnp.asarray(0, jnp.int32) == jnp.asarray(0, jnp.int32))
-    return sampler
-
-
+# the yardstick bench/bench_rollout.py measures it against (tests/.../yardsticks.py).
 def kv_cache(info: ModelInfo, batch: int, size: int) -> Any:
     """An empty KV cache of ``size`` slots per row in the layout Tunix's attention
     layers write (``layer_i: {k, v, end_index}``); the model's dtype, as
@@ -428,37 +403,6 @@ def _replicator(mesh: Any) -> Any:
     from jax.sharding import NamedSharding, PartitionSpec
 
     return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))
-
-
-def generate(
-    sampler: Any,
-    prompts: list[str],
-    *,
-    max_new_tokens: int,
-    max_prompt_tokens: int,
-    eos_ids: list[int],
-    temperature: float | None,
-    top_p: float | None,
-    top_k: int | None,
-    seed: int,
-) -> Any:
-    """Sample (temperature set) or greedy decode (temperature None).
-
-    Pitfall: Tunix reuses one PRNG key when ``seed`` is None, so every step would
-    draw the same samples; callers pass a distinct seed per step.
-    """
-    greedy = temperature is None
-    return sampler(
-        prompts,
-        max_generation_steps=max_new_tokens,
-        max_prompt_length=max_prompt_tokens,
-        eos_tokens=eos_ids,
-        temperature=1.0 if greedy else temperature,
-        top_p=None if greedy else (top_p if top_p is not None else 1.0),
-        top_k=None if greedy else top_k,
-        seed=seed,
-        echo=False,
-    )
 
 
 # --- learning --------------------------------------------------------------------
@@ -562,16 +506,13 @@ def shared_prefix_logps(
     Returns:
       (log-probs [P*G, Lc], entropy of each token's predicted distribution [P*G, Lc]).
     """
-    from tunix.generate import sampler as sampler_lib
     from tunix.generate import utils as gen_utils
 
     P, Lp = prompt_ids.shape
     _, Lc = completion_ids.shape
     S = Lp + Lc
     pmask = prompt_ids != pad_id
-    cache = sampler_lib._init_cache(  # same layout the sampler uses
-        info.num_layers, S, P, info.num_kv_heads, info.head_dim, jnp.dtype(info.dtype)
-    )  # the model writes its keys and values in its own dtype
+    cache = kv_cache(info, P, S)  # the layout the sampler decodes with
     p_hidden, cache = trunk(
         model, prompt_ids, gen_utils.build_positions_from_mask(pmask), cache,
         gen_utils.make_causal_attn_mask(pmask, S),

@@ -108,16 +108,16 @@ class TestAgainstThePlainComputation:
             np.testing.assert_array_equal(both.tokens[row], alone.tokens[0])
 
     def test_greedy_tokens_equal_tunix_sampler(self, llama):
-        from rlctl.core.trainer import tunix_adapter as ta
+        from tests.core.trainer.yardsticks import tunix_generate, tunix_sampler
 
         texts = [llama.tok.apply_chat_template([{"role": "user", "content": q}])
                  for q in ("What is 4 + 3?", "Tom has 5 apples and gets 2 more?")]
         rows = [llama.tok.encode(t) for t in texts]
         width = max(map(len, rows))
-        theirs = ta.generate(ta.make_sampler(llama.model, llama.tok, llama.info,
-                                             cache_size=width + N), texts,
-                             max_new_tokens=N, max_prompt_tokens=width, eos_ids=[llama.pad],
-                             temperature=None, top_p=None, top_k=None, seed=0)
+        theirs = tunix_generate(tunix_sampler(llama.model, llama.tok, llama.info,
+                                              cache_size=width + N), texts,
+                                max_new_tokens=N, max_prompt_tokens=width, eos_ids=[llama.pad],
+                                temperature=None, top_p=None, top_k=None, seed=0)
         ours = llama.sampler()(llama.prompts(rows, width), group=1, seed=0, temperature=0.0)
         for row in range(2):
             assert list(ours.tokens[row]) == [int(t) for t in theirs.tokens[row]]

@@ -1,10 +1,12 @@
-"""Tunix's own GRPO path: the yardstick rlctl's update is measured against.
+"""Tunix's own GRPO path: the yardstick rlctl's update and sampler are measured against.
 
 Not used for training. test_loss.py checks rlctl's prefix-shared log-probs and
 loss (``rlctl.core.trainer.loss``) against these to float precision, and
 bench/bench_train_step.py times them as the baseline: Tunix's ``grpo_loss_fn``
 over full prompt+completion sequences, i.e. what a plain Tunix GRPO loop does.
-Kept out of the package so ``tunix_adapter`` holds only what training calls.
+Tunix's sampler (``tunix_sampler``, ``tunix_generate``) is what test_sampler.py
+checks greedy tokens against and bench/bench_rollout.py times rlctl's sampler
+against. Kept out of the package so ``tunix_adapter`` holds only what training calls.
 """
 
 from __future__ import annotations
@@ -119,3 +121,33 @@ def assert_loss_and_gradients_match(model, info, prompts, comps, mask, adv, pad,
     assert float(l1) == pytest.approx(float(l2), abs=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-4)
+
+
+def tunix_sampler(model: Any, tokenizer: Any, info: Any, cache_size: int) -> Any:
+    """Tunix's KV-cache sampler, as rlctl sampled with before ``sampler.py``."""
+    from tunix.generate import sampler as sampler_lib
+
+    cache = sampler_lib.CacheConfig(cache_size=cache_size, num_layers=info.num_layers,
+                                    num_kv_heads=info.num_kv_heads, head_dim=info.head_dim)
+    sampler = sampler_lib.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
+    # Pitfall: Tunix keeps a jax Array in the sampling state's pytree metadata, so
+    # jit's cache lookup compares it with ``==`` from the second call on, which
+    # compiles a scalar ``equal``; compiled here, it is cached before any timing.
+    _ = bool(jnp.asarray(0, jnp.int32) == jnp.asarray(0, jnp.int32))
+    return sampler
+
+
+def tunix_generate(sampler: Any, prompts: list[str], *, max_new_tokens: int,
+                   max_prompt_tokens: int, eos_ids: list[int], temperature: float | None,
+                   top_p: float | None, top_k: int | None, seed: int) -> Any:
+    """Sample (temperature set) or greedy decode (temperature None) with Tunix's sampler.
+
+    Pitfall: Tunix reuses one PRNG key when ``seed`` is None, so every call would draw
+    the same samples; callers pass a distinct seed per step.
+    """
+    greedy = temperature is None
+    return sampler(
+        prompts, max_generation_steps=max_new_tokens, max_prompt_length=max_prompt_tokens,
+        eos_tokens=eos_ids, temperature=1.0 if greedy else temperature,
+        top_p=None if greedy else (top_p if top_p is not None else 1.0),
+        top_k=None if greedy else top_k, seed=seed, echo=False)
