@@ -61,7 +61,7 @@ def main() -> None:
     import jax
 
     from rlctl.cli.app import main as rlctl
-    from rlctl.core.trainer import rollout, step, tunix_adapter  # noqa: F401
+    from rlctl.core.trainer import checkpointing, rollout, step, tunix_adapter  # noqa: F401
 
     rows: list[tuple[str, int, int, int, int]] = [("python + rlctl + JAX imported", t0, rss(),
                                                    0, 0)]
@@ -88,6 +88,7 @@ def main() -> None:
 
     wrap(rollout.Rollout, "sample", "rollout (sampler)")
     wrap(step.Update, "apply", "update", update_temp)
+    wrap(checkpointing.Checkpoints, "save", "checkpoint save")
     with tempfile.TemporaryDirectory() as root:
         sys.argv = ["rlctl", "train", "grpo", "--runs-dir", root, "--name", "breakdown",
                     "--steps", str(a.steps), "--eval-size", str(a.eval_size),

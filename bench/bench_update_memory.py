@@ -94,6 +94,8 @@ def main() -> None:
     p.add_argument("--prompt-tokens", type=int, default=160)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--sizes", default="", help="micro-batch sizes, e.g. 64,16,8")
+    p.add_argument("--remat", choices=["auto", "on", "off"], default="auto",
+                   help="training.remat of the micro-batch rows (the baseline has none)")
     a = p.parse_args()
 
     import jax
@@ -113,30 +115,34 @@ def main() -> None:
         completion_ids=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
         mask=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
         advantages=jax.ShapeDtypeStruct((rows,), jnp.float32))
+    remat = {"auto": None, "on": True, "off": False}[a.remat]
     spec = RunSpec(rollout={"num_generations": a.group, "max_new_tokens": a.new_tokens},
-                   training={"prompts_per_step": a.prompts})
+                   training={"prompts_per_step": a.prompts, "remat": remat})
     update = Update(spec, pad_id=0, info=info)
+    plain = Update(spec.model_copy(update={"training": spec.training.model_copy(
+        update={"remat": False})}), pad_id=0, info=info)
     sizes = ([int(x) for x in a.sizes.split(",")] if a.sizes
              else [s for s in micro_batch_sizes(a.prompts, a.group) if s >= min(8, rows)])
     have, where = memory.update_budget()
     print(f"{a.shape} ({info.params / 1e6:.0f}M parameters, {a.dtype}), {a.prompts} prompts x "
           f"{a.group} completions x ({a.prompt_tokens} + {a.new_tokens}) tokens; "
           f"{human_bytes(have)} {where}")
-    print(f"{'update':34} {'temporaries':>12} {'x baseline':>10} {'compile s':>9}")
+    print(f"{'update':44} {'temporaries':>12} {'x baseline':>10} {'compile s':>9}")
 
     real_chunk = ta.LOGITS_CHUNK_BYTES
     ta.LOGITS_CHUNK_BYTES = 2**62  # the log-softmax in one piece: the program before
-    base, _, secs = temporaries(update, graphdef, state, batch, rows)
+    base, _, secs = temporaries(plain, graphdef, state, batch, rows)
     ta.LOGITS_CHUNK_BYTES = real_chunk
-    print(f"{'baseline: whole batch and logits':34} {human_bytes(base):>12} {1.0:10.2f} "
+    print(f"{'baseline: whole batch and logits':44} {human_bytes(base):>12} {1.0:10.2f} "
           f"{secs:9.1f}")
     auto_marked = False
     for size in sizes:
         temp, need, secs = temporaries(update, graphdef, state, batch, size)
         auto = not a.sizes and not auto_marked and need <= have  # the whole list only
         auto_marked |= auto
-        label = f"chunked, micro-batches of {size}" + (" (auto)" if auto else "")
-        print(f"{label:34} {human_bytes(temp):>12} {temp / base:10.2f} {secs:9.1f}")
+        label = (f"chunked{', remat' if update._remat() else ''}, micro-batches of {size}"
+                 + (" (auto)" if auto else ""))
+        print(f"{label:44} {human_bytes(temp):>12} {temp / base:10.2f} {secs:9.1f}")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,12 @@ class TrainingSpec(Spec):
               "result as the whole batch); a multiple or a divisor of rollout.num_generations; "
               "default: the largest that fits the device's free memory"),
     ] = None
+    remat: Annotated[
+        bool | None,
+        Field(description="gradient checkpointing: each layer keeps only its inputs for the "
+              "backward pass and recomputes the rest (Llama-family models); default: on for "
+              "the CPU, where it is also faster, off on accelerators"),
+    ] = None
     seed: Annotated[int, Field(ge=0)] = 0
 
 

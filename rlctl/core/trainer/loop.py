@@ -123,6 +123,7 @@ class Trainer:
         out = self.rollout.sample(prompts, width, seed=step_seed(s.training.seed, step, 4))
         t_roll = time.perf_counter() - t0
 
+        # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
         scores = score(self.reward_fns, out.text, group)
         batch = self.rollout.batch(out, scores)

@@ -73,6 +73,13 @@ def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
     return stacked, inner
 
 
+def tree_bytes(tree: Any) -> int:
+    """Bytes of the arrays of ``tree`` (abstract ones too)."""
+    import jax
+
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
 class Update:
     """The run's update, compiled ahead of time once per batch shape.
 
@@ -93,6 +100,10 @@ class Update:
         self.info = info
         self.warn = warn or (lambda message: None)
         self.topology = topology  # several processes agree on one micro-batch size
+        self.remat = spec.training.remat
+        if self.remat and info.family != "llama":
+            self.warn(f"training.remat applies to Llama-family models; this {info.family} "
+                      "model runs without it")
         self._compiled: dict[Any, tuple[Any, int]] = {}  # batch signature -> (program, size)
         self._logps: Any = None
 
@@ -102,12 +113,26 @@ class Update:
         return cls(spec, pad_id, info, warn, topology)
 
     # --- the traced functions ------------------------------------------------------
-    def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int):
+    def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int,
+                  remat: bool = False):
         from rlctl.core.trainer import tunix_adapter as ta
 
         return ta.shared_prefix_logps(
             model, prompt_ids, completion_ids, group=group, pad_id=self.pad_id,
-            temperature=self.temperature, info=self.info)
+            temperature=self.temperature, info=self.info, remat=remat)
+
+    def _remat(self) -> bool:
+        """``training.remat``, or by default on for the CPU: there XLA's temporaries
+        for the default update fall from 1.32 GiB (in micro-batches of 4) to 0.69 GiB
+        (the whole batch) and the update runs 13% faster; an accelerator's faster
+        without the recomputation where the batch fits."""
+        if self.info.family != "llama":
+            return False
+        if self.remat is not None:
+            return self.remat
+        import jax
+
+        return jax.default_backend() == "cpu"
 
     def _loss_and_grads(self, params: Any, mdef: Any, rest: Any, batch: Batch,
                         size: int) -> tuple[tuple[Any, dict[str, Any]], Any]:
@@ -122,10 +147,11 @@ class Update:
 
         cfg = self.cfg
         norm = Norm.of(batch.mask)
+        remat = self._remat()
 
         def loss_fn(p, mb: Batch, group: int):
             m = nnx.merge(mdef, p, rest)
-            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group)
+            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat)
             loss, aux = policy_loss(logps, mb.mask, mb.advantages, cfg,
                                     old_logps=mb.old_logps, ref_logps=mb.ref_logps, norm=norm)
             aux["entropy"] = (ent * mb.mask).sum() / norm.tokens
@@ -186,14 +212,12 @@ class Update:
         sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
         if self.micro is not None:
             sizes = [min(self.micro, rows)]
-        have, where = memory.update_budget(
-            sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)))
+        have, where = memory.update_budget(tree_bytes(state))
         if self.topology is not None:
             from rlctl.core.trainer.distributed import least
 
             have = least(have, self.topology)
-        grads = sum(x.size * x.dtype.itemsize
-                    for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+        grads = tree_bytes(nnx.state(model, nnx.Param))
         measured: tuple[int, int] | None = None  # (size, need) of the first compile
         tried = rows + rows  # each retry at least halves: each try compiles again
         for size in sizes:
@@ -208,6 +232,7 @@ class Update:
             keep = (jax.tree.map(lambda x: x.sharding, state), None, None, None)
             compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0,
                                out_shardings=keep).lower(state, batch).compile()
+            memory.return_freed_memory()  # the compiler's working memory
             need = memory.compiled_need(compiled)
             measured = measured or (size, need)
             if need <= have:
@@ -254,6 +279,9 @@ class Update:
               iterations: int) -> tuple[list[float], list[float], dict[str, Any]]:
         """``iterations`` updates on ``batch``: their losses, gradient norms, and the
         last one's auxiliary figures (kl, entropy, clip fraction)."""
+        import jax
+        from flax import nnx
+
         from rlctl.core.trainer import memory
 
         memory.return_freed_memory()  # the rollout's buffers, before the update's
@@ -277,6 +305,9 @@ class Update:
             raise memory.from_runtime(
                 e, "the update", "lower training.micro_batch_size, rollout.max_new_tokens "
                 "or training.prompts_per_step") from None
+        # the loss is ready before the new state: until that is too, XLA still holds
+        # the update's temporaries (0.7 GB for the default run)
+        jax.block_until_ready(nnx.state((model, optimizer)))
         memory.return_freed_memory()  # the update's temporaries (and its compilation's)
         return losses, norms, auxes[-1]
 

@@ -104,3 +104,40 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_model_d
     folders = sorted(p.name for p in ckpt.parent.iterdir())
     assert "4.damaged" in folders and "4" in folders, folders
     assert verify(ckpt) is None  # saved again by the resumed run, not the damaged copy
+
+
+def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_path,
+                                                            monkeypatch):
+    """Orbax holds at most SAVE_IN_FLIGHT bytes of host copies while saving; an array
+    larger than that raises the limit to its size instead of stalling the save, and
+    the checkpoint restores exactly."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from rlctl.core.config.models import TrainingSpec
+    from rlctl.core.store.local import LocalRunDir
+    from rlctl.core.trainer import checkpointing
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.distributed import current
+    from rlctl.core.trainer.step import make_optimizer
+
+    monkeypatch.setattr(checkpointing, "SAVE_IN_FLIGHT", 4096)  # below the largest array
+    model, _ = ta.load_model(tiny_model_dir)
+    optimizer = make_optimizer(model, TrainingSpec())
+    run = LocalRunDir(tmp_path, "bounded")
+    ckpt = checkpointing.Checkpoints(run, current(), keep=2)
+    saved = [np.asarray(x) for x in jax.tree.leaves(checkpointing._state(model, optimizer))]
+    largest = max(x.nbytes for x in saved)
+    assert largest > 4096
+    ckpt.save(1, model, optimizer)
+    assert ckpt._in_flight == largest + 2**20
+    ckpt.close()
+    fresh, _ = ta.load_model(tiny_model_dir)
+    nnx.update(fresh, jax.tree.map(lambda x: x + 1, nnx.state(fresh, nnx.Param)))
+    fresh_opt = make_optimizer(fresh, TrainingSpec())
+    again = checkpointing.Checkpoints(run, current(), keep=2)
+    assert again.restore_latest(fresh, fresh_opt) == 1
+    again.close()
+    for a, b in zip(saved, jax.tree.leaves(checkpointing._state(fresh, fresh_opt)), strict=True):
+        np.testing.assert_array_equal(a, np.asarray(b))

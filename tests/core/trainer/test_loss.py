@@ -141,6 +141,12 @@ class TestParityWithTunix:
 
         yardsticks.assert_loss_and_gradients_match(*setup, algorithm=algorithm)
 
+    def test_recomputed_layers_give_the_same_gradients(self, setup):
+        """training.remat: each layer recomputed in the backward pass, same figures."""
+        from tests.core.trainer import yardsticks
+
+        yardsticks.assert_loss_and_gradients_match(*setup, algorithm="grpo", remat=True)
+
 
 @pytest.mark.trainer
 def test_qwen2_prefix_sharing_matches_full_sequence(tmp_path):
