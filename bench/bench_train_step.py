@@ -5,8 +5,12 @@ Runs N training steps of the default spec (SmolLM2-135M, 2 prompts x 8 samples,
 once with the baseline update (Tunix's ``grpo_loss_fn`` over full prompt+completion
 sequences, i.e. what a plain Tunix GRPO loop does). Same rollouts, same seeds.
 Prints seconds per step, completion tokens/s and the ratio to the baseline.
+``--against no-remat`` makes the baseline rlctl's own update without layer
+recomputation (``training.remat=false``: micro-batches where the whole batch does
+not fit) instead.
 
     python bench/bench_train_step.py --steps 4
+    python bench/bench_train_step.py --steps 5 --against no-remat
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def run(steps: int, baseline: bool) -> dict:
+def run(steps: int, baseline: bool, remat: bool | None = None) -> dict:
     import numpy as np
 
     from rlctl.core.config.models import RunSpec
@@ -33,7 +37,7 @@ def run(steps: int, baseline: bool) -> dict:
     from tests.core.trainer import yardsticks
 
     spec = RunSpec(name="bench", output={"root": tempfile.mkdtemp(), "tensorboard": False},
-                   eval={"size": 0})
+                   eval={"size": 0}, training={"remat": remat})
     run_dir = LocalRunStore(spec.output.root).run("bench")
     t = Trainer(spec, run_dir)
     t.create_model()
@@ -82,11 +86,16 @@ def run(steps: int, baseline: bool) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--against", choices=["tunix", "no-remat"], default="tunix",
+                    help="the baseline: Tunix's full-sequence loss, or rlctl without remat")
     args = ap.parse_args()
     t0 = time.perf_counter()
     ours = run(args.steps, baseline=False)
-    base = run(args.steps, baseline=True)
-    out = {"rlctl": ours, "baseline_tunix_full_sequence": base,
+    if args.against == "tunix":
+        base, name = run(args.steps, baseline=True), "baseline_tunix_full_sequence"
+    else:
+        base, name = run(args.steps, baseline=False, remat=False), "baseline_no_remat"
+    out = {"rlctl": ours, name: base,
            "update_speedup": base["update_seconds"] / ours["update_seconds"],
            "step_speedup": base["step_seconds"] / ours["step_seconds"],
            "wall_seconds": time.perf_counter() - t0}

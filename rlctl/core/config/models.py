@@ -125,7 +125,7 @@ class TrainingSpec(Spec):
         bool | None,
         Field(description="gradient checkpointing: each layer keeps only its inputs for the "
               "backward pass and recomputes the rest (Llama-family models); default: on for "
-              "the CPU, where it is also faster, off on accelerators"),
+              "the CPU, where it costs no time, off on accelerators"),
     ] = None
     seed: Annotated[int, Field(ge=0)] = 0
 

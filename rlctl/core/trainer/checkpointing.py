@@ -252,8 +252,8 @@ class Checkpoints:
         if not self.topo.is_writer:
             return
         self._check_space(step, state)
-        in_flight = max(SAVE_IN_FLIGHT, *(getattr(x, "nbytes", 0) + 2**20
-                                          for x in jax.tree.leaves(state)))
+        in_flight = max([SAVE_IN_FLIGHT, *(getattr(x, "nbytes", 0) + 2**20
+                                           for x in jax.tree.leaves(state))])
         if in_flight != self._in_flight:  # an array larger than the limit: raise it
             self._in_flight = in_flight
             self.manager.close()

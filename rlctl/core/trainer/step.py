@@ -124,8 +124,9 @@ class Update:
     def _remat(self) -> bool:
         """``training.remat``, or by default on for the CPU: there XLA's temporaries
         for the default update fall from 1.32 GiB (in micro-batches of 4) to 0.69 GiB
-        (the whole batch) and the update runs 13% faster; an accelerator's faster
-        without the recomputation where the batch fits."""
+        (the whole batch), at the same speed (bench/bench_train_step.py --against
+        no-remat: 1.02x); an accelerator's faster without the recomputation where the
+        batch fits."""
         if self.info.family != "llama":
             return False
         if self.remat is not None:

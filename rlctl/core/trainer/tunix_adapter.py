@@ -576,8 +576,8 @@ def _recomputed_pair(graphdef, group, state, xs, masks):
     recomputation reads the incoming gradient (a zero-weighted element of it), so
     it cannot run before the backward pass reaches its layer: the default update
     then needs 0.69 GiB for its whole batch instead of 1.32 GiB in micro-batches
-    of 4 (XLA's analysis, as bench/bench_update_memory.py reads it), and ran 13%
-    faster on the 2-core CPU (4.21 s against 4.83 s, best of three).
+    of 4 (XLA's analysis, as bench/bench_update_memory.py reads it), at the same
+    speed on the 2-core CPU (bench/bench_train_step.py --against no-remat: 1.02x).
     """
     return _layer_pair(graphdef, group, state, xs, masks)
 
