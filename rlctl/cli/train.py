@@ -67,13 +67,14 @@ MinSlicesOpt = Annotated[
 HostMemoryOpt = Annotated[
     str | None,
     typer.Option("--memory", help="Cluster runs: memory of each accelerator host's pod, "
-                 "requested and limited (e.g. 200G; default: the machine type's allocatable "
-                 "less 10%)."),
+                 "requested and limited (e.g. 200G; default: what a node of its pool offers "
+                 "pods; checked before submitting)."),
 ]
 HostCpuOpt = Annotated[
     str | None,
     typer.Option("--cpu", help="Cluster runs: CPUs each accelerator host's pod requests "
-                 "(default: the machine type's allocatable less 10%)."),
+                 "(default: what a node of its pool offers pods, after threads per core; "
+                 "checked before submitting)."),
 ]
 PrintOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved spec and exit.")
@@ -125,6 +126,10 @@ def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
     result = core.submit(clients, where.ref(), spec, backend, image,
                          hf_token=core.hf_token_from_env(), dry_run=dry_run,
                          resources=core.HostResources(**resources))
+    for p in result.placements:  # where each pod group goes (the fit check passed)
+        out.info(f"  {p.group}: {p.pods} pod{'s' * (p.pods != 1)} -> {', '.join(p.pools)}")
+    for note in getattr(result, "notes", []):
+        out.info(f"  note: {note}")
     if isinstance(result, SubmitPreview):
         out.info(f"dry run: {len(result.manifests)} objects for {where.cluster} "
                  f"({result.accelerator}), run store {result.runs_dir}; nothing changed")

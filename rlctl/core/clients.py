@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kubernetes.client import ApiClient
 
 SERVICES = ("compute", "container", "tpu", "serviceusage", "storage", "cloudbuild",
-            "artifactregistry")
+            "artifactregistry", "cloudresourcemanager")
 USER_AGENT = f"rlctl/{__version__}"
 ENDPOINT_ENV_PREFIX = "RLCTL_API_ENDPOINT_OVERRIDES_"
 DISABLE_CREDENTIALS_ENV = "RLCTL_AUTH_DISABLE_CREDENTIALS"
@@ -244,6 +244,17 @@ class Clients:
     @cached_property
     def machine_types(self) -> Any:
         return self._gapic("google.cloud.compute_v1", "MachineTypesClient", "compute")
+
+    @cached_property
+    def regions(self) -> Any:
+        """Compute regions: their quotas (GPUs, TPU v5e) for the pre-flight checks."""
+        return self._gapic("google.cloud.compute_v1", "RegionsClient", "compute")
+
+    # --- Resource Manager: the project's IAM policy ------------------------
+    @cached_property
+    def resource_manager(self) -> Any:
+        return self._gapic("google.cloud.resourcemanager_v3", "ProjectsClient",
+                           "cloudresourcemanager")
 
     # --- GKE, TPU, Service Usage -----------------------------------------
     @cached_property

@@ -113,3 +113,16 @@ class PreflightError(ConfigError):
         else:
             msg = f"{len(lines)} pre-flight checks failed:\n" + "\n".join(f"  - {x}" for x in lines)
         super().__init__(msg, hint="nothing was changed; fix the above and re-run")
+
+
+class UnschedulableError(PreflightError):
+    """Pods of the workload would stay Pending on the cluster (``core/k8s/fit.py``);
+    nothing was applied. ``lines``: one per pod group, with the flag that fixes it."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines)
+        n = len(lines)
+        head = (f"{'a pod group' if n == 1 else f'{n} pod groups'} of this run would stay "
+                "Pending on the cluster")
+        self.message = f"{head}: {lines[0]}" if n == 1 else \
+            head + ":\n" + "\n".join(f"  - {x}" for x in lines)

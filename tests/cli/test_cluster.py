@@ -36,7 +36,7 @@ class TestClusterCreate:
         r = cli("cluster", "create", "rl", *BASE, "-a", "v6e-16", "--num-slices", "2",
                 "--dry-run", "-o", "json")
         names = [c["name"] for c in json.loads(r.stdout)["changes"] if c["kind"] == "nodepool"]
-        assert names == ["v6e-16-0", "v6e-16-1"]
+        assert names == ["v6e-16-0", "v6e-16-1", "pathways"]
 
     def test_without_yes_outside_a_terminal_refuses(self, cli, fake):
         r = cli(*CREATE)
@@ -47,8 +47,9 @@ class TestClusterCreate:
         r = cli(*CREATE, "--yes", "-o", "json")
         assert r.exit_code == 0, r.stderr
         doc = json.loads(r.stdout)
-        # 11 Google Cloud resources + 2 controllers + the KSA (namespace: default)
-        assert len(doc["result"]["applied"]) == 14
+        # 13 Google Cloud resources (the Pathways pool and the nodes' bucket binding
+        # among them) + 2 controllers + the KSA (namespace: default)
+        assert len(doc["result"]["applied"]) == 16
         assert {"controller/jobset", "controller/pathways-job",
                 "serviceaccount/default/rlctl"} <= set(doc["result"]["applied"])
         n, k = len(fake.mutations()), len(kube.mutations())
@@ -102,7 +103,8 @@ class TestClusterOthers:
         d = json.loads(r.stdout)
         assert d["status"] == "RUNNING" and d["addons"]["ray_operator"]
         assert {p["name"]: p["status"] for p in d["node_pools"]} == {
-            "cpu": "RUNNING", "v6e-16-0": "RUNNING", "v6e-16-1": "RUNNING"}
+            "cpu": "RUNNING", "v6e-16-0": "RUNNING", "v6e-16-1": "RUNNING",
+            "pathways": "RUNNING"}
         r = cli("cluster", "describe", "rl", *BASE[:4])
         assert "v6e-16-1" in r.stdout and "4x4" in r.stdout
         r = cli("cluster", "list", "--project", "p", "-o", "json")
@@ -112,7 +114,7 @@ class TestClusterOthers:
         r = cli("cluster", "delete", "rl", *BASE[:4], "--yes", "-o", "json")
         assert r.exit_code == 0, r.stderr
         applied = json.loads(r.stdout)["result"]["applied"]
-        assert len(applied) == 12  # 10 Google Cloud resources + 2 controllers
+        assert len(applied) == 13  # 11 Google Cloud resources + 2 controllers
         assert {"controller/jobset", "controller/pathways-job"} <= set(applied)
         assert fake.is_empty()
         r = cli("cluster", "delete", "rl", *BASE[:4], "--yes")

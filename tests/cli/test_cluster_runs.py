@@ -15,6 +15,7 @@ import json
 import pytest
 
 from tests.core.k8s.conftest import HF_SENTINEL, KUBE_TOKEN
+from tests.fakes.k8s import nodes_of_cluster
 
 IMAGE = "us-docker.pkg.dev/p/r/rlctl:1"
 LOC = ["--project", "p", "--region", "us-central1"]
@@ -50,6 +51,7 @@ def clients(fake, kube):
                 retry_deadline=5.0)
     _seed_cluster(fake, kube.url)
     kube.seed_ready()  # what 'cluster create' installs: CRDs, namespace, KSA
+    kube.nodes = nodes_of_cluster(fake, "c")  # applied workloads become scheduled pods
     _seed_image(fake)  # what 'rlctl image build' pushed
     bucket = c.storage.bucket(BUCKET)
     bucket.labels = {"managed-by": "rlctl", "rlctl-cluster": "c"}
@@ -65,24 +67,16 @@ def _seed_image(fake) -> None:
 
 
 def _seed_cluster(fake, endpoint: str) -> None:
-    link = "projects/p/locations/us-central1/clusters/c"
-    fake.clusters[("us-central1", "c")] = {
-        "name": "c", "location": "us-central1", "status": "RUNNING", "endpoint": endpoint,
-        "currentMasterVersion": "1.33.1-gke.1", "selfLink": link,
-        "resourceLabels": {"managed-by": "rlctl", "rlctl-cluster": "c"},
-        "nodePools": [
-            {"name": "cpu", "status": "RUNNING", "initialNodeCount": 1,
-             "config": {"machineType": "e2-standard-8"}},
-            *[{"name": f"v6e-16-{i}", "status": "RUNNING", "initialNodeCount": 4,
-               "config": {"machineType": "ct6e-standard-4t"},
-               "placementPolicy": {"type": "COMPACT", "tpuTopology": "4x4"},
-               "selfLink": f"{link}/nodePools/v6e-16-{i}"} for i in range(2)],
-        ],
-    }
+    """A cluster as 'rlctl cluster create c -a "v6e-16 x2"' makes it (tests/fakes/seed.py:
+    the production request bodies), with the seeds' older GKE version."""
+    from tests.fakes.seed import seed_cluster
+
+    doc = seed_cluster(fake, "c", ("v6e-16 x2",), endpoint=endpoint, version="1.33.1-gke.1")
+    doc["resourceLabels"] = {"managed-by": "rlctl", "rlctl-cluster": "c"}
 
 
 @pytest.fixture()
-def cli(clients, crds):
+def cli(clients, crds, kube):
     from typer.testing import CliRunner
 
     from rlctl.cli._options import AppState
@@ -100,6 +94,8 @@ def cli(clients, crds):
     for r in calls:  # no command ever shows a secret
         assert HF_SENTINEL not in r.stdout + r.stderr
         assert KUBE_TOKEN not in r.stdout + r.stderr
+    # and no workload a command applied has a pod that no node of the cluster can take
+    assert kube.unschedulable == []
 
 
 def _submit(cli, *extra: str):
@@ -236,7 +232,9 @@ class TestTrainOnCluster:
 
 def _with_dcn(fake) -> None:
     """The seeds' cluster: each v6e-16 pool attached to two DCN networks (DRANET)."""
-    for pool in fake.clusters[("us-central1", "c")]["nodePools"][1:]:
+    for pool in fake.clusters[("us-central1", "c")]["nodePools"]:
+        if not pool["name"].startswith("v6e-16-"):
+            continue
         pool["networkConfig"] = {"additionalNodeNetworkConfigs": [
             {"network": f"c-dcn-{i}", "subnetwork": f"c-dcn-{i}-sub"} for i in range(2)]}
 
@@ -257,13 +255,14 @@ class TestSeedShapedDryRun:
             c = objs["PathwaysJob"]["spec"]["controller"]["template"]["spec"]["containers"][0]
             assert {"name": "ENABLE_PATHWAYS_PERSISTENCE", "value": "1"} in c["env"]
             return
-        claim = objs["ResourceClaimTemplate"]["spec"]["spec"]["devices"]["requests"]
-        assert [x["exactly"]["selectors"][0]["cel"]["expression"] for x in claim] == [
-            f'device.attributes["gke.networking.k8s.io"].network == "c-dcn-{i}"'
-            for i in range(2)]
-        for needle in ('"--megascale_grpc_interface_prefixes=eth1,eth2,lo"',
+        # the seed's two-netdev claim (issue 24 point 6: c255c2d selected on an attribute
+        # no GKE or dranet source publishes)
+        (claim,) = objs["ResourceClaimTemplate"]["spec"]["spec"]["devices"]["requests"]
+        assert claim["exactly"] == {"deviceClassName": "netdev.google.com",
+                                    "allocationMode": "ExactCount", "count": 2}
+        for needle in ('--megascale_grpc_interface_prefixes=eth1,eth2,lo"',
                        '"privileged": true', '"value": "9915"', '"value": "tpu,cpu"',
-                       '"memory": "585Gi"'):
+                       '"memory": "585Gi"', '"cpu": "80"'):
             assert needle in text, needle
         if backend == "ray":
             driver = objs["ConfigMap"]["data"]["ray_driver.py"]
@@ -273,7 +272,7 @@ class TestSeedShapedDryRun:
 
     def test_memory_cpu_and_min_slices_flags(self, cli, fake):
         _with_dcn(fake)
-        r = _submit(cli, "--backend", "ray", "--memory", "200G", "--cpu", "100",
+        r = _submit(cli, "--backend", "ray", "--memory", "200G", "--cpu", "64",
                     "--min-slices", "1", "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
         rj = next(o for o in json.loads(r.stdout) if o["kind"] == "RayJob")
@@ -281,7 +280,7 @@ class TestSeedShapedDryRun:
         assert wg["minReplicas"] == 1 and wg["maxReplicas"] == 2
         res = wg["template"]["spec"]["containers"][0]["resources"]
         assert res["requests"]["memory"] == res["limits"]["memory"] == "200G"
-        assert res["requests"]["cpu"] == "100"
+        assert res["requests"]["cpu"] == "64"
 
     def test_bad_min_slices_and_cluster_only_flags_are_one_line(self, cli, fake):
         r = _submit(cli, "--min-slices", "3", "--dry-run")
@@ -306,7 +305,10 @@ class TestInputsOnGcs:
         for group in [rj["spec"]["rayClusterSpec"]["headGroupSpec"],
                       *rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]]:
             t = group["template"]
-            assert t["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+            # the seed's sidecar limits lifted (issue 24 point 9)
+            assert t["metadata"]["annotations"] == {
+                "gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "0",
+                "gke-gcsfuse/memory-limit": "0", "gke-gcsfuse/ephemeral-storage-limit": "0"}
             vols = {v["name"]: v for v in t["spec"]["volumes"]}
             assert [vols[f"gcs-{i}"]["csi"]["volumeAttributes"]["bucketName"]
                     for i in range(2)] == ["models-b", "data-b"]

@@ -20,6 +20,7 @@ long-running operation), their images and tags.
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
 import json
@@ -49,7 +50,8 @@ class Req:
 
     @property
     def mutation(self) -> bool:
-        return self.method in MUTATING and not self.path.endswith("/wait")
+        # a POST that reads: Compute's operation wait, Resource Manager's getIamPolicy
+        return self.method in MUTATING and not self.path.endswith(("/wait", ":getIamPolicy"))
 
 
 @dataclass
@@ -95,7 +97,19 @@ class FakeGCP:
         self.bucket_meta: dict[str, dict] = {}
         self.bucket_iam: dict[str, dict] = {}
         self.enabled = {"compute.googleapis.com", "container.googleapis.com",
-                        "tpu.googleapis.com", "storage.googleapis.com"}
+                        "tpu.googleapis.com", "storage.googleapis.com",
+                        "cloudbuild.googleapis.com", "artifactregistry.googleapis.com"}
+        # The project's IAM policy (Resource Manager v3 projects.getIamPolicy): by default
+        # a project from before 2024, whose Compute Engine default service account was
+        # granted Editor on creation ("Default service accounts", Compute Engine docs);
+        # tests of new projects empty it (organization policy
+        # iam.automaticIamGrantsForDefaultServiceAccounts).
+        self.project_iam: dict[str, Any] = {"version": 1, "etag": "BwYA", "bindings": [
+            {"role": "roles/editor",
+             "members": [f"serviceAccount:{number}-compute@developer.gserviceaccount.com"]}]}
+        # Compute regions.get quotas[] per region: metric -> (limit, usage); a metric not
+        # listed is not reported, as for TPU v6e/v5p (kept in the Cloud Quotas API)
+        self.quotas: dict[str, dict[str, tuple[float, float]]] = {}
         self.tpu_types: dict[str, list[str]] = {}
         self.machine_types: dict[str, set[str]] = {}
         self.default_tpu_types = list(DEFAULT_TPU_TYPES)
@@ -308,7 +322,26 @@ class FakeGCP:
         m = re.fullmatch(r"/storage/v1/b/([^/]+)/iam", p)
         if m:
             return self._iam(r, m.group(1))
+        m = re.fullmatch(r"/v3/projects/([^/:]+):(getIamPolicy|setIamPolicy)", p)
+        if m and r.method == "POST":
+            return self._project_iam(m.group(2), r.body or {})
         raise KeyError(p)
+
+    def _project_iam(self, verb: str, body: dict) -> tuple[int, Any]:
+        """Resource Manager v3: getIamPolicy / setIamPolicy with the etag as a
+        precondition (a stale etag is 409 ABORTED, as the API answers it)."""
+        pol = self.project_iam
+        if verb == "getIamPolicy":
+            return 200, pol
+        new = dict(body.get("policy") or {})
+        if new.get("etag") and new["etag"] != pol["etag"]:
+            return 409, {"error": {"code": 409, "status": "ABORTED",
+                                   "message": "There were concurrent policy changes."}}
+        n = int.from_bytes(base64.b64decode(pol["etag"] + "=" * (-len(pol["etag"]) % 4)),
+                           "big") + 1
+        pol.update(bindings=new.get("bindings", []),
+                   etag=base64.b64encode(n.to_bytes(4, "big")).decode())
+        return 200, pol
 
     # Compute ----------------------------------------------------------------------
     def _compute(self, r: Req, rest: str) -> tuple[int, Any]:
@@ -324,6 +357,11 @@ class FakeGCP:
                 return 200, _Later(lambda: self._wait_done(op))
             self._advance(op)
             return 200, self._op_json(op)
+        m = re.fullmatch(r"/regions/([^/]+)", rest)
+        if m and r.method == "GET":
+            quotas = [{"metric": k, "limit": v[0], "usage": v[1]}
+                      for k, v in self.quotas.get(m.group(1), {}).items()]
+            return 200, {"kind": "compute#region", "name": m.group(1), "quotas": quotas}
         m = re.fullmatch(r"/zones/([^/]+)/machineTypes/([^/]+)", rest)
         if m and r.method == "GET":
             if m.group(2) not in self.machine_types.get(m.group(1), self.default_machine_types):

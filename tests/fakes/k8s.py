@@ -10,6 +10,16 @@ CustomResourceDefinition is reported ``Established`` after ``crd_delay`` GETs
 (0: at once), as the API server does once it serves the new kind. Tests seed pods,
 events and logs directly into ``FakeKube.objects`` / ``FakeKube.logs`` and read
 the request log from ``FakeKube.requests``.
+
+With ``FakeKube.nodes`` set (the cluster's node pools, ``nodes_of_cluster``), a
+workload that is created or applied becomes pods as the controllers rlctl relies on
+make and admit them (``rlctl.core.k8s.admission``: JobSet v0.12.0's exclusive
+placement, pathways-job v0.1.4's head sidecars and host network, KubeRay's probe
+injection for ``kuberay_version``, GKE's GCS FUSE sidecar; each cited there), placed
+on the nodes as kube-scheduler's filters would (``rlctl.core.k8s.fit``). A pod that no
+node can take is stored Pending with an ``Unschedulable`` condition, as the scheduler
+reports it, and listed in ``FakeKube.unschedulable``: fixtures fail a test that leaves
+one behind.
 """
 
 from __future__ import annotations
@@ -66,6 +76,9 @@ class FakeKube:
         # 404 "the server could not find the requested resource"), as on a real cluster
         self.served_only = False
         self._crd_gets: dict[str, int] = {}
+        self.nodes: list[Any] | None = None  # config.nodes.NodePool; None: no pods made
+        self.kuberay_version: tuple[int, ...] = (1, 5, 2)  # exec wget probes (pod.go)
+        self.unschedulable: list[str] = []  # 'pod: reason' of pods left Pending
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -104,16 +117,64 @@ class FakeKube:
 
     def names(self, plural: str | None = None, cluster: bool = False) -> list[str]:
         """'Kind/name' of every stored namespaced object (optionally of one plural), sorted;
-        cluster-scoped ones (CRDs, namespaces, cluster roles) with ``cluster=True``."""
+        cluster-scoped ones (CRDs, namespaces, cluster roles) with ``cluster=True``. Pods
+        a controller made (``admit``) only when asked for by plural."""
         return sorted(f"{o['kind']}/{o['metadata']['name']}"
                       for (_, p, ns, _), o in self.objects.items()
-                      if plural in (None, p) and (bool(ns) != cluster))
+                      if plural in (None, p) and (bool(ns) != cluster)
+                      and (plural == "pods" or not o["metadata"].get("ownerReferences")))
 
     def _establish(self, crd: dict[str, Any]) -> None:
         name = crd["metadata"]["name"]
         seen = self._crd_gets[name] = self._crd_gets.get(name, 0) + 1
         if seen > self.crd_delay:
             crd["status"] = {"conditions": [{"type": "Established", "status": "True"}]}
+
+    # --- what controllers and the scheduler do with a workload -------------------------
+    def admit(self, obj: dict[str, Any], locked: bool = False) -> None:
+        """Create the pods the workload's controller makes, as admitted and scheduled
+        (``locked``: the caller holds ``self.lock``, as the request handler does)."""
+        from rlctl.core.k8s.admission import pod_groups
+        from rlctl.core.k8s.fit import check
+
+        if self.nodes is None or obj.get("kind") not in ("JobSet", "PathwaysJob", "RayJob"):
+            return
+        groups = pod_groups([obj], self.kuberay_version)
+        report = check(groups, self.nodes)
+        ns = obj["metadata"].get("namespace", "default")
+        run = obj["metadata"]["name"]
+        # the JobSet controller labels every pod with its JobSet's name; pathways-job's
+        # pods carry nothing of the PathwaysJob's own labels (it has no pod template)
+        labels = {} if obj["kind"] == "PathwaysJob" else dict(
+            obj["metadata"].get("labels") or {})
+        for g, placed in zip(groups, report.placements, strict=True):
+            for j in range(g.jobs):
+                for i in range(g.pods):
+                    name = f"{run}-{g.role}-{j}-{i}"
+                    pod: dict[str, Any] = {
+                        "metadata": {"name": name, "namespace": ns, "labels": {
+                            **labels, "jobset.sigs.k8s.io/jobset-name": run},
+                            # owned through Jobs/RayClusters in reality; deleting the
+                            # workload removes its pods (garbage collection, cascading)
+                            "ownerReferences": [{"uid": obj["metadata"].get("uid", ""),
+                                                 "kind": obj["kind"], "name": run}]},
+                        "spec": copy.deepcopy(g.pod)}
+                    if placed.fits:
+                        pod["spec"]["nodeName"] = f"{placed.pools[0]}-node"
+                        pod["status"] = {"phase": "Running"}
+                    else:
+                        msg = f"0/{sum(p.nodes for p in self.nodes)} nodes are available: " \
+                              f"{placed.detail}"
+                        pod["status"] = {"phase": "Pending", "conditions": [{
+                            "type": "PodScheduled", "status": "False",
+                            "reason": "Unschedulable", "message": msg}]}
+                        self.unschedulable.append(f"{name}: {placed.reason}: {placed.detail}")
+                    if locked:
+                        pod.update(kind="Pod", apiVersion="v1")
+                        pod["metadata"]["uid"] = str(uuid.uuid4())
+                        self.objects[("v1", "pods", ns, name)] = pod
+                    else:
+                        self.put("v1", "pods", pod)
 
     def mutations(self) -> list[tuple[str, str]]:
         return [(r["method"], r["path"]) for r in self.requests if r["method"] != "GET"]
@@ -186,6 +247,11 @@ class FakeKube:
                         obj = fake.objects.pop(key, None)
                         if obj is None:
                             return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                        uid = obj["metadata"].get("uid")
+                        for k, o in list(fake.objects.items()):  # the garbage collector
+                            if uid and any(r.get("uid") == uid for r in
+                                           o["metadata"].get("ownerReferences") or []):
+                                del fake.objects[k]
                         return self._send(200, {"kind": "Status", "apiVersion": "v1",
                                                 "status": "Success"})
                     body = json.loads(raw or b"{}")  # JSON is YAML: the client sends JSON
@@ -197,6 +263,7 @@ class FakeKube:
                                                 f"{plural} {key[3]!r} already exists")
                         obj = self._stamp(body, ns, None)
                         fake.objects[key] = obj
+                        fake.admit(copy.deepcopy(obj), locked=True)
                         return self._send(201, obj)
                     if method == "PATCH":
                         if self.headers.get("Content-Type") != "application/apply-patch+yaml":
@@ -211,6 +278,8 @@ class FakeKube:
                         obj["metadata"]["managedFields"] = [
                             {"manager": q["fieldManager"], "operation": "Apply"}]
                         fake.objects[key] = obj
+                        if old is None:
+                            fake.admit(copy.deepcopy(obj), locked=True)
                         return self._send(201 if old is None else 200, obj)
                 return self._status(405, "MethodNotAllowed", method)
 
@@ -241,3 +310,16 @@ class FakeKube:
                 self._route("DELETE")
 
         return Handler
+
+
+def nodes_of_cluster(gcp: Any, cluster: str, region: str = "us-central1") -> list[Any]:
+    """The node pools of a cluster in the GCP fake, as the scheduler sees their nodes
+    (``rlctl.core.gcp.cluster.node_pools_of`` on the REST JSON the fake holds)."""
+    from google.cloud import container_v1
+
+    from rlctl.core.gcp.cluster import node_pools_of
+
+    doc = gcp.clusters[(region, cluster)]
+    pools = [container_v1.NodePool.from_json(json.dumps(p), ignore_unknown_fields=True)
+             for p in doc.get("nodePools", [])]
+    return node_pools_of(pools)[0]

@@ -56,11 +56,17 @@ def seed_cluster(fake: FakeGCP, cluster: str, accelerators: Sequence[str] = ("v6
     from google.cloud import compute_v1, container_v1
 
     from rlctl.core.gcp import network
-    from rlctl.core.gcp.cluster import cluster_body, desired_pools
+    from rlctl.core.gcp.cluster import (
+        cluster_body,
+        desired_pools,
+        pathways_pool_body,
+        wants_pathways_pool,
+    )
 
     spec = infra_spec(cluster, accelerators, dcn_networks, fake.project, region)
     body = cluster_body(spec)
-    body["node_pools"] = [*body.get("node_pools", []), *(b for *_, b in desired_pools(spec))]
+    body["node_pools"] = [*body.get("node_pools", []), *(b for *_, b in desired_pools(spec)),
+                          *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else [])]
     doc = _rest(container_v1.Cluster(body))
     link = f"projects/{fake.project}/locations/{region}/clusters/{cluster}"
     doc.update(status="RUNNING", location=region, endpoint=endpoint, selfLink=link,

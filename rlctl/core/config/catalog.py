@@ -53,7 +53,7 @@ def _load() -> dict[str, Accelerator]:
     out: dict[str, Accelerator] = {}
     for family, fam in raw["tpu"].items():
         for name, t in fam["types"].items():
-            out[name] = Accelerator(
+            out[name] = Accelerator(  # libtpu_flags: see libtpu_flags()
                 name=name, kind="tpu", family=family, gke_accelerator=fam["gke_accelerator"],
                 ray_accelerator_type=fam["ray_accelerator_type"], **t,
             )
@@ -88,19 +88,22 @@ def lookup(name: str) -> Accelerator:
     raise ConfigError(f"unknown accelerator type {name!r}", hint=hint)
 
 
-# --- machine types: what a host's trainer pod may ask for ------------------------------
+# --- machine types: what GKE keeps back of a node ---------------------------------------
 # GKE keeps back, of a node's memory, 25% of the first 4 GiB, 20% of the next 4, 10% of
 # the next 8, 6% of the next 112 and 2% of the rest, plus a 100 MiB eviction threshold;
 # of its CPU, 6% of the first core, 1% of the next, 0.5% of the next 2 and 0.25% of the
-# rest (GKE docs, "Plan GKE Standard node sizes"). Both as (upper bound, fraction).
+# rest (GKE docs, "Plan GKE Standard node sizes"; the cluster autoscaler's predictor,
+# kubernetes/autoscaler cluster-autoscaler/cloudprovider/gce/reserved.go, computes the
+# same). Both as (upper bound, fraction). What a pod may ask of a node, after threads per
+# core and GKE's DaemonSets, is ``rlctl.core.config.nodes``.
 _MEMORY_RESERVED = ((4, 0.25), (8, 0.20), (16, 0.10), (128, 0.06), (float("inf"), 0.02))
 _CPU_RESERVED = ((1, 0.06), (2, 0.01), (4, 0.005), (float("inf"), 0.0025))
 _EVICTION_GIB = 100 / 1024
-# What the node's own DaemonSets (metadata server, netd, logging, GCS FUSE, DRANET) take.
-POD_HEADROOM = 0.10
 
 
 class Machine(BaseModel):
+    """A Compute Engine machine type as its documentation lists it (two threads per core)."""
+
     model_config = ConfigDict(frozen=True)
 
     name: str
@@ -132,21 +135,19 @@ def machine(name: str) -> Machine | None:
 
 
 def allocatable(m: Machine) -> tuple[float, float]:
-    """(vCPUs, GiB) GKE leaves allocatable to pods on a node of this machine type."""
+    """(vCPUs, GiB) GKE leaves allocatable to pods on a node with ``m``'s vCPUs and memory."""
     cpu = m.vcpus - _tiered(m.vcpus, _CPU_RESERVED)
     mem = m.memory_gib - _tiered(m.memory_gib, _MEMORY_RESERVED) - _EVICTION_GIB
     return cpu, mem
 
 
-def pod_resources(machine_type: str) -> tuple[str, str] | None:
-    """(cpu, memory) quantities for the one trainer pod of a host: allocatable less
-    ``POD_HEADROOM``, whole vCPUs and GiB (None: a machine type the catalog lacks)."""
-    m = machine(machine_type)
-    if m is None:
-        return None
-    cpu, mem = allocatable(m)
-    keep = 1 - POD_HEADROOM
-    return str(max(1, int(cpu * keep))), f"{max(1, int(mem * keep))}Gi"
+def libtpu_flags(gke_accelerator: str) -> list[str]:
+    """The XLA flags of a TPU generation (by its GKE label) that its hosts pass libtpu."""
+    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
+    for fam in raw["tpu"].values():
+        if fam["gke_accelerator"] == gke_accelerator:
+            return list(fam.get("libtpu_flags") or [])
+    return []
 
 
 def ray_accelerator_type(gke_accelerator: str) -> str | None:

@@ -158,6 +158,10 @@ class InfraSpec(Spec):
         "e2-standard-8"
     )
     cpu_nodes: Annotated[int, Field(ge=1, le=100, description="nodes in the CPU pool")] = 1
+    pathways_pool: Annotated[
+        bool, Field(description="with TPU slices: a CPU pool for Pathways heads "
+                    "(n2-standard-64, 0 nodes until a --backend pathways run asks for one)")
+    ] = True
 
     @model_validator(mode="after")
     def _zone(self) -> InfraSpec:

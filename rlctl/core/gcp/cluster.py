@@ -18,8 +18,18 @@ from typing import Any
 from rlctl.core.config import prices
 from rlctl.core.config.catalog import Accelerator, all_types, lookup
 from rlctl.core.config.infra import DRANET_LABEL, MANAGED_BY, RLCTL, InfraSpec
+from rlctl.core.config.nodes import (
+    PATHWAYS_MACHINE_TYPE,
+    PATHWAYS_MAX_NODES,
+    PATHWAYS_POOL,
+    PATHWAYS_TAINT,
+    TPU_THREADS_PER_CORE,
+    NodePool,
+    Taint,
+    node_pool,
+)
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
-from rlctl.core.gcp import network, preflight, storage
+from rlctl.core.gcp import network, preflight, project_iam, storage
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.errors import operation_error
 from rlctl.core.gcp.operations import Event, call, execute, wait_gke
@@ -28,9 +38,11 @@ from rlctl.core.plan import Change, CostEstimate, Plan
 CPU_POOL = "cpu"
 # The seeds' TPU pools: full access scope (the pods reach GCS and Pathways' storage
 # through Workload Identity; the node's own scope must not be the narrower default)
-# and one thread per core, as `gcloud ... node-pools create --threads-per-core=1`.
+# and one thread per core, as `gcloud ... node-pools create --threads-per-core=1`
+# (config.nodes.TPU_THREADS_PER_CORE: it halves a host's vCPUs, which pods are sized by).
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
-TPU_THREADS_PER_CORE = 1
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule",
+            "NO_EXECUTE": "NoExecute"}
 _CHANNELS = {"rapid": "RAPID", "regular": "REGULAR", "stable": "STABLE", "none": "UNSPECIFIED"}
 
 
@@ -114,6 +126,7 @@ class PoolSlices:
 
     accelerator: Accelerator
     count: int
+    threads_per_core: int | None = None  # of its pools (None: the machine's default, 2)
 
 
 def _pool_accelerator(pool: Any) -> Accelerator | None:
@@ -143,6 +156,7 @@ def slices_from_pools(pools: list[Any]) -> tuple[list[PoolSlices], list[str]]:
     pools of one machine type form one group (at least one machine).
     """
     groups: dict[str, tuple[Accelerator, int, int]] = {}  # name -> (acc, pools, nodes)
+    threads: dict[str, int | None] = {}
     networks: list[str] = []
     for p in pools:
         acc = _pool_accelerator(p)
@@ -150,10 +164,13 @@ def slices_from_pools(pools: list[Any]) -> tuple[list[PoolSlices], list[str]]:
             continue
         _, n_pools, nodes = groups.get(acc.name, (acc, 0, 0))
         groups[acc.name] = (acc, n_pools + 1, nodes + int(p.initial_node_count or 0))
+        threads.setdefault(acc.name,
+                           int(p.config.advanced_machine_features.threads_per_core) or None)
         for net in p.network_config.additional_node_network_configs:
             if net.network and net.network.rsplit("/", 1)[-1] not in networks:
                 networks.append(net.network.rsplit("/", 1)[-1])
-    found = [PoolSlices(acc, n_pools if acc.kind == "tpu" else max(nodes, 1))
+    found = [PoolSlices(acc, n_pools if acc.kind == "tpu" else max(nodes, 1),
+                        threads.get(acc.name))
              for acc, n_pools, nodes in groups.values()]
     return found, networks
 
@@ -169,6 +186,62 @@ def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
     }
 
 
+def wants_pathways_pool(spec: InfraSpec) -> bool:
+    """A Standard cluster with TPU slices gets the Pathways head's pool (--backend pathways
+    runs on TPUs only); ``pathways_pool: false`` in the config leaves it out."""
+    return (spec.mode == "standard" and spec.pathways_pool
+            and any(lookup(s.type).kind == "tpu" for s in spec.accelerators))
+
+
+def pathways_pool_body(spec: InfraSpec) -> dict[str, Any]:
+    """The CPU pool of Pathways heads (config.nodes: XPK's cpu-np), empty until one asks:
+    the cluster autoscaler adds its node for a pending head and removes it when idle."""
+    return {
+        "name": PATHWAYS_POOL, "initial_node_count": 0,
+        "config": {
+            "machine_type": PATHWAYS_MACHINE_TYPE, "resource_labels": spec.labels,
+            "gvnic": {"enabled": True}, "workload_metadata_config": {"mode": "GKE_METADATA"},
+            "oauth_scopes": [CLOUD_PLATFORM],
+            "taints": [{"key": PATHWAYS_TAINT.key, "value": PATHWAYS_TAINT.value,
+                        "effect": "NO_SCHEDULE"}],
+        },
+        "autoscaling": {"enabled": True, "min_node_count": 0,
+                        "max_node_count": PATHWAYS_MAX_NODES},
+        "management": {"auto_repair": True, "auto_upgrade": True},
+    }
+
+
+def node_pools_of(pools: list[Any]) -> tuple[list[NodePool], list[str]]:
+    """The nodes of a cluster's node pools (``container_v1.NodePool``) as the scheduler
+    sees them, and the names of pools whose machine type the catalog lacks (not modelled).
+
+    An autoscaled pool counts at its maximum size; a pool's node count is per zone.
+    """
+    out: list[NodePool] = []
+    unknown: list[str] = []
+    for p in pools:
+        cfg = p.config
+        auto = bool(p.autoscaling.enabled)
+        zones = max(1, len(p.locations))
+        if auto and p.autoscaling.total_max_node_count:
+            nodes = int(p.autoscaling.total_max_node_count)
+        elif auto:
+            nodes = int(p.autoscaling.max_node_count) * zones
+        else:
+            nodes = int(p.initial_node_count or 0) * zones
+        made = node_pool(p.name, cfg.machine_type, nodes,
+                         threads_per_core=int(cfg.advanced_machine_features.threads_per_core)
+                         or None, accelerator=_pool_accelerator(p), labels=dict(cfg.labels),
+                         autoscaled=auto)
+        if made is None:
+            unknown.append(f"{p.name} ({cfg.machine_type})")
+            continue
+        extra = [Taint(key=t.key, value=t.value, effect=_EFFECTS.get(t.effect.name, "NoSchedule"))
+                 for t in cfg.taints]
+        out.append(made.model_copy(update={"taints": [*made.taints, *extra]}))
+    return out, unknown
+
+
 def cluster_body(spec: InfraSpec) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": spec.cluster,
@@ -179,6 +252,11 @@ def cluster_body(spec: InfraSpec) -> dict[str, Any]:
         },
         "network_config": {
             "datapath_provider": "ADVANCED_DATAPATH",  # dataplane v2
+            # Seed 001's cluster (as issue 24 reads it) leaves multi-networking off; rlctl
+            # turns it on with DCN networks because GKE documents it as required for node
+            # pools with --additional-node-network ("Set up multi-network support for
+            # Pods"). rlctl creates no Network objects, which GKE's DRANET page warns
+            # against combining with DRANET NICs.
             "enable_multi_networking": spec.dcn.count > 0,
         },
         "ip_allocation_policy": {"use_ip_aliases": True},
@@ -313,6 +391,27 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
                               diff={"nodes": (have.initial_node_count, nodes)}, **base))
         else:
             out.append(Change(action="unchanged", **base))
+    if wants_pathways_pool(spec):
+        wanted.add(PATHWAYS_POOL)
+        have = have_pools.get(PATHWAYS_POOL)
+        hour = prices.machine_hour(PATHWAYS_MACHINE_TYPE)  # on-demand, as it is made
+        fields = {"machine_type": PATHWAYS_MACHINE_TYPE,
+                  "nodes": f"0..{PATHWAYS_MAX_NODES} (autoscaled)",
+                  "for": "Pathways heads (--backend pathways)",
+                  "taint": f"{PATHWAYS_TAINT.key}={PATHWAYS_TAINT.value}:NoSchedule"}
+        if hour is not None:
+            fields["per_hour_while_used"] = round(hour, 2)
+        base = dict(kind="nodepool", name=PATHWAYS_POOL, fields=fields, cost_per_hour=0.0,
+                    depends_on=[ckey])
+        if have is None:
+            out.append(Change(action="create", body=pathways_pool_body(spec), **base))
+        elif not _is_ours(have.config.resource_labels):
+            raise AlreadyExistsError(f"node pool {PATHWAYS_POOL!r} exists and is not managed "
+                                     "by rlctl", hint="remove it, or set pathways_pool: false")
+        else:
+            st = have.status.name
+            out.append(Change(action="wait" if st in ("PROVISIONING", "RECONCILING")
+                              else "unchanged", **base))
     for name, have in have_pools.items():
         if name != CPU_POOL and name not in wanted and _is_ours(have.config.resource_labels):
             out.append(Change(kind="nodepool", name=name, action="delete",
@@ -331,12 +430,20 @@ def _cost(spec: InfraSpec, changes: list[Change]) -> CostEstimate:
 
 def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
     """Pre-flight checks, then network + cluster + node pools + bucket/IAM vs what exists."""
-    preflight.run(clients, spec)
+    checks = preflight.run(clients, spec)
     changes = network.plan(clients, spec)
     cluster_changes, notes = _cluster_changes(clients, spec)
     changes += cluster_changes
+    notes += checks
+    number = project_number(clients, spec.project)
     if spec.bucket.name:
-        changes += storage.plan(clients, spec, project_number(clients, spec.project))
+        changes += storage.plan(clients, spec, number, nodes_too=wants_pathways_pool(spec))
+    if spec.mode == "standard":  # the roles the nodes run with (new projects lack them)
+        grants, grant_notes = project_iam.plan_grants(
+            clients, spec.project, project_iam.default_service_account(number),
+            project_iam.NODE_ROLES)
+        changes += grants
+        notes += grant_notes
     if spec.mode == "autopilot" and spec.accelerators:
         notes.append("autopilot: accelerator nodes are provisioned per workload, no pools made")
     return Plan(operation="create", target=spec.cluster, project=spec.project,
@@ -466,6 +573,8 @@ def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None,
             network.apply(clients, c, region, on_poll)
         elif c.kind in ("cluster", "nodepool"):
             _apply_gke(clients, c, plan.project, plan.location, plan.target, on_poll)
+        elif c.kind == project_iam.KIND:
+            project_iam.apply(clients, c)
         else:
             storage.apply(clients, c)
 

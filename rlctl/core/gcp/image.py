@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from rlctl.core.config.infra import MANAGED_BY, RLCTL
 from rlctl.core.errors import CloudError, ConfigError, NotFoundError
+from rlctl.core.gcp import preflight, project_iam
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import Event, call, execute
 from rlctl.core.image.context import BuildContext, pins
@@ -102,6 +103,8 @@ def plan_build(clients: GcpClients, target: ImageTarget, ctx: BuildContext,
     """Repository, context upload and build, each create or unchanged. With a local
     ``engine`` (docker/podman path) there is no upload: the engine builds and pushes."""
     notes: list[str] = []
+    if engine is None:  # Cloud Build: its APIs, and the roles of the account it runs as
+        preflight.require_apis(clients, target.project, preflight.IMAGE_BUILD_APIS)
     repo = _get(clients, f"reading repository {target.repository}",
                 clients.artifactregistry.get_repository, name=target.repository_name())
     repo_key = f"repository/{target.repository}"
@@ -136,8 +139,34 @@ def plan_build(clients: GcpClients, target: ImageTarget, ctx: BuildContext,
                           depends_on=deps, body={"engine": engine} if engine else None))
     if built and not extra:
         notes.append(f"the context is unchanged: {uri} already exists and is reused")
+    if engine is None and not (built and not extra):
+        grants, grant_notes = _build_grants(clients, target.project)
+        for c in changes:
+            if c.kind == "image":
+                c.depends_on += [g.key for g in grants]
+        changes = grants + changes
+        notes += grant_notes
     return Plan(operation="create", target=uri, project=target.project,
                 location=target.region, changes=changes, notes=notes)
+
+
+def _build_grants(clients: GcpClients, project: str) -> tuple[list[Change], list[str]]:
+    """The builder role for the account Cloud Build runs as: projects from before 2024
+    build as the legacy NUMBER@cloudbuild.gserviceaccount.com, which holds it; newer
+    ones as the Compute Engine default account, which does not (project_iam.py)."""
+    number = str(call(clients, f"reading project {project}", clients.projects.get,
+                      project=project).id)
+    legacy = f"serviceAccount:{number}@cloudbuild.gserviceaccount.com"
+    changes, notes = project_iam.plan_grants(
+        clients, project, project_iam.default_service_account(number),
+        project_iam.BUILD_ROLES)
+    if any(c.action == "create" for c in changes):
+        policy = clients.resource_manager.get_iam_policy(
+            request={"resource": f"projects/{project}"})
+        if any(legacy in b.members for b in policy.bindings
+               if b.role == "roles/cloudbuild.builds.builder"):
+            return [], []
+    return [c for c in changes if c.action == "create"], notes  # a build shows only grants
 
 
 def _blob(clients: GcpClients, bucket: str, name: str) -> Any | None:
@@ -251,6 +280,8 @@ def apply_build(clients: GcpClients, plan: Plan, target: ImageTarget, ctx: Build
             _create_repository(clients, target)
         elif c.kind == "context":
             _upload(clients, target.bucket, _context_object(ctx), ctx.archive)
+        elif c.kind == project_iam.KIND:
+            project_iam.apply(clients, c)
         elif c.body and c.body.get("engine"):
             from rlctl.core.image.local import build_local
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from rlctl.core.config.catalog import lookup
 from rlctl.core.config.infra import InfraSpec
@@ -63,16 +64,95 @@ def check_names(spec: InfraSpec) -> list[str]:
 
 def check_apis(clients: GcpClients, spec: InfraSpec) -> tuple[list[str], set[str]]:
     """Failures, and the set of enabled APIs (so later checks skip disabled ones)."""
-    names = [f"projects/{spec.project}/services/{a}" for a in required_apis(spec)]
+    return apis_enabled(clients, spec.project, required_apis(spec))
+
+
+# What the other commands call, besides those of cluster create (required_apis):
+# rlctl image build uploads its context to the bucket, builds with Cloud Build and
+# pushes to Artifact Registry; train --cluster reads the cluster, the run store and
+# (for the pre-submit check) the image.
+IMAGE_BUILD_APIS = ("cloudbuild.googleapis.com", "artifactregistry.googleapis.com",
+                    "storage.googleapis.com")
+TRAIN_APIS = ("container.googleapis.com", "storage.googleapis.com")
+REGISTRY_API = "artifactregistry.googleapis.com"  # train --cluster with an AR image
+
+
+def apis_enabled(clients: GcpClients, project: str, apis: Sequence[str]
+                 ) -> tuple[list[str], set[str]]:
+    """(a line per API of ``apis`` not enabled in ``project``, the enabled ones)."""
+    names = [f"projects/{project}/services/{a}" for a in apis]
     resp = call(clients, "checking enabled APIs", clients.service_usage.batch_get_services,
-                request={"parent": f"projects/{spec.project}", "names": names})
+                request={"parent": f"projects/{project}", "names": names})
     enabled = {s.name.rsplit("/", 1)[-1] for s in resp.services if s.state.name == "ENABLED"}
     out = [
-        f"API {a} is not enabled in project {spec.project}: run "
-        f"'gcloud services enable {a} --project {spec.project}'"
-        for a in required_apis(spec) if a not in enabled
+        f"API {a} is not enabled in project {project}: run "
+        f"'gcloud services enable {a} --project {project}'"
+        for a in apis if a not in enabled
     ]
     return out, enabled
+
+
+def require_apis(clients: GcpClients, project: str, apis: Sequence[str]) -> None:
+    """``apis_enabled`` as a pre-flight: raises ``PreflightError`` naming each fix."""
+    lines, _ = apis_enabled(clients, project, apis)
+    if lines:
+        raise PreflightError(lines)
+
+
+# Compute Engine regional quota metrics (regions.get -> quotas[]) of the accelerators
+# GKE node pools draw on: GPUs by type, and TPU v5e ("TPU_LITE_PODSLICE_V5"); spot
+# capacity has its PREEMPTIBLE_ twin. TPU v4/v5p/v6e/tpu7x quota is kept in the Cloud
+# Quotas API (TPUS-PER-TPU-FAMILY-per-project-region), which the plan names as a note.
+GPU_QUOTA = {"nvidia-tesla-a100": "NVIDIA_A100_GPUS", "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
+             "nvidia-h100-80gb": "NVIDIA_H100_GPUS", "nvidia-h100-mega-80gb":
+             "NVIDIA_H100_MEGA_GPUS", "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
+             "nvidia-b200": "NVIDIA_B200_GPUS", "nvidia-l4": "NVIDIA_L4_GPUS"}
+TPU_QUOTA = {"v5e": "TPU_LITE_PODSLICE_V5"}
+
+
+def _quota_needs(spec: InfraSpec) -> dict[str, float]:
+    spot = "PREEMPTIBLE_" if spec.capacity.kind == "spot" else ""
+    needs: dict[str, float] = {}
+    for s in spec.accelerators:
+        acc = lookup(s.type)
+        metric = (GPU_QUOTA.get(acc.gpu_type or "") if acc.kind == "gpu"
+                  else TPU_QUOTA.get(acc.family or ""))
+        if metric:
+            needs[spot + metric] = needs.get(spot + metric, 0) + acc.chips * s.count
+    return needs
+
+
+def check_quota(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> tuple[list[str],
+                                                                                   list[str]]:
+    """(failures, notes): the region's accelerator quota against what the pools need."""
+    if "compute.googleapis.com" not in enabled or not spec.accelerators:
+        return [], []
+    needs = _quota_needs(spec)
+    unchecked = sorted({lookup(s.type).family or "" for s in spec.accelerators
+                        if lookup(s.type).kind == "tpu"
+                        and lookup(s.type).family not in TPU_QUOTA})
+    notes = [f"TPU {', '.join(unchecked)} quota is not checked (it is kept in the Cloud "
+             f"Quotas API): see 'gcloud alpha quotas info list --service=tpu.googleapis.com "
+             f"--project={spec.project}'"] if unchecked else []
+    if not needs:
+        return [], notes
+    region = call(clients, f"reading region {spec.region}", clients.regions.get,
+                  project=spec.project, region=spec.region)
+    quotas = {q.metric: q for q in region.quotas}
+    out = []
+    for metric, need in needs.items():
+        q = quotas.get(metric)
+        if q is None:
+            continue
+        free = q.limit - q.usage
+        if free < need:
+            out.append(
+                f"quota {metric} in {spec.region} has {free:g} free (limit {q.limit:g}, "
+                f"{q.usage:g} in use); the node pools need {need:g}: ask for more with "
+                f"'gcloud alpha quotas preferences create --service=compute.googleapis.com "
+                f"--quota-id={metric} --preferred-value={q.usage + need:g} "
+                f"--project={spec.project}' or the console's Quotas page")
+    return out, notes
 
 
 def check_accelerators(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:
@@ -150,15 +230,19 @@ def check_bucket(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> lis
     return []
 
 
-def run(clients: GcpClients, spec: InfraSpec) -> None:
-    """All checks; raises ``PreflightError`` listing every failure. Reads only."""
+def run(clients: GcpClients, spec: InfraSpec) -> list[str]:
+    """All checks; raises ``PreflightError`` listing every failure. Reads only.
+    Returns notes: what could not be checked."""
     lines = check_names(spec)
+    notes: list[str] = []
     try:
         api_lines, enabled = check_apis(clients, spec)
         lines += api_lines
         lines += check_accelerators(clients, spec, enabled)
         lines += check_version(clients, spec, enabled)
         lines += check_bucket(clients, spec, enabled)
+        quota_lines, notes = check_quota(clients, spec, enabled)
+        lines += quota_lines
     except RlctlError:
         # no credentials, no access, no network: the pure checks' findings are what
         # the user can fix first, so they win over "no credentials"
@@ -167,3 +251,4 @@ def run(clients: GcpClients, spec: InfraSpec) -> None:
         raise
     if lines:
         raise PreflightError(lines)
+    return notes

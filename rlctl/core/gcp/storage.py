@@ -34,29 +34,49 @@ def runs_bucket(clients: GcpClients, project: str, cluster: str) -> str:
     return sorted(found)[0]
 
 
-def _iam_change(spec: InfraSpec, member: str, action: str) -> Change:
+def _iam_change(spec: InfraSpec, member: str, action: str, suffix: str = "",
+                why: str | None = None) -> Change:
     name = spec.bucket.name or ""
+    fields = {"role": ROLE, "member": member, **({"why": why} if why else {})}
+    # one bucket policy: its bindings are written one after the other (each a
+    # read-modify-write guarded by the policy's etag, which a parallel write would fail)
+    after = [f"iam/{name}"] if suffix else []
     return Change(
-        kind="iam", name=name, action=action,  # type: ignore[arg-type]
-        depends_on=[f"bucket/{name}", f"cluster/{spec.cluster}"],
-        fields={"role": ROLE, "member": member},
-        body={"role": ROLE, "member": member},
+        kind="iam", name=name + suffix, action=action,  # type: ignore[arg-type]
+        depends_on=[f"bucket/{name}", f"cluster/{spec.cluster}", *after],
+        fields=fields, body={"role": ROLE, "member": member, "bucket": name},
     )
 
 
-def plan(clients: GcpClients, spec: InfraSpec, project_number: str) -> list[Change]:
-    """Bucket + binding, or nothing when the spec names no bucket."""
+def node_service_account(project_number: str) -> str:
+    """The Compute Engine default service account, which rlctl's node pools run as."""
+    return f"serviceAccount:{project_number}-compute@developer.gserviceaccount.com"
+
+
+# pathways-job v0.1.4 runs its head and worker pods on the host network
+# (pathwaysjob_controller.go: HostNetwork: true), and GKE's Workload Identity does not
+# serve host-network pods (GKE docs, "Workload Identity Federation for GKE",
+# limitations): they reach the bucket (pathwaysDir, checkpoints) as the node's account.
+NODES_WHY = "Pathways pods run on the host network, outside Workload Identity"
+
+
+def plan(clients: GcpClients, spec: InfraSpec, project_number: str,
+         nodes_too: bool = False) -> list[Change]:
+    """Bucket + binding(s), or nothing when the spec names no bucket. ``nodes_too``: also
+    bind the nodes' service account (a cluster that runs Pathways)."""
     name = spec.bucket.name
     if not name:
         return []
-    member = spec.principal(project_number)
+    members = [(spec.principal(project_number), "", None)]
+    if nodes_too:
+        members.append((node_service_account(project_number), "/nodes", NODES_WHY))
     bucket = call(clients, f"reading bucket {name}", clients.storage.lookup_bucket, name)
     want = {"location": bucket_location(spec), "uniform_access": True}
     if bucket is None:
         return [
             Change(kind="bucket", name=name, action="create", fields=want,
                    body={**want, "labels": spec.labels}),
-            _iam_change(spec, member, "create"),
+            *(_iam_change(spec, m, "create", sfx, why) for m, sfx, why in members),
         ]
     labels = bucket.labels or {}
     if labels.get(MANAGED_BY) != RLCTL:
@@ -70,8 +90,10 @@ def plan(clients: GcpClients, spec: InfraSpec, project_number: str) -> list[Chan
                               bool(bucket.iam_configuration.uniform_bucket_level_access_enabled)})]
     policy = call(clients, f"reading IAM policy of bucket {name}", bucket.get_iam_policy,
                   requested_policy_version=3)
-    has = any(b.get("role") == ROLE and member in b.get("members", ()) for b in policy.bindings)
-    out.append(_iam_change(spec, member, "unchanged" if has else "create"))
+    for member, sfx, why in members:
+        has = any(b.get("role") == ROLE and member in b.get("members", ())
+                  for b in policy.bindings)
+        out.append(_iam_change(spec, member, "unchanged" if has else "create", sfx, why))
     return out
 
 
@@ -111,8 +133,9 @@ def apply(clients: GcpClients, c: Change) -> None:
     elif c.kind == "bucket" and c.action == "delete":
         call(clients, what, st.bucket(c.name).delete)
     elif c.kind == "iam" and c.action == "create":
-        b = st.bucket(c.name)
-        policy = call(clients, f"reading IAM policy of bucket {c.name}", b.get_iam_policy,
+        bucket = c.body.get("bucket", c.name)
+        b = st.bucket(bucket)
+        policy = call(clients, f"reading IAM policy of bucket {bucket}", b.get_iam_policy,
                       requested_policy_version=3)
         policy.version = 3
         for binding in policy.bindings:

@@ -1,5 +1,5 @@
-"""The build context of a cluster image: a Dockerfile, its pinned requirements and a
-wheel of this very rlctl, packed reproducibly, and the content hash that tags it.
+"""The build context of a cluster image: a Dockerfile, its lock (every package, pinned)
+and a wheel of this very rlctl, packed reproducibly, and the content hash that tags it.
 
 Why build a wheel here instead of installing rlctl from PyPI in the image: the pods
 must run exactly the code that submitted the run (same spec fields, same templates),
@@ -18,6 +18,7 @@ import functools
 import gzip
 import hashlib
 import io
+import re
 import tarfile
 import zipfile
 from importlib import resources
@@ -31,7 +32,7 @@ from rlctl.core.errors import ConfigError
 Accelerator = Literal["tpu", "gpu"]
 ACCELERATORS: tuple[Accelerator, ...] = ("tpu", "gpu")
 # What a wheel of rlctl holds: its modules, templates and data, nothing else.
-_PACKAGE_SUFFIXES = (".py", ".j2", ".yaml", ".json", ".md")
+_PACKAGE_SUFFIXES = (".py", ".j2", ".yaml", ".json", ".md", ".txt")  # .txt: the locks
 _EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry can carry
 
 
@@ -55,6 +56,10 @@ class ImagesFile(BaseModel):
     glibc: str = Field(description="newest glibc the base image has (manylinux tags)")
     platform: str
     repository: str
+    sdists: list[str] = Field(default_factory=list,
+                              description="pure-Python packages PyPI has no wheel of (NAME==V)")
+    build_tools: list[str] = Field(default_factory=list,
+                                   description="what builds the sdists (pinned by the lock)")
     images: dict[str, ImagePins]
 
 
@@ -76,6 +81,36 @@ def pip_platforms() -> list[str]:
     """The manylinux tags the base image accepts (its glibc and older), for pip."""
     newest = int(pins().glibc.split(".")[1])
     return ["manylinux2014_x86_64", *(f"manylinux_2_{m}_x86_64" for m in range(17, newest + 1))]
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def dist_name(req: str) -> str:
+    """The canonical distribution name of a requirement (``jax[tpu]==0.10.2``: jax)."""
+    return canonical(re.split(r"[\s\[<>=!~;(@]", req.strip(), maxsplit=1)[0])
+
+
+# --- the lock ---------------------------------------------------------------------------
+def lock_file(accelerator: str) -> str:
+    """The name of the image's lock inside the package (``rlctl/data/``); made by
+    ``python -m rlctl.core.image.lock`` (``lock.py``)."""
+    image_pins(accelerator)  # a clear error for anything but tpu or gpu
+    return f"image-{accelerator}.lock.txt"
+
+
+def read_lock(accelerator: str) -> str:
+    """The image's lock: every package it installs, pinned with ``==``."""
+    return resources.files("rlctl").joinpath("data", lock_file(accelerator)).read_text()
+
+
+def install_format_args() -> list[str]:
+    """How the image's pip may install: wheels only, but images.yaml's source-only
+    packages (``--only-binary`` first: pip applies the two in order)."""
+    names = ",".join(dist_name(s) for s in pins().sdists)
+    return ["--only-binary=:all:", *([f"--no-binary={names}"] if names else [])]
 
 
 # --- the wheel ------------------------------------------------------------------------
@@ -150,17 +185,19 @@ def render_dockerfile(accelerator: str) -> str:
     """The image's Dockerfile from ``rlctl/templates/Dockerfile.<accelerator>.j2``."""
     import jinja2
 
-    p = image_pins(accelerator)
+    image_pins(accelerator)  # a clear error for anything but tpu or gpu
     env = jinja2.Environment(loader=jinja2.PackageLoader("rlctl", "templates"),
                              undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True)
-    d = {"base": pins().base, "wheel": wheel_name(), "extras": p.extras,
-         "no_deps": p.no_deps, "version": __version__, "accelerator": accelerator}
+    d = {"base": pins().base, "wheel": wheel_name(), "lock": "requirements.txt",
+         "formats": install_format_args(), "build_tools": pins().build_tools,
+         "version": __version__, "accelerator": accelerator}
     return env.get_template(f"Dockerfile.{accelerator}.j2").render(d=d)
 
 
 def requirements(accelerator: str) -> str:
-    return "\n".join(image_pins(accelerator).requirements) + "\n"
+    """The context's requirements.txt: the image's lock, as generated."""
+    return read_lock(accelerator)
 
 
 class BuildContext(BaseModel):
@@ -180,7 +217,8 @@ class BuildContext(BaseModel):
 
 
 def build_context(accelerator: str) -> BuildContext:
-    """The context as a reproducible .tar.gz (Dockerfile, requirements.txt, the wheel)."""
+    """The context as a reproducible .tar.gz (Dockerfile, requirements.txt: the image's
+    lock, the wheel)."""
     members = [("Dockerfile", render_dockerfile(accelerator).encode()),
                ("requirements.txt", requirements(accelerator).encode()),
                (wheel_name(), build_wheel())]

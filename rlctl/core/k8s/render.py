@@ -64,11 +64,15 @@ class WorkloadView(BaseModel):
                      "allocatable of the machine type, less headroom.")
     memory: str = Field("", description="Per accelerator host pod, requested and limited; "
                         "'' = from the catalog like cpu.")
-    controller_cpu: str = Field("4", description="Pathways' controller pod (a CPU node).")
-    controller_memory: str = Field("16Gi", description="Pathways' controller pod.")
+    controller_cpu: str = Field("", description="The trainer in Pathways' head pod; '' = "
+                                "what a node of the Pathways pool leaves beside the "
+                                "controller's sidecars.")
+    controller_memory: str = Field("", description="Likewise, requested and limited.")
     megascale_port: int = Field(9915, ge=1, le=65535, description="libtpu's DCN port (the "
                                 "seeds' 9915; Ray's metrics export has 8080).")
     metrics_export_port: int = Field(8080, ge=1, le=65535)
+    ray_version: str = Field(default_factory=lambda: image_ray_version(),
+                             description="RayJob rayVersion: the Ray the image pins.")
     env: list[EnvVar] = Field(default_factory=list)
     gcs_buckets: list[str] = Field(default_factory=list, description="Buckets mounted "
                                    "read-only at /gcs/BUCKET (GCS FUSE CSI) for gs:// inputs.")
@@ -111,15 +115,25 @@ class WorkloadView(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _host_resources(cls, data: Any) -> Any:
-        """Unset cpu/memory come from the machine type's allocatable (catalog)."""
-        if not isinstance(data, dict) or (data.get("cpu") and data.get("memory")):
+        """Unset cpu/memory: what a node of the hosts' pool offers a pod (``config.nodes``:
+        allocatable after threads per core and GKE's reservations, less DaemonSets)."""
+        if not isinstance(data, dict):
             return data
-        from rlctl.core.config.catalog import pod_resources
+        from rlctl.core.config.nodes import host_pod_resources, pathways_head_resources
+
+        if not (data.get("controller_cpu") and data.get("controller_memory")):
+            cpu, memory = pathways_head_resources()
+            data = {**data, "controller_cpu": data.get("controller_cpu") or cpu,
+                    "controller_memory": data.get("controller_memory") or memory}
+        if data.get("cpu") and data.get("memory"):
+            return data
 
         shape = data.get("shape")
-        machine = getattr(shape, "machine_type", None) or (
-            shape.get("machine_type") if isinstance(shape, dict) else None)
-        cpu, memory = pod_resources(machine or "") or ("8", "32Gi")
+        if isinstance(shape, dict):
+            shape = SliceShape(**shape)
+        found = None if shape is None else host_pod_resources(shape.machine_type,
+                                                              shape.threads_per_core)
+        cpu, memory = found or ("8", "32Gi")
         return {**data, "cpu": data.get("cpu") or cpu, "memory": data.get("memory") or memory}
 
     @field_validator("cpu", "memory", "controller_cpu", "controller_memory")
@@ -159,6 +173,16 @@ class WorkloadView(BaseModel):
         return f"{self.run}-dcn"
 
     @property
+    def pathways_pool(self) -> dict[str, Any]:
+        """Where the Pathways head goes: the pool ``cluster create`` makes for it, whose
+        taint only the head tolerates."""
+        from rlctl.core.config.nodes import NODEPOOL_LABEL, PATHWAYS_POOL, PATHWAYS_TAINT
+
+        return {"selector": {NODEPOOL_LABEL: PATHWAYS_POOL},
+                "toleration": {"key": PATHWAYS_TAINT.key, "operator": "Equal",
+                               "value": PATHWAYS_TAINT.value, "effect": PATHWAYS_TAINT.effect}}
+
+    @property
     def ray_accelerator_type(self) -> str:
         """Ray's name of the TPU generation (TPU-V6E, TPU-V5LITEPOD, TPU-V7X), from the
         catalog: Ray places TPU workers only on nodes advertising exactly this type."""
@@ -172,12 +196,34 @@ class WorkloadView(BaseModel):
 
     @property
     def libtpu_init_args(self) -> str | None:
-        """libtpu's DCN interfaces: the DRANET NICs (eth1.. one per DCN network, eth0 is
-        the node's own) then loopback; None without DCN networks (libtpu's default)."""
-        if self.shape.kind != "tpu" or not self.dcn_networks:
+        """libtpu's flags: the generation's XLA flags from the catalog (the seed's, for
+        v6e), then its DCN interfaces: the DRANET NICs (eth1.. one per DCN network, eth0
+        is the node's own) and loopback. None when there are neither."""
+        from rlctl.core.config.catalog import libtpu_flags
+
+        if self.shape.kind != "tpu":
             return None
-        nics = [f"eth{i + 1}" for i in range(len(self.dcn_networks))]
-        return f"--megascale_grpc_interface_prefixes={','.join([*nics, 'lo'])}"
+        flags = libtpu_flags(self.shape.accelerator)
+        if self.dcn_networks:
+            nics = [f"eth{i + 1}" for i in range(len(self.dcn_networks))]
+            flags.append(f"--megascale_grpc_interface_prefixes={','.join([*nics, 'lo'])}")
+        return " ".join(flags) or None
+
+
+@functools.lru_cache(maxsize=1)
+def image_ray_version() -> str:
+    """The Ray version the cluster images pin (``ray[train]==X`` in rlctl/data/images.yaml)."""
+    from importlib import resources
+
+    import yaml
+
+    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/images.yaml").read_text())
+    for pins in raw["images"].values():
+        for req in pins["requirements"]:
+            m = re.fullmatch(r"ray(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
+            if m:
+                return m.group(2)
+    raise ConfigError("rlctl/data/images.yaml pins no ray version")
 
 
 def make_view(**fields: Any) -> WorkloadView:

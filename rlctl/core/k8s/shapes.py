@@ -31,6 +31,9 @@ class SliceShape(BaseModel):
     hosts_per_slice: int = Field(ge=1)
     chips_per_host: int = Field(ge=1)
     num_slices: int = Field(1, ge=1)
+    threads_per_core: int | None = Field(
+        None, ge=0, le=2, description="Of the hosts' node pool; 1 halves the vCPUs a host "
+        "has (rlctl's TPU pools), None or 0 = the machine type's default (2).")
 
     @model_validator(mode="after")
     def _tpu_has_topology(self) -> SliceShape:
@@ -57,13 +60,22 @@ class SliceShape(BaseModel):
         return self.hosts_per_slice * self.num_slices
 
 
-def slice_shape(acc: Accelerator, count: int) -> SliceShape:
-    """The shape of ``count`` slices (TPU) or machines (GPU) of a catalog accelerator."""
+def slice_shape(acc: Accelerator, count: int, threads_per_core: int | None = -1) -> SliceShape:
+    """The shape of ``count`` slices (TPU) or machines (GPU) of a catalog accelerator.
+
+    ``threads_per_core``: of the pools that hold it, as GKE reports them; -1 = as
+    ``rlctl cluster create`` makes them (one thread per core on TPU hosts).
+    """
+    from rlctl.core.config.nodes import TPU_THREADS_PER_CORE
+
+    if threads_per_core == -1:
+        threads_per_core = TPU_THREADS_PER_CORE if acc.kind == "tpu" else None
     if acc.kind == "tpu":
         return SliceShape(kind="tpu", accelerator=acc.gke_accelerator or "",
                           machine_type=acc.machine_type, topology=acc.topology,
                           hosts_per_slice=acc.hosts, chips_per_host=acc.chips_per_host,
-                          num_slices=count)
+                          num_slices=count, threads_per_core=threads_per_core)
     return SliceShape(kind="gpu", accelerator=acc.gpu_type or "", machine_type=acc.machine_type,
-                      hosts_per_slice=count, chips_per_host=acc.gpus)
+                      hosts_per_slice=count, chips_per_host=acc.gpus,
+                      threads_per_core=threads_per_core)
 

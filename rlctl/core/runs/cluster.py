@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from rlctl.core.config.catalog import lookup
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE, KSA_LABEL, NAMESPACE_LABEL
 from rlctl.core.config.models import RunSpec
+from rlctl.core.config.nodes import NodePool
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.image import default_image, default_tag, image_exists
@@ -32,6 +33,7 @@ from rlctl.core.k8s import backends
 from rlctl.core.k8s.apply import KubeApi, describe_workload, trainer_logs
 from rlctl.core.k8s.shapes import SliceShape, slice_shape
 from rlctl.core.plan import ApplyResult, Plan
+from rlctl.core.runs.placement import check_placement
 from rlctl.core.runs.results import (
     ClusterRunInfo,
     ResumeResult,
@@ -78,6 +80,8 @@ class ClusterTarget:
     ca_cert: str | None
     shapes: dict[str, SliceShape] = field(default_factory=dict)
     dcn_networks: list[str] = field(default_factory=list)
+    pools: list[NodePool] = field(default_factory=list)  # its nodes, as the scheduler sees them
+    unmodelled: list[str] = field(default_factory=list)  # pools of machine types rlctl lacks
     namespace: str | None = None  # as 'cluster create' recorded them (None: older clusters)
     service_account: str | None = None
 
@@ -101,7 +105,7 @@ class ClusterTarget:
 
 # --- the cluster, from the GKE API ---------------------------------------------------
 def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> ClusterTarget:
-    from rlctl.core.gcp.cluster import get_cluster, slices_from_pools
+    from rlctl.core.gcp.cluster import get_cluster, node_pools_of, slices_from_pools
 
     cur = get_cluster(clients, project, region, name)
     if cur is None:
@@ -112,11 +116,14 @@ def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> C
         raise ConflictError(f"cluster {name!r} is {cur.status.name}, not RUNNING",
                             hint=f"wait for it: 'rlctl cluster describe {name}'")
     slices, networks = slices_from_pools(list(cur.node_pools))
-    shapes = {s.accelerator.name: slice_shape(s.accelerator, s.count) for s in slices}
+    shapes = {s.accelerator.name: slice_shape(s.accelerator, s.count, s.threads_per_core)
+              for s in slices}
+    pools, unmodelled = node_pools_of(list(cur.node_pools))
     labels = dict(cur.resource_labels or {})
     return ClusterTarget(name=name, project=project, region=region, endpoint=cur.endpoint,
                          ca_cert=cur.master_auth.cluster_ca_certificate or None,
-                         shapes=shapes, dcn_networks=networks,
+                         shapes=shapes, dcn_networks=networks, pools=pools,
+                         unmodelled=unmodelled,
                          namespace=labels.get(NAMESPACE_LABEL),
                          service_account=labels.get(KSA_LABEL))
 
@@ -216,13 +223,21 @@ def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, im
              "accelerator": acc, "image": image}
     # recorded for resume, which renders the workload again
     record = {**where, **res.model_dump(exclude_none=True)}
+    objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
+    # every pod has a node before anything is written or applied (UnschedulableError)
+    report, notes = check_placement(objs, target.pools, target.unmodelled, target.name,
+                                    region, acc)
     if dry_run:
-        objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
-        return SubmitPreview(**where, runs_dir=store.uri, manifests=objs)
+        return SubmitPreview(**where, runs_dir=store.uri, manifests=objs,
+                             placements=report.placements, notes=notes)
+    from rlctl.core.gcp import preflight
+
+    registry = (preflight.REGISTRY_API,) if ".pkg.dev/" in image else ()
+    preflight.require_apis(clients, project, (*preflight.TRAIN_APIS, *registry))
     api = kube_api(clients, target, opts.namespace)
     _ready_or_raise(api, target, backend, opts, _image_lines(clients, target, shape, image))
     out = submit_run(spec, backend, shape, api, store, opts, hf_token=hf_token, record=record)
-    return out.model_copy(update=where)
+    return out.model_copy(update={**where, "placements": report.placements})
 
 
 # --- an existing run ------------------------------------------------------------------
@@ -371,6 +386,12 @@ def resume(clients: GcpClients, ref: ClusterRef, name: str, hf_token: str | None
                           cpu=o.status.get("cpu") or "", memory=o.status.get("memory") or "",
                           min_slices=min(int(o.status.get("min_slices") or 1),
                                          shape.num_slices))
+    from rlctl.core.runs.local import load_run_spec
+
+    objs = render_run(load_run_spec(o.run), o.backend, shape, o.store, opts,
+                      with_hf_secret=bool(hf_token))
+    check_placement(objs, o.target.pools, o.target.unmodelled, o.target.name,
+                    o.target.region, acc)
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
     return out.model_copy(update={"cluster": o.target.name, "accelerator": acc})
 

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from rlctl.core.k8s.diagnose import Diagnosis
+from rlctl.core.k8s.fit import Placement
 from rlctl.core.store.base import Phase
 
 EVALS = ("baseline", "final")
@@ -132,6 +133,8 @@ class SubmitPreview(BaseModel):
     image: str
     runs_dir: str
     manifests: list[dict[str, Any]]
+    placements: list[Placement] = []  # the node pool(s) each pod group goes to
+    notes: list[str] = []
 
 
 class SubmitResult(BaseModel):
@@ -141,6 +144,7 @@ class SubmitResult(BaseModel):
     path: str  # the run's folder, gs://BUCKET/PREFIX/NAME
     backend: str
     applied: list[str]  # 'Kind/name (action)', in apply order
+    placements: list[Placement] = []
     cluster: str | None = None
     project: str | None = None
     region: str | None = None

@@ -65,7 +65,15 @@ class TestCreateRequests:
         preqs = [r for r in muts if r.path.endswith("/clusters/rl/nodePools")]
         pools = {p.name: p for p in (_typed(container_v1.NodePool, r.body["nodePool"])
                                      for r in preqs)}
-        assert sorted(pools) == ["v6e-16-0", "v6e-16-1"]
+        assert sorted(pools) == ["pathways", "v6e-16-0", "v6e-16-1"]
+        # the Pathways heads' pool (issue 24 point 4): XPK's cpu-np machine, tainted for
+        # the heads alone, empty until one asks (autoscaled 0..1)
+        pw = pools.pop("pathways")
+        assert pw.config.machine_type == "n2-standard-64" and pw.initial_node_count == 0
+        assert (pw.autoscaling.enabled, pw.autoscaling.min_node_count,
+                pw.autoscaling.max_node_count) == (True, 0, 1)
+        assert [(t.key, t.value, t.effect.name) for t in pw.config.taints] == [
+            ("rlctl.dev/pool", "pathways", "NO_SCHEDULE")]
         for p in pools.values():
             assert p.config.machine_type == "ct6e-standard-4t"
             assert p.placement_policy.tpu_topology == "4x4"
@@ -88,13 +96,16 @@ class TestCreateRequests:
         assert breq.body["location"] == "US-CENTRAL1"
         assert breq.body["iamConfiguration"]["uniformBucketLevelAccess"]["enabled"] is True
         assert breq.body["labels"]["managed-by"] == "rlctl"
-        (iam,) = [r for r in muts if r.method == "PUT" and r.path.endswith("/iam")]
-        assert iam.body["bindings"] == [{
-            "role": "roles/storage.objectUser",
-            "members": ["principal://iam.googleapis.com/projects/123456789012/locations/global/"
-                        "workloadIdentityPools/p.svc.id.goog/subject/ns/train/sa/trainer"],
-        }]
-        assert len(muts) == 2 + 2 + 2 + 1 + 2 + 1 + 1
+        # the KSA's Workload Identity principal, then (one write after the other) the
+        # nodes' account: Pathways pods run on the host network, outside Workload Identity
+        (iam, iam_nodes) = [r for r in muts if r.method == "PUT" and r.path.endswith("/iam")]
+        ksa = ("principal://iam.googleapis.com/projects/123456789012/locations/global/"
+               "workloadIdentityPools/p.svc.id.goog/subject/ns/train/sa/trainer")
+        assert iam.body["bindings"] == [{"role": "roles/storage.objectUser", "members": [ksa]}]
+        (b,) = iam_nodes.body["bindings"]
+        assert sorted(b["members"]) == [
+            ksa, "serviceAccount:123456789012-compute@developer.gserviceaccount.com"]
+        assert len(muts) == 2 + 2 + 2 + 1 + 3 + 1 + 2
 
     def test_order_follows_dependencies(self, fake, clients, spec):
         create(clients, spec)
@@ -132,20 +143,21 @@ class TestIdempotence:
         fake.fail("POST", r"/clusters/rl/nodePools$", 503, "backend unavailable")
         fake.fail("GET", r"/global/networks/rl-dcn-0$", 503, "try again")
         create(clients, spec)
-        assert len(fake.find("POST", r"/clusters/rl/nodePools$")) == 3  # 1 refused + 2 pools
+        # 1 refused + 2 slice pools + the Pathways pool
+        assert len(fake.find("POST", r"/clusters/rl/nodePools$")) == 4
         assert {np["name"] for np in fake.clusters[("us-central1", "rl")]["nodePools"]} == {
-            "cpu", "v6e-16-0", "v6e-16-1"}
+            "cpu", "pathways", "v6e-16-0", "v6e-16-1"}
 
     def test_failure_mid_apply_then_rerun_converges(self, fake, clients, spec):
         fake.fail_operation(r"/clusters/rl/nodePools$", 13, "internal error while creating")
         with pytest.raises(Exception, match="internal error"):
             create(clients, spec)
         pools = {np["name"] for np in fake.clusters[("us-central1", "rl")]["nodePools"]}
-        assert len(pools) == 2  # cpu + one of the two slices
+        assert len(pools) == 3  # cpu + two of the three new pools
         plan, _ = create(clients, spec)
-        assert plan.counts() == {"unchanged": 10, "create": 1}
+        assert plan.counts() == {"unchanged": 14, "create": 1}  # 2 roles the nodes have
         pools = {np["name"] for np in fake.clusters[("us-central1", "rl")]["nodePools"]}
-        assert pools == {"cpu", "v6e-16-0", "v6e-16-1"}
+        assert pools == {"cpu", "pathways", "v6e-16-0", "v6e-16-1"}
         assert cluster.plan_create(clients, spec).noop
 
     def test_interrupted_while_cluster_provisioning_waits_on_rerun(self, fake, clients, spec):
@@ -171,7 +183,7 @@ class TestDelete:
         create(clients, spec)
         plan = cluster.plan_delete(clients, "p", "us-central1", "rl")
         assert sorted(c.key for c in plan.changes) == sorted([
-            "nodepool/v6e-16-0", "nodepool/v6e-16-1", "cluster/rl",
+            "nodepool/v6e-16-0", "nodepool/v6e-16-1", "nodepool/pathways", "cluster/rl",
             "firewall/rl-dcn-0-internal", "firewall/rl-dcn-1-internal",
             "subnet/rl-dcn-0-sub", "subnet/rl-dcn-1-sub", "network/rl-dcn-0", "network/rl-dcn-1",
             "bucket/rl-runs"])

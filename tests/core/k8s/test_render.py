@@ -148,7 +148,10 @@ class TestRay:
         assert "MIN_WORKERS = 4" in driver and "MAX_WORKERS = 8" in driver
         assert "FailureConfig(max_failures=MAX_FAILURES)" in driver and "MAX_FAILURES = 5" in driver
         rct = by_kind(objs)["ResourceClaimTemplate"]
-        assert len(rct["spec"]["spec"]["devices"]["requests"]) == 2
+        # the seed's two-netdev claim: one request of ExactCount 2, no selector
+        (req,) = rct["spec"]["spec"]["devices"]["requests"]
+        assert req["exactly"] == {"deviceClassName": "netdev.google.com",
+                                  "allocationMode": "ExactCount", "count": 2}
 
 
 class TestValidatorIsStrict:

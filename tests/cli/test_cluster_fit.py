@@ -1,0 +1,83 @@
+"""``train --cluster`` says where every pod goes, or refuses before applying anything.
+
+Clusters are seeded as ``rlctl cluster create`` makes them (``tests/fakes/seed.py``:
+the production request bodies), for the v6e, v5p and GPU shapes; every backend's
+dry run fits them, and the manifests it prints are placed again by the test from the
+pools GKE returns.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlctl.core.k8s.admission import pod_groups
+from rlctl.core.k8s.fit import check
+from tests.fakes.k8s import nodes_of_cluster
+from tests.fakes.seed import seed_cluster
+
+IMAGE = "us-docker.pkg.dev/p/r/rlctl:1"
+WHERE = ["--cluster", "rl", "--project", "p", "--region", "us-central1",
+         "--runs-dir", "gs://rl-runs/runs", "--image", IMAGE, "--name", "r1"]
+SHAPES = {"v6e-16 x2": 2, "v5p-16 x2": 0, "a3-highgpu-8g x2": 0}  # -> DCN networks
+
+
+def _train(cli, *extra: str):
+    return cli("train", "grpo", *WHERE, *extra)
+
+
+@pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_dry_run_on_a_cluster_as_cluster_create_makes_it_fits(cli, fake, shape, backend):
+    seed_cluster(fake, "rl", [shape], dcn_networks=SHAPES[shape])
+    r = _train(cli, "--backend", backend, "--dry-run", "-o", "json")
+    if backend == "pathways" and shape.startswith("a3"):
+        assert r.exit_code == 2 and "TPU slices only" in r.stderr
+        return
+    assert r.exit_code == 0, r.stderr
+    objs = json.loads(r.stdout)
+    report = check(pod_groups(objs), nodes_of_cluster(fake, "rl"))
+    assert report.fits, report.misfits
+    # stderr says where each pod group goes
+    for p in report.placements:
+        assert f"{p.group}: {p.pods} pod" in r.stderr and ", ".join(p.pools) in r.stderr
+
+
+class TestRefusedBeforeAnythingIsApplied:
+    def test_cpu_over_the_node(self, cli, fake, kube):
+        seed_cluster(fake, "rl", ["v6e-16 x2"])
+        r = _train(cli, "--cpu", "100", "--dry-run", "-o", "json")
+        assert r.exit_code == 2 and r.stdout == ""
+        (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert "would stay Pending" in line and "each pod asks 100 CPU" in line
+        assert "90 vCPUs with one thread per core" in line and "pass --cpu 80" in line
+        assert "Traceback" not in r.stderr
+        r = _train(cli, "--cpu", "100")  # a real submit: nothing written, nothing applied
+        assert r.exit_code == 2 and kube.mutations() == []
+
+    def test_pathways_without_its_pool(self, cli, fake):
+        doc = seed_cluster(fake, "rl", ["v6e-16 x2"])
+        doc["nodePools"] = [p for p in doc["nodePools"] if p["name"] != "pathways"]
+        r = _train(cli, "--backend", "pathways", "--dry-run")
+        assert r.exit_code == 2
+        assert "pathways-head (1 pod): no node pool has cloud.google.com/gke-nodepool=" \
+               "pathways" in r.stderr
+        assert "re-run 'rlctl cluster create rl --region us-central1 -a v6e-16' to add " \
+               "the 'pathways' pool" in r.stderr
+
+    def test_pools_made_with_two_threads_per_core_size_pods_by_those(self, cli, fake):
+        doc = seed_cluster(fake, "rl", ["v6e-16 x2"])
+        for p in doc["nodePools"]:  # pools made by hand with two threads per core
+            p["config"].pop("advancedMachineFeatures", None)
+        r = _train(cli, "--cpu", "100", "--dry-run")
+        assert r.exit_code == 0, r.stderr  # 100 of 180 vCPUs: fits there
+        assert "-> v6e-16-0, v6e-16-1" in r.stderr
+
+
+def test_a_disabled_api_stops_a_submit_with_one_line(cli, fake, kube):
+    seed_cluster(fake, "rl", ["v6e-16 x2"])
+    fake.enabled.discard("storage.googleapis.com")
+    r = _train(cli)
+    assert r.exit_code == 2 and kube.mutations() == []
+    assert "gcloud services enable storage.googleapis.com --project p" in r.stderr

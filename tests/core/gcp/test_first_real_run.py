@@ -1,0 +1,124 @@
+"""What a first real run on a new project needs, checked or granted before anything runs.
+
+A project created since 2024 gives the Compute Engine default service account no role
+(organization policy iam.automaticIamGrantsForDefaultServiceAccounts), and Cloud Build
+runs as that account there: nodes could not pull the trainer image and builds could not
+push it. ``cluster create`` and ``image build`` plan the grants (``project_iam.py``);
+APIs and accelerator quota are pre-flight lines naming the command that fixes them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rlctl.core.errors import PreflightError
+from rlctl.core.gcp import cluster, image, preflight, project_iam
+
+NODE_SA = "serviceAccount:123456789012-compute@developer.gserviceaccount.com"
+
+
+@pytest.fixture
+def new_project(fake):
+    fake.project_iam["bindings"] = []  # no automatic Editor grant
+    return fake
+
+
+def _roles_of(fake, member: str) -> set[str]:
+    return {b["role"] for b in fake.project_iam["bindings"] if member in b["members"]}
+
+
+class TestNodeRoles:
+    def test_cluster_create_grants_the_nodes_their_roles_on_a_new_project(
+            self, new_project, clients, spec):
+        plan = cluster.plan_create(clients, spec)
+        grants = [c for c in plan.changes if c.kind == project_iam.KIND]
+        assert [(c.fields["role"], c.action) for c in grants] == [
+            ("roles/container.defaultNodeServiceAccount", "create"),
+            ("roles/artifactregistry.reader", "create")]
+        assert grants[1].depends_on == [grants[0].key]  # one policy, one write at a time
+        cluster.apply_plan(clients, plan)
+        assert _roles_of(new_project, NODE_SA) == set(project_iam.NODE_ROLES)
+        again = [c for c in cluster.plan_create(clients, spec).changes
+                 if c.kind == project_iam.KIND]
+        assert {c.action for c in again} == {"unchanged"}
+
+    def test_editor_covers_them(self, fake, clients, spec):
+        plan = cluster.plan_create(clients, spec)
+        assert {c.action for c in plan.changes if c.kind == project_iam.KIND} == {"unchanged"}
+
+    def test_an_unreadable_policy_is_a_note(self, fake, clients, spec):
+        fake.fail("POST", r":getIamPolicy$", 403, "caller lacks getIamPolicy")
+        plan = cluster.plan_create(clients, spec)
+        assert not [c for c in plan.changes if c.kind == project_iam.KIND]
+        assert any("cannot read project p's IAM policy" in n and "artifactregistry.reader"
+                   in n for n in plan.notes)
+
+
+class TestImageBuild:
+    def test_the_build_account_gets_the_builder_role_on_a_new_project(
+            self, new_project, clients, cluster_bucket):
+        target, ctx, plan = image.prepare(clients, "p", "us-central1", bucket=cluster_bucket,
+                                          accelerator="tpu")
+        (grant,) = [c for c in plan.changes if c.kind == project_iam.KIND]
+        assert grant.fields["role"] == "roles/cloudbuild.builds.builder"
+        img = next(c for c in plan.changes if c.kind == "image")
+        assert grant.key in img.depends_on  # granted before the build starts
+        image.apply_build(clients, plan, target, ctx)
+        assert "roles/cloudbuild.builds.builder" in _roles_of(new_project, NODE_SA)
+
+    def test_a_legacy_build_account_needs_nothing(self, new_project, clients, cluster_bucket):
+        new_project.project_iam["bindings"] = [{
+            "role": "roles/cloudbuild.builds.builder",
+            "members": ["serviceAccount:123456789012@cloudbuild.gserviceaccount.com"]}]
+        _, _, plan = image.prepare(clients, "p", "us-central1", bucket=cluster_bucket,
+                                   accelerator="tpu")
+        assert not [c for c in plan.changes if c.kind == project_iam.KIND]
+
+    def test_disabled_cloud_build_is_one_line(self, fake, clients, cluster_bucket):
+        fake.enabled.discard("cloudbuild.googleapis.com")
+        before = len(fake.mutations())
+        with pytest.raises(PreflightError) as e:
+            image.prepare(clients, "p", "us-central1", bucket=cluster_bucket,
+                          accelerator="tpu")
+        (line,) = e.value.lines
+        assert "gcloud services enable cloudbuild.googleapis.com --project p" in line
+        assert len(fake.mutations()) == before
+
+
+class TestQuota:
+    def test_gpu_quota_short(self, fake, clients, spec):
+        spec.accelerators = ["a3-highgpu-8g x2"]
+        spec.dcn = {"count": 0}
+        fake.quotas["us-central1"] = {"NVIDIA_H100_GPUS": (16, 8)}
+        with pytest.raises(PreflightError) as e:
+            cluster.plan_create(clients, spec)
+        (line,) = e.value.lines
+        assert "quota NVIDIA_H100_GPUS in us-central1 has 8 free" in line
+        assert "need 16" in line and "--quota-id=NVIDIA_H100_GPUS" in line
+
+    def test_spot_draws_on_the_preemptible_quota(self, fake, clients, spec):
+        spec.accelerators = ["a3-highgpu-8g"]
+        spec.dcn = {"count": 0}
+        spec.capacity = {"kind": "spot"}
+        fake.quotas["us-central1"] = {"NVIDIA_H100_GPUS": (0, 0),
+                                      "PREEMPTIBLE_NVIDIA_H100_GPUS": (8, 0)}
+        cluster.plan_create(clients, spec)  # fits the spot quota
+
+    def test_tpu_v6e_quota_is_named_as_unchecked(self, fake, clients, spec):
+        plan = cluster.plan_create(clients, spec)
+        assert any("TPU v6e quota is not checked" in n for n in plan.notes)
+
+    def test_v5e_quota(self, fake, clients, spec):
+        spec.accelerators = ["v5litepod-16 x2"]
+        spec.dcn = {"count": 0}
+        fake.quotas["us-central1"] = {"TPU_LITE_PODSLICE_V5": (16, 0)}
+        with pytest.raises(PreflightError, match="TPU_LITE_PODSLICE_V5 .* need 32"):
+            cluster.plan_create(clients, spec)
+
+
+def test_train_apis(fake, clients):
+    fake.enabled.discard("storage.googleapis.com")
+    with pytest.raises(PreflightError) as e:
+        preflight.require_apis(clients, "p", preflight.TRAIN_APIS)
+    (line,) = e.value.lines
+    assert "storage.googleapis.com is not enabled" in line
