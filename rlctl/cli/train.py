@@ -128,7 +128,7 @@ def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
                          resources=core.HostResources(**resources))
     for p in result.placements:  # where each pod group goes (the fit check passed)
         out.info(f"  {p.group}: {p.pods} pod{'s' * (p.pods != 1)} -> {', '.join(p.pools)}")
-    for note in getattr(result, "notes", []):
+    for note in result.notes:
         out.info(f"  note: {note}")
     if isinstance(result, SubmitPreview):
         out.info(f"dry run: {len(result.manifests)} objects for {where.cluster} "

@@ -48,8 +48,13 @@ class Accelerator(BaseModel):
 
 
 @lru_cache(maxsize=1)
+def _raw() -> dict:
+    return yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
+
+
+@lru_cache(maxsize=1)
 def _load() -> dict[str, Accelerator]:
-    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
+    raw = _raw()
     out: dict[str, Accelerator] = {}
     for family, fam in raw["tpu"].items():
         for name, t in fam["types"].items():
@@ -67,8 +72,7 @@ def all_types() -> list[Accelerator]:
 
 
 def cores_per_chip(family: str) -> int:
-    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
-    return int(raw["tpu"][family]["cores_per_chip"])
+    return int(_raw()["tpu"][family]["cores_per_chip"])
 
 
 def lookup(name: str) -> Accelerator:
@@ -126,8 +130,7 @@ def _tiered(total: float, tiers: tuple[tuple[float, float], ...]) -> float:
 
 @lru_cache(maxsize=1)
 def _machines() -> dict[str, Machine]:
-    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
-    return {n: Machine(name=n, **m) for n, m in (raw.get("machines") or {}).items()}
+    return {n: Machine(name=n, **m) for n, m in (_raw().get("machines") or {}).items()}
 
 
 def machine(name: str) -> Machine | None:
@@ -143,8 +146,7 @@ def allocatable(m: Machine) -> tuple[float, float]:
 
 def libtpu_flags(gke_accelerator: str) -> list[str]:
     """The XLA flags of a TPU generation (by its GKE label) that its hosts pass libtpu."""
-    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/accelerators.yaml").read_text())
-    for fam in raw["tpu"].values():
+    for fam in _raw()["tpu"].values():
         if fam["gke_accelerator"] == gke_accelerator:
             return list(fam.get("libtpu_flags") or [])
     return []

@@ -30,6 +30,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlctl.core.config.catalog import Accelerator, Machine, allocatable, machine
+from rlctl.core.units import quantity
 
 # rlctl's TPU pools: one thread per core, as the seeds create them
 # (`gcloud container node-pools create ... --threads-per-core=1`).
@@ -49,9 +50,12 @@ DAEMONSET_SHARE = 0.10
 PATHWAYS_POOL = "pathways"
 PATHWAYS_MACHINE_TYPE = "n2-standard-64"
 PATHWAYS_MAX_NODES = 1
-PATHWAYS_SIDECARS_CPU = 8 + 16
-PATHWAYS_SIDECARS_MEMORY = 32e9 + 100e9  # bytes, decimal as the controller writes them
-GCSFUSE_SIDECAR = (0.25, 256 * 2**20)  # GKE's default requests of its GCS FUSE sidecar
+# the limits pathways-job sets on its head's sidecars (requested alike), as it writes them
+PATHWAYS_SIDECARS = {"pathways-rm": {"cpu": "8", "memory": "32000000000"},
+                     "pathways-proxy": {"cpu": "16", "memory": "100000000000"}}
+# GKE's default requests of the GCS FUSE sidecar (GKE docs, "Configure resources for the
+# sidecar container")
+GCSFUSE_SIDECAR = {"cpu": "250m", "memory": "256Mi"}
 
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -149,8 +153,8 @@ def host_pod_resources(machine_type: str, threads_per_core: int | None) -> tuple
     if m is None:
         return None
     cpu, mem = pod_capacity(m, threads_per_core)
-    cpu -= GCSFUSE_SIDECAR[0]
-    mem -= GCSFUSE_SIDECAR[1] / 2**30
+    cpu -= quantity(GCSFUSE_SIDECAR["cpu"])
+    mem -= quantity(GCSFUSE_SIDECAR["memory"]) / 2**30
     return str(max(1, int(cpu))), f"{max(1, int(mem))}Gi"
 
 
@@ -160,6 +164,7 @@ def pathways_head_resources() -> tuple[str, str]:
     m = machine(PATHWAYS_MACHINE_TYPE)
     assert m is not None, "the Pathways machine type is in the catalog"
     cpu, mem = pod_capacity(m, None)
-    cpu -= PATHWAYS_SIDECARS_CPU + GCSFUSE_SIDECAR[0]
-    mem -= (PATHWAYS_SIDECARS_MEMORY + GCSFUSE_SIDECAR[1]) / 2**30
+    for res in (*PATHWAYS_SIDECARS.values(), GCSFUSE_SIDECAR):
+        cpu -= quantity(res["cpu"])
+        mem -= quantity(res["memory"]) / 2**30
     return str(max(1, int(cpu))), f"{max(1, int(mem))}Gi"

@@ -54,16 +54,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlctl.core.config.nodes import GCSFUSE_SIDECAR, PATHWAYS_SIDECARS
+from rlctl.core.units import quantity
+
 EXCLUSIVE_KEY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
-# pathways-job v0.1.4: the sidecars it adds to the head pod (limits only; requested alike)
-PATHWAYS_SIDECARS = {"pathways-rm": ("8", "32000000000"), "pathways-proxy": ("16", "100000000000")}
-PATHWAYS_HEAD_JOB = "pathways-head"
+PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
 # KubeRay: the default submitter pod of K8sJobMode (common/job.go)
 RAY_SUBMITTER = {"requests": {"cpu": "500m", "memory": "200Mi"},
                  "limits": {"cpu": "1", "memory": "1Gi"}}
-# GKE's GCS FUSE sidecar defaults
-GCSFUSE_SIDECAR = {"cpu": "250m", "memory": "256Mi"}
 # KubeRay: the first version that probes with httpGet (PR #4448, v1.6.0), and the Ray
 # version from which it does (a /api/healthz endpoint in the dashboard agent).
 KUBERAY_HTTP_PROBES = (1, 6, 0)
@@ -71,18 +70,6 @@ RAY_HTTP_PROBES = (2, 53, 0)
 RAY_AGENT_PORT = 52365
 RAY_DASHBOARD_PORT = 8265
 EXTENDED = ("google.com/tpu", "nvidia.com/gpu")
-
-_QTY = re.compile(r"^([0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_FACTOR = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
-def quantity(v: Any) -> float:
-    """A Kubernetes quantity as a number (cores, bytes, or a count)."""
-    m = _QTY.fullmatch(str(v).strip())
-    if not m:
-        raise ValueError(f"{v!r} is not a Kubernetes quantity")
-    return float(m.group(1)) * _FACTOR[m.group(2)]
 
 
 class Requests(BaseModel):
@@ -225,10 +212,13 @@ def _chips_per_vm(machine_type: str) -> int:
     return 8 if machine_type in ("ct6e-standard-8t", "ct5lp-hightpu-8t") else 4
 
 
-# pathways-job's GKE accelerator label per TPU generation (tpuVersion from the machine type)
-_PATHWAYS_ACCELERATOR = {"ct6e": "tpu-v6e-slice", "ct5p": "tpu-v5p-slice",
-                         "ct5lp": "tpu-v5-lite-podslice", "ct4p": "tpu-v4-podslice",
-                         "tpu7x": "tpu7x"}
+def _tpu_label(machine_type: str) -> str:
+    """pathways-job's cloud.google.com/gke-tpu-accelerator for a worker machine type
+    (GKEAcceleratorType): the catalog's label of that machine's TPU generation."""
+    from rlctl.core.config.catalog import all_types
+
+    return next((a.gke_accelerator or "" for a in all_types()
+                 if a.kind == "tpu" and a.machine_type == machine_type), machine_type)
 
 
 def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
@@ -244,8 +234,8 @@ def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
     user = (controller.get("template") or {})
     head_spec = dict(user.get("spec") or {})
     sidecars = [{"name": n, "restartPolicy": "Always",
-                 "resources": {"limits": {"cpu": cpu, "memory": mem}}}
-                for n, (cpu, mem) in PATHWAYS_SIDECARS.items()]
+                 "resources": {"limits": dict(limits)}}
+                for n, limits in PATHWAYS_SIDECARS.items()]
     head_spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet",
                      initContainers=[*(head_spec.get("initContainers") or []), *sidecars])
     head_ann = {**(md.get("annotations") or {})}
@@ -254,12 +244,10 @@ def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
     head_meta = {**(user.get("metadata") or {}),
                  "annotations": {**((user.get("metadata") or {}).get("annotations") or {}),
                                  **head_ann}}
-    prefix = machine.split("-", 1)[0]
     worker_spec = {
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {**(worker.get("nodeSelector") or {}),
-                         "cloud.google.com/gke-tpu-accelerator":
-                             _PATHWAYS_ACCELERATOR.get(prefix, prefix),
+                         "cloud.google.com/gke-tpu-accelerator": _tpu_label(machine),
                          "cloud.google.com/gke-tpu-topology": worker["topology"]},
         "containers": [{"name": "pathways-worker",
                         "resources": {"limits": {"google.com/tpu": str(chips)}}}],

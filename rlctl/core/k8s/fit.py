@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from rlctl.core.config.catalog import machine
 from rlctl.core.config.nodes import HOSTNAME_LABEL, NodePool
 from rlctl.core.k8s.admission import PodGroup, Requests
 
@@ -131,8 +132,6 @@ def _size_reason(g: PodGroup, pools: list[NodePool]) -> tuple[Reason, str]:
 
 
 def _catalog_vcpus(p: NodePool) -> int:
-    from rlctl.core.config.catalog import machine
-
     m = machine(p.machine_type)
     return m.vcpus if m else p.vcpus
 

@@ -22,12 +22,12 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.k8s import backends
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.names import validate_name
+from rlctl.core.units import quantity
 
 RUN_LABEL = "rlctl.dev/run"
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
 class EnvVar(BaseModel):
@@ -139,8 +139,7 @@ class WorkloadView(BaseModel):
     @field_validator("cpu", "memory", "controller_cpu", "controller_memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
-        if not _QUANTITY.fullmatch(v):
-            raise ValueError(f"{v!r} is not a Kubernetes quantity")
+        quantity(v)  # ValueError: "'lots' is not a Kubernetes quantity"
         return v
 
     @field_validator("run_uri")
@@ -210,16 +209,12 @@ class WorkloadView(BaseModel):
         return " ".join(flags) or None
 
 
-@functools.lru_cache(maxsize=1)
 def image_ray_version() -> str:
     """The Ray version the cluster images pin (``ray[train]==X`` in rlctl/data/images.yaml)."""
-    from importlib import resources
+    from rlctl.core.image.context import pins
 
-    import yaml
-
-    raw = yaml.safe_load(resources.files("rlctl").joinpath("data/images.yaml").read_text())
-    for pins in raw["images"].values():
-        for req in pins["requirements"]:
+    for image in pins().images.values():
+        for req in image.requirements:
             m = re.fullmatch(r"ray(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
             if m:
                 return m.group(2)

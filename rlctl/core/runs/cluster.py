@@ -237,7 +237,7 @@ def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, im
     api = kube_api(clients, target, opts.namespace)
     _ready_or_raise(api, target, backend, opts, _image_lines(clients, target, shape, image))
     out = submit_run(spec, backend, shape, api, store, opts, hf_token=hf_token, record=record)
-    return out.model_copy(update={**where, "placements": report.placements})
+    return out.model_copy(update={**where, "placements": report.placements, "notes": notes})
 
 
 # --- an existing run ------------------------------------------------------------------

@@ -144,7 +144,8 @@ class SubmitResult(BaseModel):
     path: str  # the run's folder, gs://BUCKET/PREFIX/NAME
     backend: str
     applied: list[str]  # 'Kind/name (action)', in apply order
-    placements: list[Placement] = []
+    placements: list[Placement] = []  # the node pool(s) each pod group goes to
+    notes: list[str] = []
     cluster: str | None = None
     project: str | None = None
     region: str | None = None

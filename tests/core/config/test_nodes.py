@@ -81,9 +81,13 @@ class TestLabelsAndTaints:
 
 
 def test_the_pathways_head_takes_what_its_node_leaves_beside_the_sidecars():
+    from rlctl.core.units import quantity
+
     cpu, mem = nodes.pathways_head_resources()
     node = nodes.node_pool("p", nodes.PATHWAYS_MACHINE_TYPE, 1)
-    head = int(cpu) + nodes.PATHWAYS_SIDECARS_CPU + nodes.GCSFUSE_SIDECAR[0]
+    sidecars = [*nodes.PATHWAYS_SIDECARS.values(), nodes.GCSFUSE_SIDECAR]
+    assert [s["cpu"] for s in sidecars] == ["8", "16", "250m"]  # pathways-job v0.1.4, GKE
+    head = int(cpu) + sum(quantity(s["cpu"]) for s in sidecars)
     assert node.cpu - 1 <= head <= node.cpu
-    used = int(mem[:-2]) * 2**30 + nodes.PATHWAYS_SIDECARS_MEMORY + nodes.GCSFUSE_SIDECAR[1]
+    used = int(mem[:-2]) * 2**30 + sum(quantity(s["memory"]) for s in sidecars)
     assert node.memory_gib * 2**30 - 2**30 <= used <= node.memory_gib * 2**30

@@ -15,10 +15,10 @@ from rlctl.core.k8s.admission import (
     pathways_jobset,
     pod_groups,
     pod_requests,
-    quantity,
     ray_probes,
 )
 from rlctl.core.k8s.render import render_workload
+from rlctl.core.units import quantity
 from tests.core.k8s.test_render import view
 
 GB = 1e9
