@@ -2078,6 +2078,34 @@ DAMAGES = [
         res_expect=(0, 2, 4),
         res_err=("checkpoint",),
     ),
+    # the only checkpoint damaged (its data intact under a garbled manifest, or cut),
+    # or already set aside by an earlier refused resume: refused every time, never
+    # restarted from step 0, metrics.jsonl kept (see _resume_post)
+    Damage(
+        "ckpt-only-manifest-garbage",
+        lambda d: (shutil.rmtree(_ckpt(d, 1)),
+                   write(_ckpt(d, 2) / "rlctl-manifest.json", "garbage")),
+        damaged=(1, 2),
+        res_expect=(4,),
+        res_err=("checkpoints/2.damaged",),
+    ),
+    Damage(
+        "ckpt-only-manifest-removed-and-truncated",
+        lambda d: (shutil.rmtree(_ckpt(d, 1)), (_ckpt(d, 2) / "rlctl-manifest.json").unlink(),
+                   truncate_largest(_ckpt(d, 2))),
+        damaged=(1, 2),
+        res_expect=(4,),
+        res_err=("checkpoints/2.damaged",),
+    ),
+    Damage(
+        "ckpt-only-set-aside",
+        lambda d: (shutil.rmtree(_ckpt(d, 1)),
+                   _ckpt(d, 2).rename(_ckpt(d, 2).with_name("2.damaged"))),
+        damaged=(1, 2),
+        name_ok=(*DAMAGED, "checkpoints/2.damaged"),
+        res_expect=(4,),
+        res_err=("checkpoints/2.damaged",),
+    ),
     Damage(
         "ckpt-newest-empty-folder",
         _empty_ckpt,
@@ -2136,6 +2164,8 @@ def _store_setup(dm: Damage) -> Callable[[Ctx], None]:
         dm.fn(d)
         c.state["store"] = snap(c.runs)
         c.state["good"] = snap(c.runs / "good")
+        m = d / "metrics.jsonl"
+        c.state["metrics"] = m.read_bytes() if m.is_file() else None
 
     return setup
 
@@ -2201,6 +2231,14 @@ def _resume_post(dm: Damage) -> Callable[[Ctx, Run], list[str]]:
         st = read_json(d / "status.json") if d.is_dir() else None
         if isinstance(st, dict) and st.get("phase") in ACTIVE:
             bad.append(f"after the refused resume status.json says {st.get('phase')!r}")
+        m = d / "metrics.jsonl"
+        if c.state.get("metrics") is not None and (
+                not m.is_file() or m.read_bytes() != c.state["metrics"]):
+            bad.append("the refused resume changed or removed metrics.jsonl")
+        named = st.get("latest_checkpoint") if isinstance(st, dict) else None
+        if isinstance(named, int) and not _ckpt(d, named).is_dir():
+            bad.append(f"after the refused resume status.json names checkpoint {named}, "
+                       "which is not there (set aside or lost)")
         if (c.runs / "good").is_dir():
             r = c.run(["status", "good", "--runs-dir", str(c.runs), "-o", "json"])
             info = read_json_text(r.out)

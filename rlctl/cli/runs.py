@@ -41,6 +41,10 @@ IntervalOpt = Annotated[float, typer.Option("--interval", min=0.5, help="Seconds
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines "
                                          "until the run ends (Ctrl-C stops).")]
 TailOpt = Annotated[int, typer.Option("--tail", min=1, help="Lines to show first.")]
+RecoverOpt = Annotated[bool, typer.Option(
+    "--recover", help="Bring back the checkpoints set aside as damaged whose data may be "
+    "intact (a missing or damaged manifest), read every array to check it, and resume "
+    "from the newest that reads (a run on this machine only).")]
 PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's files "
                                         "(spec, status, metrics, checkpoints) from the store.")]
 
@@ -236,6 +240,7 @@ def resume(
     project: ProjectOpt = None,
     region: RegionOpt = None,
     image: ImageOpt = None,
+    recover: RecoverOpt = False,
     output: OutputOpt = "table",
     yes: YesOpt = False,
 ) -> None:
@@ -258,6 +263,12 @@ def resume(
         if not core.runs_on_cluster(clients, where.ref(), run):
             where = None  # trained on this machine: resume it here
     if where is not None:
+        if recover:
+            from rlctl.core.errors import ConfigError
+
+            raise ConfigError("--recover is for a run trained on this machine",
+                              hint="copy the run's folder here, recover it, then copy it "
+                                   "back")
         result = core.resume(clients, where.ref(), run, hf_token=core.hf_token_from_env(),
                              image=image)
         for line in result.applied:
@@ -269,7 +280,8 @@ def resume(
     from rlctl.core.runs.local import resume_local
 
     with TrainProgress(out) as progress:
-        record = resume_local(runs_dir or LOCAL_ROOT, run, progress=progress.callback)
+        record = resume_local(runs_dir or LOCAL_ROOT, run, progress=progress.callback,
+                              recover=recover)
     out.result(record.model_dump(mode="json"), progress.summary(record))
 
 

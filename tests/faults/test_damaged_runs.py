@@ -160,3 +160,75 @@ class TestResumeRepairs:
         shutil.rmtree(run / folder)
         (run / folder).write_text("x")
         one_error(cli("resume", "ok", "--runs-dir", str(store)), 2, f"ok/{folder} is a file")
+
+
+class TestDamageNeverCostsData:
+    """A run whose only checkpoints are damaged is never started over: resume refuses
+    (every time, not only the first), metrics.jsonl keeps its rows, status.json never
+    names a set-aside checkpoint, and the set-aside data can be recovered on request."""
+
+    @staticmethod
+    def only_checkpoint_1_with(run, damage: str) -> None:
+        """``run`` stopped after step 1 with checkpoint 1 damaged: its manifest
+        garbled (data intact), or (an older rlctl's, without a manifest) its largest
+        data file, every data file or Orbax's OCDBT index cut in half."""
+        interrupted_after_step_1(run)
+        step = run / "checkpoints" / "1"
+        if damage == "manifest":
+            (step / "rlctl-manifest.json").write_bytes(b"\xff{not json")
+        elif damage != "none":
+            (step / "rlctl-manifest.json").unlink()
+            files = sorted(p for p in step.rglob("*") if p.is_file())
+            cut = [step / "default" / "manifest.ocdbt"] if damage.endswith("index cut") else \
+                [p for p in files if p.parent.name == "d"] if damage.endswith("all cut") else \
+                [max(files, key=lambda p: p.stat().st_size)]
+            for p in cut:
+                p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+    @pytest.mark.parametrize("damage", ["manifest", "no manifest, data cut",
+                                        "no manifest, index cut", "no manifest, all cut"])
+    def test_resume_refuses_each_time_and_loses_nothing(self, cli, store, damage):
+        run = store / "ok"
+        self.only_checkpoint_1_with(run, damage)
+        rows = (run / "metrics.jsonl").read_text()
+        for attempt in (1, 2):
+            r = cli("resume", "ok", "--runs-dir", str(store))
+            one_error(r, 4, "checkpoints/1.damaged", "kept, not deleted")
+            assert "hint: " in r.stderr and "--recover" in r.stderr, r.stderr
+            assert "from the start" not in r.stderr and "step 1/2" not in r.stderr, r.stderr
+            assert (run / "metrics.jsonl").read_text() == rows, attempt
+            assert sorted(os.listdir(run / "checkpoints")) == ["1.damaged"], attempt
+            status = json.loads((run / "status.json").read_text())
+            assert status["latest_checkpoint"] is None, (attempt, status)
+            # one line per fallback: no TensorStore or asyncio dump (index cut: 257
+            # lines, all cut: 907, before they were silenced)
+            assert len(r.stderr.splitlines()) <= 6, r.stderr
+            assert "Event loop is closed" not in r.stderr, r.stderr
+        shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+        assert shown["latest_checkpoint"] is None
+        assert "set aside: checkpoints/1.damaged" in (shown["error"] or ""), shown
+
+    def test_a_damaged_manifest_over_intact_data_is_recovered_on_request(self, cli, store):
+        run = store / "ok"
+        self.only_checkpoint_1_with(run, "manifest")
+        rows = (run / "metrics.jsonl").read_text().splitlines()
+        assert cli("resume", "ok", "--runs-dir", str(store)).returncode == 4
+        r = cli("resume", "ok", "--runs-dir", str(store), "--recover")
+        assert r.returncode == 0, r.stderr
+        assert "recovered checkpoint 1" in r.stderr and "resumed from checkpoint 1" in r.stderr
+        assert [m["step"] for m in metrics(run)] == [1, 2]
+        assert (run / "metrics.jsonl").read_text().splitlines()[0] == rows[0]
+        assert sorted(os.listdir(run / "checkpoints")) == ["1", "2"]
+
+    def test_recover_refuses_data_that_does_not_match_its_manifest(self, cli, store):
+        run = store / "ok"
+        self.only_checkpoint_1_with(run, "none")
+        step = run / "checkpoints" / "1"
+        p = max((p for p in step.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        p.write_bytes(p.read_bytes()[:100])
+        rows = (run / "metrics.jsonl").read_text()
+        one_error(cli("resume", "ok", "--runs-dir", str(store)), 4, "checkpoints/1.damaged")
+        one_error(cli("resume", "ok", "--runs-dir", str(store), "--recover"), 4,
+                  "checkpoints/1.damaged")
+        assert (run / "metrics.jsonl").read_text() == rows
+        assert sorted(os.listdir(run / "checkpoints")) == ["1.damaged"]

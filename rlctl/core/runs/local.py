@@ -33,7 +33,13 @@ from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.spec import local_paths_absolute, write_new_run
 from rlctl.core.runs.status import process_alive, read_status
 from rlctl.core.store import open_store
-from rlctl.core.store.base import SPEC, STATUS, Phase, latest_checkpoint_step
+from rlctl.core.store.base import (
+    SPEC,
+    STATUS,
+    Phase,
+    latest_checkpoint_step,
+    set_aside_checkpoints,
+)
 from rlctl.core.store.local import LocalRunDir
 
 Progress = Callable[[dict[str, Any]], None]
@@ -66,7 +72,8 @@ class StatusFile:
             # a lost or damaged status.json: the run was created when its spec was written
             self.data["created"] = _created(run)
         self.data.setdefault("step", 0)
-        self.data.setdefault("latest_checkpoint", latest_checkpoint_step(run))
+        # what the store holds, never a checkpoint that was set aside or lost since
+        self.data["latest_checkpoint"] = latest_checkpoint_step(run)
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields, updated=_now())
@@ -80,6 +87,7 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     spec = local_paths_absolute(spec.model_copy(update={"name": name}))
     store = open_store(spec.output.root)
     _preflight(spec)
+    _quiet_closed_loops()
     # SIGTERM is Ctrl-C from the moment the run exists: a stop right after spec.yaml
     # is written leaves an 'interrupted' (or, SIGKILLed, 'stale') run, never 'pending'
     with _sigterm_as_interrupt():
@@ -129,14 +137,23 @@ def load_run_spec(run: LocalRunDir) -> RunSpec:
                           ) from e
 
 
-def resume_local(root: str, name: str, progress: Progress | None = None) -> TrainResult:
+def resume_local(root: str, name: str, progress: Progress | None = None,
+                 recover: bool = False) -> TrainResult:
+    """Continue a run from its latest intact checkpoint. ``recover``: first bring back
+    the checkpoints set aside as damaged whose data may be intact (see
+    ``Checkpoints._recover``); a local run store only."""
     require_extra("tunix", "train")
     run = open_store(root).existing(name)
+    if recover and not isinstance(run, LocalRunDir):
+        raise ConfigError("--recover is for a run store on this machine",
+                          hint="copy the run's folder here, recover it, then copy it back")
+    _quiet_closed_loops()
     with _sigterm_as_interrupt(), run.lock():  # before anything is read: one writer
-        return _resume(run, progress)
+        return _resume(run, progress, recover)
 
 
-def _resume(run: LocalRunDir, progress: Progress | None) -> TrainResult:
+def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False
+            ) -> TrainResult:
     name = run.name
     spec = load_run_spec(run)
     status = StatusFile(run, spec)
@@ -152,10 +169,20 @@ def _resume(run: LocalRunDir, progress: Progress | None) -> TrainResult:
             hint="wait for it, or stop it first",
         )
     step = latest_checkpoint_step(run)
+    aside = set_aside_checkpoints(run)
+    if step is None and aside and not recover:
+        from rlctl.core.trainer.checkpointing import refusal
+
+        # never from step 0 while a checkpoint exists, set aside or not
+        refused = refusal(run)
+        status.update(error=str(refused))
+        raise refused
     if progress:
-        where = f"checkpoint at step {step}" if step else "the start (no checkpoint yet)"
+        where = (f"checkpoint at step {step}" if step else
+                 "a checkpoint set aside as damaged (--recover)" if aside and recover else
+                 "the start (no checkpoint yet)")
         progress({"event": "message", "message": f"resuming {name} from {where}"})
-    return _execute(spec, run, status, progress)
+    return _execute(spec, run, status, progress, recover)
 
 
 def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainResult:
@@ -166,6 +193,7 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
 
     run = open_store(root).existing(name)
     spec = load_run_spec(run)
+    _quiet_closed_loops()
     evals = run_trainer(spec, run, progress, on_status=lambda fields: None)
     return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
                        step=spec.training.steps, **evals)
@@ -211,6 +239,25 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 _STOPPED: list[int] = []  # stop signals this process received
 
 
+def _quiet_closed_loops() -> None:
+    """Drop, for the rest of the process, the "Event loop is closed" errors that a
+    failed checkpoint read leaves behind: TensorStore's callbacks of the failed read
+    land on its closed asyncio loop, each reported as an unraisable exception with
+    its traceback, some only at exit. The fallback already said it in one line
+    (``checkpointing._QuietRestore`` covers the restore itself, for library use)."""
+    hook = sys.unraisablehook
+    if getattr(hook, "rlctl_quiet", False):
+        return
+
+    def quiet(info: Any) -> None:
+        e = info.exc_value
+        if not (isinstance(e, RuntimeError) and str(e) == "Event loop is closed"):
+            hook(info)
+
+    quiet.rlctl_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = quiet
+
+
 def _record_interrupt(run: LocalRunDir, status: StatusFile) -> None:
     status.update(phase=Phase.INTERRUPTED, latest_checkpoint=latest_checkpoint_step(run))
     raise InterruptedRun(
@@ -220,7 +267,7 @@ def _record_interrupt(run: LocalRunDir, status: StatusFile) -> None:
 
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
-             progress: Progress | None) -> TrainResult:
+             progress: Progress | None, recover: bool = False) -> TrainResult:
     from rlctl.core.trainer.loop import run_trainer
 
     def on_status(fields: dict[str, Any]) -> None:
@@ -233,18 +280,21 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
         status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
                       started=_now(), error=None)
         with _sigterm_as_interrupt():
-            evals = run_trainer(spec, run, progress, on_status)
+            evals = run_trainer(spec, run, progress, on_status, recover=recover)
     except KeyboardInterrupt:
         _record_interrupt(run, status)
     except Exception as e:
         if _STOPPED:  # the interrupt surfaced wrapped in another exception
             _record_interrupt(run, status)
+        # latest_checkpoint: a checkpoint set aside during the attempt is no longer it
         if isinstance(e, RlctlError):
-            status.update(phase=Phase.FAILED, error=str(e))
+            status.update(phase=Phase.FAILED, error=str(e),
+                          latest_checkpoint=latest_checkpoint_step(run))
             raise
         # one line in status.json: a library's dump stays in the log
         line = (str(e).strip().splitlines() or [""])[0][:300]
-        status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}")
+        status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}",
+                      latest_checkpoint=latest_checkpoint_step(run))
         raise
     status.update(phase=Phase.COMPLETED, finished=_now(), step=spec.training.steps,
                   latest_checkpoint=latest_checkpoint_step(run))

@@ -9,6 +9,7 @@ from typing import Any
 
 from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
 from rlctl.core.store.base import (
+    CHECKPOINTS,
     EVAL,
     METRICS,
     SPEC,
@@ -17,6 +18,7 @@ from rlctl.core.store.base import (
     RunDir,
     RunStore,
     latest_checkpoint_step,
+    set_aside_checkpoints,
 )
 
 
@@ -138,6 +140,10 @@ def describe_run(run: RunDir) -> RunInfo:
                     {k: data.get(k) for k in EvalSummary.model_fields})
             except ValueError:  # wrong types in the record: shown as absent
                 continue
+    aside = set_aside_checkpoints(run)  # one listing of checkpoints/
+    if aside:
+        problems.append(f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
+                        + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside))
     damaged = status.get("damaged") or "; ".join(problems) or None
     if not run.exists(SPEC):
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"

@@ -6,6 +6,8 @@
     <root>/<run>/metrics.jsonl       one JSON object per optimizer step
     <root>/<run>/tensorboard/        TensorBoard event files
     <root>/<run>/checkpoints/<step>/ Orbax checkpoints (complete ones only)
+    <root>/<run>/checkpoints/<step>.damaged[-n]/  a damaged checkpoint set aside: never
+                                     restored on its own, never a reason to start over
     <root>/<run>/eval/{baseline,step-N,final}.json
 
 Writes of whole files are atomic (temp file + rename), so a reader or a killed
@@ -15,6 +17,7 @@ writer never leaves a half-written ``status.json`` or ``spec.yaml``.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from contextlib import AbstractContextManager
 from enum import Enum
@@ -108,6 +111,8 @@ class RunDir(Protocol):
     def publish_checkpoint(self, step: int) -> None: ...
     def fetch_checkpoint(self, step: int) -> None: ...
     def delete(self, rel: str = "") -> list[str]: ...
+    # Rename a file or folder in the store (a checkpoint set aside, or recovered).
+    def move(self, src: str, dst: str) -> None: ...
     # Held by the one process that trains the run (train, resume), for its whole life.
     def lock(self) -> AbstractContextManager[None]: ...
 
@@ -182,3 +187,14 @@ def latest_checkpoint_step(run: RunDir) -> int | None:
     step with its COMMITTED marker)."""
     steps = run.checkpoint_steps()
     return max(steps) if steps else None
+
+
+SET_ASIDE = re.compile(r"^(\d+)\.damaged(?:-\d+)?$")  # checkpoints/<step>.damaged[-n]
+
+
+def set_aside_checkpoints(run: RunDir) -> list[str]:
+    """The run's damaged checkpoints that were set aside (``<step>.damaged[-n]``),
+    newest step first. Each may still hold intact data: a run that has them is never
+    started over from step 0 on its own."""
+    names = [n for n in run.list(CHECKPOINTS) if SET_ASIDE.match(n)]
+    return sorted(names, key=lambda n: (-int(n.split(".")[0]), n))

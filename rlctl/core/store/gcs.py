@@ -419,6 +419,28 @@ class GcsRunDir:
             b.delete()
         return [f"gs://{self.bucket.name}/{b.name}" for b in blobs]
 
+    def move(self, src: str, dst: str) -> None:
+        """Rename ``src`` (an object or everything below it) to ``dst``: each object
+        copied within the bucket, then the originals deleted, a COMMITTED marker first
+        (a half-moved checkpoint never looks complete) and never copied (a checkpoint
+        set aside is not complete; one recovered is committed again once it restored)."""
+        self._check_lease()
+        key, new = self._key(src), self._key(dst)
+        try:
+            blobs = list(self.bucket.client.list_blobs(self.bucket, prefix=f"{key}/"))
+            single = self.bucket.get_blob(key)
+            if single is not None:
+                blobs.append(single)
+            blobs.sort(key=lambda b: not b.name.endswith(f"/{COMMITTED}"))
+            for b in blobs:
+                if b.name.endswith(f"/{COMMITTED}"):
+                    b.delete()
+                    continue
+                self.bucket.copy_blob(b, self.bucket, new + b.name[len(key):])
+                b.delete()
+        except Exception as e:
+            raise _translate(e, f"{self.uri}/{src}") from e
+
     # --- local staging for files the trainer writes incrementally ------------
     def staging_dir(self) -> Path:
         """A fresh local folder per process: what Orbax/TensorBoard write into."""

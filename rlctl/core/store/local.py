@@ -176,6 +176,14 @@ class LocalRunDir:
         return [str(p)]
 
 
+    def move(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` within the run (nothing to do if ``src`` is gone:
+        the trainer renames checkpoint folders in place, staging being the run)."""
+        p = self.path / src
+        if p.exists():
+            os.replace(p, self.path / dst)
+
+
 class LocalRunStore:
     def __init__(self, root: str | Path) -> None:
         # absolute once, here: every path a run hands to Orbax or TensorBoard derives

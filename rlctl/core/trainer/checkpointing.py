@@ -11,18 +11,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from rlctl.core.errors import ConflictError, DiskFullError
-from rlctl.core.store.base import CHECKPOINTS, atomic_write
+from rlctl.core.store.base import CHECKPOINTS, SET_ASIDE, atomic_write, set_aside_checkpoints
 from rlctl.core.store.local import LocalRunDir
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 from rlctl.core.trainer.memory import return_freed_memory
@@ -97,6 +99,89 @@ def first_line(e: BaseException, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def _manifest_damaged(folder: Path) -> str | None:
+    """Why a set-aside checkpoint cannot be recovered, or None when only its manifest
+    is missing or unreadable (its data then gets checked by reading it back)."""
+    try:
+        json.loads((folder / MANIFEST).read_text())["files"].items()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # missing or unreadable: only the manifest is lost
+    else:  # a manifest that reads: the set-aside data does not match it
+        why = verify(folder)
+        return f"its data does not match its {MANIFEST} ({why})" if why else \
+            "its data matches its manifest but could not be read"
+    if not (folder / ORBAX_METADATA).is_file():
+        return f"it has no {ORBAX_METADATA}"
+    return None
+
+
+def refusal(run: LocalRunDir, what: str = "no intact checkpoint") -> ConflictError:
+    """The one line that stops a resume whose checkpoints were all set aside: it names
+    them and the ways on. A run that has any is never restarted from step 0 unless its
+    user asks (the set-aside data may be all the run has)."""
+    aside = set_aside_checkpoints(run)
+    names = ", ".join(f"{CHECKPOINTS}/{n}" for n in aside) or "none"
+    local = not run.uri.startswith("gs://")
+    recover = (f"if only its {MANIFEST} is damaged, 'rlctl resume {run.name} --recover' "
+               "reads its data back and resumes from it; " if local else "")
+    return ConflictError(
+        f"run {run.name!r} has {what} to resume from; set aside as damaged (kept, not "
+        f"deleted): {names} in {run.uri}",
+        hint=f"{recover}to start over from step 0, 'rlctl delete run {run.name}"
+             f"{'' if local else ' --purge'}' and train again")
+
+
+def closed_loop_noise(e: BaseException | None) -> bool:
+    """An unraisable exception a failed Orbax restore leaves behind: one of
+    TensorStore's read callbacks landing on the failed read's closed event loop."""
+    return isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
+
+
+class _UnretrievedReads(logging.Filter):
+    """Drop asyncio's "Task exception was never retrieved" dump (80 lines and a
+    chained traceback each) for an Orbax read task of a restore that already failed
+    and was reported in one line. Installed once, for the rest of the process: the
+    tasks report when collected, often at exit."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "exception was never retrieved" not in str(record.msg) or not record.exc_info:
+            return True
+        tb = record.exc_info[2]
+        while tb is not None:
+            if "/orbax/" in tb.tb_frame.f_code.co_filename:
+                return False
+            tb = tb.tb_next
+        return True
+
+
+_UNRETRIEVED = _UnretrievedReads()
+
+
+class _QuietRestore:
+    """Keep a failed restore to the one warning line the fallback prints: without this
+    each damaged checkpoint also printed its TensorStore reads' "Event loop is closed"
+    tracebacks (unraisable exceptions) and asyncio's "Task exception was never
+    retrieved" dumps: hundreds of lines for the tiny test model, tens of thousands
+    for a real one. Anything else still reaches the hook in place before."""
+
+    def __init__(self) -> None:
+        self.previous: Any = None
+
+    def _hook(self, info: Any) -> None:
+        if not closed_loop_noise(info.exc_value):
+            self.previous(info)
+
+    def install(self) -> None:
+        logging.getLogger("asyncio").addFilter(_UNRETRIEVED)  # once: a set of filters
+        if self.previous is None:
+            self.previous, sys.unraisablehook = sys.unraisablehook, self._hook
+
+    def remove(self) -> None:
+        if self.previous is not None and sys.unraisablehook == self._hook:
+            sys.unraisablehook = self.previous
+        self.previous = None
+
+
 def _last_good(step: int | None) -> str:
     return f"the last good checkpoint is {step}" if step else "no checkpoint was saved yet"
 
@@ -160,7 +245,7 @@ class Checkpoints:
     """The run's checkpoint folder, brought up to date from the run store on open."""
 
     def __init__(self, run: LocalRunDir, topo: Topology, keep: int,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None, recover: bool = False) -> None:
         import orbax.checkpoint as ocp
 
         self.run = run
@@ -173,6 +258,10 @@ class Checkpoints:
         # the newest checkpoint that verifies (run store sync, gs://: fetched into
         # staging first); every process restores the step process 0 chose
         self._warn = warn or (lambda message: None)
+        self._quiet = _QuietRestore()
+        self._recovered: set[int] = set()
+        if recover and topo.is_writer:
+            self._recover()
         latest = agree(self._newest_intact(self._warn), topo)
         self.latest: int | None = latest or None
         if latest:
@@ -215,13 +304,43 @@ class Checkpoints:
             later = steps[i + 1] if i + 1 < len(steps) else None
             warn(f"checkpoint {step} is damaged ({why}); {self._set_aside(step)}; "
                  + (f"trying checkpoint {later}" if later else "no earlier checkpoint"))
-        if steps:
-            raise ConflictError(
-                f"no intact checkpoint in {self.folder} (damaged: "
-                f"{', '.join(map(str, steps))})",
-                hint="delete the damaged step folders to start the run over from step 0",
-            )
+        if steps or set_aside_checkpoints(self.run):
+            # never a reason to start over: the set-aside data may be all the run has
+            self._refuse("no intact checkpoint")
         return 0
+
+    def _refuse(self, what: str, cause: BaseException | None = None) -> NoReturn:
+        raise refusal(self.run, what) from cause
+
+    def _recover(self) -> None:
+        """``resume --recover``: bring back the set-aside checkpoints newer than every
+        remaining one whose only known damage is a missing or unreadable manifest (one
+        whose data does not match a manifest that reads stays aside). The manifest is
+        dropped; restoring then reads every array (a failed read sets the checkpoint
+        aside again) and a fresh manifest is written once it restored."""
+        newest = max(self.run.checkpoint_steps(), default=0)
+        refused: list[str] = []
+        for name in set_aside_checkpoints(self.run):
+            step = int(SET_ASIDE.match(name).group(1))  # type: ignore[union-attr]
+            if step <= newest or step in self._recovered:
+                continue
+            folder = Path(self.folder) / name
+            why = _manifest_damaged(folder)
+            if why is not None:
+                refused.append(f"{CHECKPOINTS}/{name}: {why}")
+                continue
+            (folder / MANIFEST).unlink(missing_ok=True)
+            self.run.move(f"{CHECKPOINTS}/{name}", f"{CHECKPOINTS}/{step}")
+            self._recovered.add(step)
+            self._warn(f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
+                       "its data is read back to check it")
+        if not self._recovered:
+            raise ConflictError(
+                f"nothing to recover in {self.run.uri}: "
+                + ("; ".join(refused) or "no checkpoint set aside newer than the "
+                   f"latest intact one ({newest})"),
+                hint=f"resume without --recover, or start over from step 0 with "
+                     f"'rlctl delete run {self.run.name}' and train again")
 
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
@@ -294,6 +413,10 @@ class Checkpoints:
         else:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
             step, restored = self._restore_readable(step, abstract)
+        if step in self._recovered and self.topo.is_writer:
+            self.latest_size = write_manifest(Path(self.folder) / str(step))
+            self._warn(f"recovered checkpoint {step}: every array read back; "
+                       f"its {MANIFEST} written anew")
         model_state = nnx.state(model, nnx.Param)
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(model, model_state)
@@ -309,14 +432,16 @@ class Checkpoints:
         if not self.topo.is_writer:
             return "left for process 0"
         src = Path(self.folder) / str(step)
+        taken = set(self.run.list(CHECKPOINTS))
         dst = src.with_name(f"{step}.damaged")
         n = 1
-        while dst.exists():
+        while dst.exists() or dst.name in taken:
             n += 1
             dst = src.with_name(f"{step}.damaged-{n}")
         if src.exists():
-            os.replace(src, dst)
-        self.run.delete(f"{CHECKPOINTS}/{step}")  # gs://: its objects and marker
+            os.replace(src, dst)  # the local folder (gs://: its staging copy)
+        # the store's copy is kept too (gs://: moved, its COMMITTED marker dropped first)
+        self.run.move(f"{CHECKPOINTS}/{step}", f"{CHECKPOINTS}/{dst.name}")
         return f"moved to {CHECKPOINTS}/{dst.name}"
 
     def _restore_readable(self, newest: int, abstract: Any) -> tuple[int, Any]:
@@ -327,21 +452,22 @@ class Checkpoints:
         import orbax.checkpoint as ocp
 
         steps = [s for s in sorted(self.run.checkpoint_steps(), reverse=True) if s <= newest]
-        errors = []
+        errors: list[str] = []
+        last: BaseException | None = None
+        self._quiet.install()  # until close(): a failed read's noise comes late too
         for s in steps:
             try:
                 self.run.fetch_checkpoint(s)
                 return s, self.manager.restore(s, args=ocp.args.StandardRestore(abstract))
             except Exception as e:
+                last = e
                 errors.append(f"{s} ({type(e).__name__}: {first_line(e, 120)})")
                 self._warn(f"checkpoint {s} could not be read ({errors[-1]}); "
                            f"{self._set_aside(s)}; "
                            + ("trying the one before it" if s != steps[-1]
                               else "no earlier checkpoint"))
                 self._fresh_manager()
-        raise ConflictError(
-            f"no readable checkpoint in {self.folder}: {'; '.join(errors)}",
-            hint="move the damaged step folders aside to start the run over from step 0")
+        self._refuse("no readable checkpoint", last)
 
     def close(self) -> None:
         """Wait for nothing more (saves are synchronous) and drop any save an
@@ -349,3 +475,4 @@ class Checkpoints:
         self.manager.close()
         if self.topo.is_writer:
             remove_partial(self.folder)
+        self._quiet.remove()

@@ -40,7 +40,7 @@ class Trainer:
     then trained, checkpointed and evaluated by ``train``."""
 
     def __init__(self, spec: RunSpec, run: LocalRunDir, progress: Progress | None = None,
-                 topology: Topology | None = None):
+                 topology: Topology | None = None, recover: bool = False):
         from rlctl.core.trainer.distributed import current, make_mesh
 
         self.spec = spec
@@ -49,6 +49,7 @@ class Trainer:
         self.topo = topology or current()
         self.writer = self.topo.is_writer
         self.mesh = make_mesh()  # None on one device
+        self.recover = recover  # resume --recover: try the checkpoints set aside
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
@@ -164,7 +165,8 @@ class Trainer:
         self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
                         else NullMetrics())
         self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
-                                warn=lambda m: self.emit({"event": "message", "message": m}))
+                                warn=lambda m: self.emit({"event": "message", "message": m}),
+                                recover=self.recover)
         try:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.
@@ -217,5 +219,5 @@ def _is_record(text: str) -> bool:
 
 def run_trainer(spec: RunSpec, run: LocalRunDir, progress: Progress | None,
                 on_status: Callable[[dict[str, Any]], None],
-                topology: Topology | None = None) -> dict[str, Any]:
-    return Trainer(spec, run, progress, topology).train(on_status)
+                topology: Topology | None = None, recover: bool = False) -> dict[str, Any]:
+    return Trainer(spec, run, progress, topology, recover).train(on_status)

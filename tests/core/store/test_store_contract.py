@@ -133,6 +133,21 @@ class TestRunStoreContract:
             run.push(f"{CHECKPOINTS}/4")
         assert latest_checkpoint_step(reopen(store).run("r1")) == 2
 
+    def test_a_checkpoint_set_aside_keeps_its_data_and_is_no_longer_complete(self, store):
+        from rlctl.core.store.base import set_aside_checkpoints
+
+        run = store.run("r1")
+        files = save_fake_checkpoint(run, 2)
+        run.publish_checkpoint(2)
+        run.move(f"{CHECKPOINTS}/2", f"{CHECKPOINTS}/2.damaged")
+        fresh = reopen(store).run("r1")
+        assert fresh.checkpoint_steps() == [] and latest_checkpoint_step(fresh) is None
+        assert set_aside_checkpoints(fresh) == ["2.damaged"]
+        fresh.pull(f"{CHECKPOINTS}/2.damaged")
+        got = Path(fresh.path_for(f"{CHECKPOINTS}/2.damaged"))
+        assert {p.relative_to(got).as_posix(): p.read_bytes()
+                for p in got.rglob("*") if p.is_file()} == files
+
     def test_delete_removes_the_run(self, store):
         run = store.run("r1")
         run.write_text(SPEC, "x")
