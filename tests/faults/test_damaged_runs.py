@@ -147,6 +147,29 @@ class TestResumeRepairs:
         after = json.loads((run / "eval" / "baseline.json").read_text())
         assert after["accuracy"] == before["accuracy"] and after["n"] == before["n"]
 
+    def test_a_live_but_unrelated_pid_does_not_hold_the_run(self, cli, store):
+        """A killed run's pid, reused by another process: the run's free lock says
+        it is stale, and resume continues it (before: 'running' for ever, refused)."""
+        run = store / "ok"
+        interrupted_after_step_1(run)
+        status = json.loads((run / "status.json").read_text())
+        status.update(phase="running", pid=os.getppid())  # pytest's parent: alive
+        (run / "status.json").write_text(json.dumps(status))
+        shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+        assert shown["phase"] == "stale", shown
+        r = cli("resume", "ok", "--runs-dir", str(store))
+        assert r.returncode == 0, r.stderr
+        assert [m["step"] for m in metrics(run)] == [1, 2]
+
+    def test_a_cut_eval_file_is_shown_damaged_in_json(self, cli, store):
+        (store / "ok" / "eval" / "final.json").write_text('{"accuracy": 0.')
+        for args in (["status", "ok"], ["status"]):
+            r = cli(*args, "--runs-dir", str(store), "-o", "json")
+            shown = json.loads(r.stdout)
+            row = shown if isinstance(shown, dict) else {x["name"]: x for x in shown}["ok"]
+            assert "eval/final.json is unreadable" in (row["error"] or ""), row
+            assert "final" not in row["eval"] or row["eval"]["final"] is None
+
     @pytest.mark.parametrize("content", ["", "- a list\n", "training:\n  steps: many\n"])
     def test_a_damaged_spec_is_named(self, cli, store, content):
         interrupted_after_step_1(store / "ok")

@@ -31,7 +31,7 @@ from rlctl.core.errors import (
 from rlctl.core.names import generate_run_name
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.spec import local_paths_absolute, write_new_run
-from rlctl.core.runs.status import process_alive, read_status
+from rlctl.core.runs.status import read_status
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
@@ -163,11 +163,8 @@ def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False
             f"run {name!r} already completed {spec.training.steps} steps",
             hint="start a new run with 'rlctl train'",
         )
-    if phase.active and _alive(status.data.get("pid"), status.data.get("host")):
-        raise ConflictError(
-            f"run {name!r} is still {phase} (pid {status.data['pid']})",
-            hint="wait for it, or stop it first",
-        )
+    # No pid check: this process holds the run's lock, so whatever status.json says
+    # is active is not (a recorded pid may since belong to an unrelated process).
     step = latest_checkpoint_step(run)
     aside = set_aside_checkpoints(run)
     if step is None and aside and not recover:
@@ -197,11 +194,6 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
     evals = run_trainer(spec, run, progress, on_status=lambda fields: None)
     return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
                        step=spec.training.steps, **evals)
-
-
-def _alive(pid: Any, host: Any) -> bool:
-    """Another live process on this machine owns the run (ours does not count)."""
-    return pid != os.getpid() and host == socket.gethostname() and process_alive(pid, host)
 
 
 @contextlib.contextmanager
@@ -240,18 +232,20 @@ _STOPPED: list[int] = []  # stop signals this process received
 
 
 def _quiet_closed_loops() -> None:
-    """Drop, for the rest of the process, the "Event loop is closed" errors that a
-    failed checkpoint read leaves behind: TensorStore's callbacks of the failed read
-    land on its closed asyncio loop, each reported as an unraisable exception with
-    its traceback, some only at exit. The fallback already said it in one line
-    (``checkpointing._QuietRestore`` covers the restore itself, for library use)."""
+    """Drop, for the rest of the process, the unraisable exceptions a failed
+    checkpoint read leaves behind (``checkpointing.restore_noise``: TensorStore's
+    callbacks landing on a closed loop, Orbax's read coroutines collected
+    unawaited), each reported with its traceback, some only at exit. The fallback
+    already said it in one line (``checkpointing._QuietRestore`` covers the restore
+    itself, for library use)."""
     hook = sys.unraisablehook
     if getattr(hook, "rlctl_quiet", False):
         return
 
+    from rlctl.core.trainer.checkpointing import restore_noise
+
     def quiet(info: Any) -> None:
-        e = info.exc_value
-        if not (isinstance(e, RuntimeError) and str(e) == "Event loop is closed"):
+        if not restore_noise(info):
             hook(info)
 
     quiet.rlctl_quiet = True  # type: ignore[attr-defined]

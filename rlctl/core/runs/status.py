@@ -114,13 +114,17 @@ def process_alive(pid: Any, host: Any) -> bool:
     return True
 
 
-def _phase(status: dict[str, Any]) -> Phase:
-    """The stored phase, or ``stale`` for a local run whose process is gone."""
+def _phase(status: dict[str, Any], run: RunDir) -> Phase:
+    """The stored phase, or ``stale`` for a local run whose process is gone. The
+    run's lock decides where the store can tell (a live but unrelated process that
+    reused the pid holds no lock); the recorded pid only where it cannot (gs://)."""
     phase = Phase.parse(status.get("phase", Phase.UNKNOWN))
-    if phase.active and status.get("backend") == "local" and "pid" in status \
-            and not process_alive(status.get("pid"), status.get("host")):
-        return Phase.STALE
-    return phase
+    if not (phase.active and status.get("backend") == "local" and "pid" in status):
+        return phase
+    held = run.lock_held()
+    alive = held if held is not None else process_alive(status.get("pid"),
+                                                        status.get("host"))
+    return phase if alive else Phase.STALE
 
 
 def describe_run(run: RunDir) -> RunInfo:
@@ -150,7 +154,7 @@ def describe_run(run: RunDir) -> RunInfo:
     elif "phase" in status and Phase.parse(status["phase"]) is Phase.UNKNOWN \
             and status["phase"] != Phase.UNKNOWN:
         damaged = f"{STATUS}: phase {status['phase']!r} is not a phase"
-    phase = _phase(status)
+    phase = _phase(status, run)
     error = f"damaged: {damaged}" if damaged else _str(status.get("error"))
     if phase is Phase.STALE:
         error = (f"its process (pid {status.get('pid')}) is gone: killed or crashed; "

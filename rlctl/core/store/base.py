@@ -33,6 +33,9 @@ TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"
 LOCK = ".lock"  # a local run's writer lock (holder: pid, host, since)
+# A folder holding any of these is a run (listed; shown damaged when spec.yaml is
+# missing): a folder with none of them is someone else's, left out of the listing.
+RUN_MARKERS = (SPEC, STATUS, METRICS)
 
 
 class Phase(str, Enum):
@@ -115,6 +118,9 @@ class RunDir(Protocol):
     def move(self, src: str, dst: str) -> None: ...
     # Held by the one process that trains the run (train, resume), for its whole life.
     def lock(self) -> AbstractContextManager[None]: ...
+    # Whether some process holds ``lock()`` now: True/False where the store can tell
+    # at no cost (a local file lock), None where it cannot (a gs:// lease).
+    def lock_held(self) -> bool | None: ...
 
 
 class RunStore(Protocol):

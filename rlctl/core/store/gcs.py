@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError, RunInUseError
 from rlctl.core.names import validate_name
-from rlctl.core.store.base import CHECKPOINTS, SPEC, STATUS, existing_run
+from rlctl.core.store.base import CHECKPOINTS, RUN_MARKERS, SPEC, STATUS, existing_run
 
 if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
     from rlctl.core.clients import StorageBucket as Bucket
@@ -381,6 +381,11 @@ class GcsRunDir:
             self._lease = None
             lease.release()
 
+    def lock_held(self) -> bool | None:
+        """Unknown: a lease left by a killed holder looks held until it expires, so
+        whether its writer lives is the recorded pid's question (status.py)."""
+        return None
+
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_text(rel))
 
@@ -567,7 +572,8 @@ class GcsRunStore:
             it = self.client.list_blobs(self.bucket, prefix=base, delimiter="/")
             list(it)
             names = [p[len(base):].rstrip("/") for p in it.prefixes]
-            return sorted(n for n in names if self.bucket.blob(f"{base}{n}/{SPEC}").exists())
+            return sorted(n for n in names if any(
+                self.bucket.blob(f"{base}{n}/{m}").exists() for m in RUN_MARKERS))
         except Exception as e:
             raise _translate(e, self.uri) from e
 

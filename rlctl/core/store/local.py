@@ -21,6 +21,7 @@ from rlctl.core.paths import kernel_fs
 from rlctl.core.store.base import (
     CHECKPOINTS,
     LOCK,
+    RUN_MARKERS,
     SPEC,
     TENSORBOARD,
     atomic_write,
@@ -121,6 +122,26 @@ class LocalRunDir:
         finally:
             os.close(fd)  # releases the lock
 
+    def lock_held(self) -> bool | None:
+        """Whether a process holds this run's lock now: the kernel's answer, not a
+        recorded pid's (a pid is reused by unrelated processes after a crash). A
+        probe on a fresh descriptor, so a lock held in this same process counts."""
+        import fcntl
+
+        try:
+            fd = os.open(self.path / LOCK, os.O_RDONLY)
+        except OSError:  # no lock file: made by hand or an older rlctl: cannot tell
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:  # a file system without flock: cannot tell
+            return None
+        finally:
+            os.close(fd)  # also drops the probe's shared lock
+        return False
+
     def list(self, rel: str) -> list[str]:
         p = self.path / rel
         return sorted(os.listdir(p)) if p.is_dir() else []
@@ -198,10 +219,9 @@ class LocalRunStore:
     def list_runs(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        # a folder without spec.yaml is no run to list; 'existing' says it is damaged
-        return sorted(
-            p.name for p in self.root.iterdir() if p.is_dir() and (p / SPEC).is_file()
-        )
+        # a run that lost its spec.yaml is listed (as damaged), a stranger's folder not
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir()
+                      and any((p / m).is_file() for m in RUN_MARKERS))
 
     def existing(self, name: str) -> LocalRunDir:
         return existing_run(self, name)  # type: ignore[return-value]

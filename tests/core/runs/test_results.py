@@ -87,15 +87,18 @@ class TestDumps:
 
 def test_resume_refuses_a_live_run_in_any_active_phase(tmp_path):
     """A run evaluating its baseline is as alive as a running one: a second process
-    must not train it at the same time (resume used to check only 'running')."""
+    must not train it at the same time (resume used to check only 'running'). What
+    decides is the run's lock, held by its trainer in every phase, not the recorded
+    pid (tests/faults/test_damaged_runs.py: a reused pid holds nothing)."""
     pytest.importorskip("tunix")
     from rlctl.core.runs.local import resume_local
 
     spec = resolve_run_spec("grpo", overrides=[f"output.root={tmp_path}", "name=r1"])
     run = LocalRunStore(tmp_path).run("r1")
     run.write_text(SPEC, dump_yaml(spec))
-    for phase in ("starting", "evaluating", "running"):
-        run.write_json(STATUS, {"phase": phase, "pid": os.getppid(),
-                                "host": socket.gethostname()})
-        with pytest.raises(ConflictError, match=f"still {phase}"):
-            resume_local(str(tmp_path), "r1")
+    with run.lock():  # the live trainer: this process, another descriptor
+        for phase in ("starting", "evaluating", "running"):
+            run.write_json(STATUS, {"phase": phase, "pid": os.getppid(),
+                                    "host": socket.gethostname()})
+            with pytest.raises(ConflictError, match="is in use by pid"):
+                resume_local(str(tmp_path), "r1")

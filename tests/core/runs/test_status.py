@@ -129,6 +129,33 @@ class TestLiveness:
                                     "pid": pid, "host": host})
             assert describe_run(run).phase is Phase.RUNNING
 
+    def test_the_lock_not_the_pid_decides(self, tmp_path):
+        """A pid recorded by a killed run is reused by an unrelated live process:
+        with the run's lock free the run is stale, and with it held it is running
+        whatever the pid (issue #25)."""
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
+                                "pid": os.getppid(), "host": socket.gethostname()})
+        with run.lock():
+            pass  # the file a real run leaves behind, its lock released
+        assert run.lock_held() is False
+        assert describe_run(run).phase is Phase.STALE
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import fcntl, os, sys, time; "
+             "fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
+             "print('held', flush=True); time.sleep(60)", str(run.path / ".lock")],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
+                                    "pid": self.dead_pid(), "host": socket.gethostname()})
+            assert run.lock_held() is True
+            assert describe_run(run).phase is Phase.RUNNING
+        finally:
+            holder.kill()
+            holder.wait()
+        assert describe_run(run).phase is Phase.STALE
+
     def test_a_cluster_run_is_left_to_its_workload(self, tmp_path):
         run = make_run(LocalRunStore(tmp_path), "r1")
         run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "jobset"})

@@ -80,12 +80,17 @@ class TestRunStoreContract:
             with pytest.raises(ConfigError):
                 store.run(bad)
 
-    def test_list_runs_counts_runs_with_a_spec(self, store):
+    def test_list_runs_counts_runs_and_runs_that_lost_their_spec(self, store):
         for name in ("b-run", "a-run"):
             store.run(name).write_text(SPEC, f"name: {name}\n")
-        store.run("half").write_json(STATUS, {"phase": "pending"})  # no spec: not a run
-        assert store.list_runs() == ["a-run", "b-run"]
+        # spec.yaml is written first: a status without it is a run that lost it, listed
+        # so the listing shows it damaged as the single view does (issue #25)
+        store.run("half").write_json(STATUS, {"phase": "pending"})
+        store.run("other").write_json("notes.json", {"not": "a run"})
+        assert store.list_runs() == ["a-run", "b-run", "half"]
         assert store.existing("a-run").name == "a-run"
+        rows = {r.name: r for r in list_runs(store)}
+        assert "no spec.yaml" in (rows["half"].error or ""), rows["half"]
 
     def test_status_views_read_every_store(self, store):
         run = store.run("r1")
