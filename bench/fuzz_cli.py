@@ -1919,8 +1919,66 @@ def runs_dir_cases() -> list[Case]:
             train=True,
             timeout=180,
         ),
+        *plot_cases(),
     ]
     return out
+
+
+def _plot_store(c: Ctx) -> None:
+    shutil.copytree(c.fx.store, c.runs, symlinks=True)
+
+
+def _plot_store_ro(c: Ctx) -> None:
+    _plot_store(c)
+    ro_dir(c, "ro")
+
+
+def _plot_store_full(c: Ctx) -> None:
+    _plot_store(c)
+    c.fx.mounts.tmpfs(c.p("full"), "8k")  # a PNG of the curve is ~40 KB
+
+
+def _no_plot_left(c: Ctx, run: Run) -> list[str]:
+    """A refused or failed --plot leaves no image, no temp file and no new folder."""
+    left = [str(p.relative_to(c.tmp)) for p in c.tmp.rglob("*")
+            if ".png" in p.name or p.name == "no"]
+    return [f"--plot failed but left {left}"] if left else []
+
+
+def plot_cases() -> list[Case]:
+    """``status RUN --plot FILE.png``: where the PNG may not go (runs-dir family: a
+    path the user hands rlctl to write into)."""
+
+    def status(plot: Callable[[Ctx], str], run: str | None = "good") -> Callable[[Ctx], list]:
+        return lambda c: ["status", *([run] if run else []), "--runs-dir", str(c.runs),
+                          "--plot", plot(c)]
+
+    common: dict[str, Any] = {"setup": _plot_store, "post": _no_plot_left, "needs": ("store",)}
+    return [
+        Case("runs-dir/status-plot-is-a-folder", status(lambda c: str(c.runs)),
+             keywords=("is a folder",), **common),
+        Case("runs-dir/status-plot-missing-folder", status(lambda c: str(c.p("no") / "c.png")),
+             keywords=("does not exist",), **common),
+        Case("runs-dir/status-plot-under-a-file",
+             status(lambda c: str(c.runs / "good" / "spec.yaml" / "c.png")),
+             keywords=("not a folder",), **common),
+        Case("runs-dir/status-plot-not-png", status(lambda c: "curve.svg"),
+             keywords=(".png",), **common),
+        Case("runs-dir/status-plot-empty", status(lambda c: ""), keywords=("--plot",),
+             **common),
+        Case("runs-dir/status-plot-under-proc", status(lambda c: "/proc/curve.png"),
+             keywords=("/proc",), **common),
+        Case("runs-dir/status-plot-no-run", status(lambda c: "c.png", run=None),
+             keywords=("run",), **common),
+        Case("runs-dir/status-plot-unknown-run", status(lambda c: "c.png", run="nope"),
+             expect=(3,), keywords=("nope",), **common),
+        Case("runs-dir/status-plot-read-only", status(lambda c: str(c.p("ro") / "c.png")),
+             keywords=("not writable",), skip=need_mount,
+             **{**common, "setup": _plot_store_ro}),
+        Case("runs-dir/status-plot-full-disk", status(lambda c: str(c.p("full") / "c.png")),
+             expect=(1,), keywords=(("space", "disk", "full"),), skip=need_mount,
+             **{**common, "setup": _plot_store_full}),
+    ]
 
 
 # ----------------------------------------------------------- 8. store damage

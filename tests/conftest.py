@@ -76,6 +76,13 @@ def _no_network(monkeypatch):
     monkeypatch.delenv("RLCTL_AUTH_DISABLE_CREDENTIALS", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _own_config_dir(tmp_path_factory, monkeypatch):
+    """rlctl's per-user files (the cluster names it remembers for completion) go to a
+    test's own folder, never the developer's ~/.config/rlctl."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     pytest.importorskip("tokenizers")

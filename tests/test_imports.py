@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 HEAVY = ("jax", "tunix", "flax", "orbax", "google.cloud", "google.auth", "kubernetes",
-         "tensorboardX", "optax")
+         "tensorboardX", "tensorboard", "optax", "matplotlib")
 
 
 def test_cli_import_is_light():

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from rlctl.cli._complete import backends as complete_backends
+from rlctl.cli._complete import cluster_names
 from rlctl.cli._output import Output
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.k8s import backends
@@ -45,7 +47,8 @@ RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the c
 
 # --- cluster and network commands ----------------------------------------------------
 ClusterNameArg = Annotated[
-    str | None, typer.Argument(help="Cluster name (or 'cluster' in --config).")
+    str | None, typer.Argument(help="Cluster name (or 'cluster' in --config).",
+                               autocompletion=cluster_names)
 ]
 MtuOpt = Annotated[int | None, typer.Option("--mtu", help="MTU of DCN networks (8896).")]
 CidrOpt = Annotated[list[str] | None, typer.Option("--dcn-cidr", help="Subnet range per network.")]
@@ -64,7 +67,7 @@ def _runs_dir(help_: str) -> Any:
 
 
 def _cluster(help_: str) -> Any:
-    return typer.Option("--cluster", help=help_)
+    return typer.Option("--cluster", help=help_, autocompletion=cluster_names)
 
 
 def _image(help_: str) -> Any:
@@ -92,7 +95,8 @@ def _backend_help() -> str:
     return f"Cluster workload: {', '.join(first)} or {last}."
 
 
-BackendOpt = Annotated[str, typer.Option("--backend", help=_backend_help())]
+BackendOpt = Annotated[str, typer.Option("--backend", help=_backend_help(),
+                                          autocompletion=complete_backends)]
 
 
 @dataclass

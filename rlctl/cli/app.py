@@ -20,7 +20,7 @@ app = typer.Typer(
     help="RL post-training of LLMs (GRPO, GSPO): on this machine, or on GKE with TPUs/GPUs.\n\n"
     "Example: rlctl train grpo --steps 20",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,  # never print credentials held in locals
     rich_markup_mode="rich",

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from rlctl.cli._complete import accelerators
 from rlctl.cli._errors import guarded
 from rlctl.cli._infra import adc_project, build_spec, clients_for, existing_cluster, run_plan
 from rlctl.cli._options import (
@@ -29,7 +30,7 @@ app = typer.Typer(help="GKE clusters with TPU/GPU node pools (plan, then apply).
 ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone of accelerator pools.")]
 AccelOpt = Annotated[
     list[str] | None,
-    typer.Option("--accelerator", "-a",
+    typer.Option("--accelerator", "-a", autocompletion=accelerators,
                  help="Slices as you say them: 'v6e-16 x2', v5p-128, tpu7x-128, a3-highgpu-8g "
                  "(repeatable)."),
 ]

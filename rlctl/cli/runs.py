@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rlctl.cli._complete import run_names
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
     ClusterOpt,
@@ -29,8 +30,9 @@ from rlctl.cli._output import Output, make_table
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.runs.results import RunInfo
 
-RunArg = Annotated[str, typer.Argument(help="Run name.")]
-OptRunArg = Annotated[str | None, typer.Argument(help="Run name; omit to list all runs.")]
+RunArg = Annotated[str, typer.Argument(help="Run name.", autocompletion=run_names)]
+OptRunArg = Annotated[str | None, typer.Argument(help="Run name; omit to list all runs.",
+                                                 autocompletion=run_names)]
 LOCAL_ROOT = "./runs"
 WatchOpt = Annotated[
     bool, typer.Option("--watch", "-w", help="Refresh until the run ends (table output only; "
@@ -45,6 +47,9 @@ RecoverOpt = Annotated[bool, typer.Option(
     "--recover", help="Bring back the checkpoints set aside as damaged whose data may be "
     "intact (a missing or damaged manifest), read every array to check it, and resume "
     "from the newest that reads (a run on this machine only).")]
+PlotOpt = Annotated[str | None, typer.Option(
+    "--plot", metavar="FILE.png", help="Also write the run's learning curve (reward, "
+    "accuracy with the held-out evals, loss) as a PNG (needs the 'plot' extra).")]
 PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's files "
                                         "(spec, status, metrics, checkpoints) from the store.")]
 
@@ -137,7 +142,26 @@ def _run_view(r: RunInfo) -> str:
             f"  eval/{which:<8} accuracy={_fmt(e.accuracy)} "
             f"format={_fmt(e.format_rate)} n={e.n}"
         )
+    if r.curve is not None:
+        lines += [f"  {line}" for line in _chart_lines(r.curve)]
     return "\n".join(lines)
+
+
+def _chart_lines(curve: Any) -> list[str]:
+    """The curve drawn for this terminal's width (80 in a pipe), in ASCII when stdout's
+    encoding has no block characters (a latin-1 or C locale log)."""
+    import shutil
+    import sys
+
+    from rlctl.cli._chart import BLOCKS, curve_lines
+
+    try:
+        (BLOCKS + "→…").encode(sys.stdout.encoding or "ascii")
+        ascii_only = False
+    except (UnicodeEncodeError, LookupError):
+        ascii_only = True
+    width = shutil.get_terminal_size((80, 24)).columns
+    return curve_lines(curve, width - 2, ascii_only)
 
 
 def _view(info: RunInfo) -> str:
@@ -171,15 +195,18 @@ def status(
     region: RegionOpt = None,
     watch: WatchOpt = False,
     interval: IntervalOpt = 5.0,
+    plot: PlotOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Show all runs, or one run's phase, step, latest metrics, checkpoint and eval.
+    """Show all runs, or one run's phase, step, latest metrics, checkpoint, eval and
+    learning curve (reward, accuracy and loss over the steps, and the held-out evals).
 
     For a cluster run (a gs:// --runs-dir, or --cluster) it adds the workload's state
     and, when it is not running, why (e.g. a pending reason). --watch refreshes on
-    stderr until the run ends; it is for people, so it refuses -o json.
+    stderr until the run ends; it is for people, so it refuses -o json. --plot also
+    writes the curve as a PNG; -o json of one run carries it as "curve".
 
-    Example: rlctl status my-first-run -o json
+    Example: rlctl status my-first-run --plot curve.png
     """
     from rlctl.core.errors import ConfigError
 
@@ -189,6 +216,7 @@ def status(
                           hint="drop -o json, or poll 'rlctl status RUN -o json' yourself")
     where = _where(runs_dir, cluster, project, region)
     _check_name(run)
+    plot_path = _plot_path(plot, run, watch)
 
     def fetch() -> tuple[Any, Any, bool]:
         """(data, renderable, finished)"""
@@ -200,7 +228,7 @@ def status(
             if run is None:
                 rows = list_runs(store)
                 return rows, _runs_table(rows) if rows else f"no runs in {store.uri}", False
-            info = describe_run(store.existing(run))
+            info = describe_run(store.existing(run), curve=True)
             return info, _run_view(info), info.finished
         from rlctl.core.runs import cluster as core
 
@@ -208,14 +236,42 @@ def status(
         if run is None:
             uri, rows = core.list_store(clients, where.ref())
             return rows, _runs_table(rows) if rows else f"no runs in {uri}", False
-        info = core.describe(clients, where.ref(), run)
+        info = core.describe(clients, where.ref(), run, curve=True)
         return info, _view(info), info.finished
 
     if not watch:
         data, human, _ = fetch()
+        if plot_path is not None:  # before the result: a failed write is the last line
+            from rlctl.core.runs.plot import write_plot
+
+            write_plot(plot_path, data.curve, _plot_title(data))
+            out.info(f"wrote the learning curve to {plot_path}")
         out.result(_dump(data), human)
         return
     _watch(out, fetch, interval)
+
+
+def _plot_path(plot: str | None, run: str | None, watch: bool) -> Any:
+    """``--plot``'s file, checked (and the extra it needs) before any run is read."""
+    if plot is None:
+        return None
+    from rlctl.core.errors import ConfigError, require_extra
+    from rlctl.core.runs.plot import EXTRA, check_plot_path
+
+    if run is None:
+        raise ConfigError("--plot draws one run's curve: name the run",
+                          hint="rlctl status RUN --plot curve.png")
+    if watch:
+        raise ConfigError("--plot writes the curve once; not with --watch",
+                          hint="drop --watch, or plot again when the run has ended")
+    path = check_plot_path(plot)
+    require_extra("matplotlib", EXTRA)
+    return path
+
+
+def _plot_title(r: RunInfo) -> str:
+    algo = f"{r.algorithm.upper()}, " if r.algorithm else ""
+    return f"{r.name}  ({algo}step {r.step}/{r.total_steps or '?'}, {r.phase.value})"
 
 
 def _watch(out: Output, fetch: Any, interval: float) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from rlctl.cli._complete import accelerators
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
     BackendOpt,
@@ -55,7 +56,7 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="Training seed.")]
 EvalOpt = Annotated[int | None, typer.Option("--eval-size", help="Held-out prompts (0 = off).")]
 AcceleratorOpt = Annotated[
     str | None,
-    typer.Option("--accelerator", "-a",
+    typer.Option("--accelerator", "-a", autocompletion=accelerators,
                  help="Which accelerator pools to use when the cluster has several (v6e-16)."),
 ]
 MinSlicesOpt = Annotated[

@@ -26,3 +26,12 @@ def cache_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".cache" / "rlctl"
+
+
+def config_dir() -> Path:
+    """rlctl's per-user settings folder: ``$XDG_CONFIG_HOME/rlctl``, else
+    ``~/.config/rlctl`` (what rlctl keeps between commands, unlike the cache, which
+    is only ever rebuilt)."""
+    env = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(env).expanduser() if env and Path(env).is_absolute() else Path.home() / ".config"
+    return base / "rlctl"

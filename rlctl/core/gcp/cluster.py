@@ -29,7 +29,7 @@ from rlctl.core.config.nodes import (
     node_pool,
 )
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
-from rlctl.core.gcp import network, preflight, project_iam, storage
+from rlctl.core.gcp import known, network, preflight, project_iam, storage
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.errors import operation_error
 from rlctl.core.gcp.operations import Event, call, execute, wait_gke
@@ -579,6 +579,11 @@ def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None,
             storage.apply(clients, c)
 
     done = execute(plan.pending(), handler, on_event or (lambda *a: None))
+    if any(c.kind == "cluster" for c in plan.changes):  # for shell completion
+        if plan.operation == "create":
+            known.remember(plan.project, [plan.target])
+        else:
+            known.forget(plan.project, plan.target)
     return {
         "operation": plan.operation, "target": plan.target, "applied": done,
         "unchanged": [c.key for c in plan.changes if c.action == "unchanged"],
@@ -610,6 +615,7 @@ def describe(clients: GcpClients, project: str, location: str, name: str) -> dic
     if cur is None:
         raise NotFoundError(f"cluster {name!r} not found in {location}",
                             hint="list clusters with 'rlctl cluster list'")
+    known.remember(project, [cur.name])
     return {
         "name": cur.name, "location": cur.location or location, "status": cur.status.name,
         "version": cur.current_master_version, "endpoint": cur.endpoint,
@@ -629,6 +635,7 @@ def describe(clients: GcpClients, project: str, location: str, name: str) -> dic
 def list_clusters(clients: GcpClients, project: str, location: str = "-") -> list[dict[str, Any]]:
     resp = call(clients, "listing clusters", clients.container.list_clusters,
                 parent=_parent(project, location))
+    known.remember(project, [c.name for c in resp.clusters], whole=location == "-")
     return [
         {"name": c.name, "location": c.location, "status": c.status.name,
          "version": c.current_master_version, "node_pools": len(c.node_pools),

@@ -299,15 +299,17 @@ def _require_cluster(o: OpenRun, what: str) -> KubeApi:
     return o.api
 
 
-def describe(clients: GcpClients, ref: ClusterRef, name: str) -> RunInfo | ClusterRunInfo:
+def describe(clients: GcpClients, ref: ClusterRef, name: str,
+             curve: bool = False) -> RunInfo | ClusterRunInfo:
     """The run store's view merged with the workload's state (phase, reason, pods);
-    a run trained on this machine (its store on gs://) gets the store's view only."""
+    a run trained on this machine (its store on gs://) gets the store's view only.
+    ``curve`` adds the learning curve (metrics and evals, read from the store)."""
     from rlctl.core.runs.status import describe_run
 
     o = open_run(clients, ref, name)
     if o.api is None:
-        return describe_run(o.run)
-    info = describe_cluster_run(name, o.api, o.store, o.backend)
+        return describe_run(o.run, curve=curve)
+    info = describe_cluster_run(name, o.api, o.store, o.backend, curve=curve)
     return info.model_copy(update={"cluster": o.status.get("cluster"), "backend": o.backend})
 
 

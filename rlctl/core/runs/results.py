@@ -20,6 +20,7 @@ from pydantic import (
 
 from rlctl.core.k8s.diagnose import Diagnosis
 from rlctl.core.k8s.fit import Placement
+from rlctl.core.runs.curve import Curve
 from rlctl.core.store.base import Phase
 
 EVALS = ("baseline", "final")
@@ -70,6 +71,16 @@ class RunInfo(BaseModel):
     error: str | None = None
     latest_metrics: dict[str, Any] | None = None  # the last row of metrics.jsonl
     eval: RunEvals = Field(default_factory=RunEvals)
+    # one run's view only (``status RUN``); absent from the JSON when not asked for,
+    # so a listing keeps its keys and size
+    curve: Curve | None = None
+
+    @model_serializer(mode="wrap")
+    def _curve_when_asked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("curve", 0) is None:
+            del data["curve"]
+        return data
 
     @property
     def finished(self) -> bool:

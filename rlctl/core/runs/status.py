@@ -7,6 +7,7 @@ import os
 import socket
 from typing import Any
 
+from rlctl.core.runs.curve import Curve, build_curve
 from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
 from rlctl.core.store.base import (
     CHECKPOINTS,
@@ -88,6 +89,17 @@ def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
     return data if why is None and isinstance(data, dict) else None
 
 
+def read_curve(run: RunDir, rows: list[dict[str, Any]]) -> Curve:
+    """The learning curve of ``rows`` (the run's metrics) and every readable eval in
+    ``eval/`` (baseline, step-N, final): one listing plus one read per eval file."""
+    evals = {}
+    for entry in run.list(EVAL):
+        which = entry.removesuffix(".json")
+        if entry.endswith(".json") and (data := read_eval(run, which)) is not None:
+            evals[which] = data
+    return build_curve(rows, evals)
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -127,7 +139,9 @@ def _phase(status: dict[str, Any], run: RunDir) -> Phase:
     return phase if alive else Phase.STALE
 
 
-def describe_run(run: RunDir) -> RunInfo:
+def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
+    """The run as ``status`` shows it; ``curve`` adds its learning curve (one run's
+    view: a listing of many runs leaves it out, to read no eval/ folder per run)."""
     status = read_status(run)
     metrics, skipped = _metrics(run)
     evals = {}
@@ -174,6 +188,7 @@ def describe_run(run: RunDir) -> RunInfo:
         error=error,
         latest_metrics=metrics[-1] if metrics else None,
         eval=RunEvals(**evals),
+        curve=read_curve(run, metrics) if curve else None,
     )
 
 

@@ -223,11 +223,12 @@ def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
 
 
 def describe_cluster_run(name: str, k8s_api: KubeApi, store: RunStore,
-                         backend: str | None = None) -> ClusterRunInfo:
-    """The run store's view of a run merged with its workload's state on the cluster."""
+                         backend: str | None = None, curve: bool = False) -> ClusterRunInfo:
+    """The run store's view of a run merged with its workload's state on the cluster
+    (``curve``: with its learning curve, read from the store)."""
     from rlctl.core.runs.status import describe_run
 
-    info = describe_run(store.existing(name))
+    info = describe_run(store.existing(name), curve=curve)
     state = describe_workload(k8s_api, name, backend)
     phase = info.phase
     workload = Phase.parse(state.phase)

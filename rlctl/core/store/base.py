@@ -131,13 +131,13 @@ class RunStore(Protocol):
     def existing(self, name: str) -> RunDir: ...
 
 
-def _durable_temp(path: Path, text: str) -> Path:
-    """``text`` in a synced temp file beside ``path`` (same file system: it can be
-    renamed or linked into place atomically)."""
+def _durable_temp(path: Path, text: str | bytes) -> Path:
+    """``text`` (or bytes) in a synced temp file beside ``path`` (same file system: it
+    can be renamed or linked into place atomically)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -160,7 +160,7 @@ def create_exclusive(path: Path, text: str) -> bool:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str | bytes) -> None:
     """Write to a temp file in the same folder, fsync, then rename over the target."""
     tmp = _durable_temp(path, text)
     try:

@@ -1,0 +1,80 @@
+"""A run's learning curve: the per-step series of metrics.jsonl and the held-out evals.
+
+Pure: rows and eval records in, one ``Curve`` out; ``status.py`` reads them from the
+run store (local or gs://) and the CLI draws them (sparklines, or a PNG). Values that
+are not finite numbers (a missing key, ``NaN`` from a diverged step, a string written
+by something else) become ``None``: a gap in the picture, and valid JSON for
+``status RUN -o json`` (``NaN`` is not JSON).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+SERIES = ("reward_mean", "accuracy", "loss")  # what the curve draws, in this order
+_STEP_EVAL = re.compile(r"^step-(\d+)$")
+
+
+class EvalPoint(BaseModel):
+    """One held-out eval (``eval/<which>.json``) as a point on the step axis."""
+
+    which: str  # baseline, step-N, final
+    step: int
+    accuracy: float | None = None
+
+
+class Curve(BaseModel):
+    """Parallel lists, one entry per optimizer step in step order, plus the evals."""
+
+    step: list[int] = Field(default_factory=list)
+    reward_mean: list[float | None] = Field(default_factory=list)
+    accuracy: list[float | None] = Field(default_factory=list)
+    loss: list[float | None] = Field(default_factory=list)
+    eval: list[EvalPoint] = Field(default_factory=list)
+
+    def series(self, key: str) -> list[float | None]:
+        return getattr(self, key)
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a finite float, else None (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def eval_step(which: str, record: dict[str, Any]) -> int | None:
+    """The step an eval was taken at: its record's ``step``, else what its name says
+    (``baseline`` is before step 1, ``step-N`` after step N)."""
+    step = record.get("step")
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step
+    if which == "baseline":
+        return 0
+    m = _STEP_EVAL.match(which)
+    return int(m.group(1)) if m else None
+
+
+def build_curve(rows: list[dict[str, Any]], evals: dict[str, dict[str, Any]]) -> Curve:
+    """The curve of metrics ``rows`` (one per step; a step written twice keeps its
+    last row) and ``evals`` (eval name -> record), evals ordered by step."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        s = row.get("step")
+        if isinstance(s, int) and not isinstance(s, bool) and s >= 1:
+            by_step[s] = row
+    steps = sorted(by_step)
+    points = []
+    for which, record in evals.items():
+        at = eval_step(which, record)
+        if at is not None:
+            points.append(EvalPoint(which=which, step=at, accuracy=number(record.get("accuracy"))))
+    order = {"baseline": 0, "final": 2}
+    points.sort(key=lambda p: (p.step, order.get(p.which, 1)))
+    return Curve(step=steps, eval=points,
+                 **{k: [number(by_step[s].get(k)) for s in steps] for k in SERIES})
