@@ -335,6 +335,22 @@ def _json_mode(argv: list[str], env: dict[str, str | None]) -> bool:
     return (env.get("RLCTL_OUTPUT") or "").lower() == "json"
 
 
+def json_error(code: int) -> Callable[[Ctx, Run], list[str]]:
+    """With -o json a failure is also one ``{"error", "hint", "exit_code"}`` object on
+    stdout (README "Output"), the exit code in it the process's."""
+
+    def check(c: Ctx, run: Run) -> list[str]:
+        try:
+            doc = json.loads(run.out)
+        except ValueError:
+            return ["-o json: no JSON error object on stdout"]
+        if not isinstance(doc, dict) or set(doc) != {"error", "hint", "exit_code"}:
+            return [f"-o json: stdout is not an error object: {run.out[:80]!r}"]
+        return [] if doc["exit_code"] == code else [f"-o json: exit_code {doc['exit_code']}"]
+
+    return check
+
+
 # =================================================================== file helpers
 
 
@@ -880,6 +896,22 @@ def names_cases() -> list[Case]:
                 keywords=kws,
             ),
         ]
+    out += [
+        Case(
+            "names/status-upper-json",
+            lambda c: ["status", "MyRun", "--runs-dir", str(c.runs), "-o", "json"],
+            keywords=("MyRun",),
+            check=json_error(2),
+        ),
+        Case(
+            "names/status-not-found-json",
+            lambda c: ["status", "nope", "--runs-dir", str(c.runs), "-o", "json"],
+            expect=(3,),
+            keywords=("nope",),
+            setup=lambda c: c.runs.mkdir(),
+            check=json_error(3),
+        ),
+    ]
     return out
 
 
@@ -1019,6 +1051,21 @@ def hyper_cases() -> list[Case]:
             keywords=LR,
             needs=("model",),
             train=True,
+        ),
+        Case(  # a plain flag given a value: one usage line, not click's box
+            "hyperparams/print-config-given-true",
+            lambda c: c.train(extra=["--print-config", "true"]),
+            keywords=("true",),
+            needs=("model",),
+            train=True,
+        ),
+        Case(
+            "hyperparams/steps-0-json",
+            lambda c: c.train(override={"--steps": "0"}, extra=["-o", "json"]),
+            keywords=("steps",),
+            needs=("model",),
+            train=True,
+            check=json_error(2),
         ),
     ]
     return out
@@ -1803,6 +1850,12 @@ def runs_dir_cases() -> list[Case]:
             post=_unchanged_file("runsfile"),
         ),
         Case("runs-dir/status-empty-string", lambda c: ["status", "--runs-dir", ""], expect=(0, 2)),
+        Case(  # a usage error click raises while parsing: one line, and JSON too
+            "runs-dir/status-empty-string-json",
+            lambda c: ["status", "--runs-dir", "", "-o", "json"],
+            keywords=("--runs-dir",),
+            check=json_error(2),
+        ),
         Case("runs-dir/status-proc", lambda c: ["status", "--runs-dir", "/proc"], expect=(0, 2)),
         Case(
             "runs-dir/status-missing-dir",
@@ -2911,6 +2964,17 @@ def _shows(names: tuple[str, ...], phases: tuple[str, ...]) -> Callable[[Ctx, Ru
     return check
 
 
+def _one_watch_line(name: str, phase: str) -> Callable[[Ctx, Run], list[str]]:
+    def check(c: Ctx, run: Run) -> list[str]:
+        lines = run.out.splitlines()
+        if len(lines) != 1 or not run.out.endswith("\n"):
+            return [f"--watch into a pipe: {len(lines)} lines, want one whole line"]
+        want = f"{name} phase={phase} "
+        return [] if want in lines[0] else [f"--watch line lacks {want!r}: {lines[0][:120]!r}"]
+
+    return check
+
+
 def width_cases() -> list[Case]:
     names, phases = (LONG1, LONG2), ("completed", "interrupted")
     R = lambda c: ["--runs-dir", str(c.runs)]  # noqa: E731
@@ -2953,6 +3017,22 @@ def width_cases() -> list[Case]:
             env={"COLUMNS": "20"},
             setup=_width_setup,
             check=_shows(names, phases),
+            needs=("store",),
+        ),
+        Case(  # a pipe with no COLUMNS: rich's 80 columns used to cut names to "grpo-202…"
+            "status-width/pipe-name-40-chars",
+            lambda c: ["status", *R(c)],
+            expect=(0,),
+            setup=_width_setup40,
+            check=_shows((*names, LONG40), phases),
+            needs=("store",),
+        ),
+        Case(  # a live display into a pipe printed one cut line at the end, no newline
+            "status-width/watch-pipe-ended-run",
+            lambda c: ["status", LONG1, "--watch", "--interval", "0.5", *R(c)],
+            expect=(0,),
+            setup=_width_setup,
+            check=_one_watch_line(LONG1, "completed"),
             needs=("store",),
         ),
         Case(

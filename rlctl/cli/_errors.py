@@ -7,6 +7,11 @@ their message, hint and code; anything else is a bug or an environment problem
 we did not foresee: exit 1 with its first line and "run again with --debug",
 never a traceback. ``--debug`` adds the traceback (and keeps the exit code), so it
 is one flag away.
+
+With ``-o json`` the same error is also one JSON object on stdout,
+``{"error": ..., "hint": ..., "exit_code": N}``: a script that parses stdout gets a
+document on failure too, not an empty string. Errors click raises while it parses the
+command line come before any command runs; ``app.main`` reports those.
 """
 
 from __future__ import annotations
@@ -45,23 +50,64 @@ def guarded(fn: F) -> F:
         # Every command takes ``ctx: typer.Context``; typer passes parameters by name.
         ctx = kwargs.get("ctx")
         debug = bool(hasattr(ctx, "find_root") and state(ctx).debug)
+        # the raw flag, not make_output's check: '-o xml' is itself an error to report
+        out = Output("json" if str(kwargs.get("output") or "").lower() == "json" else "table")
         try:
             return fn(*args, **kwargs)
         except RlctlError as e:
             if debug:  # the traceback too, but the same exit code: scripts rely on it
                 traceback.print_exc()
-            Output().error(e.message, e.hint)
+            out.failure(e.message, e.hint, e.exit_code)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             if debug:
                 traceback.print_exc()
-            Output().error("interrupted")
+            out.failure("interrupted", None, 130)
             raise typer.Exit(130) from None
         except Exception as e:
             if debug or _is_cli_flow(e):
                 raise
-            Output().error(f"unexpected error: {unexpected_message(e)}",
-                           "run again with --debug for the traceback, and report it")
+            out.failure(f"unexpected error: {unexpected_message(e)}",
+                        "run again with --debug for the traceback, and report it", 1)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _json_requested(argv: list[str]) -> bool:
+    """Whether the command line asked for ``-o json``, read from the raw words: when
+    click's parsing failed there are no parsed options to ask."""
+    import os
+
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a in ("-o", "--output") and i + 1 < len(argv):
+            if argv[i + 1].lower() == "json":
+                return True
+        elif a.lower() in ("-ojson", "--output=json"):
+            return True
+    return os.environ.get("RLCTL_OUTPUT", "").lower() == "json"
+
+
+def usage_error(e: Any, argv: list[str]) -> int:
+    """Report an error click raised while parsing (``e``; None: the user aborted a
+    prompt) as one line plus a hint naming the command's --help; return the exit code.
+
+    ``rlctl`` alone (no command) is typer's "no arguments: show the help", raised as a
+    usage error too: that one prints the help as it always did.
+    """
+    from rlctl.cli._output import Output
+
+    out = Output("json" if _json_requested(argv) else "table")
+    if e is None:
+        out.failure("aborted", None, 1)
+        return 1
+    if type(e).__name__ == "NoArgsIsHelpError":
+        e.show()
+        return int(e.exit_code)
+    ctx = getattr(e, "ctx", None)
+    command = getattr(ctx, "command_path", None) or "rlctl"
+    hint = f"see '{command} --help'" if ctx is not None else None
+    out.failure(e.format_message(), hint, int(e.exit_code))
+    return int(e.exit_code)

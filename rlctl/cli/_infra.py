@@ -96,16 +96,39 @@ def _details(c: Change) -> str:
     return " ".join(parts)
 
 
+def _cost(plan: Plan, c: Change) -> str:
+    if c.kind in ("nodepool", "cluster") and c.cost_per_hour is None and plan.cost:
+        return "n/a"
+    return "" if c.cost_per_hour is None else f"${c.cost_per_hour:,.2f}"
+
+
+def _title(plan: Plan) -> str:
+    return f"Plan: {plan.operation} {plan.target} ({plan.project}, {plan.location})"
+
+
 def plan_table(plan: Plan):
-    rows = []
+    rows = [[styled(c.action, _STYLE.get(c.action, "")), c.kind, c.name, _details(c),
+             _cost(plan, c)] for c in plan.changes]
+    return make_table(_title(plan), ["ACTION", "RESOURCE", "NAME", "DETAILS", "EST. $/H"], rows)
+
+
+def plan_text(plan: Plan, width: int) -> str:
+    """The plan where its table does not fit one line per change (a cluster's plan on
+    most terminals; any plan in a pipe): one line per change with its name whole, then
+    its details wrapped below it. A table at 80 columns cut names and every detail to
+    a few letters."""
+    import textwrap
+
+    lines = [_title(plan)]
     for c in plan.changes:
-        style = _STYLE.get(c.action, "")
-        cost = "" if c.cost_per_hour is None else f"${c.cost_per_hour:,.2f}"
-        if c.kind in ("nodepool", "cluster") and c.cost_per_hour is None and plan.cost:
-            cost = "n/a"
-        rows.append([styled(c.action, style), c.kind, c.name, _details(c), cost])
-    title = f"Plan: {plan.operation} {plan.target} ({plan.project}, {plan.location})"
-    return make_table(title, ["ACTION", "RESOURCE", "NAME", "DETAILS", "EST. $/H"], rows)
+        cost = _cost(plan, c)
+        lines.append(f"  {c.action:<9} {c.kind} {c.name}" + (f"  ({cost}/h)" if cost else ""))
+        details = _details(c)
+        if details:
+            lines += textwrap.wrap(details, width=max(width - 1, 40), initial_indent=" " * 12,
+                                   subsequent_indent=" " * 12, break_long_words=False,
+                                   break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 def summary(plan: Plan) -> str:
@@ -127,7 +150,8 @@ def summary(plan: Plan) -> str:
 def show_plan(out: Output, plan: Plan) -> None:
     """Table mode: the plan on stdout. JSON mode prints later, once, with the result."""
     if not out.json:
-        out.result(None, plan_table(plan))
+        table = plan_table(plan)
+        out.result(None, table if out.fits(table) else plan_text(plan, out.width))
         out.result(None, summary(plan))
 
 

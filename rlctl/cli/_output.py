@@ -10,7 +10,9 @@ written (markup would eat the first and raise on the second). Styling is applied
 to our own words only, through ``styled``.
 
 Outside a terminal (CI, ``nohup``, a log file) a live progress bar would print
-one truncated line at the very end, so ``progress()`` then prints plain lines.
+one truncated line at the very end, so ``progress()`` then prints plain lines. A
+table printed into a pipe gets its natural width: rich's 80 columns there would cut
+run names to ``grpo-202…``, and ``grep`` must find the whole row.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -55,6 +58,27 @@ class Output:
         """Whether stderr is a terminal (live progress) or a pipe/file (plain lines)."""
         return self.err.is_terminal
 
+    @property
+    def watching_person(self) -> bool:
+        """Whether both streams are terminals: a live display (``status --watch``) is
+        for a person; into a pipe or a log it would show nothing until the end."""
+        return self.out.is_terminal and self.err.is_terminal
+
+    @property
+    def width(self) -> int:
+        """Columns of stdout: the terminal's, else $COLUMNS, else 80."""
+        return self.out.width
+
+    def fits(self, renderable: RenderableType) -> bool:
+        """Whether ``renderable`` shows whole on a terminal's stdout (False in a pipe,
+        where a wide table is one long line per row)."""
+        return self.out.is_terminal and self.natural_width(renderable) <= self.width
+
+    def natural_width(self, renderable: RenderableType) -> int:
+        """Columns ``renderable`` takes when nothing has to wrap or be cut."""
+        wide = self.out.options.update(max_width=100_000)
+        return Measurement.get(self.out, wide, renderable).maximum
+
     # --- results (stdout) -------------------------------------------------
     def result(self, data: Any, human: Any = None) -> None:
         """Print the command's result: ``data`` as JSON, or ``human`` (text/Table) for people."""
@@ -64,6 +88,12 @@ class Output:
             return
         if human is None:
             human = json.dumps(data, indent=2, default=str)
+        if isinstance(human, Table) and not self.out.is_terminal:
+            # print(width=) is capped at the console's width: a console as wide as the table
+            wide = Console(width=self.natural_width(human), soft_wrap=True, markup=False,
+                           highlight=False)
+            wide.print(human)
+            return
         self.out.print(_text(human))
 
     # --- chatter (stderr) -------------------------------------------------
@@ -78,6 +108,14 @@ class Output:
         self.err.print(Text.assemble(styled("error:", "red"), " ", msg))
         if hint:
             self.err.print(Text.assemble(styled("hint:", "dim"), " ", hint))
+
+    def failure(self, msg: str, hint: str | None, exit_code: int) -> None:
+        """A command's error: the ``error:``/``hint:`` lines on stderr and, with
+        ``-o json``, the same as one JSON object on stdout (the document a script
+        parses, on failure as on success)."""
+        self.error(msg, hint)
+        if self.json:
+            self.result({"error": msg, "hint": hint, "exit_code": exit_code})
 
     def confirm(self, question: str) -> None:
         """Ask before a change; outside a terminal, require --yes instead of hanging."""
@@ -175,8 +213,8 @@ class PlainProgress:
 def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     table = Table(title=None if title is None else Text(title), title_justify="left",
                   header_style="bold")
-    for c in columns:
-        table.add_column(c)
+    for c in columns:  # a narrow terminal wraps a long value; it never cuts it to "…"
+        table.add_column(c, overflow="fold")
     for r in rows:
         table.add_row(*(Text("") if v is None else _text(v if isinstance(v, Text) else str(v))
                         for v in r))

@@ -23,7 +23,8 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,  # never print credentials held in locals
-    rich_markup_mode="rich",
+    # plain help: rich help shows every flag as "--dry-run <bool>", as if it took a value
+    rich_markup_mode=None,
 )
 
 
@@ -64,7 +65,8 @@ app.command("checkpoint-convert")(checkpoint.checkpoint_convert)
 
 # `rlctl delete run|cluster|network`: the same functions as `cluster delete` and
 # `network delete`, registered a second time under the verb-first spelling.
-delete_app = typer.Typer(help="Delete a run's objects, or a cluster or network rlctl made.",
+delete_app = typer.Typer(help="Delete a run's objects, or a cluster or network rlctl made."
+                         "\n\nExample: rlctl delete run my-first-run --yes",
                          no_args_is_help=True)
 delete_app.command("run")(runs.delete_run)
 delete_app.command("cluster")(cluster.delete)
@@ -75,6 +77,10 @@ app.add_typer(delete_app, name="delete")
 def main() -> None:
     """Console entry point (``rlctl``).
 
+    Click's usage errors (an unknown flag, ``--dry-run true``, a missing argument)
+    come back here instead of being drawn as a box by typer, so they read like every
+    other error: one ``error:`` line, a ``hint:``, exit 2 (``_errors.usage_error``).
+
     An interrupted run (Ctrl-C, SIGTERM) has recorded its state and said so by the
     time it gets here; it then leaves with ``os._exit``, because the interpreter's
     teardown can crash (SIGSEGV) while XLA's threads are mid-compile, which would turn
@@ -82,11 +88,20 @@ def main() -> None:
     import os
     import sys
 
+    from rlctl.cli._errors import usage_error
+
     try:
-        app()
+        # not standalone: typer returns the exit code and raises click's errors to us
+        code = app(standalone_mode=False)
+    except typer.Abort:  # a confirmation prompt answered with Ctrl-C or end of input
+        code = usage_error(None, sys.argv[1:])
+    except typer.TyperException as e:
+        code = usage_error(e, sys.argv[1:])
     except SystemExit as e:
-        if e.code == 130:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
-        raise
+        code = e.code
+    code = code if isinstance(code, int) else 0
+    if code == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)

@@ -24,7 +24,8 @@ from rlctl.cli._options import (
 )
 from rlctl.cli._output import make_table
 
-app = typer.Typer(help="GKE clusters with TPU/GPU node pools (plan, then apply).",
+app = typer.Typer(help="GKE clusters with TPU/GPU node pools (plan, then apply).\n\n"
+                  "Example: rlctl cluster create rl --region us-east5 -a v6e-16 --dry-run",
                   no_args_is_help=True)
 
 ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone of accelerator pools.")]

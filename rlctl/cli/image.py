@@ -18,7 +18,8 @@ from rlctl.cli._options import (
 )
 from rlctl.cli._output import make_table
 
-app = typer.Typer(help="Container images for cluster runs (Cloud Build -> Artifact Registry).",
+app = typer.Typer(help="Container images for cluster runs (Cloud Build -> Artifact Registry)."
+                  "\n\nExample: rlctl image build --cluster rl --region us-east5",
                   no_args_is_help=True)
 
 ClusterOpt = Annotated[str | None, typer.Option(

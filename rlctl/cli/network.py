@@ -23,7 +23,8 @@ from rlctl.cli._options import (
 )
 from rlctl.cli._output import make_table
 
-app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).",
+app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).\n\n"
+                  "Example: rlctl network create rl --region us-east5 --count 2 --dry-run",
                   no_args_is_help=True)
 
 CountOpt = Annotated[int, typer.Option("--count", min=1, max=4, help="How many networks "

@@ -203,8 +203,9 @@ def status(
 
     For a cluster run (a gs:// --runs-dir, or --cluster) it adds the workload's state
     and, when it is not running, why (e.g. a pending reason). --watch refreshes on
-    stderr until the run ends; it is for people, so it refuses -o json. --plot also
-    writes the curve as a PNG; -o json of one run carries it as "curve".
+    stderr until the run ends; it is for people, so it refuses -o json. Into a pipe or
+    a file, --watch prints one line per change on stdout instead (NAME phase=... step=...).
+    --plot also writes the curve as a PNG; -o json of one run carries it as "curve".
 
     Example: rlctl status my-first-run --plot curve.png
     """
@@ -275,9 +276,26 @@ def _plot_title(r: RunInfo) -> str:
 
 
 def _watch(out: Output, fetch: Any, interval: float) -> None:
-    """Redraw ``fetch()`` on stderr every ``interval`` s until it says finished."""
+    """Redraw ``fetch()`` on stderr every ``interval`` s until it says finished.
+
+    Outside a terminal a live display shows nothing until the end and then one cut
+    line, so there it prints one plain line per run on stdout whenever the run changes
+    (step, phase, checkpoint...), each whole and flushed: a log or ``grep`` sees it now.
+    """
     import time
 
+    if not out.watching_person:
+        seen: dict[str, str] = {}
+        while True:
+            data, _, finished = fetch()
+            for r in data if isinstance(data, list) else [data]:
+                line = _watch_line(r)
+                if seen.get(r.name) != line:
+                    seen[r.name] = line
+                    out.line(f"{time.strftime('%H:%M:%S')}  {line}")
+            if finished:
+                return
+            time.sleep(interval)
     with out.live() as live:
         while True:
             _, human, finished = fetch()
@@ -285,6 +303,18 @@ def _watch(out: Output, fetch: Any, interval: float) -> None:
             if finished:
                 return
             time.sleep(interval)
+
+
+def _watch_line(r: RunInfo) -> str:
+    """One run as ``NAME key=value ...``: the table's cells, on one line."""
+    from rlctl.core.runs.results import ClusterRunInfo
+
+    c = _cells(r)
+    line = (f"{c[0]} phase={c[2].replace(' ', '-')} step={c[3]} reward={c[4]} ckpt={c[5]} "
+            f"baseline_acc={c[6]} final_acc={c[7]}")
+    if isinstance(r, ClusterRunInfo):
+        line += f" workload={r.workload.phase}"
+    return line
 
 
 @guarded

@@ -28,7 +28,9 @@ from rlctl.cli._options import (
     make_output,
 )
 
-app = typer.Typer(help="Start a training run (GRPO or GSPO).", no_args_is_help=True)
+app = typer.Typer(help="Start a training run (GRPO or GSPO).\n\n"
+                  "Example: rlctl train grpo --steps 20 --name my-first-run",
+                  no_args_is_help=True)
 
 _EXAMPLES = {
     "grpo": "rlctl train grpo --steps 20 --name my-first-run",

@@ -93,10 +93,12 @@ def require_extra(module: str, extra: str) -> None:
     """Fail with the install command instead of an ImportError traceback."""
     import importlib.util
 
+    from rlctl.core.install import extra_install_command
+
     if importlib.util.find_spec(module) is None:
         raise MissingDependencyError(
             f"this command needs the '{extra}' extra ({module} is not installed)",
-            hint=f"pip install 'rlctl[{extra}]'",
+            hint=extra_install_command(extra),
         )
 
 

@@ -12,15 +12,22 @@ from typer.testing import CliRunner
 from rlctl.cli.app import app
 
 COMMANDS = [[], ["train"], ["train", "grpo"], ["train", "gspo"], ["status"], ["resume"],
-            ["logs"], ["delete", "run"], ["delete", "cluster"], ["delete", "network"]]
+            ["logs"], ["checkpoint-convert"], ["delete"], ["delete", "run"],
+            ["delete", "cluster"], ["delete", "network"], ["network"], ["network", "create"],
+            ["network", "show"], ["network", "delete"], ["cluster"], ["cluster", "create"],
+            ["cluster", "delete"], ["cluster", "list"], ["cluster", "describe"], ["image"],
+            ["image", "build"], ["image", "list"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "root")
-def test_help_has_an_example(cmd):
+def test_help_has_an_example_and_flags_take_no_value(cmd):
+    """Every group and command shows how it is typed; a plain flag (--dry-run, --help)
+    shows no value to give it (typer's rich help printed ``--dry-run <bool>``)."""
     r = CliRunner().invoke(app, [*cmd, "--help"])
     assert r.exit_code == 0, r.output
-    if cmd and cmd not in (["train"], ["delete"]):
-        assert "Example: rlctl" in r.output
+    assert "Example: rlctl" in r.output
+    assert "<bool>" not in r.output
+    assert "--help " in r.output  # the flag list is there, so the line above can fail
 
 
 def test_backend_help_names_every_registered_backend():

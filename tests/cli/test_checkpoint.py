@@ -23,13 +23,13 @@ def test_help_shows_an_example(runner):
 
 
 class TestBadInput:
-    """Each case: exit 2, one ``error:`` line (and its hint) on stderr, nothing on
-    stdout with -o json, and no DST or staging folder left."""
+    """Each case: exit 2, one ``error:`` line (and its hint) on stderr, only the same
+    error as JSON on stdout with -o json, and no DST or staging folder left."""
 
     def _run(self, runner, tmp_path: Path, *args: str):
         r = runner.invoke(app, ["checkpoint-convert", *args, "-o", "json"])
         assert r.exit_code == 2, r.output
-        assert r.stdout == ""
+        assert json.loads(r.stdout)["exit_code"] == 2
         lines = r.stderr.strip().splitlines()
         assert lines[0].startswith("error: ") and len(lines) <= 2
         assert "Traceback" not in r.output

@@ -38,8 +38,10 @@ class TestPlan:
     def test_table_shows_the_versions(self, cli):
         r = cli(*CREATE, "--dry-run")
         assert r.exit_code == 0, r.stderr
-        row = next(ln for ln in r.stdout.splitlines() if "jobset" in ln and "controller" in ln)
-        assert "v0.12.0" in row
+        lines = r.stdout.splitlines()  # at 80 columns: the change, then its details
+        i = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["create", "controller",
+                                                                      "jobset"])
+        assert "version=v0.12.0" in lines[i + 1]
 
     def test_autopilot_is_refused_in_one_line_before_anything(self, cli, fake, kube):
         r = cli("cluster", "create", "rl", *BASE, "-a", "v6e-16", "--autopilot", "--dry-run")

@@ -94,14 +94,17 @@ class TestNoMarkup:
         assert f"{root}" in out.stderr and "Traceback" not in out.stderr
 
     def test_missing_extra_hint(self, tmp_path, monkeypatch):
-        """The hint names the extra with its brackets (it used to print 'rlctl')."""
+        """The hint names the extra with its brackets (it used to print 'rlctl'), in
+        the pip command that fits this install."""
         from rlctl.core.errors import MissingDependencyError, require_extra
+        from rlctl.core.install import extra_install_command
 
         with pytest.raises(MissingDependencyError) as e:
             require_extra("no_such_module_for_rlctl", "gcp")
         app = _boom_app(e.value)
         r = CliRunner().invoke(app, [], obj=AppState())
-        assert r.exit_code == 8 and "pip install 'rlctl[gcp]'" in r.stderr
+        assert r.exit_code == 8 and f"hint: {extra_install_command('gcp')}\n" in r.stderr
+        assert "[gcp]" in r.stderr
 
 
 class TestProgressOutsideATerminal:
@@ -155,8 +158,9 @@ class TestLibraryLogging:
         assert out.returncode == 0 and out.stderr == "", out.stderr
 
 
-def test_json_errors_keep_stdout_empty(tmp_path):
+def test_json_errors_are_one_json_object_on_stdout(tmp_path):
     out = _rlctl("status", "nope", "--runs-dir", str(tmp_path), "-o", "json")
-    assert out.returncode == 3 and out.stdout == ""
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(out.stdout or "x")
+    assert out.returncode == 3
+    assert json.loads(out.stdout) == {"error": f"run 'nope' not found in {tmp_path}",
+                                      "hint": "list runs with 'rlctl status' or pass --runs-dir",
+                                      "exit_code": 3}

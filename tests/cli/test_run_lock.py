@@ -33,5 +33,5 @@ def test_a_name_taken_while_starting_is_refused_before_any_write(tmp_path):
     r = CliRunner().invoke(app, ["train", "grpo", "--name", "dup", "--runs-dir",
                                  str(tmp_path), "-o", "json"])
     assert r.exit_code == 4 and "already exists" in r.stderr, r.output
-    assert sorted(os.listdir(run.path)) == [SPEC] and r.stdout == ""
+    assert sorted(os.listdir(run.path)) == [SPEC] and json.loads(r.stdout)["exit_code"] == 4
     json.dumps(r.stderr)  # plain text

@@ -42,9 +42,12 @@ def pool_hour(acc: Accelerator, nodes: int, capacity: Capacity = "on-demand") ->
     return None if rate is None else round(rate * nodes, 2)
 
 
-def caveat() -> str:
+def caveat(region: str | None = None) -> str:
+    """The caveat shown next to a plan's cost. The table holds one region's prices:
+    a plan elsewhere names its own region first, and says whose prices it used."""
     t = table()
-    return (
-        f"estimate from public list prices ({t['region']}, {t['currency']}, as of {t['as_of']}); "
-        "excludes discounts, storage and network"
-    )
+    source = f"{t['currency']}, as of {t['as_of']}; excludes discounts, storage and network"
+    if region is None or region == t["region"]:
+        return f"estimate from public list prices ({t['region']}, {source})"
+    return (f"estimate for {region} from {t['region']} public list prices ({source}; "
+            f"prices in {region} may differ)")

@@ -425,7 +425,7 @@ def _cost(spec: InfraSpec, changes: list[Change]) -> CostEstimate:
     unknown = [c.name for c in pools if c.cost_per_hour is None]
     total = None if unknown or not pools else round(sum(c.cost_per_hour or 0 for c in pools), 2)
     return CostEstimate(capacity=spec.capacity.kind, per_hour=total, unknown=unknown,
-                        note=prices.caveat())
+                        note=prices.caveat(spec.region))
 
 
 def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:

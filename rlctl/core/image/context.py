@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlctl import __version__
 from rlctl.core.errors import ConfigError
+from rlctl.core.install import self_install_command
 
 Accelerator = Literal["tpu", "gpu"]
 ACCELERATORS: tuple[Accelerator, ...] = ("tpu", "gpu")
@@ -142,7 +143,7 @@ def _metadata() -> str:
         md = im.metadata("rlctl")
     except im.PackageNotFoundError as e:
         raise ConfigError("rlctl is not installed as a package, so its wheel cannot be built",
-                          hint="pip install -e . (or pip install rlctl)") from e
+                          hint=self_install_command()) from e
     lines = ["Metadata-Version: 2.1", "Name: rlctl", f"Version: {__version__}"]
     if md["Requires-Python"]:
         lines.append(f"Requires-Python: {md['Requires-Python']}")

@@ -26,6 +26,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import ConfigError, RlctlError, require_extra
+from rlctl.core.install import extra_install_command
 
 if TYPE_CHECKING:  # pragma: no cover
     from importlib.abc import Traversable
@@ -211,7 +212,8 @@ def manifest_errors(obj: dict[str, Any], crds: CrdSchemas | None) -> list[str]:
         if crds is None:  # the package data is part of every install: a broken one
             raise RlctlError(f"{where}: no CRD schemas to check a {kind} (rlctl/{CRDS_DIR} "
                              "is missing from the installed package)",
-                             hint="reinstall rlctl: pip install --force-reinstall 'rlctl[k8s]'")
+                             hint="reinstall rlctl: "
+                                  + extra_install_command("k8s", force=True))
         errs = [f"no CRD schema for {api} {kind}"]
     else:
         errs = core_errors(obj)

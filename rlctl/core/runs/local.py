@@ -115,7 +115,11 @@ def _preflight(spec: RunSpec) -> None:
     ChatTokenizer(folder)  # its files parse and name an eos token
     load_source(spec.data, spec.eval.size)
     for fn in resolve(spec.rewards):  # one trial call: a reward that raises or returns
-        total_reward([fn], "<answer>1</answer>", "1")  # no number fails here, not at step 1
+        try:  # no number fails here, not at step 1
+            total_reward([fn], "<answer>1</answer>", "1")
+        except ConfigError as e:  # no run exists yet, so there is nothing to resume
+            raise ConfigError(e.message, hint="fix the reward function and run the same "
+                              "'rlctl train' again (nothing was written)") from e
 
 
 def load_run_spec(run: LocalRunDir) -> RunSpec:

@@ -1,0 +1,67 @@
+"""How this rlctl was installed, and so the command that adds an extra to it.
+
+rlctl is not on PyPI: ``pip install 'rlctl[gcp]'`` would fetch another project or
+nothing. The hint must name what the user installed from, which pip recorded in the
+distribution's ``direct_url.json`` (PEP 610): a source folder installed with ``-e``,
+a local folder or wheel, a git URL, or (no record) an index.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from urllib.parse import unquote, urlparse
+
+DIST = "rlctl"
+
+
+def _source() -> tuple[str, bool] | None:
+    """(where rlctl was installed from, editable?) or None: an index, or unknown."""
+    import importlib.metadata as im
+
+    try:
+        text = im.distribution(DIST).read_text("direct_url.json")
+    except im.PackageNotFoundError:
+        return None
+    if not text:
+        return None
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    url = str(info.get("url") or "")
+    if not url:
+        return None
+    editable = bool((info.get("dir_info") or {}).get("editable"))
+    if url.startswith("file://"):
+        return unquote(urlparse(url).path), editable
+    vcs = info.get("vcs_info") or {}
+    if vcs.get("vcs"):  # pip's spelling: git+https://...@commit
+        ref = vcs.get("requested_revision") or vcs.get("commit_id")
+        return f"{vcs['vcs']}+{url}" + (f"@{ref}" if ref else ""), editable
+    return url, editable
+
+
+def extra_install_command(extra: str, force: bool = False) -> str:
+    """The pip command that adds ``extra`` to this installation of rlctl (``force``:
+    reinstall it too, for files missing from the installed package)."""
+    pip = "pip install --force-reinstall" if force else "pip install"
+    src = _source()
+    if src is None:
+        return f"{pip} {shlex.quote(f'{DIST}[{extra}]')}"
+    where, editable = src
+    if "://" in where:  # a URL: the PEP 508 spelling keeps the extra apart from it
+        return f"{pip} {shlex.quote(f'{DIST}[{extra}] @ {where}')}"
+    flag = " -e" if editable else ""  # a folder or a wheel file: extras follow the path
+    return f"{pip}{flag} {shlex.quote(f'{where}[{extra}]')}"
+
+
+def self_install_command() -> str:
+    """For an rlctl imported without being installed (``PYTHONPATH`` on a checkout):
+    install that checkout, editable."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file():
+        return f"pip install -e {shlex.quote(str(root))}"
+    return "pip install -e PATH (the rlctl source folder with pyproject.toml)"
