@@ -152,6 +152,7 @@ class TestResumeRepairs:
         it is stale, and resume continues it (before: 'running' for ever, refused)."""
         run = store / "ok"
         interrupted_after_step_1(run)
+        (run / ".lock").touch()  # the trainer's lock file, left (released) by every run
         status = json.loads((run / "status.json").read_text())
         status.update(phase="running", pid=os.getppid())  # pytest's parent: alive
         (run / "status.json").write_text(json.dumps(status))

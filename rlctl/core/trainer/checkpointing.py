@@ -131,6 +131,21 @@ def refusal(run: LocalRunDir, what: str = "no intact checkpoint") -> ConflictErr
              f"{'' if local else ' --purge'}' and train again")
 
 
+def _failed_read(exc: BaseException | None, tb: Any = None, text: str = "") -> bool:
+    """Whether an exception (its traceback, its text, or the text it is reported
+    with) comes from Orbax's or TensorStore's reads. Collected late, some come without
+    a traceback ("Future exception was never retrieved"), so the text counts too:
+    TensorStore's errors name their drivers ("Error opening \"zarr\" driver")."""
+    tb = tb or getattr(exc, "__traceback__", None)
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if "/orbax/" in name or "/tensorstore/" in name:
+            return True
+        tb = tb.tb_next
+    said = f"{text} {exc}"
+    return "/orbax/" in said or "TensorStore" in said or '" driver' in said
+
+
 def restore_noise(info: Any) -> bool:
     """An unraisable exception a failed Orbax restore leaves behind: one of
     TensorStore's read callbacks landing on the failed read's closed event loop, or
@@ -141,12 +156,7 @@ def restore_noise(info: Any) -> bool:
     e = info.exc_value
     if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
         return True
-    tb = getattr(e, "__traceback__", None) or info.exc_traceback
-    while tb is not None:
-        if "/orbax/" in tb.tb_frame.f_code.co_filename:
-            return True
-        tb = tb.tb_next
-    return False
+    return _failed_read(e, info.exc_traceback, repr(getattr(info, "object", "")))
 
 
 class _UnretrievedReads(logging.Filter):
@@ -158,12 +168,8 @@ class _UnretrievedReads(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if "exception was never retrieved" not in str(record.msg) or not record.exc_info:
             return True
-        tb = record.exc_info[2]
-        while tb is not None:
-            if "/orbax/" in tb.tb_frame.f_code.co_filename:
-                return False
-            tb = tb.tb_next
-        return True
+        _, exc, tb = record.exc_info
+        return not _failed_read(exc, tb, record.getMessage())
 
 
 _UNRETRIEVED = _UnretrievedReads()

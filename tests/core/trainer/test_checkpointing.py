@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from rlctl.core.trainer.checkpointing import MANIFEST, remove_partial, verify
@@ -141,3 +143,37 @@ def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_p
     again.close()
     for a, b in zip(saved, jax.tree.leaves(checkpointing._state(fresh, fresh_opt)), strict=True):
         np.testing.assert_array_equal(a, np.asarray(b))
+
+
+class TestFailedReadNoise:
+    """What a failed restore leaves behind is dropped, whatever form it arrives in
+    (issue #25: thousands of lines; a CI run in four printed one more form); any
+    other late error is still shown."""
+
+    READ = ValueError('DATA_LOSS: Error opening "cast" driver: Error opening "zarr" '
+                      'driver: Error reading "optimizer.step/.zarray" in OCDBT database')
+
+    @staticmethod
+    def record(exc: BaseException) -> logging.LogRecord:
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1,
+                                 "Future exception was never retrieved\nfuture: %s",
+                                 (f"<Future finished exception={exc!r}>",),
+                                 (type(exc), exc, None))
+
+    def test_an_unretrieved_read_without_a_traceback_is_dropped(self):
+        from rlctl.core.trainer.checkpointing import _UNRETRIEVED
+
+        assert _UNRETRIEVED.filter(self.record(self.READ)) is False
+        assert _UNRETRIEVED.filter(self.record(ValueError("a user's own bug"))) is True
+
+    def test_unraisables_of_reads_are_dropped_and_others_kept(self):
+        from types import SimpleNamespace
+
+        from rlctl.core.trainer.checkpointing import restore_noise
+
+        def info(exc, obj="<coroutine object _read_array_index_and_device_put>"):
+            return SimpleNamespace(exc_value=exc, exc_traceback=None, object=obj)
+
+        assert restore_noise(info(RuntimeError("Event loop is closed")))
+        assert restore_noise(info(self.READ, obj=None))
+        assert not restore_noise(info(ValueError("a user's own bug"), obj="<function f>"))
