@@ -2417,7 +2417,35 @@ def store_cases() -> list[Case]:
                 timeout=TRAIN_TIMEOUT,
             ),
         ]
+    R = lambda c: ["--runs-dir", str(c.runs)]  # noqa: E731
+    # resume --steps N on the completed 2-step run 'good' (issue #25)
+    for slug, n, expect, err in (("0", "0", (2,), ("--steps 0", "more than")),
+                                 ("done", "2", (2,), ("--steps 2", "more than")),
+                                 ("extend", "3", (0,), ())):
+        out.append(Case(
+            f"store-damage/resume-steps-{slug}",
+            lambda c, R=R, n=n: ["resume", "good", "--steps", n, *R(c)],
+            expect=expect,
+            keywords=err,
+            setup=_copy_store,
+            post=_extended if slug == "extend" else _good_unchanged,
+            needs=("store",),
+            timeout=TRAIN_TIMEOUT,
+        ))
     return out
+
+
+def _good_unchanged(c: Ctx, run: Run) -> list[str]:
+    d = diff(c.state["good"], snap(c.runs / "good"))
+    return [f"a refused resume --steps changed run good: {d}"] if d else []
+
+
+def _extended(c: Ctx, run: Run) -> list[str]:
+    bad = check_completed(c.runs / "good", 3)
+    spec = (c.runs / "good" / "spec.yaml").read_text()
+    if "steps: 3" not in spec:
+        bad.append("spec.yaml does not say the new step count 3")
+    return bad
 
 
 # --------------------------------------------------------- 9. cloud, no creds
@@ -2817,8 +2845,12 @@ def _signal_case(
     sig: int, when: str, twice: bool = False, on_resume: bool = False
 ) -> Callable[[Ctx, Outcome], None]:
     """``when``: 'random' (uniform over the expected run time), 'spec' (as soon as
-    spec.yaml exists), 'ckpt1'/'ckpt2' (once that checkpoint folder exists), or 'early'."""
+    spec.yaml exists), 'ckpt1'/'ckpt2' (once that checkpoint folder exists), 'early',
+    or 'step2' (once metrics.jsonl has step 2, checkpoints every 10 steps: the stop's
+    own save must keep the steps done, issue #25; twice: every step, and the second
+    signal's skipped save may lose only the step in progress)."""
     steps = 4
+    at_step = when == "step2"
 
     def runner(c: Ctx, o: Outcome) -> None:
         if on_resume:
@@ -2827,7 +2859,11 @@ def _signal_case(
             argv = ["resume", "dmg", "--runs-dir", str(c.runs)]
         else:
             name, steps_n = "sig", steps
-            argv = c.train(name=name, steps=str(steps), extra=["--set", "checkpoint.interval=1"])
+            # twice: the second signal skips the stop's save, so what is kept is what
+            # the interval saved (every step here: at most the step in progress lost)
+            interval = "10" if at_step and not twice else "1"
+            argv = c.train(name=name, steps=str(steps),
+                           extra=["--set", f"checkpoint.interval={interval}"])
         d = c.runs / name
         # start-up dominates: a 4-step train takes about as long as the 2-step fixture
         # run, a 1-step resume about 0.6x; aim inside that
@@ -2840,6 +2876,9 @@ def _signal_case(
         elif when == "early":
             _wait_for(p, lambda: False, 0.4)
             moment = "after 0.4 s"
+        elif at_step:
+            _wait_for(p, lambda: len(metrics_steps(d)[0]) >= 2, 200, 0.02)
+            moment = "once step 2 was in metrics.jsonl"
         elif when == "spec":
             _wait_for(p, lambda: (d / "spec.yaml").exists(), 120, 0.002)
             moment = "as soon as spec.yaml appeared"
@@ -2886,6 +2925,17 @@ def _signal_case(
                     f"{signame} left status.json at phase {st.get('phase')!r} "
                     f"(README: recorded 'interrupted')"
                 )
+            if at_step and alive and isinstance(st, dict):
+                done, kept = st.get("step"), st.get("latest_checkpoint")
+                if done != len(metrics_steps(d)[0]):
+                    o.lost.append(f"status.json step {done}, metrics.jsonl has "
+                                  f"{len(metrics_steps(d)[0])} steps")
+                if not twice and kept != done:
+                    o.lost.append(f"{signame} after step {done} kept checkpoint {kept}: "
+                                  "the stop's save lost steps")
+                if twice and (kept or 0) < (done or 0) - 1 and (done or 0) > 1:
+                    o.lost.append(f"{signame} after step {done} kept checkpoint {kept}: "
+                                  "more than the step in progress lost")
         if not created:
             o.note += "; no run was created yet"
             return
@@ -2926,6 +2976,9 @@ def signals_cases() -> list[Case]:
         ("sigkill-after-ckpt-1", K, "ckpt1", False, False),
         ("sigterm-after-ckpt-2", T, "ckpt2", False, False),
         ("sigterm-twice", T, "random", True, False),
+        ("sigint-at-step-2", INT, "step2", False, False),
+        ("sigterm-at-step-2", T, "step2", False, False),
+        ("sigint-twice-at-step-2", INT, "step2", True, False),
         ("sigkill-during-resume", K, "random", False, True),
         ("sigterm-during-resume", T, "random", False, True),
     ]

@@ -50,6 +50,10 @@ RecoverOpt = Annotated[bool, typer.Option(
 PlotOpt = Annotated[str | None, typer.Option(
     "--plot", metavar="FILE.png", help="Also write the run's learning curve (reward, "
     "accuracy with the held-out evals, loss) as a PNG (needs the 'plot' extra).")]
+ResumeStepsOpt = Annotated[int | None, typer.Option(
+    "--steps", help="Train to this many steps in all (more than the run has done): extends "
+    "a completed run too; written to its spec.yaml, the final eval redone at the new end "
+    "(a run on this machine only).")]
 PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's files "
                                         "(spec, status, metrics, checkpoints) from the store.")]
 
@@ -121,6 +125,16 @@ def _runs_table(rows: list[RunInfo], width: int | None = None):
     return "\n".join(blocks)
 
 
+def _disk(r: RunInfo) -> str:
+    """'1.4 GB (checkpoint 10: 0.5 GB)': what the run's folder takes on disk."""
+    from rlctl.core.units import human_bytes
+
+    text = human_bytes(r.disk_bytes or 0)
+    if r.checkpoint_bytes is not None:
+        text += f" (checkpoint {r.latest_checkpoint}: {human_bytes(r.checkpoint_bytes)})"
+    return text
+
+
 def _run_view(r: RunInfo) -> str:
     lines = [
         f"{r.name}  ({r.path})",
@@ -129,6 +143,8 @@ def _run_view(r: RunInfo) -> str:
         f"  step        {r.step}/{r.total_steps or '?'}",
         f"  checkpoint  {_fmt(r.latest_checkpoint)}",
     ]
+    if r.disk_bytes is not None:
+        lines.append(f"  disk        {_disk(r)}")
     if r.devices:
         lines.append(f"  devices     {r.devices} on {r.processes or 1} host(s)")
     if r.error:
@@ -327,10 +343,12 @@ def resume(
     region: RegionOpt = None,
     image: ImageOpt = None,
     recover: RecoverOpt = False,
+    steps: ResumeStepsOpt = None,
     output: OutputOpt = "table",
     yes: YesOpt = False,
 ) -> None:
-    """Continue a run from its latest complete checkpoint to its planned step count.
+    """Continue a run from its latest complete checkpoint to its planned step count
+    (or to --steps N, which also extends a completed run).
 
     A local run trains on this machine again. A cluster run (gs:// --runs-dir or
     --cluster) is re-submitted to its cluster with the recorded backend, image and
@@ -338,6 +356,8 @@ def resume(
     checkpoint is complete yet.
 
     Example: rlctl resume my-first-run
+
+    Example: rlctl resume my-first-run --steps 40
     """
     out = make_output(ctx, output, yes)
     where = _where(runs_dir, cluster, project, region)
@@ -349,11 +369,12 @@ def resume(
         if not core.runs_on_cluster(clients, where.ref(), run):
             where = None  # trained on this machine: resume it here
     if where is not None:
-        if recover:
+        if recover or steps is not None:
             from rlctl.core.errors import ConfigError
 
-            raise ConfigError("--recover is for a run trained on this machine",
-                              hint="copy the run's folder here, recover it, then copy it "
+            flag = "--recover" if recover else "--steps"
+            raise ConfigError(f"{flag} is for a run trained on this machine",
+                              hint="copy the run's folder here, resume it, then copy it "
                                    "back")
         result = core.resume(clients, where.ref(), run, hf_token=core.hf_token_from_env(),
                              image=image)
@@ -367,7 +388,7 @@ def resume(
 
     with TrainProgress(out) as progress:
         record = resume_local(runs_dir or LOCAL_ROOT, run, progress=progress.callback,
-                              recover=recover)
+                              recover=recover, steps=steps)
     out.result(record.model_dump(mode="json"), progress.summary(record))
 
 

@@ -31,7 +31,7 @@ from rlctl.core.errors import (
 from rlctl.core.names import generate_run_name
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.spec import local_paths_absolute, write_new_run
-from rlctl.core.runs.status import read_status
+from rlctl.core.runs.status import read_metrics, read_status
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
@@ -41,6 +41,7 @@ from rlctl.core.store.base import (
     set_aside_checkpoints,
 )
 from rlctl.core.store.local import LocalRunDir
+from rlctl.core.trainer import stops
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -64,6 +65,9 @@ class StatusFile:
         self.run = run
         self.data = read_status(run) if run.exists(STATUS) else {}
         self.data.pop("damaged", None)  # rebuilt from here on
+        # the step count the run was last started with: spec.yaml edited since shows
+        recorded = self.data.get("total_steps")
+        self.recorded_steps = recorded if isinstance(recorded, int) else None
         self.data.update(
             name=run.name, algorithm=spec.algorithm, total_steps=spec.training.steps,
             backend="local",
@@ -142,33 +146,91 @@ def load_run_spec(run: LocalRunDir) -> RunSpec:
 
 
 def resume_local(root: str, name: str, progress: Progress | None = None,
-                 recover: bool = False) -> TrainResult:
+                 recover: bool = False, steps: int | None = None) -> TrainResult:
     """Continue a run from its latest intact checkpoint. ``recover``: first bring back
     the checkpoints set aside as damaged whose data may be intact (see
-    ``Checkpoints._recover``); a local run store only."""
+    ``Checkpoints._recover``); a local run store only. ``steps``: train to that many
+    steps in all (more than the run has done), a completed run included."""
     require_extra("tunix", "train")
     run = open_store(root).existing(name)
-    if recover and not isinstance(run, LocalRunDir):
+    local = isinstance(run, LocalRunDir)
+    if recover and not local:
         raise ConfigError("--recover is for a run store on this machine",
                           hint="copy the run's folder here, recover it, then copy it back")
+    if steps is not None and not local:
+        raise ConfigError("--steps is for a run store on this machine",
+                          hint="resume it without --steps")
     _quiet_closed_loops()
     with _sigterm_as_interrupt(), run.lock():  # before anything is read: one writer
-        return _resume(run, progress, recover)
+        return _resume(run, progress, recover, steps)
 
 
-def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False
-            ) -> TrainResult:
+def _done(run: LocalRunDir, status: StatusFile) -> int:
+    """Steps the run has done: status.json's, or its latest checkpoint's if more."""
+    step = status.data.get("step")
+    step = step if isinstance(step, int) and not isinstance(step, bool) else 0
+    return max(step, latest_checkpoint_step(run) or 0)
+
+
+def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
+                   steps: int | None, progress: Progress | None) -> RunSpec:
+    """The spec to resume with: ``--steps`` written into spec.yaml (atomically), and
+    every change of ``training.steps`` (by --steps, or by editing spec.yaml) said
+    once and recorded in status.json's ``steps_changes``; a step count below what
+    the run has done is refused, never silently taken."""
+    from rlctl.core.config.load import dump_yaml
+    from rlctl.core.store.base import atomic_write
+
+    done = _done(run, status)
+    before = status.recorded_steps or spec.training.steps
+    changes: list[dict[str, Any]] = []
+    if before != spec.training.steps:
+        changes.append({"from": before, "to": spec.training.steps, "by": SPEC, "at": _now()})
+        if progress:
+            progress({"event": "message", "message": f"{SPEC} changed training.steps "
+                      f"from {before} to {spec.training.steps}"})
+    if steps is not None:
+        if steps <= done:
+            raise ConfigError(f"--steps {steps} must be more than the {done} steps run "
+                              f"{run.name!r} has done",
+                              hint=f"pass --steps {done + 1} or more")
+        if steps != spec.training.steps:
+            changes.append({"from": spec.training.steps, "to": steps, "by": "--steps",
+                            "at": _now()})
+            spec = spec.model_copy(update={"training": spec.training.model_copy(
+                update={"steps": steps})})
+            atomic_write(run.path / SPEC, dump_yaml(spec))
+            if progress:
+                progress({"event": "message", "message": f"training.steps {changes[-1]['from']}"
+                          f" -> {steps} (written to {SPEC})"})
+    elif spec.training.steps < done:
+        raise ConfigError(f"{run.uri}/{SPEC} says training.steps {spec.training.steps}, "
+                          f"but run {run.name!r} has done {done} steps",
+                          hint=f"set training.steps back, or extend the run with "
+                               f"'rlctl resume {run.name} --steps N' (N > {done})")
+    if changes:
+        history = status.data.get("steps_changes")
+        status.update(steps_changes=[*(history if isinstance(history, list) else []),
+                                     *changes], total_steps=spec.training.steps)
+    return spec
+
+
+def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False,
+            steps: int | None = None) -> TrainResult:
     name = run.name
     spec = load_run_spec(run)
     status = StatusFile(run, spec)
     phase = Phase.parse(status.data.get("phase"))
-    if phase == Phase.COMPLETED:
-        raise ConflictError(
-            f"run {name!r} already completed {spec.training.steps} steps",
-            hint="start a new run with 'rlctl train'",
-        )
     # No pid check: this process holds the run's lock, so whatever status.json says
     # is active is not (a recorded pid may since belong to an unrelated process).
+    if isinstance(run, LocalRunDir):
+        spec = _steps_changed(run, spec, status, steps, progress)
+    if phase == Phase.COMPLETED and spec.training.steps <= _done(run, status):
+        raise ConflictError(
+            f"run {name!r} already completed {spec.training.steps} steps",
+            hint=f"extend it with 'rlctl resume {name} --steps N', or start a new run "
+                 "with 'rlctl train'",
+        )
     step = latest_checkpoint_step(run)
     aside = set_aside_checkpoints(run)
     if step is None and aside and not recover:
@@ -202,19 +264,18 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (kill, systemd, docker stop) stops the run as Ctrl-C does: at once,
-    recorded as ``interrupted``, partial checkpoint files removed, resumable.
+    """SIGTERM (kill, systemd, docker stop) stops the run as Ctrl-C does, recorded as
+    ``interrupted``, partial checkpoint files removed, resumable. Inside a training
+    step the first signal waits for the step's safe point and the last completed step
+    is checkpointed on the way out; a second one stops at once (``trainer/stops.py``).
 
-    Both signals are also remembered (``_STOPPED``): a KeyboardInterrupt raised while
-    JAX calls back into Python (a pytree comparison, say) comes out as some other
-    exception, which after a stop signal still means "interrupted", not "failed"."""
+    Both signals are also remembered (``stops.received()``): a KeyboardInterrupt
+    raised while JAX calls back into Python (a pytree comparison, say) comes out as
+    some other exception, which after a stop signal still means "interrupted", not
+    "failed"."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        _STOPPED.append(signum)
-        raise KeyboardInterrupt
 
     def unraisable(info: Any) -> None:
         # an interrupt that landed in a finalizer is lost there and printed as
@@ -222,17 +283,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         if not isinstance(info.exc_value, KeyboardInterrupt):
             previous_hook(info)
 
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, stops.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    stops.installed(True)
     try:
         yield
     finally:
+        stops.installed(False)
         sys.unraisablehook = previous_hook
         for s, handler in previous.items():
             signal.signal(s, handler)
-
-
-_STOPPED: list[int] = []  # stop signals this process received
 
 
 def _quiet_closed_loops() -> None:
@@ -256,12 +316,27 @@ def _quiet_closed_loops() -> None:
     sys.unraisablehook = quiet
 
 
-def _record_interrupt(run: LocalRunDir, status: StatusFile) -> None:
-    status.update(phase=Phase.INTERRUPTED, latest_checkpoint=latest_checkpoint_step(run))
-    raise InterruptedRun(
-        f"run {run.name!r} interrupted at step {status.data.get('step')}",
-        hint=f"continue with 'rlctl resume {run.name}'",
-    ) from None
+def _record_interrupt(run: LocalRunDir, status: StatusFile,
+                      stop: KeyboardInterrupt | None = None) -> None:
+    """Record the stop and say what it kept. The step recorded is at least the latest
+    checkpoint's: a stop that lands just after a save (before status.json was told)
+    must not report step N-1 while the metrics and the checkpoint hold step N; nor
+    one whose save a second signal cut short report less than the metrics hold."""
+    latest = latest_checkpoint_step(run)
+    rows = read_metrics(run)  # a step whose save a second signal cut short is in them
+    last = rows[-1].get("step") if rows else 0
+    step = max(_done(run, status), last if isinstance(last, int) else 0)
+    status.update(phase=Phase.INTERRUPTED, step=step, latest_checkpoint=latest)
+    if isinstance(stop, stops.StopRequested) and stop.saved == step and step:
+        kept = f"saved checkpoint {step}"
+    elif latest:
+        lost = f"step {step}" if latest + 1 == step else f"steps {latest + 1}-{step}"
+        kept = (f"latest checkpoint {latest}" if latest == step else
+                f"latest checkpoint {latest}: resume repeats {lost}")
+    else:
+        kept = "no checkpoint yet: resume starts from step 0"
+    raise InterruptedRun(f"run {run.name!r} interrupted after step {step}; {kept}",
+                         hint=f"resume with: rlctl resume {run.name}") from None
 
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
@@ -270,19 +345,21 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
 
     def on_status(fields: dict[str, Any]) -> None:
         status.update(**fields)
-        if _STOPPED:  # a stop signal whose KeyboardInterrupt was swallowed somewhere
+        # a stop signal whose KeyboardInterrupt was swallowed somewhere (one that a
+        # step defers is the loop's to take, at its safe point)
+        if stops.received() and not stops.deferring():
             raise KeyboardInterrupt
 
-    _STOPPED.clear()
+    stops.reset()
     try:
         status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
                       started=_now(), error=None)
         with _sigterm_as_interrupt():
             evals = run_trainer(spec, run, progress, on_status, recover=recover)
-    except KeyboardInterrupt:
-        _record_interrupt(run, status)
+    except KeyboardInterrupt as stop:
+        _record_interrupt(run, status, stop)
     except Exception as e:
-        if _STOPPED:  # the interrupt surfaced wrapped in another exception
+        if stops.received():  # the interrupt surfaced wrapped in another exception
             _record_interrupt(run, status)
         # latest_checkpoint: a checkpoint set aside during the attempt is no longer it
         if isinstance(e, RlctlError):

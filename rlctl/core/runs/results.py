@@ -64,6 +64,8 @@ class RunInfo(BaseModel):
     step: int = 0
     total_steps: int | None = None
     latest_checkpoint: int | None = None
+    checkpoint_bytes: int | None = None  # the latest checkpoint's size on disk
+    disk_bytes: int | None = None  # the run folder's (checkpoints, metrics, logs, eval)
     processes: int | None = None
     devices: int | None = None
     created: str | None = None

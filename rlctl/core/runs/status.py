@@ -21,6 +21,7 @@ from rlctl.core.store.base import (
     latest_checkpoint_step,
     set_aside_checkpoints,
 )
+from rlctl.core.store.local import LocalRunDir
 
 
 def _read_json(run: RunDir, rel: str) -> tuple[Any, str | None]:
@@ -139,6 +140,28 @@ def _phase(status: dict[str, Any], run: RunDir) -> Phase:
     return phase if alive else Phase.STALE
 
 
+def folder_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of every file under ``path`` (0 when absent); a file removed while it is
+    counted (a checkpoint pruned by the running trainer) is skipped."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(folder, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _sizes(run: RunDir, latest: int | None) -> tuple[int | None, int | None]:
+    """(latest checkpoint's bytes, the whole run folder's bytes) of a run on this
+    machine; (None, None) for a gs:// store, where it would mean listing every object."""
+    if not isinstance(run, LocalRunDir):
+        return None, None
+    ckpt = folder_bytes(run.path / CHECKPOINTS / str(latest)) if latest else None
+    return ckpt, folder_bytes(run.path)
+
+
 def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     """The run as ``status`` shows it; ``curve`` adds its learning curve (one run's
     view: a listing of many runs leaves it out, to read no eval/ folder per run)."""
@@ -171,8 +194,10 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     phase = _phase(status, run)
     error = f"damaged: {damaged}" if damaged else _str(status.get("error"))
     if phase is Phase.STALE:
-        error = (f"its process (pid {status.get('pid')}) is gone: killed or crashed; "
-                 f"continue with 'rlctl resume {run.name}'")
+        error = (f"its process (pid {status.get('pid')}) ended without finishing: killed or "
+                 f"crashed; continue with 'rlctl resume {run.name}'")
+    latest = latest_checkpoint_step(run)
+    checkpoint_bytes, disk_bytes = _sizes(run, latest)
     return RunInfo(
         name=run.name,
         path=run.uri,
@@ -180,7 +205,9 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         algorithm=_str(status.get("algorithm")),
         step=_int(status.get("step")) or 0,
         total_steps=_int(status.get("total_steps")),
-        latest_checkpoint=latest_checkpoint_step(run),
+        latest_checkpoint=latest,
+        checkpoint_bytes=checkpoint_bytes,
+        disk_bytes=disk_bytes,
         processes=_int(status.get("processes")),
         devices=_int(status.get("devices")),
         created=_str(status.get("created")),

@@ -26,13 +26,18 @@ import numpy as np
 from rlctl.core.errors import ConflictError, DiskFullError
 from rlctl.core.store.base import CHECKPOINTS, SET_ASIDE, atomic_write, set_aside_checkpoints
 from rlctl.core.store.local import LocalRunDir
+from rlctl.core.trainer import stops
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 from rlctl.core.trainer.memory import return_freed_memory
 from rlctl.core.units import human_bytes
 
 MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
 ORBAX_METADATA = "_CHECKPOINT_METADATA"  # written by every Orbax save we make
-HEADROOM = 1.1  # free space wanted before a save, as a multiple of the last checkpoint
+# Free space wanted before a save: the checkpoint's expected size (the last one's on
+# disk; for the first, the state's bytes in memory, which Orbax's compression only
+# shrinks) plus 10% and 16 MiB for Orbax's metadata and the file system's blocks.
+HEADROOM = 1.1
+SLACK = 16 * 2**20
 
 
 def _sha256(path: Path) -> str:
@@ -84,6 +89,20 @@ def verify(folder: Path) -> str | None:
 
 def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in _files(folder)) if folder.is_dir() else 0
+
+
+def checkpoint_bytes(folder: str | Path) -> int:
+    """Bytes on disk of one checkpoint folder (0 when absent)."""
+    return _size(Path(folder))
+
+
+def space_needed(last_checkpoint: int, state: int) -> int:
+    """Free bytes to ask for before a save: from the last checkpoint's size on disk
+    when there is one (the real figure: Orbax compresses, so a checkpoint can be far
+    smaller than the state), else from the state's bytes in memory (an upper bound);
+    plus a margin. Asking for more than that refused saves that would have fit."""
+    base = last_checkpoint or state
+    return int(base * HEADROOM) + SLACK if base else 0
 
 
 def state_bytes(state: Any) -> int:
@@ -362,17 +381,16 @@ class Checkpoints:
 
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
-        partial folder filling the disk and a wall of errors). The first save is
-        judged by the state's size in memory, later ones by the last checkpoint's."""
-        last = self.latest_size or state_bytes(state)
-        if not last:
+        partial folder filling the disk and a wall of errors); see ``space_needed``."""
+        need = space_needed(self.latest_size, 0 if self.latest_size else state_bytes(state))
+        if not need:
             return
         free = shutil.disk_usage(self.folder).free
-        if free < last * HEADROOM:
+        if free < need:
             good = _last_good(self.manager.latest_step())
             raise DiskFullError(
                 f"not enough disk space for checkpoint {step}: needs about "
-                f"{human_bytes(last * HEADROOM)}, {human_bytes(free)} free in {self.folder}; "
+                f"{human_bytes(need)}, {human_bytes(free)} free in {self.folder}; "
                 f"{good}",
                 hint=f"free some space (or lower checkpoint.keep), then 'rlctl resume "
                 f"{self.run.name}'")
@@ -395,7 +413,9 @@ class Checkpoints:
             self._in_flight = in_flight
             self.manager.close()
             self.manager = self._new_manager()
-        with signals_deferred():  # Ctrl-C / SIGTERM land after the save, not inside it
+        # Ctrl-C / SIGTERM land after the save, not inside it (under the run driver's
+        # handler a second one cuts it short: the user asked twice)
+        with stops.deferred() if stops.is_installed() else signals_deferred():
             try:
                 self.manager.save(step, args=ocp.args.StandardSave(state))
                 self.manager.wait_until_finished()
@@ -409,6 +429,7 @@ class Checkpoints:
                     hint=f"free some space, then 'rlctl resume {self.run.name}'") from None
             self.latest_size = write_manifest(Path(self.folder) / str(step))
             self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
+            self.latest = step
         # the save's host copies and TensorStore's buffers, freed in its threads' heaps:
         # kept there, they raised the default run's peak by 0.6 GB at the next update
         return_freed_memory()

@@ -23,7 +23,7 @@ from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.store.base import EVAL
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.trainer import evaluation
+from rlctl.core.trainer import evaluation, stops
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer import rollout as rollout_lib
 from rlctl.core.trainer.checkpointing import Checkpoints
@@ -128,12 +128,25 @@ class Trainer:
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
         scores = score(self.reward_fns, out.text, group)
         batch = self.rollout.batch(out, scores)
+        if stops.requested() and stops.deferring():  # the model is untouched yet: drop it
+            raise stops.Abandoned
         losses, norms, aux = self.update.apply(self.model, self.optimizer, self.ref_model,
                                                batch, s.training.num_iterations)
         return StepMetrics.measure(step + 1, losses, norms, aux, scores, batch.mask,
                                    elapsed=time.perf_counter() - t0, rollout_seconds=t_roll)
 
     # --- the whole run -----------------------------------------------------------
+    def _stop(self, done: int, on_status: Callable[[dict[str, Any]], None]) -> None:
+        """Stop after ``done`` steps: checkpoint them unless the latest checkpoint
+        already holds them (a second signal cuts this save short), then raise."""
+        saved = self.ckpt.latest
+        if done and done != saved:
+            self._say(f"stopping: saving checkpoint {done} (press Ctrl-C again to skip it)")
+            self.ckpt.save(done, self.model, self.optimizer)
+            saved = done
+        on_status({"step": done, "latest_checkpoint": saved})
+        raise stops.StopRequested(done, saved)
+
     def _readable(self, rel: str) -> bool:
         """``rel`` exists and holds a JSON object (a cut or garbled file is re-made)."""
         if not self.run.exists(rel):
@@ -184,23 +197,42 @@ class Trainer:
             on_status({"phase": "running", "step": start, "latest_checkpoint": start or None,
                        "processes": self.topo.process_count,
                        "devices": self.topo.device_count})
+            # One process only: a multi-host run's processes would have to agree on
+            # the stop (a collective each step) before the collective save; there a
+            # stop takes effect at once, as before, and resume repeats the steps since
+            # the last checkpoint.
+            safe = not self.topo.multi_process
             for step in range(start, s.training.steps):
-                row = self.step(step).row()
-                self.compiles.warm()  # the run's programs exist: later compiles are news
-                self.metrics.write(row)
-                done = step + 1
-                # The step line first: a user sees the result before a save that may
-                # take seconds, and a checkpoint on disk implies its line was printed.
-                self.emit({"event": "step", "step": done, "metrics": row})
-                saved = None
-                if done % s.checkpoint.interval == 0 or done == s.training.steps:
-                    self.ckpt.save(done, self.model, self.optimizer)
-                    saved = done
-                on_status({"phase": "running", "step": done,
-                           **({"latest_checkpoint": saved} if saved else {})})
+                with stops.deferred(safe):  # a first Ctrl-C waits for a safe point
+                    try:
+                        row = self.step(step).row()
+                    except stops.Abandoned:
+                        self._stop(step, on_status)
+                    self.compiles.warm()  # the run's programs exist: later compiles are news
+                    self.metrics.write(row)
+                    done = step + 1
+                    # The step line first: a user sees the result before a save that may
+                    # take seconds, and a checkpoint on disk implies its line was printed.
+                    self.emit({"event": "step", "step": done, "metrics": row})
+                    saved = None
+                    if done % s.checkpoint.interval == 0 or done == s.training.steps:
+                        self.ckpt.save(done, self.model, self.optimizer)
+                        saved = done
+                    on_status({"phase": "running", "step": done,
+                               **({"latest_checkpoint": saved} if saved else {})})
+                    if stops.requested() and stops.deferring():
+                        self._stop(done, on_status)
                 if s.eval.interval and s.eval.size and done % s.eval.interval == 0 \
                         and done != s.training.steps:
-                    self.evaluate(f"step-{done}", done)
+                    try:
+                        self.evaluate(f"step-{done}", done)
+                    except KeyboardInterrupt:
+                        # an eval does not touch the model: a first stop here still
+                        # keeps the steps done (a second, during that save, does not)
+                        if safe and len(stops.received()) == 1:
+                            with stops.deferred():
+                                self._stop(done, on_status)
+                        raise
             final = self.evaluate("final", s.training.steps) if s.eval.size else None
             return {"baseline": baseline, "final": final}
         finally:

@@ -46,9 +46,12 @@ class TestDumps:
         assert info.phase is Phase.INTERRUPTED and info.finished
         doc = info.model_dump(mode="json")
         assert list(doc) == ["name", "path", "phase", "algorithm", "step", "total_steps",
-                             "latest_checkpoint", "processes", "devices", "created", "updated",
+                             "latest_checkpoint", "checkpoint_bytes", "disk_bytes",
+                             "processes", "devices", "created", "updated",
                              "error", "latest_metrics", "eval"]
         assert doc["phase"] == "interrupted" and doc["step"] == 3
+        # no checkpoint yet: its size is null; the folder's is what is there
+        assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0
         assert doc["eval"] == {"baseline": {"accuracy": 0.5, "format_rate": 1.0,
                                             "mean_reward": 0.25, "n": 2}}
 

@@ -177,3 +177,47 @@ class TestFailedReadNoise:
         assert restore_noise(info(RuntimeError("Event loop is closed")))
         assert restore_noise(info(self.READ, obj=None))
         assert not restore_noise(info(ValueError("a user's own bug"), obj="<function f>"))
+
+
+class TestSpaceNeeded:
+    """The free space asked for before a save: the real size plus a small margin."""
+
+    def test_the_last_checkpoint_on_disk_decides_when_there_is_one(self):
+        from rlctl.core.trainer.checkpointing import SLACK, space_needed
+
+        # the issue's figures: a 334 MB checkpoint of a state of 1.5 GB in memory
+        assert space_needed(334 * 10**6, 1_500 * 10**6) == int(334e6 * 1.1) + SLACK
+        assert space_needed(334 * 10**6, 1_500 * 10**6) < 400 * 10**6  # a 500 MB disk
+
+    def test_the_first_save_is_judged_by_the_state(self):
+        from rlctl.core.trainer.checkpointing import SLACK, space_needed
+
+        assert space_needed(0, 10**9) == int(1.1e9) + SLACK
+        assert space_needed(0, 0) == 0  # nothing to save, nothing to ask
+
+
+def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
+        tmp_path, tiny_model_dir):
+    """keep=1 leaves the newest checkpoint alone; a ``<step>.damaged`` folder is not
+    one of the kept, and is never deleted (it may be all a run has)."""
+    from rlctl.core.config.models import TrainingSpec
+    from rlctl.core.store.local import LocalRunDir
+    from rlctl.core.trainer import checkpointing
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.distributed import current
+    from rlctl.core.trainer.step import make_optimizer
+
+    model, _ = ta.load_model(tiny_model_dir)
+    optimizer = make_optimizer(model, TrainingSpec())
+    run = LocalRunDir(tmp_path, "kept")
+    ckpt = checkpointing.Checkpoints(run, current(), keep=1)
+    aside = tmp_path / "kept" / "checkpoints" / "3.damaged"  # set aside by an earlier start
+    (aside / "default").mkdir(parents=True)
+    (aside / "default" / "x").write_bytes(b"data")
+    for step in (4, 5, 6):
+        ckpt.save(step, model, optimizer)
+        assert sorted(p.name for p in aside.parent.iterdir()) == ["3.damaged", str(step)]
+    assert ckpt.latest == 6 and ckpt.latest_size == checkpointing.checkpoint_bytes(
+        aside.parent / "6")
+    ckpt.close()
+    assert (aside / "default" / "x").read_bytes() == b"data"
