@@ -2432,7 +2432,49 @@ def store_cases() -> list[Case]:
             needs=("store",),
             timeout=TRAIN_TIMEOUT,
         ))
-    return out
+    return out + logs_cases()
+
+
+def _logs_setup(drop_log: bool) -> Callable[[Ctx], None]:
+    """The two trained runs; ``drop_log``: ``good`` as an older rlctl left it, with no
+    train.log."""
+
+    def setup(c: Ctx) -> None:
+        shutil.copytree(c.fx.store, c.runs, symlinks=True)
+        if drop_log:
+            (c.runs / "good" / "train.log").unlink()
+        c.state["store"] = snap(c.runs)
+
+    return setup
+
+
+def _quiet_stdout(c: Ctx, run: Run) -> list[str]:
+    return [f"stdout should be empty, got {run.out[:100]!r}"] if run.out.strip() else []
+
+
+def logs_cases() -> list[Case]:
+    """``rlctl logs`` of runs trained on this machine (their train.log); it only reads."""
+    R = lambda c: ["--runs-dir", str(c.runs)]  # noqa: E731
+    return [
+        Case("store-damage/logs-missing-run", lambda c: ["logs", "nope", *R(c)], expect=(3,),
+             keywords=("not found",), setup=_logs_setup(False), post=_store_read_only,
+             needs=("store",)),
+        Case("store-damage/logs-follow-missing-run", lambda c: ["logs", "nope", "-f", *R(c)],
+             expect=(3,), keywords=("not found",), setup=_logs_setup(False),
+             post=_store_read_only, needs=("store",)),
+        Case("store-damage/logs-no-log-file", lambda c: ["logs", "good", *R(c)], expect=(0,),
+             ok_keywords=("has no train.log",), setup=_logs_setup(True), check=_quiet_stdout,
+             post=_store_read_only, needs=("store",)),
+        Case("store-damage/logs-follow-no-log-file", lambda c: ["logs", "good", "-f", *R(c)],
+             expect=(0,), ok_keywords=("has no train.log",), setup=_logs_setup(True),
+             check=_quiet_stdout, post=_store_read_only, needs=("store",)),
+        Case("store-damage/logs-follow-finished", lambda c: ["logs", "good", "-f", *R(c)],
+             expect=(0,), ok_keywords=("run completed: 2 steps", "its log ends here"),
+             setup=_logs_setup(False), post=_store_read_only, needs=("store",)),
+        Case("store-damage/logs-json", lambda c: ["logs", "good", *R(c), "-o", "json"],
+             expect=(0,), ok_keywords=('"lines"',), setup=_logs_setup(False),
+             post=_store_read_only, needs=("store",)),
+    ]
 
 
 def _good_unchanged(c: Ctx, run: Run) -> list[str]:
@@ -2600,7 +2642,7 @@ def cloud_cases() -> list[Case]:
         ),
         ("status-gs", ["status", "r", "--runs-dir", "gs://b/runs", *P], (5,), CR, {}),
         ("logs-gs", ["logs", "r", "--runs-dir", "gs://b/runs", *P], (5,), CR, {}),
-        ("logs-local", ["logs", "r"], (2,), ("cluster",), {}),
+        ("logs-local", ["logs", "r"], (3,), ("not found",), {}),
         ("resume-gs", ["resume", "r", "--runs-dir", "gs://b/runs", *P], (5,), CR, {}),
         (
             "endpoint-not-a-url",

@@ -174,6 +174,31 @@ class Output:
             transient=False,
         )
 
+    def train_bar(self) -> Any:
+        """The live display of a training run (a terminal only): a spinner, the
+        phase or run, a bar, ``k/n``, metrics, elapsed, and an ETA that the caller
+        computes from step times (rich's own estimate needs several updates within
+        its window and shows -:--:-- for most of a run of slow steps)."""
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        return Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", markup=False, style="bold"),
+            BarColumn(),
+            TextColumn("{task.fields[count]}", markup=False),
+            TextColumn("{task.fields[info]}", markup=False),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}", markup=False),
+            console=self.err,
+            transient=False,
+        )
+
 
 class PlainProgress:
     """The subset of rich's ``Progress`` rlctl uses, as one line per change: what a

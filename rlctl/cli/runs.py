@@ -405,25 +405,38 @@ def logs(
     interval: IntervalOpt = 2.0,
     output: OutputOpt = "table",
 ) -> None:
-    """Print the trainer's log of a cluster run (its leading pod); -f keeps following.
+    """Print a run's log; -f keeps following until the run ends.
 
-    -f polls every --interval seconds and stops when the workload has ended; Ctrl-C
-    exits with 130. With -o json (not with -f): {"pod": ..., "lines": [...]}.
+    A run trained on this machine (./runs or --runs-dir PATH; or a gs:// store it
+    wrote to from here) prints its train.log: every attempt's phase, step and eval
+    lines with their times. A cluster run (a gs:// --runs-dir or --cluster) prints its
+    trainer's log from its leading pod. -f polls every --interval seconds and stops
+    when the run (or its workload) has ended; Ctrl-C exits with 130. With -o json
+    (not with -f): {"run": ..., "log": ..., "lines": [...]}, or for a cluster run
+    {"pod": ..., "lines": [...]}.
 
-    Example: rlctl logs my-run -f --runs-dir gs://my-bucket/runs
+    Example: rlctl logs my-first-run -f
     """
     from rlctl.core.errors import ConfigError
-    from rlctl.core.runs import cluster as core
 
     out = make_output(ctx, output)
     where = _where(runs_dir, cluster, project, region)
     _check_name(run)
-    if where is None:
-        raise ConfigError("logs are for cluster runs; a local run logs to its terminal",
-                          hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME")
     if follow and out.json:
         raise ConfigError("-f is text output only", hint="drop -o json")
+    if where is None:
+        from rlctl.core.store import open_store
+
+        _run_log(out, open_store(runs_dir or LOCAL_ROOT).existing(run), follow, tail,
+                 interval)
+        return
+    from rlctl.core.runs import cluster as core
+
     clients = _clients(ctx, where)
+    if not core.runs_on_cluster(clients, where.ref(), run):  # trained on this machine
+        _run_log(out, core.open_run(clients, where.ref(), run, connect=False).run, follow,
+                 tail, interval)
+        return
     if not follow:
         pod, text = core.logs(clients, where.ref(), run, tail)
         out.info(pod)
@@ -436,6 +449,31 @@ def logs(
     for line in core.follow_logs(clients, where.ref(), run, tail, interval):
         out.line(line)
     out.info("the run's workload has ended")
+
+
+def _run_log(out: Output, run: Any, follow: bool, tail: int, interval: float) -> None:
+    """The run's own train.log: its last ``tail`` lines, or (``follow``) those and
+    each new one until the run is no longer active."""
+    from rlctl.core.runs.run_log import follow_log, read_log, tail_lines
+    from rlctl.core.runs.status import run_phase
+    from rlctl.core.store.base import LOG
+
+    uri = f"{run.uri}/{LOG}"
+    text = read_log(run)
+    if text is None:
+        out.info(f"run {run.name} has no {LOG} yet: a run trained before rlctl kept one "
+                 f"shows its steps in 'rlctl status {run.name}'")
+    if not follow:
+        lines = tail_lines(text or "", tail)
+        if out.json:
+            out.result({"run": run.name, "log": uri, "lines": lines})
+            return
+        for line in lines:
+            out.line(line)
+        return
+    for line in follow_log(run, tail, interval):
+        out.line(line)
+    out.info(f"run {run.name} is {run_phase(run)}: its log ends here")
 
 
 @guarded

@@ -22,7 +22,7 @@ import re
 import shutil
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -472,8 +472,10 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def default_model_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
-    """The converted SmolLM2-135M-Instruct folder, converting it on first use."""
+def default_model_dir(cache_root: str | os.PathLike[str] | None = None,
+                      on_convert: Callable[[], None] | None = None) -> Path:
+    """The converted SmolLM2-135M-Instruct folder, converting it on first use (after
+    calling ``on_convert``, so the caller can say why this call takes a while)."""
     src = smollm2_gguf_path()
     root = cache_dir(cache_root)
     folder = root / "models" / SMOLLM2_DIR_NAME
@@ -490,6 +492,8 @@ def default_model_dir(cache_root: str | os.PathLike[str] | None = None) -> Path:
     try:
         with _lock(folder.parent / f".{SMOLLM2_DIR_NAME}.lock"):
             if not _is_current(folder, src):
+                if on_convert is not None:
+                    on_convert()
                 convert_gguf_to_hf(src, folder)
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,

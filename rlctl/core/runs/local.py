@@ -30,6 +30,7 @@ from rlctl.core.errors import (
 )
 from rlctl.core.names import generate_run_name
 from rlctl.core.runs.results import TrainResult
+from rlctl.core.runs.run_log import RunLog
 from rlctl.core.runs.spec import local_paths_absolute, write_new_run
 from rlctl.core.runs.status import read_metrics, read_status
 from rlctl.core.store import open_store
@@ -42,6 +43,8 @@ from rlctl.core.store.base import (
 )
 from rlctl.core.store.local import LocalRunDir
 from rlctl.core.trainer import stops
+from rlctl.core.trainer.events import Stage
+from rlctl.core.trainer.events import phase as phase_event  # 'phase' names a Phase here
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -85,12 +88,17 @@ class StatusFile:
 
 
 def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
-    """Start a new run. The name must be free: reusing one is what ``resume`` is for."""
+    """Start a new run. The name must be free: reusing one is what ``resume`` is for.
+
+    Its progress goes to ``progress`` and to the run's ``train.log``; the first event
+    comes before any heavy import, so a terminal shows a line within a second."""
     require_extra("tunix", "train")
     name = spec.name or generate_run_name(spec.algorithm)
+    log = RunLog("train", progress)
+    log(phase_event(Stage.STARTING, f"starting run {name}"))
     spec = local_paths_absolute(spec.model_copy(update={"name": name}))
     store = open_store(spec.output.root)
-    _preflight(spec)
+    _preflight(spec, log)
     _quiet_closed_loops()
     # SIGTERM is Ctrl-C from the moment the run exists: a stop right after spec.yaml
     # is written leaves an 'interrupted' (or, SIGKILLed, 'stale') run, never 'pending'
@@ -102,19 +110,23 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
                 status.update(phase=Phase.PENDING, pid=os.getpid(),
                               host=socket.gethostname())
             except KeyboardInterrupt:
-                _record_interrupt(run, status)
-            return _execute(spec, run, status, progress)
+                _record_interrupt(run, status, log)
+            log.attach(run)  # after status.json: 'logs -f' sees an active run, and waits
+            return _execute(spec, run, status, log)
 
 
-def _preflight(spec: RunSpec) -> None:
+def _preflight(spec: RunSpec, emit: Progress) -> None:
     """Fail on a bad model, dataset or reward before anything is written."""
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
     from rlctl.core.trainer.rewards import resolve, total_reward
     from rlctl.core.trainer.tokenizer import ChatTokenizer
+
+    folder = resolve_model_dir(spec.model.source, on_convert=lambda: emit(phase_event(
+        Stage.CONVERTING, "converting the default model to safetensors (first use only)")))
+    _load_libraries(emit)
     from rlctl.core.trainer.tunix_adapter import check_family
 
-    folder = resolve_model_dir(spec.model.source)
     check_family(folder)
     ChatTokenizer(folder)  # its files parse and name an eos token
     load_source(spec.data, spec.eval.size)
@@ -124,6 +136,17 @@ def _preflight(spec: RunSpec) -> None:
         except ConfigError as e:  # no run exists yet, so there is nothing to resume
             raise ConfigError(e.message, hint="fix the reward function and run the same "
                               "'rlctl train' again (nothing was written)") from e
+
+
+def _load_libraries(emit: Progress) -> None:
+    """Import the trainer (JAX, Flax, Tunix: seconds on a fast machine, more on a busy
+    one), saying so first unless this process already has."""
+    import sys
+
+    if "rlctl.core.trainer.tunix_adapter" not in sys.modules:
+        emit(phase_event(Stage.LIBRARIES, "loading libraries (jax, flax, tunix)"))
+    import rlctl.core.trainer.loop
+    import rlctl.core.trainer.tunix_adapter  # noqa: F401
 
 
 def load_run_spec(run: LocalRunDir) -> RunSpec:
@@ -152,6 +175,7 @@ def resume_local(root: str, name: str, progress: Progress | None = None,
     ``Checkpoints._recover``); a local run store only. ``steps``: train to that many
     steps in all (more than the run has done), a completed run included."""
     require_extra("tunix", "train")
+    log = RunLog("resume", progress)
     run = open_store(root).existing(name)
     local = isinstance(run, LocalRunDir)
     if recover and not local:
@@ -162,7 +186,7 @@ def resume_local(root: str, name: str, progress: Progress | None = None,
                           hint="resume it without --steps")
     _quiet_closed_loops()
     with _sigterm_as_interrupt(), run.lock():  # before anything is read: one writer
-        return _resume(run, progress, recover, steps)
+        return _resume(run, log, recover, steps)
 
 
 def _done(run: LocalRunDir, status: StatusFile) -> int:
@@ -215,7 +239,7 @@ def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
     return spec
 
 
-def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False,
+def _resume(run: LocalRunDir, log: RunLog, recover: bool = False,
             steps: int | None = None) -> TrainResult:
     name = run.name
     spec = load_run_spec(run)
@@ -224,7 +248,7 @@ def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False,
     # No pid check: this process holds the run's lock, so whatever status.json says
     # is active is not (a recorded pid may since belong to an unrelated process).
     if isinstance(run, LocalRunDir):
-        spec = _steps_changed(run, spec, status, steps, progress)
+        spec = _steps_changed(run, spec, status, steps, log)
     if phase == Phase.COMPLETED and spec.training.steps <= _done(run, status):
         raise ConflictError(
             f"run {name!r} already completed {spec.training.steps} steps",
@@ -240,12 +264,13 @@ def _resume(run: LocalRunDir, progress: Progress | None, recover: bool = False,
         refused = refusal(run)
         status.update(error=str(refused))
         raise refused
-    if progress:
-        where = (f"checkpoint at step {step}" if step else
-                 "a checkpoint set aside as damaged (--recover)" if aside and recover else
-                 "the start (no checkpoint yet)")
-        progress({"event": "message", "message": f"resuming {name} from {where}"})
-    return _execute(spec, run, status, progress, recover)
+    # only now: a refused resume prints nothing but its error, and leaves the log be
+    log.attach(run)
+    where = (f"checkpoint at step {step}" if step else
+             "a checkpoint set aside as damaged (--recover)" if aside and recover else
+             "the start (no checkpoint yet)")
+    log(phase_event(Stage.STARTING, f"resuming {name} from {where}"))
+    return _execute(spec, run, status, log, recover)
 
 
 def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainResult:
@@ -316,7 +341,7 @@ def _quiet_closed_loops() -> None:
     sys.unraisablehook = quiet
 
 
-def _record_interrupt(run: LocalRunDir, status: StatusFile,
+def _record_interrupt(run: LocalRunDir, status: StatusFile, log: RunLog,
                       stop: KeyboardInterrupt | None = None) -> None:
     """Record the stop and say what it kept. The step recorded is at least the latest
     checkpoint's: a stop that lands just after a save (before status.json was told)
@@ -335,14 +360,13 @@ def _record_interrupt(run: LocalRunDir, status: StatusFile,
                 f"latest checkpoint {latest}: resume repeats {lost}")
     else:
         kept = "no checkpoint yet: resume starts from step 0"
+    log.end(f"run interrupted after step {step}; {kept}")
     raise InterruptedRun(f"run {run.name!r} interrupted after step {step}; {kept}",
                          hint=f"resume with: rlctl resume {run.name}") from None
 
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
-             progress: Progress | None, recover: bool = False) -> TrainResult:
-    from rlctl.core.trainer.loop import run_trainer
-
+             log: RunLog, recover: bool = False) -> TrainResult:
     def on_status(fields: dict[str, Any]) -> None:
         status.update(**fields)
         # a stop signal whose KeyboardInterrupt was swallowed somewhere (one that a
@@ -355,24 +379,30 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
         status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
                       started=_now(), error=None)
         with _sigterm_as_interrupt():
-            evals = run_trainer(spec, run, progress, on_status, recover=recover)
+            _load_libraries(log)
+            from rlctl.core.trainer.loop import run_trainer
+
+            evals = run_trainer(spec, run, log, on_status, recover=recover)
     except KeyboardInterrupt as stop:
-        _record_interrupt(run, status, stop)
+        _record_interrupt(run, status, log, stop)
     except Exception as e:
         if stops.received():  # the interrupt surfaced wrapped in another exception
-            _record_interrupt(run, status)
+            _record_interrupt(run, status, log)
         # latest_checkpoint: a checkpoint set aside during the attempt is no longer it
         if isinstance(e, RlctlError):
             status.update(phase=Phase.FAILED, error=str(e),
                           latest_checkpoint=latest_checkpoint_step(run))
+            log.end(f"run failed: {(str(e).splitlines() or [''])[0]}")
             raise
         # one line in status.json: a library's dump stays in the log
         line = (str(e).strip().splitlines() or [""])[0][:300]
         status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}",
                       latest_checkpoint=latest_checkpoint_step(run))
+        log.end(f"run failed: {type(e).__name__}: {line}")
         raise
     status.update(phase=Phase.COMPLETED, finished=_now(), step=spec.training.steps,
                   latest_checkpoint=latest_checkpoint_step(run))
+    log.end(f"run completed: {spec.training.steps} steps")
     return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
                        step=spec.training.steps, latest_checkpoint=latest_checkpoint_step(run),
                        **evals)

@@ -221,3 +221,8 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
 
 def list_runs(store: RunStore) -> list[RunInfo]:
     return [describe_run(store.run(name)) for name in store.list_runs()]
+
+
+def run_phase(run: RunDir) -> Phase:
+    """The run's phase as ``status`` shows it (``stale`` when its process is gone)."""
+    return _phase(read_status(run))

@@ -4,6 +4,7 @@
     <root>/<run>/spec.yaml           the RunSpec the trainer runs
     <root>/<run>/status.json         phase, step, latest checkpoint, timestamps
     <root>/<run>/metrics.jsonl       one JSON object per optimizer step
+    <root>/<run>/train.log           the run's progress lines, every attempt (rlctl logs)
     <root>/<run>/tensorboard/        TensorBoard event files
     <root>/<run>/checkpoints/<step>/ Orbax checkpoints (complete ones only)
     <root>/<run>/checkpoints/<step>.damaged[-n]/  a damaged checkpoint set aside: never
@@ -29,6 +30,7 @@ from rlctl.core.errors import NotFoundError
 SPEC = "spec.yaml"
 STATUS = "status.json"
 METRICS = "metrics.jsonl"
+LOG = "train.log"
 TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"

@@ -7,6 +7,7 @@ weights alone, so the baseline, the periodic and the final evals compare.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,17 +26,26 @@ def scalar_prefix(which: str) -> str:
 
 
 def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
-             reward_fns: list[RewardFn], e: EvalSpec, which: str, step: int) -> dict[str, Any]:
-    """The eval record of ``model`` on ``problems`` (``eval/<which>.json``)."""
+             reward_fns: list[RewardFn], e: EvalSpec, which: str, step: int,
+             on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The eval record of ``model`` on ``problems`` (``eval/<which>.json``).
+
+    ``on_batch(done, total)`` is called before the first batch and after each one:
+    an eval can take a minute (its first batch compiles), and a user sees it move."""
     rollout.sync(model)
     t0 = time.perf_counter()
     texts: list[str] = []
+    batches = -(-len(problems) // e.batch_size)
+    if on_batch is not None:
+        on_batch(0, batches)
     for i in range(0, len(problems), e.batch_size):
         chunk = problems[i : i + e.batch_size]
         padded = chunk + [chunk[0]] * (e.batch_size - len(chunk))  # one compiled shape
         prompts, width = rollout.render(padded)
         out = rollout.sample(prompts, width, seed=0, greedy=True)
         texts.extend(out.text[: len(chunk)])
+        if on_batch is not None:
+            on_batch(i // e.batch_size + 1, batches)
     scores = score(reward_fns, texts, problems)
     n = len(problems)
     return {

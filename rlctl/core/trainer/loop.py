@@ -29,6 +29,7 @@ from rlctl.core.trainer import rollout as rollout_lib
 from rlctl.core.trainer.checkpointing import Checkpoints
 from rlctl.core.trainer.data import load_source
 from rlctl.core.trainer.distributed import Topology, agree
+from rlctl.core.trainer.events import Stage, phase
 from rlctl.core.trainer.rollout import Rollout, sampler_mesh, score, step_seed
 from rlctl.core.trainer.step import StepMetrics, Update, make_optimizer
 
@@ -68,7 +69,7 @@ class Trainer:
                 "rollout.engine 'vllm' needs a TPU/GPU vLLM install; this machine uses 'vanilla'",
                 hint="use --set rollout.engine=auto",
             )
-        self.emit({"event": "message", "message": f"loading model {s.model.source}"})
+        self.emit(phase(Stage.LOADING, f"loading model {s.model.source}"))
         folder = resolve_model_dir(s.model.source)
         self.tokenizer = ChatTokenizer(folder)
         self.model, self.info = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
@@ -104,8 +105,11 @@ class Trainer:
 
     # --- eval and one step ---------------------------------------------------------
     def evaluate(self, which: str, step: int) -> dict[str, Any]:
-        result = evaluation.evaluate(self.rollout, self.model, self.source.eval_set,
-                                     self.reward_fns, self.spec.eval, which, step)
+        text = f"evaluating {which} on {len(self.source.eval_set)} held-out prompts"
+        result = evaluation.evaluate(
+            self.rollout, self.model, self.source.eval_set, self.reward_fns, self.spec.eval,
+            which, step, on_batch=lambda done, total: self.emit(
+                phase(Stage.EVALUATING, text, done, total, "batches")))
         if self.writer:
             self.run.write_json(f"{EVAL}/{which}.json", result)
         self.metrics.scalars(evaluation.scalar_prefix(which),
@@ -188,6 +192,8 @@ class Trainer:
             if s.eval.size and needs_baseline:
                 on_status({"phase": "evaluating"})
                 baseline = self.evaluate("baseline", 0)
+            if self.ckpt.latest is not None:
+                self.emit(phase(Stage.RESTORING, f"restoring checkpoint {self.ckpt.latest}"))
             start = self.ckpt.restore_latest(self.model, self.optimizer)
             self.metrics.truncate_after(start)
             if start:
@@ -202,6 +208,9 @@ class Trainer:
             # stop takes effect at once, as before, and resume repeats the steps since
             # the last checkpoint.
             safe = not self.topo.multi_process
+            if start < s.training.steps:  # its programs compile in this step
+                self.emit(phase(Stage.COMPILING, f"step {start + 1}: compiling and running "
+                                "(the first step is slower)"))
             for step in range(start, s.training.steps):
                 with stops.deferred(safe):  # a first Ctrl-C waits for a safe point
                     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,13 @@ _MAX_HEADER = 100 * 1024 * 1024
 _REFETCH = "copy or download the model again"
 
 
-def resolve_model_dir(source: str) -> Path:
+def resolve_model_dir(source: str, on_convert: Callable[[], None] | None = None) -> Path:
+    """The model's HF folder. ``on_convert`` is called before the default model is
+    converted (its first use: tens of seconds), so a user can be told why it waits."""
     if source == DEFAULT_MODEL:
         from rlctl.core.checkpoints.gguf import default_model_dir
 
-        return default_model_dir()
+        return default_model_dir(on_convert=on_convert)
     p = Path(source).expanduser()
     if p.exists():
         if not p.is_dir():

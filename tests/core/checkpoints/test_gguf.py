@@ -333,11 +333,14 @@ class TestDefaultModelDir:
         return calls
 
     def test_converts_once_into_the_cache_then_reuses_it(self, tmp_path, fake_smollm2):
-        first = conv.default_model_dir(tmp_path / "cache")
-        second = conv.default_model_dir(tmp_path / "cache")
+        told: list[int] = []  # on_convert: the caller says why this call takes a while
+        first = conv.default_model_dir(tmp_path / "cache",
+                                       on_convert=lambda: told.append(len(fake_smollm2)))
+        second = conv.default_model_dir(tmp_path / "cache", on_convert=lambda: told.append(-1))
         assert first == second == tmp_path / "cache" / "models" / "smollm2-135m-instruct"
         assert (first / "config.json").is_file()
         assert fake_smollm2 == [first]
+        assert told == [0]  # once, before the conversion; not when the cache is current
 
     def test_rlctl_cache_env_sets_the_root(self, tmp_path, monkeypatch, fake_smollm2):
         monkeypatch.setenv("RLCTL_CACHE", str(tmp_path / "envcache"))

@@ -68,6 +68,18 @@ def test_sigkill_then_resume_from_gcs_reproduces_an_uninterrupted_run(
     assert client.bucket(bucket).blob("runs/killed/tensorboard").exists() is False
     assert list(client.list_blobs(bucket, prefix="runs/killed/tensorboard/events"))
 
+    # train.log through the store: the killed attempt up to its last step, the resume
+    text = client.bucket(bucket).blob("runs/killed/train.log").download_as_text()
+    log = text.splitlines()
+    markers = [x.split("  ", 1)[1].split(" (pid")[0] for x in log if "==== attempt" in x]
+    assert markers == ["==== attempt 1: rlctl train killed", "==== attempt 2: rlctl resume killed"]
+    attempt_1 = log[:log.index(next(x for x in log if "==== attempt 2" in x))]
+    assert any("step 2/6" in x for x in attempt_1), attempt_1
+    assert log[-1].endswith("run completed: 6 steps")
+    shown = rlctl("logs", "killed", "--runs-dir", root, "--tail", "3")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == log[-3:]
+
     # the pod entrypoint on the same run: already completed, so it exits 0 at once
     pod = subprocess.run([sys.executable, "-m", "rlctl.core.runs.pod", "--run",
                           f"{root}/killed"], cwd=REPO, env=env, capture_output=True,
