@@ -225,4 +225,4 @@ def list_runs(store: RunStore) -> list[RunInfo]:
 
 def run_phase(run: RunDir) -> Phase:
     """The run's phase as ``status`` shows it (``stale`` when its process is gone)."""
-    return _phase(read_status(run))
+    return _phase(read_status(run), run)
