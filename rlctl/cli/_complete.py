@@ -51,7 +51,9 @@ def local_run_names(root: str) -> list[str]:
 @_quiet
 def run_names(ctx: typer.Context, incomplete: str) -> Suggestions:
     """Runs in ``--runs-dir`` (or ``$RLCTL_RUNS_DIR``, or ``./runs``)."""
-    root = ctx.params.get("runs_dir") or os.environ.get("RLCTL_RUNS_DIR") or "./runs"
+    from rlctl.core.paths import RUNS_ROOT
+
+    root = ctx.params.get("runs_dir") or os.environ.get("RLCTL_RUNS_DIR") or RUNS_ROOT
     return _starting(local_run_names(root), incomplete)
 
 

@@ -100,23 +100,6 @@ BackendOpt = Annotated[str, typer.Option("--backend", help=_backend_help(),
 
 
 @dataclass
-class ClusterRefOpts:
-    """Where a cluster run is, as given on the command line (None = look it up)."""
-
-    cluster: str | None = None
-    project: str | None = None
-    region: str | None = None
-    runs_dir: str | None = None
-    accelerator: str | None = None
-
-    def ref(self) -> Any:
-        from rlctl.core.runs.cluster import ClusterRef
-
-        return ClusterRef(cluster=self.cluster, project=self.project, region=self.region,
-                          runs_dir=self.runs_dir, accelerator=self.accelerator)
-
-
-@dataclass
 class AppState:
     """What the root callback hands to every command through ``ctx.obj``.
 

@@ -15,7 +15,6 @@ from rlctl.cli._complete import run_names
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
     ClusterOpt,
-    ClusterRefOpts,
     DryRunOpt,
     ImageOpt,
     OutputOpt,
@@ -29,11 +28,11 @@ from rlctl.cli._output import Output, make_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.runs.results import RunInfo
+    from rlctl.core.runs.where import Where
 
 RunArg = Annotated[str, typer.Argument(help="Run name.", autocompletion=run_names)]
 OptRunArg = Annotated[str | None, typer.Argument(help="Run name; omit to list all runs.",
                                                  autocompletion=run_names)]
-LOCAL_ROOT = "./runs"
 WatchOpt = Annotated[
     bool, typer.Option("--watch", "-w", help="Refresh until the run ends (table output only; "
                        "not with -o json).")
@@ -58,13 +57,15 @@ PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's f
                                         "(spec, status, metrics, checkpoints) from the store.")]
 
 
-def _where(runs_dir: str | None, cluster: str | None, project: str | None,
-           region: str | None) -> ClusterRefOpts | None:
-    """A cluster reference when the run store is remote or a cluster is named, else None."""
-    if cluster or (runs_dir or "").startswith("gs://"):
-        return ClusterRefOpts(cluster=cluster, project=project, region=region,
-                              runs_dir=runs_dir)
-    return None
+def _where(ctx: typer.Context, runs_dir: str | None, cluster: str | None,
+           project: str | None, region: str | None, run: str | None = None) -> Where:
+    """The flags mapped to ``core/runs/where.py``, which decides local or cluster
+    (``run``: also ask the store whether that run was trained on this machine)."""
+    from rlctl.cli._infra import clients_for
+    from rlctl.core.runs.where import locate
+
+    return locate(runs_dir, cluster, project, region,
+                  lambda: clients_for(ctx, project, region), run=run)
 
 
 def _check_name(run: str | None) -> None:
@@ -73,12 +74,6 @@ def _check_name(run: str | None) -> None:
         from rlctl.core.names import validate_name
 
         validate_name(run, "run")
-
-
-def _clients(ctx: typer.Context, where: ClusterRefOpts):
-    from rlctl.cli._infra import clients_for
-
-    return clients_for(ctx, where.project, where.region)
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -231,17 +226,19 @@ def status(
     if watch and out.json:
         raise ConfigError("--watch is table output only",
                           hint="drop -o json, or poll 'rlctl status RUN -o json' yourself")
-    where = _where(runs_dir, cluster, project, region)
     _check_name(run)
     plot_path = _plot_path(plot, run, watch)
+    where = _where(ctx, runs_dir, cluster, project, region)
 
     def fetch() -> tuple[Any, Any, bool]:
         """(data, renderable, finished)"""
-        if where is None:
+        from rlctl.core.runs.where import Local
+
+        if isinstance(where, Local):
             from rlctl.core.runs.status import describe_run, list_runs
             from rlctl.core.store import open_store
 
-            store = open_store(runs_dir or LOCAL_ROOT)
+            store = open_store(where.root)
             if run is None:
                 rows = list_runs(store)
                 return rows, _runs_table(rows) if rows else f"no runs in {store.uri}", False
@@ -249,11 +246,10 @@ def status(
             return info, _run_view(info), info.finished
         from rlctl.core.runs import cluster as core
 
-        clients = _clients(ctx, where)
         if run is None:
-            uri, rows = core.list_store(clients, where.ref())
+            uri, rows = core.list_store(where.clients, where.ref)
             return rows, _runs_table(rows) if rows else f"no runs in {uri}", False
-        info = core.describe(clients, where.ref(), run, curve=True)
+        info = core.describe(where.clients, where.ref, run, curve=True)
         return info, _view(info), info.finished
 
     if not watch:
@@ -359,16 +355,14 @@ def resume(
 
     Example: rlctl resume my-first-run --steps 40
     """
+    from rlctl.core.runs.where import OnCluster
+
     out = make_output(ctx, output, yes)
-    where = _where(runs_dir, cluster, project, region)
     _check_name(run)
-    if where is not None:
+    where = _where(ctx, runs_dir, cluster, project, region, run)
+    if isinstance(where, OnCluster):
         from rlctl.core.runs import cluster as core
 
-        clients = _clients(ctx, where)
-        if not core.runs_on_cluster(clients, where.ref(), run):
-            where = None  # trained on this machine: resume it here
-    if where is not None:
         if recover or steps is not None:
             from rlctl.core.errors import ConfigError
 
@@ -376,8 +370,8 @@ def resume(
             raise ConfigError(f"{flag} is for a run trained on this machine",
                               hint="copy the run's folder here, resume it, then copy it "
                                    "back")
-        result = core.resume(clients, where.ref(), run, hf_token=core.hf_token_from_env(),
-                             image=image)
+        result = core.resume(where.clients, where.ref, run,
+                             hf_token=core.hf_token_from_env(), image=image)
         for line in result.applied:
             out.info(f"  {line}")
         out.result(result.model_dump(mode="json"), f"resumed run {run} on {result.cluster} "
@@ -387,7 +381,7 @@ def resume(
     from rlctl.core.runs.local import resume_local
 
     with TrainProgress(out) as progress:
-        record = resume_local(runs_dir or LOCAL_ROOT, run, progress=progress.callback,
+        record = resume_local(where.root, run, progress=progress.callback,
                               recover=recover, steps=steps)
     out.result(record.model_dump(mode="json"), progress.summary(record))
 
@@ -418,27 +412,23 @@ def logs(
     Example: rlctl logs my-first-run -f
     """
     from rlctl.core.errors import ConfigError
+    from rlctl.core.runs.where import Local
 
     out = make_output(ctx, output)
-    where = _where(runs_dir, cluster, project, region)
     _check_name(run)
     if follow and out.json:
         raise ConfigError("-f is text output only", hint="drop -o json")
-    if where is None:
+    where = _where(ctx, runs_dir, cluster, project, region, run)
+    if isinstance(where, Local):  # trained on this machine (its store may be gs://)
         from rlctl.core.store import open_store
 
-        _run_log(out, open_store(runs_dir or LOCAL_ROOT).existing(run), follow, tail,
+        _run_log(out, where.run or open_store(where.root).existing(run), follow, tail,
                  interval)
         return
     from rlctl.core.runs import cluster as core
 
-    clients = _clients(ctx, where)
-    if not core.runs_on_cluster(clients, where.ref(), run):  # trained on this machine
-        _run_log(out, core.open_run(clients, where.ref(), run, connect=False).run, follow,
-                 tail, interval)
-        return
     if not follow:
-        pod, text = core.logs(clients, where.ref(), run, tail)
+        pod, text = core.logs(where.clients, where.ref, run, tail)
         out.info(pod)
         if out.json:
             out.result({"pod": pod, "lines": text.splitlines()})
@@ -446,7 +436,7 @@ def logs(
             for line in text.splitlines():
                 out.line(line)
         return
-    for line in core.follow_logs(clients, where.ref(), run, tail, interval):
+    for line in core.follow_logs(where.clients, where.ref, run, tail, interval):
         out.line(line)
     out.info("the run's workload has ended")
 
@@ -500,14 +490,15 @@ def delete_run(
     Example: rlctl delete run my-run --runs-dir gs://my-bucket/runs --purge --yes
     """
     from rlctl.cli._infra import run_plan
+    from rlctl.core.runs.where import Local
 
     out = make_output(ctx, output, yes)
-    where = _where(runs_dir, cluster, project, region)
     _check_name(run)
-    if where is None:
+    where = _where(ctx, runs_dir, cluster, project, region)
+    if isinstance(where, Local):
         from rlctl.core.runs.local_delete import delete_local, plan_delete_local
 
-        root = runs_dir or LOCAL_ROOT
+        root = where.root
         local = plan_delete_local(root, run)
         run_plan(out, local, dry_run,
                  lambda ev: delete_local(root, local, ev).model_dump(mode="json"),
@@ -515,8 +506,7 @@ def delete_run(
         return
     from rlctl.core.runs import cluster as core
 
-    clients = _clients(ctx, where)
-    ref = where.ref()
+    clients, ref = where.clients, where.ref
     plan = core.plan_delete(clients, ref, run, purge)
     n = len(plan.pending())
     run_plan(out, plan, dry_run,

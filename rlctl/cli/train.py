@@ -6,7 +6,7 @@ written to the cluster's gs:// run store and a JobSet/PathwaysJob/RayJob runs it
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,7 +14,6 @@ from rlctl.cli._complete import accelerators
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
     BackendOpt,
-    ClusterRefOpts,
     ConfigOpt,
     DryRunOpt,
     OutputOpt,
@@ -27,6 +26,9 @@ from rlctl.cli._options import (
     YesOpt,
     make_output,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlctl.core.runs.where import OnCluster, Where
 
 app = typer.Typer(help="Start a training run (GRPO or GSPO).\n\n"
                   "Example: rlctl train grpo --steps 20 --name my-first-run",
@@ -87,27 +89,29 @@ PrintOpt = Annotated[
 def _run(
     algorithm: str, ctx: typer.Context, config: str | None, overrides: list[str] | None,
     flags: dict[str, object], print_config: bool, output: str, yes: bool,
-    where: ClusterRefOpts, backend: str, image: str | None, dry_run: bool,
+    where: Where, backend: str, image: str | None, dry_run: bool,
     resources: dict[str, object] | None = None,
 ) -> None:
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
+    from rlctl.core.runs.where import Local
 
     out = make_output(ctx, output, yes)
-    if where.cluster:
-        flags = {**flags, "output.root": None}  # the pods write to the cluster's gs:// store
+    local = isinstance(where, Local)
+    # on a cluster the pods write to the cluster's gs:// store
+    flags = {**flags, "output.root": where.root if local else None}
     given = [f for f, v in (resources or {}).items() if v is not None]
-    if given and not where.cluster:
+    if given and local:
         from rlctl.core.errors import ConfigError
 
         raise ConfigError(f"--{given[0].replace('_', '-')} is for cluster runs",
                           hint="add --cluster NAME, or leave it out for a run on this machine")
     spec = resolve_run_spec(algorithm, config, overrides, flags)
-    if print_config or (dry_run and not where.cluster):
+    if print_config or (dry_run and local):
         out.result(spec.model_dump(mode="json"), dump_yaml(spec))
         return
-    if where.cluster:
-        _submit(ctx, out, spec, where, backend, image, dry_run, resources or {})
+    if not local:
+        _submit(out, spec, where, backend, image, dry_run, resources or {})
         return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import train_local
@@ -117,16 +121,15 @@ def _run(
     out.result(record.model_dump(mode="json"), progress.summary(record))
 
 
-def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
-            image: str | None, dry_run: bool, resources: dict[str, object]) -> None:
-    from rlctl.cli._infra import clients_for
+def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_run: bool,
+            resources: dict[str, object]) -> None:
     from rlctl.core.runs import cluster as core
     from rlctl.core.runs.results import SubmitPreview
 
-    clients = clients_for(ctx, where.project, where.region)
-    out.info(f"looking up cluster {where.cluster} ...")
+    clients = where.clients
+    out.info(f"looking up cluster {where.ref.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
-    result = core.submit(clients, where.ref(), spec, backend, image,
+    result = core.submit(clients, where.ref, spec, backend, image,
                          hf_token=core.hf_token_from_env(), dry_run=dry_run,
                          resources=core.HostResources(**resources))
     for p in result.placements:  # where each pod group goes (the fit check passed)
@@ -134,7 +137,7 @@ def _submit(ctx: typer.Context, out, spec, where: ClusterRefOpts, backend: str,
     for note in result.notes:
         out.info(f"  note: {note}")
     if isinstance(result, SubmitPreview):
-        out.info(f"dry run: {len(result.manifests)} objects for {where.cluster} "
+        out.info(f"dry run: {len(result.manifests)} objects for {where.ref.cluster} "
                  f"({result.accelerator}), run store {result.runs_dir}; nothing changed")
         if out.json:
             out.result(result.manifests)
@@ -194,10 +197,12 @@ def _command(algorithm: str):
             "training.beta": beta,
             "training.seed": seed,
             "eval.size": eval_size,
-            "output.root": runs_dir,
         }
-        where = ClusterRefOpts(cluster=cluster, project=project, region=region,
-                               runs_dir=runs_dir if cluster else None, accelerator=accelerator)
+        from rlctl.cli._infra import clients_for
+        from rlctl.core.runs.where import locate_new
+
+        where = locate_new(runs_dir, cluster, project, region, accelerator,
+                           lambda: clients_for(ctx, project, region))
         _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
              image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu})
 

@@ -1,9 +1,14 @@
-"""Local paths: checks on those a user hands rlctl to write into, and rlctl's cache."""
+"""Local paths: checks on those a user hands rlctl to write into, the default run store,
+and rlctl's cache."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+# The run store when none is named (--runs-dir, $RLCTL_RUNS_DIR, output.root): one
+# place, read by the spec's default, the run commands and shell completion.
+RUNS_ROOT = "./runs"
 
 # kernel interfaces, not storage: writing a run or a cache there fails in odd ways
 _PSEUDO = (Path("/proc"), Path("/sys"), Path("/dev"))

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlctl.core.names import validate_name
+from rlctl.core.paths import RUNS_ROOT
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -146,7 +147,7 @@ class OutputSpec(Spec):
     root: Annotated[
         str, Field(min_length=1,
                    description="run store root: a local path or gs://bucket/prefix")
-    ] = "./runs"
+    ] = RUNS_ROOT
     tensorboard: bool = True
 
 

@@ -22,6 +22,7 @@ from rlctl.core.errors import (
 from rlctl.core.k8s import backends
 from rlctl.core.k8s.diagnose import Diagnosis, diagnose
 from rlctl.core.k8s.render import RUN_LABEL
+from rlctl.core.phases import Phase
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -316,7 +317,7 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
                 if line:
                     last_lines[p["metadata"]["name"]] = line
     if workload is None and not pods:
-        return Diagnosis(phase="absent", reason="no workload on the cluster")
+        return Diagnosis(phase=Phase.ABSENT, reason="no workload on the cluster")
     return diagnose(workload, pods, events, last_lines)
 
 

@@ -10,14 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlctl.core.phases import Phase
+
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERRORS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
 
 class Diagnosis(BaseModel):
-    """``phase``: pending | running | completed | failed | suspended | unknown."""
+    """``phase``: pending | running | completed | failed | suspended (absent: no
+    workload object, ``apply.describe_workload``)."""
 
-    phase: str
+    phase: Phase
     reason: str | None = None
     pods: dict[str, int] = {}  # pod phase -> count
 
@@ -27,33 +30,34 @@ def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type"): c for c in conds if c.get("status") == "True"}
 
 
-def workload_phase(workload: dict[str, Any] | None) -> tuple[str, str | None]:
-    """(phase, message) from a JobSet, PathwaysJob or RayJob's status alone."""
+def workload_phase(workload: dict[str, Any] | None) -> tuple[Phase | None, str | None]:
+    """(phase, message) from a JobSet, PathwaysJob or RayJob's status alone; phase None
+    when the workload is not finished and its status does not say it runs (its pods do)."""
     if workload is None:
-        return "unknown", "no workload object"
+        return Phase.UNKNOWN, "no workload object"
     status = workload.get("status") or {}
     if workload.get("kind") == "RayJob":
         deploy = status.get("jobDeploymentStatus") or ""
         job = status.get("jobStatus") or ""
         msg = status.get("message") or None
         if (deploy == "Complete" and job == "SUCCEEDED") or job == "SUCCEEDED":
-            return "completed", None
+            return Phase.COMPLETED, None
         if deploy == "Failed" or job in ("FAILED", "STOPPED"):
-            return "failed", msg or f"Ray job {job.lower() or 'failed'}"
+            return Phase.FAILED, msg or f"Ray job {job.lower() or 'failed'}"
         if deploy == "Suspended" or (workload.get("spec") or {}).get("suspend"):
-            return "suspended", None
+            return Phase.SUSPENDED, None
         if job == "RUNNING":
-            return "running", None
-        return "pending", msg
+            return Phase.RUNNING, None
+        return Phase.PENDING, msg
     conds = _conditions(workload)
     if "Completed" in conds:
-        return "completed", None
+        return Phase.COMPLETED, None
     if "Failed" in conds:
         c = conds["Failed"]
-        return "failed", c.get("message") or c.get("reason")
+        return Phase.FAILED, c.get("message") or c.get("reason")
     if "Suspended" in conds:
-        return "suspended", None
-    return "active", None  # not finished: the pods say whether it runs
+        return Phase.SUSPENDED, None
+    return None, None  # not finished: the pods say whether it runs
 
 
 def _selector_text(pod: dict[str, Any]) -> str:
@@ -152,21 +156,22 @@ def diagnose(workload: dict[str, Any] | None, pods: list[dict[str, Any]],
         ph = (p.get("status") or {}).get("phase") or "Unknown"
         counts[ph] = counts.get(ph, 0) + 1
     phase, message = workload_phase(workload)
-    if phase in ("completed", "suspended"):
+    if phase in (Phase.COMPLETED, Phase.SUSPENDED):
         return Diagnosis(phase=phase, reason=message, pods=counts)
     problems = [pr for p in pods if (pr := _pod_problem(p, events, last_lines or {}))]
-    if phase == "failed":
-        return Diagnosis(phase="failed", reason=message or
+    if phase is Phase.FAILED:
+        return Diagnosis(phase=Phase.FAILED, reason=message or
                          (max(problems)[1] if problems else None), pods=counts)
     if problems:
         severity, reason = max(problems, key=lambda x: x[0])
         pending = severity == 1 or (counts.get("Pending", 0) > 0 and severity != 4)
-        return Diagnosis(phase="pending" if pending else "running", reason=reason, pods=counts)
+        return Diagnosis(phase=Phase.PENDING if pending else Phase.RUNNING, reason=reason,
+                         pods=counts)
     if not pods:
-        if phase == "running":  # a RayJob that says so
-            return Diagnosis(phase="running", reason=None, pods=counts)
-        return Diagnosis(phase="pending", reason=message or "no pods yet", pods=counts)
-    if counts.get("Pending"):
-        return Diagnosis(phase="pending", reason=f"{counts['Pending']} of {len(pods)} pods "
-                         "pending", pods=counts)
-    return Diagnosis(phase="running", reason=None, pods=counts)
+        if phase is Phase.RUNNING:  # a RayJob that says so
+            return Diagnosis(phase=Phase.RUNNING, reason=None, pods=counts)
+        return Diagnosis(phase=Phase.PENDING, reason=message or "no pods yet", pods=counts)
+    if counts.get("Pending"):  # Kubernetes' own pod phase
+        return Diagnosis(phase=Phase.PENDING, reason=f"{counts['Pending']} of {len(pods)} "
+                         "pods pending", pods=counts)
+    return Diagnosis(phase=Phase.RUNNING, reason=None, pods=counts)

@@ -52,7 +52,7 @@ from rlctl.core.runs.submit import (
     submit_run,
 )
 from rlctl.core.store import open_store
-from rlctl.core.store.base import Phase, RunDir, RunStore
+from rlctl.core.store.base import RunDir, RunStore
 
 RUNS_PREFIX = "runs"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -256,12 +256,8 @@ class OpenRun:
 
 
 def is_cluster_run(status: dict[str, Any]) -> bool:
-    return backends.is_backend(status.get("backend"))
-
-
-def runs_on_cluster(clients: GcpClients, ref: ClusterRef, name: str) -> bool:
     """Whether the run was submitted to a cluster; a local run may keep its store on gs://."""
-    return is_cluster_run(open_run(clients, ref, name, connect=False).status)
+    return backends.is_backend(status.get("backend"))
 
 
 def open_run(clients: GcpClients, ref: ClusterRef, name: str, connect: bool = True) -> OpenRun:
@@ -365,7 +361,7 @@ def follow_logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100
         first = False
         yield from new
         seen = (seen + new)[-window:]
-        if Phase.parse(describe_workload(api, name, o.backend).phase).finished:
+        if describe_workload(api, name, o.backend).phase.finished:
             return
         (sleep or time.sleep)(interval)  # looked up per call, so tests can stub it
 

@@ -29,6 +29,7 @@ from rlctl.core.errors import (
     require_extra,
 )
 from rlctl.core.names import generate_run_name
+from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.run_log import RunLog
 from rlctl.core.runs.spec import local_paths_absolute, write_new_run
@@ -37,7 +38,6 @@ from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
     STATUS,
-    Phase,
     latest_checkpoint_step,
     set_aside_checkpoints,
 )
@@ -82,8 +82,11 @@ class StatusFile:
         # what the store holds, never a checkpoint that was set aside or lost since
         self.data["latest_checkpoint"] = latest_checkpoint_step(run)
 
-    def update(self, **fields: Any) -> None:
-        self.data.update(fields, updated=_now())
+    def update(self, change: StatusUpdate | None = None, **fields: Any) -> None:
+        """Write the fields ``change`` gives (or ``fields``, checked as a
+        ``StatusUpdate``) and ``updated``; the rest stay."""
+        change = change if change is not None else StatusUpdate(**fields)
+        self.data.update(change.fields(), updated=_now())
         self.run.write_json(STATUS, self.data)
 
 
@@ -107,8 +110,8 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
         with run.lock():  # one writer per run, for this process's whole life
             status = StatusFile(run, spec)
             try:
-                status.update(phase=Phase.PENDING, pid=os.getpid(),
-                              host=socket.gethostname())
+                status.update(StatusUpdate(phase=Phase.PENDING, pid=os.getpid(),
+                                           host=socket.gethostname()))
             except KeyboardInterrupt:
                 _record_interrupt(run, status, log)
             log.attach(run)  # after status.json: 'logs -f' sees an active run, and waits
@@ -234,8 +237,9 @@ def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
                                f"'rlctl resume {run.name} --steps N' (N > {done})")
     if changes:
         history = status.data.get("steps_changes")
-        status.update(steps_changes=[*(history if isinstance(history, list) else []),
-                                     *changes], total_steps=spec.training.steps)
+        status.update(StatusUpdate(
+            steps_changes=[*(history if isinstance(history, list) else []), *changes],
+            total_steps=spec.training.steps))
     return spec
 
 
@@ -262,7 +266,7 @@ def _resume(run: LocalRunDir, log: RunLog, recover: bool = False,
 
         # never from step 0 while a checkpoint exists, set aside or not
         refused = refusal(run)
-        status.update(error=str(refused))
+        status.update(StatusUpdate(error=str(refused)))
         raise refused
     # only now: a refused resume prints nothing but its error, and leaves the log be
     log.attach(run)
@@ -282,7 +286,7 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
     run = open_store(root).existing(name)
     spec = load_run_spec(run)
     _quiet_closed_loops()
-    evals = run_trainer(spec, run, progress, on_status=lambda fields: None)
+    evals = run_trainer(spec, run, progress, on_status=lambda update: None)
     return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
                        step=spec.training.steps, **evals)
 
@@ -351,7 +355,7 @@ def _record_interrupt(run: LocalRunDir, status: StatusFile, log: RunLog,
     rows = read_metrics(run)  # a step whose save a second signal cut short is in them
     last = rows[-1].get("step") if rows else 0
     step = max(_done(run, status), last if isinstance(last, int) else 0)
-    status.update(phase=Phase.INTERRUPTED, step=step, latest_checkpoint=latest)
+    status.update(StatusUpdate(phase=Phase.INTERRUPTED, step=step, latest_checkpoint=latest))
     if isinstance(stop, stops.StopRequested) and stop.saved == step and step:
         kept = f"saved checkpoint {step}"
     elif latest:
@@ -367,8 +371,8 @@ def _record_interrupt(run: LocalRunDir, status: StatusFile, log: RunLog,
 
 def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
              log: RunLog, recover: bool = False) -> TrainResult:
-    def on_status(fields: dict[str, Any]) -> None:
-        status.update(**fields)
+    def on_status(change: StatusUpdate) -> None:
+        status.update(change)
         # a stop signal whose KeyboardInterrupt was swallowed somewhere (one that a
         # step defers is the loop's to take, at its safe point)
         if stops.received() and not stops.deferring():
@@ -376,8 +380,8 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
 
     stops.reset()
     try:
-        status.update(phase=Phase.STARTING, pid=os.getpid(), host=socket.gethostname(),
-                      started=_now(), error=None)
+        status.update(StatusUpdate(phase=Phase.STARTING, pid=os.getpid(),
+                                   host=socket.gethostname(), started=_now(), error=None))
         with _sigterm_as_interrupt():
             _load_libraries(log)
             from rlctl.core.trainer.loop import run_trainer
@@ -390,18 +394,19 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
             _record_interrupt(run, status, log)
         # latest_checkpoint: a checkpoint set aside during the attempt is no longer it
         if isinstance(e, RlctlError):
-            status.update(phase=Phase.FAILED, error=str(e),
-                          latest_checkpoint=latest_checkpoint_step(run))
+            status.update(StatusUpdate(phase=Phase.FAILED, error=str(e),
+                                       latest_checkpoint=latest_checkpoint_step(run)))
             log.end(f"run failed: {(str(e).splitlines() or [''])[0]}")
             raise
         # one line in status.json: a library's dump stays in the log
         line = (str(e).strip().splitlines() or [""])[0][:300]
-        status.update(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}",
-                      latest_checkpoint=latest_checkpoint_step(run))
+        status.update(StatusUpdate(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}",
+                                   latest_checkpoint=latest_checkpoint_step(run)))
         log.end(f"run failed: {type(e).__name__}: {line}")
         raise
-    status.update(phase=Phase.COMPLETED, finished=_now(), step=spec.training.steps,
-                  latest_checkpoint=latest_checkpoint_step(run))
+    status.update(StatusUpdate(phase=Phase.COMPLETED, finished=_now(),
+                               step=spec.training.steps,
+                               latest_checkpoint=latest_checkpoint_step(run)))
     log.end(f"run completed: {spec.training.steps} steps")
     return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
                        step=spec.training.steps, latest_checkpoint=latest_checkpoint_step(run),

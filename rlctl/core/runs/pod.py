@@ -68,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.run:
         parser.error("--run (or RLCTL_RUN) is required")
     try:
+        from rlctl.core.phases import Phase
         from rlctl.core.runs.local import follow_run
         from rlctl.core.runs.status import read_status
         from rlctl.core.store import open_store
-        from rlctl.core.store.base import Phase
         from rlctl.core.trainer.distributed import agree, initialize
 
         root, name = split_run_uri(args.run)

@@ -20,8 +20,8 @@ from pydantic import (
 
 from rlctl.core.k8s.diagnose import Diagnosis
 from rlctl.core.k8s.fit import Placement
+from rlctl.core.phases import Phase
 from rlctl.core.runs.curve import Curve
-from rlctl.core.store.base import Phase
 
 EVALS = ("baseline", "final")
 
@@ -103,7 +103,7 @@ class ClusterRunInfo(RunInfo):
 
     @property
     def finished(self) -> bool:
-        return self.phase.finished or Phase.parse(self.workload.phase).finished
+        return self.phase.finished or self.workload.phase.finished
 
 
 class EvalResult(BaseModel):

@@ -7,6 +7,7 @@ import os
 import socket
 from typing import Any
 
+from rlctl.core.phases import Phase
 from rlctl.core.runs.curve import Curve, build_curve
 from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
 from rlctl.core.store.base import (
@@ -15,7 +16,6 @@ from rlctl.core.store.base import (
     METRICS,
     SPEC,
     STATUS,
-    Phase,
     RunDir,
     RunStore,
     latest_checkpoint_step,
@@ -225,4 +225,4 @@ def list_runs(store: RunStore) -> list[RunInfo]:
 
 def run_phase(run: RunDir) -> Phase:
     """The run's phase as ``status`` shows it (``stale`` when its process is gone)."""
-    return _phase(read_status(run))
+    return _phase(read_status(run), run)

@@ -30,10 +30,11 @@ from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.k8s.validate import validate_manifests
 from rlctl.core.names import generate_run_name
+from rlctl.core.phases import Phase
 from rlctl.core.plan import Change
 from rlctl.core.runs.results import ClusterRunInfo, ResumeResult, SubmitResult
 from rlctl.core.runs.spec import write_new_run
-from rlctl.core.store.base import STATUS, Phase, RunDir, RunStore, latest_checkpoint_step
+from rlctl.core.store.base import STATUS, RunDir, RunStore, latest_checkpoint_step
 
 RUN_FILES = "files"  # Change.kind of a run's folder in the run store
 
@@ -210,7 +211,7 @@ def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
                             hint=f"start it again with 'rlctl delete run {name} --purge' "
                             "and 'rlctl train'")
     state = describe_workload(k8s_api, name, backend)
-    if Phase.parse(state.phase).active:
+    if state.phase.active:
         raise ConflictError(f"run {name!r} is still {state.phase} on the cluster",
                             hint=f"wait for it, or 'rlctl delete run {name}' first")
     old = find_workload(k8s_api, name)
@@ -231,7 +232,7 @@ def describe_cluster_run(name: str, k8s_api: KubeApi, store: RunStore,
     info = describe_run(store.existing(name), curve=curve)
     state = describe_workload(k8s_api, name, backend)
     phase = info.phase
-    workload = Phase.parse(state.phase)
+    workload = state.phase
     if workload in (Phase.PENDING, Phase.FAILED) or (
             workload == Phase.RUNNING and phase in (Phase.PENDING, Phase.UNKNOWN)):
         phase = workload

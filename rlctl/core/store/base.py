@@ -21,11 +21,11 @@ import os
 import re
 import tempfile
 from contextlib import AbstractContextManager
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
 from rlctl.core.errors import NotFoundError
+from rlctl.core.phases import ACTIVE, FINISHED, Phase  # noqa: F401 - re-exported
 
 SPEC = "spec.yaml"
 STATUS = "status.json"
@@ -38,60 +38,6 @@ LOCK = ".lock"  # a local run's writer lock (holder: pid, host, since)
 # A folder holding any of these is a run (listed; shown damaged when spec.yaml is
 # missing): a folder with none of them is someone else's, left out of the listing.
 RUN_MARKERS = (SPEC, STATUS, METRICS)
-
-
-class Phase(str, Enum):
-    """A run's ``phase`` in status.json, and a cluster workload's phase.
-
-    The values are the strings status.json and ``-o json`` carry, so members compare
-    equal to (and serialize as) those strings. A local run moves
-    pending -> starting -> evaluating/running -> completed | failed | interrupted;
-    a workload on a cluster is pending, running, completed, failed, suspended, or
-    absent (no object left). ``unknown``: no readable status.json. ``stale``: status.json
-    says a local run is active but the process it names is gone (killed, crashed).
-    """
-
-    PENDING = "pending"
-    STARTING = "starting"
-    EVALUATING = "evaluating"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    SUSPENDED = "suspended"
-    ABSENT = "absent"
-    STALE = "stale"
-    UNKNOWN = "unknown"
-
-    # "running", not "Phase.RUNNING", in f-strings and messages on every Python
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-    @classmethod
-    def parse(cls, value: object) -> Phase:
-        """A stored or reported phase; anything unrecognised is ``UNKNOWN``."""
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
-
-    @property
-    def finished(self) -> bool:
-        """Nothing more will happen without a user (``status --watch`` and ``logs -f``
-        stop). An interrupted local run counts: only ``resume`` moves it on."""
-        return self in FINISHED
-
-    @property
-    def active(self) -> bool:
-        """A process or workload is (or is about to be) working on the run."""
-        return self in ACTIVE
-
-
-FINISHED: frozenset[Phase] = frozenset({
-    Phase.COMPLETED, Phase.FAILED, Phase.INTERRUPTED, Phase.SUSPENDED, Phase.ABSENT,
-    Phase.STALE})
-ACTIVE: frozenset[Phase] = frozenset({
-    Phase.PENDING, Phase.STARTING, Phase.EVALUATING, Phase.RUNNING})
 
 
 class RunDir(Protocol):

@@ -21,6 +21,7 @@ from typing import Any
 
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
+from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.store.base import EVAL
 from rlctl.core.store.local import LocalRunDir
 from rlctl.core.trainer import evaluation, stops
@@ -34,6 +35,7 @@ from rlctl.core.trainer.rollout import Rollout, sampler_mesh, score, step_seed
 from rlctl.core.trainer.step import StepMetrics, Update, make_optimizer
 
 Progress = Callable[[dict[str, Any]], None]
+OnStatus = Callable[[StatusUpdate], None]  # what status.json should now say
 
 
 class Trainer:
@@ -140,7 +142,7 @@ class Trainer:
                                    elapsed=time.perf_counter() - t0, rollout_seconds=t_roll)
 
     # --- the whole run -----------------------------------------------------------
-    def _stop(self, done: int, on_status: Callable[[dict[str, Any]], None]) -> None:
+    def _stop(self, done: int, on_status: OnStatus) -> None:
         """Stop after ``done`` steps: checkpoint them unless the latest checkpoint
         already holds them (a second signal cuts this save short), then raise."""
         saved = self.ckpt.latest
@@ -148,7 +150,7 @@ class Trainer:
             self._say(f"stopping: saving checkpoint {done} (press Ctrl-C again to skip it)")
             self.ckpt.save(done, self.model, self.optimizer)
             saved = done
-        on_status({"step": done, "latest_checkpoint": saved})
+        on_status(StatusUpdate(step=done, latest_checkpoint=saved))
         raise stops.StopRequested(done, saved)
 
     def _readable(self, rel: str) -> bool:
@@ -160,7 +162,7 @@ class Trainer:
         except UnicodeDecodeError:
             return False
 
-    def train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    def train(self, on_status: OnStatus) -> dict[str, Any]:
         from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache
         from rlctl.core.trainer.distributed import using_mesh
 
@@ -169,12 +171,12 @@ class Trainer:
         with using_mesh(self.mesh), self.compiles:
             return self._train(on_status)
 
-    def _train(self, on_status: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    def _train(self, on_status: OnStatus) -> dict[str, Any]:
         from rlctl.core.trainer.metrics import MetricsWriter, NullMetrics
 
         s = self.spec
         if not self.writer:
-            on_status = lambda fields: None  # noqa: E731 - process 0 keeps status.json
+            on_status = lambda update: None  # noqa: E731 - process 0 keeps status.json
         self.create_model()
         self.create_data()
         self.create_optimizer()
@@ -190,7 +192,7 @@ class Trainer:
             baseline = None
             needs_baseline = agree(not self._readable(f"{EVAL}/baseline.json"), self.topo)
             if s.eval.size and needs_baseline:
-                on_status({"phase": "evaluating"})
+                on_status(StatusUpdate(phase=Phase.EVALUATING))
                 baseline = self.evaluate("baseline", 0)
             if self.ckpt.latest is not None:
                 self.emit(phase(Stage.RESTORING, f"restoring checkpoint {self.ckpt.latest}"))
@@ -200,9 +202,10 @@ class Trainer:
                 self.emit({"event": "message", "message": f"resumed from checkpoint {start}"})
             self.emit({"event": "start", "name": self.run.name, "step": start,
                        "total_steps": s.training.steps})
-            on_status({"phase": "running", "step": start, "latest_checkpoint": start or None,
-                       "processes": self.topo.process_count,
-                       "devices": self.topo.device_count})
+            on_status(StatusUpdate(phase=Phase.RUNNING, step=start,
+                                   latest_checkpoint=start or None,
+                                   processes=self.topo.process_count,
+                                   devices=self.topo.device_count))
             # One process only: a multi-host run's processes would have to agree on
             # the stop (a collective each step) before the collective save; there a
             # stop takes effect at once, as before, and resume repeats the steps since
@@ -227,8 +230,8 @@ class Trainer:
                     if done % s.checkpoint.interval == 0 or done == s.training.steps:
                         self.ckpt.save(done, self.model, self.optimizer)
                         saved = done
-                    on_status({"phase": "running", "step": done,
-                               **({"latest_checkpoint": saved} if saved else {})})
+                    on_status(StatusUpdate(phase=Phase.RUNNING, step=done,
+                                           **({"latest_checkpoint": saved} if saved else {})))
                     if stops.requested() and stops.deferring():
                         self._stop(done, on_status)
                 if s.eval.interval and s.eval.size and done % s.eval.interval == 0 \
@@ -259,6 +262,6 @@ def _is_record(text: str) -> bool:
 
 
 def run_trainer(spec: RunSpec, run: LocalRunDir, progress: Progress | None,
-                on_status: Callable[[dict[str, Any]], None],
+                on_status: OnStatus,
                 topology: Topology | None = None, recover: bool = False) -> dict[str, Any]:
     return Trainer(spec, run, progress, topology, recover).train(on_status)
