@@ -68,7 +68,7 @@ def test_relative_store_trains_through_a_checkpoint_resumes_and_reports(
     log = [x.split("  ", 1)[1] for x in (run / "train.log").read_text().splitlines()]
     ends = [x for x in log if x.startswith(("==== attempt", "run "))]
     assert [x.split(" (pid")[0] for x in ends] == [
-        "==== attempt 1: rlctl train rel", "run interrupted at step 2",
+        "==== attempt 1: rlctl train rel", "run interrupted after step 2; latest checkpoint 2",
         "==== attempt 2: rlctl resume rel", "run completed: 3 steps"]
     assert log.index("restoring checkpoint 2") < log.index(
         "step 3: compiling and running (the first step is slower)") < log.index(
