@@ -10,14 +10,14 @@ state is touched.
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
-from rlctl.core.errors import ConfigError, DiskFullError, require_extra
+from rlctl.core.errors import ConfigError, require_extra
 from rlctl.core.paths import kernel_fs
 from rlctl.core.runs.curve import Curve
 from rlctl.core.store.base import atomic_write
+from rlctl.core.store.local import writing
 
 EXTRA = "plot"
 
@@ -98,16 +98,9 @@ def write_plot(path: Path, curve: Curve, title: str) -> None:
     """Render and write the PNG whole (temp file + rename): a reader or a killed
     ``status`` never leaves half an image at ``path``."""
     data = render_png(curve, title)
-    try:
+    with writing(f"--plot {path}", elsewhere="write the plot elsewhere",
+                 writable="write the plot to a folder you can write to"):
         atomic_write(path, data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(path, 0o666 & ~umask)  # a file for people: not the temp file's 0600
-    except OSError as e:
-        why = e.strerror or type(e).__name__
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(f"cannot write --plot {path}: {why}",
-                                hint="free space on that disk or write the plot elsewhere"
-                                ) from e
-        raise ConfigError(f"cannot write --plot {path}: {why}",
-                          hint="write the plot to a folder you can write to") from e

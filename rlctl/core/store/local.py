@@ -42,8 +42,10 @@ def check_root(root: Path) -> None:
 
 
 @contextlib.contextmanager
-def writing(where: str) -> Iterator[None]:
-    """OSErrors of a write as one line each: read-only, no permission, disk full."""
+def writing(where: str, elsewhere: str = "pass another --runs-dir",
+            writable: str = "pass --runs-dir a folder you can write to") -> Iterator[None]:
+    """OSErrors of a write as one line each: read-only, no permission, disk full.
+    ``elsewhere``/``writable``: the hints, for a file that is not the run store's."""
     import errno
 
     try:
@@ -54,10 +56,8 @@ def writing(where: str) -> Iterator[None]:
         why = e.strerror or type(e).__name__
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskFullError(f"cannot write {where}: {why}",
-                                hint="free space on that disk or pass another --runs-dir"
-                                ) from e
-        raise ConfigError(f"cannot write {where}: {why}",
-                          hint="pass --runs-dir a folder you can write to") from e
+                                hint=f"free space on that disk or {elsewhere}") from e
+        raise ConfigError(f"cannot write {where}: {why}", hint=writable) from e
 
 
 def _holder(fd: int) -> str:
