@@ -23,7 +23,7 @@ class FakeDist:
 @pytest.fixture
 def installed(monkeypatch):
     def as_(direct_url: dict | None) -> None:
-        monkeypatch.setattr(im, "distribution", lambda name: FakeDist(direct_url))
+        monkeypatch.setattr(im, "distributions", lambda name: [FakeDist(direct_url)])
     return as_
 
 
@@ -49,10 +49,15 @@ def test_missing_extra_in_an_editable_install_names_the_source_folder(installed)
     assert e.value.hint == "pip install -e '/home/me/rlctl[k8s]'"
 
 
-def test_not_installed_at_all(monkeypatch):
-    def missing(name):
-        raise im.PackageNotFoundError(name)
+def test_a_checkouts_egg_info_does_not_hide_the_installed_metadata(monkeypatch):
+    """Run from the checkout, setuptools' rlctl.egg-info (no direct_url.json) is
+    found first on sys.path: the hint still comes from the installed dist-info."""
+    monkeypatch.setattr(im, "distributions", lambda name: [FakeDist(None), FakeDist(
+        {"url": "file:///home/me/rlctl", "dir_info": {"editable": True}})])
+    assert install.extra_install_command("plot") == "pip install -e '/home/me/rlctl[plot]'"
 
-    monkeypatch.setattr(im, "distribution", missing)
+
+def test_not_installed_at_all(monkeypatch):
+    monkeypatch.setattr(im, "distributions", lambda name: [])
     assert install.extra_install_command("train") == "pip install 'rlctl[train]'"
     assert install.self_install_command().startswith("pip install -e ")

@@ -124,4 +124,8 @@ class TestPng:
                             lambda name, *a: None if name == "matplotlib" else real(name, *a))
         with pytest.raises(MissingDependencyError) as e:
             render_png(build_curve([], {}), "r")
-        assert e.value.exit_code == 8 and "rlctl[plot]" in (e.value.hint or "")
+        from rlctl.core.install import extra_install_command
+
+        # the hint fits how rlctl was installed (tests/core/test_install.py)
+        assert e.value.exit_code == 8 and e.value.hint == extra_install_command("plot")
+        assert "[plot]" in e.value.hint
