@@ -58,14 +58,19 @@ def _metrics(run: RunDir) -> tuple[list[dict[str, Any]], int]:
     """(the rows, how many lines were skipped)."""
     if not run.exists(METRICS):
         return [], 0
+    garbled = False
     try:
         text = run.read_text(METRICS)
     except UnicodeDecodeError as e:  # the bad bytes become U+FFFD: their line is skipped
         text = bytes(e.object).decode("utf-8", errors="replace")
+        garbled = True
     rows = []
     skipped = 0
     lines = text.splitlines()
     for i, line in enumerate(lines):
+        if garbled and "\ufffd" in line:  # may still parse ('"\ufffd\ufffdss": 0.1')
+            skipped += 1
+            continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:

@@ -84,6 +84,19 @@ def test_resume_truncation_skips_lines_that_are_not_rows(tmp_path):
     assert [json.loads(x) for x in (run.path / METRICS).read_text().splitlines()] == ROWS
 
 
+def test_a_row_with_bytes_that_are_not_utf8_is_damage_even_if_it_parses(tmp_path):
+    """Two bad bytes inside a key ('"\xff\xfeward"') decode to U+FFFD and the row
+    still parses as JSON: it is counted as an unreadable line, not taken as a row
+    (bench/fuzz_cli.py store-damage/metrics-non-utf8)."""
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    raw = bytearray((run.path / METRICS).read_bytes())
+    i = raw.index(b'"reward"')
+    raw[i + 1:i + 3] = b"\xff\xfe"
+    (run.path / METRICS).write_bytes(bytes(raw))
+    info = describe_run(run)
+    assert "metrics.jsonl: 1 unreadable line skipped" in (info.error or ""), info.error
+
+
 def test_a_rebuilt_status_keeps_when_the_run_was_created(tmp_path):
     run = make_run(LocalRunStore(tmp_path), "r1")
     created = 1_700_000_000  # 2023-11-14T22:13:20Z
