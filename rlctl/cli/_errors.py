@@ -109,5 +109,22 @@ def usage_error(e: Any, argv: list[str]) -> int:
     ctx = getattr(e, "ctx", None)
     command = getattr(ctx, "command_path", None) or "rlctl"
     hint = f"see '{command} --help'" if ctx is not None else None
-    out.failure(e.format_message(), hint, int(e.exit_code))
+    out.failure(e.format_message() + _given(e, argv), hint, int(e.exit_code))
     return int(e.exit_code)
+
+
+def _given(e: Any, argv: list[str]) -> str:
+    """`` (given: VALUE)`` for a bad option value, from the command line: click's
+    message names the option but not always what was typed ("Input should be a
+    valid integer" for ``--steps 1.5``)."""
+    opts = getattr(getattr(e, "param", None), "opts", None) or []
+    for i, arg in enumerate(argv):
+        for opt in opts:
+            if arg == opt and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif opt.startswith("--") and arg.startswith(opt + "="):
+                value = arg[len(opt) + 1:]
+            else:
+                continue
+            return "" if repr(value) in e.format_message() else f" (given: {value!r})"
+    return ""

@@ -83,6 +83,15 @@ class TestUsageErrors:
         one_error_line(r.stderr)
         assert "--help" in r.stderr.splitlines()[-1]
 
+    @pytest.mark.parametrize("args", [["train", "grpo", "--steps", "1.5"],
+                                      ["train", "grpo", "--steps=1.5"]])
+    def test_a_bad_value_is_named(self, tmp_path, args):
+        """click names the option, not always the value ("Input should be a valid
+        integer"): the line says what was typed (fuzz hyperparams/steps-frac)."""
+        r = rlctl(*args, cwd=tmp_path)
+        assert r.returncode == 2
+        assert "--steps" in one_error_line(r.stderr) and "'1.5'" in r.stderr, r.stderr
+
     def test_no_arguments_still_shows_the_help(self, tmp_path):
         r = rlctl(cwd=tmp_path)
         assert "Commands:" in r.stdout + r.stderr and "error:" not in r.stderr
