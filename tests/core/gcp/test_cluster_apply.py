@@ -126,9 +126,14 @@ class TestCreateRequests:
 
         spec.capacity = {"kind": "reservation", "reservation": "my-res"}
         create(clients, spec)
-        r = fake.find("POST", r"/nodePools$")[0]
-        p = _typed(container_v1.NodePool, r.body["nodePool"])
-        assert p.config.reservation_affinity.values == ["my-res"]
+        # every slice pool takes the reservation, the CPU-only Pathways pool none; the
+        # pools are created concurrently, so the order of their POSTs is not fixed
+        pools = {r.body["nodePool"]["name"]: _typed(container_v1.NodePool,
+                                                    r.body["nodePool"])
+                 for r in fake.find("POST", r"/nodePools$")}
+        assert {n for n, p in pools.items() if p.config.reservation_affinity.values
+                == ["my-res"]} == {"v6e-16-0", "v6e-16-1"}, pools
+        assert not pools["pathways"].config.reservation_affinity.values
 
 
 class TestIdempotence:
