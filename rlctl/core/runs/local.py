@@ -119,7 +119,7 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
 
 
 def _preflight(spec: RunSpec, emit: Progress) -> None:
-    """Fail on a bad dataset, model or reward before anything is written.
+    """Fail on a bad dataset, model, prompt length or reward before anything is written.
 
     The data first: reading it needs no trainer library, so a file with no usable
     columns, or a hub dataset that is offline and not cached, fails in a second or
@@ -129,14 +129,20 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
     from rlctl.core.trainer.rewards import resolve, total_reward
     from rlctl.core.trainer.tokenizer import ChatTokenizer
 
-    load_source(spec.data, spec.eval.size)
+    source = load_source(spec.data, spec.eval.size)
     folder = resolve_model_dir(spec.model.source, on_convert=lambda: emit(phase_event(
         Stage.CONVERTING, "converting the default model to safetensors (first use only)")))
     _load_libraries(emit)
     from rlctl.core.trainer.tunix_adapter import check_family
 
     check_family(folder)
-    ChatTokenizer(folder)  # its files parse and name an eos token
+    tokenizer = ChatTokenizer(folder)  # its files parse and name an eos token
+    if source.finite:  # every prompt of the data fits rollout.max_prompt_tokens
+        from rlctl.core.trainer.rollout import Rollout
+
+        prompts = source.eval_set + source.every_train()
+        Rollout(spec.rollout, tokenizer, sampler=None).probe(  # type: ignore[arg-type]
+            prompts, complete=True)
     for fn in resolve(spec.rewards):  # one trial call: a reward that raises or returns
         try:  # no number fails here, not at step 1
             total_reward([fn], "<answer>1</answer>", "1")
