@@ -364,3 +364,24 @@ class TestBadRows:
         spec = DataSpec(path=str(train), eval_path=str(held))
         with pytest.raises(ConfigError, match=r"test\.jsonl:1: no number"):
             load_source(spec, eval_size=1)
+
+
+class TestCsvExtraFields:
+    def test_a_line_longer_than_the_header_keeps_only_named_columns(self, tmp_path):
+        f = tmp_path / "d.csv"
+        f.write_text("question,answer\na,1,surplus\n")
+        (p,) = read_problems(str(f), DataSpec(path=str(f)))
+        assert p.columns == {"question": "a", "answer": "1"}
+
+
+def test_a_hub_dataset_without_the_datasets_package(monkeypatch):
+    import importlib.util
+
+    from rlctl.core.trainer.data.hub import hub_rows
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "datasets" else real(name, *a))
+    with pytest.raises(ConfigError, match="needs the 'datasets' package") as e:
+        hub_rows("openai/gsm8k", "main", "train")
+    assert "pip install datasets" in (e.value.hint or "")

@@ -132,4 +132,6 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
                else f"answer {raw[-40:]!r} is not a number")
         raise ConfigError(f"{where}: {why}",
                           hint="GSM8K answers end in '#### N'; plain answers are one number")
-    return Problem(question, gold, columns=dict(row), messages=messages)
+    # str keys only: a CSV line with more fields than its header puts them under None
+    columns = {k: v for k, v in row.items() if isinstance(k, str)}
+    return Problem(question, gold, columns=columns, messages=messages)

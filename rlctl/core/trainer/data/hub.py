@@ -31,6 +31,11 @@ PROBE_SECONDS = 2.0  # a connection that has not answered in 2 s is offline here
 
 def hub_rows(repo: str, config: str | None, split: str) -> list[tuple[str, Any]]:
     """(``repo split: row N``, row) for every row of one split of a hub dataset."""
+    import importlib.util
+
+    if importlib.util.find_spec("datasets") is None:
+        raise ConfigError(f"loading {repo} from the hub needs the 'datasets' package",
+                          hint="pip install datasets, or pass --data-path FILE")
     local: str | None = None
     off = offline()
     if off:
@@ -43,11 +48,8 @@ def hub_rows(repo: str, config: str | None, split: str) -> list[tuple[str, Any]]
                 "(offline)",
                 hint=f"where the hub is reachable run 'hf download {repo} --repo-type "
                 "dataset' and copy ~/.cache/huggingface here, or pass --data-path FILE")
-    try:
-        import datasets
-    except ImportError as e:
-        raise ConfigError(f"loading {repo} from the hub needs the 'datasets' package",
-                          hint="pip install datasets, or pass --data-path FILE") from e
+    import datasets
+
     with _quiet(datasets):
         ds = _load(datasets, repo, config, split, off, local)
     name = f"{repo}{f' ({config})' if config else ''} {split}"
