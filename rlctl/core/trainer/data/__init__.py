@@ -77,9 +77,10 @@ def load_source(spec: DataSpec, eval_size: int) -> ProblemSource:
             seen.setdefault(p.question, p)
         return ProblemSource(None, list(seen.values()), spec)
     name, train = _train_problems(spec)
-    held = _eval_problems(spec) if eval_size else []
+    held = _eval_problems(spec)
     notes: list[str] = []
-    if held is None:  # carve a disjoint held-out slice off a seeded permutation
+    if held is None:  # carve a disjoint held-out slice off a seeded permutation (also
+        # with eval.size 0: the training order, so the batches, are those of older runs)
         take = _held_out_size(len(train), eval_size, name)
         if take < eval_size:
             notes.append(f"{name} has {len(train)} rows: holding out {take} for eval, not "
