@@ -138,3 +138,19 @@ class TestOffline:
         assert "cannot be reached (offline)" in one_error(r)
         assert took < 5 + PROBE_SECONDS, took  # measured 4.2 s on 2 busy cores
         assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.trainer
+def test_a_run_on_gsm8k_from_the_hub_cache_evaluates_on_its_test_split(hub_home, tiny_model_dir,
+                                                                       tmp_path):
+    pytest.importorskip("tunix")
+    r = run(["-m", "rlctl", "train", "grpo", "--dataset", "gsm8k", "--name", "hub",
+             "--runs-dir", str(tmp_path), "--model", str(tiny_model_dir), "--steps", "1",
+             "--prompts-per-step", "2", "-G", "2", "--max-new-tokens", "8", "--eval-size", "3",
+             "--set", "eval.batch_size=3",
+             "--set", 'rewards=["tests.fakes.rewards.digit_count"]'], hub_home,
+            HF_HUB_OFFLINE="1", RLCTL_CACHE=os.environ.get("RLCTL_CACHE", ""))
+    assert r.returncode == 0, r.stderr
+    final = json.loads((tmp_path / "hub" / "eval" / "final.json").read_text())
+    assert final["n"] == 3
+    assert all(s["question"].startswith("[main test") for s in final["samples"])
