@@ -49,8 +49,19 @@ ModelOpt = Annotated[
     str | None,
     typer.Option("--model", help="smollm2-135m-instruct, a local HF folder, or a hub id."),
 ]
-DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="arithmetic | gsm8k | jsonl.")]
-DataPathOpt = Annotated[str | None, typer.Option("--data-path", help="Local .jsonl/.parquet file.")]
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option("--dataset", help="arithmetic (embedded generator, the default), gsm8k "
+                 "(openai/gsm8k), or a Hugging Face hub dataset id OWNER/NAME (config: --set "
+                 "data.config=main; splits: data.split, data.eval_split)."),
+]
+DataPathOpt = Annotated[
+    str | None,
+    typer.Option("--data-path", help="Train on a local file: JSONL, JSON, Parquet or CSV, "
+                 "with question/answer, prompt + answer (or solution, ...) or chat 'messages' "
+                 "columns (else name them: --set data.prompt_column=C --set "
+                 "data.answer_column=C); eval file: --set data.eval_path=F."),
+]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
 GenOpt = Annotated[int | None, typer.Option("--num-generations", "-G", help="Samples per prompt.")]
 PromptsOpt = Annotated[int | None, typer.Option("--prompts-per-step", help="Prompts per step.")]
@@ -188,7 +199,7 @@ def _command(algorithm: str):
             "name": name,
             "training.steps": steps,
             "model.source": model,
-            "data.name": dataset,
+            "data.dataset": dataset,
             "data.path": data_path,
             "training.learning_rate": lr,
             "rollout.num_generations": num_generations,

@@ -91,7 +91,7 @@ class TestBadInput:
             (["train", "gspo", "--lr", "-1"], 2, "training.learning_rate"),
             (["train", "grpo", "--set", "nokey"], 2, "key.path=value"),
             (["train", "grpo", "--config", "/no/such.yaml"], 2, "does not exist"),
-            (["train", "grpo", "--dataset", "imagenet"], 2, "data.name"),
+            (["train", "grpo", "--dataset", "imagenet"], 2, "data.dataset"),
             (["train", "grpo", "--model", "./no/such/dir"], 2, "neither a local folder"),
             (["status", "-o", "xml"], 2, "--output must be"),
             (["resume", "Nope!"], 2, "not a DNS-1035 label"),

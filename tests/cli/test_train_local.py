@@ -91,3 +91,60 @@ def test_a_bad_data_row_exits_2_naming_file_and_row(tiny_model_dir, tmp_path, mo
     assert "gsm8k.jsonl:2" in r.output and "no number after '####'" in r.output
     assert "Traceback" not in r.output
     assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+@pytest.mark.trainer
+def test_a_users_small_file_with_its_own_columns_trains_and_evaluates_on_it(
+        tiny_model_dir, tmp_path, monkeypatch, runner):
+    """#26: --data-path alone was ignored (the run trained on the generated arithmetic),
+    and 20 rows emptied the training split once the 64 held-out rows were taken."""
+    monkeypatch.chdir(tmp_path)
+    rows = [{"id": i, "problem_text": f"Add {i} and {i + 1}.", "gold": f"so #### {2 * i + 1}"}
+            for i in range(20)]
+    write_jsonl(tmp_path / "mine.jsonl", rows)
+    r = runner.invoke(app, ["train", "grpo", "--name", "mine", "--model", str(tiny_model_dir),
+                            "--data-path", "mine.jsonl", "--set", "data.prompt_column=problem_text",
+                            "--set", "data.answer_column=gold", "--steps", "1",
+                            "--prompts-per-step", "2", "-G", "2", "--max-new-tokens", "8",
+                            "--eval-size", "64", "--set", "eval.batch_size=4",
+                            "--set", 'rewards=["tests.fakes.rewards.digit_count"]'])
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "runs" / "mine"
+    data = yaml.safe_load((run / "spec.yaml").read_text())["data"]
+    assert data["dataset"] is None and same_path(data["path"], tmp_path / "mine.jsonl")
+    questions = {row["problem_text"]: row["gold"].split()[-1] for row in rows}
+    for which in ("baseline", "final"):
+        ev = json.loads((run / "eval" / f"{which}.json").read_text())
+        assert ev["n"] == 4  # a fifth of the 20 rows, not eval.size=64
+        assert ev["samples"] and all(questions[s["question"]] == s["gold"]
+                                     for s in ev["samples"])
+    log = (run / "train.log").read_text()
+    assert "has 20 rows: holding out 4 for eval, not eval.size=64" in log
+
+
+def test_a_data_path_with_no_usable_columns_is_one_line_and_writes_nothing(
+        tiny_model_dir, tmp_path, monkeypatch, runner):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "notes.jsonl", [{"text": "hi", "label_x": 1}])
+    r = runner.invoke(app, ["train", "grpo", "--model", str(tiny_model_dir),
+                            "--data-path", "notes.jsonl", *TINY])
+    assert r.exit_code == 2, r.output
+    error = next(x for x in r.output.splitlines() if x.startswith("error:"))
+    assert "notes.jsonl' has no prompt column (its columns: text, label_x;" in error
+    assert "data.prompt_column" in error and "data.answer_column" in error
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--dataset", "arithmetic", "--data-path", "d.jsonl"], "generated and takes no path"),
+    (["--dataset", "d.jsonl"], "a file on this machine is --data-path FILE"),
+    (["--data-path", "d.jsonl", "--set", "data.eval_split=test"], "data.eval_path"),
+])
+def test_data_flags_that_disagree_are_refused_before_the_run(tmp_path, monkeypatch, runner,
+                                                              args, words):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "d.jsonl", [{"question": "a", "answer": 1}])
+    r = runner.invoke(app, ["train", "grpo", *args])
+    assert r.exit_code == 2 and words in r.output, r.output
+    assert not (tmp_path / "runs").exists()

@@ -6,6 +6,8 @@ the trainer, locally or in a pod; the same object crosses every boundary.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -37,27 +39,124 @@ class ModelSpec(Spec):
     ] = "float32"
 
 
+# ``--dataset`` names that are not hub ids: the generator, and a hub dataset's alias
+# (its repo, config and eval split). 'jsonl' is the old name of "the --data-path file".
+GENERATED = "arithmetic"
+HUB_ALIASES = {"gsm8k": ("openai/gsm8k", "main", "test")}
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+# the keys of DataSpec before #26, read as their new names (old spec.yaml files, old flags)
+_RENAMED = {"name": "dataset", "question_field": "prompt_column",
+            "answer_field": "answer_column"}
+
+
 class DataSpec(Spec):
-    name: Annotated[
-        Literal["arithmetic", "gsm8k", "jsonl"],
-        Field(
-            description="'arithmetic' (embedded generator), 'gsm8k' (openai/gsm8k or a local "
-            "file with question/answer columns), 'jsonl' (question + number answer per line)"
-        ),
-    ] = "arithmetic"
+    dataset: Annotated[
+        str | None,
+        Field(description="'arithmetic' (embedded generator; the default without "
+              "data.path), 'gsm8k' (openai/gsm8k: config main, eval split test) or a "
+              "Hugging Face hub dataset id 'owner/name' (the datasets library; with "
+              "data.path, that file is a local copy of it); unset with data.path: the file"),
+    ] = None
     path: Annotated[
         str | None,
-        Field(description="local .jsonl/.parquet file for gsm8k/jsonl (train split)"),
+        Field(description="local data file to train on: JSONL, JSON, Parquet or CSV (by "
+              "its extension, else its content); its columns are found as for "
+              "data.prompt_column / data.answer_column"),
+    ] = None
+    config: Annotated[
+        str | None, Field(description="hub dataset config (subset), e.g. 'main'")
+    ] = None
+    split: Annotated[str, Field(min_length=1, description="hub dataset split to train on")] = (
+        "train")
+    eval_split: Annotated[
+        str | None,
+        Field(description="hub dataset split to evaluate on (e.g. 'test'); default: a "
+              "held-out slice of the training data"),
     ] = None
     eval_path: Annotated[
-        str | None, Field(description="held-out file; default: the test split or a disjoint slice")
+        str | None,
+        Field(description="local file to evaluate on (same formats as data.path); default: "
+              "a held-out slice of the training data"),
     ] = None
-    question_field: str = "question"
-    answer_field: str = "answer"
+    prompt_column: Annotated[
+        str | None,
+        Field(description="column holding the prompt: text, or a chat list of "
+              "{role, content}; default: the first of prompt, question, problem, query, "
+              "messages"),
+    ] = None
+    answer_column: Annotated[
+        str | None,
+        Field(description="column holding the gold answer ('... #### N' or a number); "
+              "default: the first of answer, solution, ground_truth, final_answer, target, "
+              "label, else a chat prompt's last turn when it is the assistant's"),
+    ] = None
     max_operand: Annotated[
         int, Field(ge=2, le=10_000, description="arithmetic generator: largest operand")
     ] = 20
     seed: Annotated[int, Field(ge=0, description="dataset shuffling/generation seed")] = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_and_defaults(cls, data: object) -> object:
+        """Old keys as their new names; the dataset and a hub alias's config and eval
+        split filled in, so the stored spec says what was trained on."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in _RENAMED.items():
+            if old in data:
+                value = data.pop(old)
+                if new in data and data[new] != value:
+                    raise ValueError(f"data.{old} is the old name of data.{new}; set only "
+                                     f"data.{new}")
+                data[new] = value
+        if data.get("dataset") == "jsonl":  # the old "a --data-path file"
+            if not data.get("path"):
+                raise ValueError("data.dataset 'jsonl' reads data.path: pass --data-path FILE")
+            data["dataset"] = None
+        if data.get("dataset") is None and not data.get("path"):
+            data["dataset"] = GENERATED
+        alias = HUB_ALIASES.get(data.get("dataset"))  # type: ignore[arg-type]
+        if alias and not data.get("path"):
+            data.setdefault("config", alias[1])
+            if not data.get("eval_path"):
+                data.setdefault("eval_split", alias[2])
+        return data
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_or_hub_id(cls, v: str | None) -> str | None:
+        if v is None or v == GENERATED or v in HUB_ALIASES or _HUB_ID.fullmatch(v):
+            return v
+        local = Path(v).expanduser().exists() or v.startswith((".", "/", "~"))
+        if local:
+            raise ValueError(f"{v!r} is a path: a file on this machine is --data-path FILE")
+        raise ValueError(
+            f"{v!r} is not 'arithmetic', 'gsm8k' or a hub dataset id 'owner/name'")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSpec:
+        if self.dataset == GENERATED:
+            given = [k for k in ("path", "eval_path", "config", "eval_split")
+                     if getattr(self, k)]
+            if given:
+                raise ValueError(
+                    f"dataset 'arithmetic' is generated and takes no {given[0]}; to train "
+                    "on a file pass --data-path without --dataset")
+        if self.path and self.eval_split:
+            raise ValueError("eval_split names a split of a hub dataset; with a data.path "
+                             "give the eval file as data.eval_path")
+        if self.path and self.split != "train":
+            raise ValueError("split names a split of a hub dataset; with a data.path the "
+                             "whole file is the training data")
+        return self
+
+    @property
+    def hub_id(self) -> str | None:
+        """The hub repository to load, when the data comes from the hub."""
+        if self.path or self.dataset in (None, GENERATED):
+            return None
+        return HUB_ALIASES[self.dataset][0] if self.dataset in HUB_ALIASES else self.dataset
 
 
 class RolloutSpec(Spec):
@@ -216,6 +315,4 @@ class RunSpec(Spec):
             raise ValueError(
                 f"training.micro_batch_size={mbs} must divide rollout.num_generations={G} or "
                 f"be a multiple of it that divides the step's {P * G} sequences ({some}, ...)")
-        if self.data.name in ("jsonl",) and not self.data.path:
-            raise ValueError("data.path is required when data.name is 'jsonl'")
         return self

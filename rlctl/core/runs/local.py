@@ -119,20 +119,30 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
 
 
 def _preflight(spec: RunSpec, emit: Progress) -> None:
-    """Fail on a bad model, dataset or reward before anything is written."""
+    """Fail on a bad dataset, model, prompt length or reward before anything is written.
+
+    The data first: reading it needs no trainer library, so a file with no usable
+    columns, or a hub dataset that is offline and not cached, fails in a second or
+    two, not after JAX has loaded."""
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
     from rlctl.core.trainer.rewards import resolve, total_reward
     from rlctl.core.trainer.tokenizer import ChatTokenizer
 
+    source = load_source(spec.data, spec.eval.size)
     folder = resolve_model_dir(spec.model.source, on_convert=lambda: emit(phase_event(
         Stage.CONVERTING, "converting the default model to safetensors (first use only)")))
     _load_libraries(emit)
     from rlctl.core.trainer.tunix_adapter import check_family
 
     check_family(folder)
-    ChatTokenizer(folder)  # its files parse and name an eos token
-    load_source(spec.data, spec.eval.size)
+    tokenizer = ChatTokenizer(folder)  # its files parse and name an eos token
+    if source.finite:  # every prompt of the data fits rollout.max_prompt_tokens
+        from rlctl.core.trainer.rollout import Rollout
+
+        prompts = source.eval_set + source.every_train()
+        Rollout(spec.rollout, tokenizer, sampler=None).probe(  # type: ignore[arg-type]
+            prompts, complete=True)
     for fn in resolve(spec.rewards):  # one trial call: a reward that raises or returns
         try:  # no number fails here, not at step 1
             total_reward([fn], "<answer>1</answer>", "1")
@@ -165,10 +175,23 @@ def load_run_spec(run: LocalRunDir) -> RunSpec:
         raise ConfigError(f"{where} is empty or not a mapping",
                           hint="restore the run's spec.yaml (its settings)")
     try:
-        return build(RunSpec, data)
+        return build(RunSpec, _stored_before_26(data))
     except ConfigError as e:
         raise ConfigError(f"{where}: {e.message}", hint="fix or restore the run's spec.yaml"
                           ) from e
+
+
+def _stored_before_26(data: dict[str, Any]) -> dict[str, Any]:
+    """A spec.yaml written before #26 as what its run trained on: with ``name:
+    arithmetic`` that trainer ignored ``path`` and ``eval_path`` (the generator ran),
+    so they are dropped rather than refused; the other old keys are DataSpec's
+    deprecated names."""
+    old = data.get("data")
+    if not isinstance(old, dict) or old.get("name") != "arithmetic":
+        return data
+    kept = {k: v for k, v in old.items()
+            if k not in ("path", "eval_path", "question_field", "answer_field")}
+    return {**data, "data": kept}
 
 
 def resume_local(root: str, name: str, progress: Progress | None = None,

@@ -86,6 +86,8 @@ class Trainer:
     def create_data(self) -> None:
         s = self.spec
         self.source = load_source(s.data, s.eval.size)
+        for note in self.source.notes:  # e.g. a held-out slice smaller than eval.size
+            self._say(note)
         self.reward_fns = rewards_lib.resolve(s.rewards)
         # the held-out set and the training data (its first batches when generated)
         # set the run's prompt width

@@ -272,7 +272,7 @@ class TestPromptWidth:
         assert "1 of the data's 9 prompts are longer than rollout.max_prompt_tokens=128" \
             in r.stderr
         assert "Traceback" not in r.stderr
-        assert not (tmp_path / "long" / "metrics.jsonl").exists()
+        assert not (tmp_path / "long").exists()  # refused in preflight: no run folder
 
 
 class TestBaselineOnResume:
