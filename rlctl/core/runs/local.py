@@ -122,7 +122,7 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
     """Fail on a bad model, dataset or reward before anything is written."""
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
-    from rlctl.core.trainer.rewards import resolve, total_reward
+    from rlctl.core.trainer.rewards import Sample, resolve, score
     from rlctl.core.trainer.tokenizer import ChatTokenizer
 
     folder = resolve_model_dir(spec.model.source, on_convert=lambda: emit(phase_event(
@@ -132,10 +132,15 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
 
     check_family(folder)
     ChatTokenizer(folder)  # its files parse and name an eos token
-    load_source(spec.data, spec.eval.size)
-    for fn in resolve(spec.rewards):  # one trial call: a reward that raises or returns
-        try:  # no number fails here, not at step 1
-            total_reward([fn], "<answer>1</answer>", "1")
+    source = load_source(spec.data, spec.eval.size)
+    # one trial call of each reward, in its own form, on the data's first problem
+    # answered right: a reward that raises or returns no number fails here, not at step 1
+    first = source.batch(0, 1)[0]
+    trial = Sample(f"<answer>{first.answer}</answer>", first.question, first.answer,
+                   first.columns, first.messages, [0])
+    for reward in resolve(spec.rewards):
+        try:
+            score([reward], [trial])
         except ConfigError as e:  # no run exists yet, so there is nothing to resume
             raise ConfigError(e.message, hint="fix the reward function and run the same "
                               "'rlctl train' again (nothing was written)") from e
