@@ -131,18 +131,19 @@ def _import_failed(ref: str, module: str, e: BaseException) -> ConfigError:
 def _checked(entry: RewardEntry, fn: object) -> Reward:
     """``fn`` as a Reward in the form its signature says, or a ConfigError."""
     label = entry.name or entry.fn
+    weight = 1.0 if entry.weight is None else entry.weight  # filled by RewardEntry
     if not callable(fn):
         raise ConfigError(f"reward {entry.fn!r} is a {type(fn).__name__}, not a function",
                           hint=_FORMS)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins have no signature: trust them
-        return Reward(label, fn, entry.weight, ref=entry.fn)
+        return Reward(label, fn, weight, ref=entry.fn)
     params = sig.parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if "completions" in params and ("prompts" in params or var_kw):
         accepts = None if var_kw else frozenset(params)
-        return Reward(label, fn, entry.weight, batched=True, accepts=accepts, ref=entry.fn)
+        return Reward(label, fn, weight, batched=True, accepts=accepts, ref=entry.fn)
     try:
         sig.bind("completion", "gold")
     except TypeError as e:
@@ -150,4 +151,4 @@ def _checked(entry: RewardEntry, fn: object) -> Reward:
         raise ConfigError(f"reward {entry.fn!r} cannot be called as {short}"
                           f"(completion, gold) nor as {short}(prompts, completions, "
                           f"**columns): {e}", hint=_FORMS) from e
-    return Reward(label, fn, entry.weight, ref=entry.fn)
+    return Reward(label, fn, weight, ref=entry.fn)
