@@ -43,7 +43,7 @@ def test_the_package_keeps_its_layers_and_has_no_circle():
     # the run store reaching up into the run lifecycle
     ("rlctl/core/store/base.py", "from rlctl.core.runs import status", "layers"),
     # the trainer reaching up into the run lifecycle (the old pod entry point did)
-    ("rlctl/core/trainer/rewards.py", "from rlctl.core.runs import local", "layers"),
+    ("rlctl/core/trainer/rewards/loading.py", "from rlctl.core.runs import local", "layers"),
     # configuration reaching up into a GCP module (the old catalog import)
     ("rlctl/core/config/infra.py", "from rlctl.core.gcp import operations", "layers"),
     # a circle between two sibling modules of one layer

@@ -18,6 +18,7 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = "_.-:=+*#"  # where the output's encoding has no block characters
 LABELS = {"reward_mean": "reward", "accuracy": "accuracy", "loss": "loss"}
 LABEL_WIDTH = 10  # "accuracy" plus a space, and "held-out"
+REWARD_LABEL = 9  # a reward's name under "reward", indented one: longer ones are cut
 INDENT = "  "
 MIN_SPARK = 8  # narrower than this, the numbers go on a line of their own
 
@@ -96,6 +97,10 @@ def _numbers_below(stats: tuple[str, str, str], width: int) -> list[str]:
     return [one] if len(one) <= width else [f"{pad}last {last}", f"{pad}min {lo}  max {hi}"]
 
 
+def _cut(name: str, width: int, more: str) -> str:
+    return name if len(name) <= width else name[: width - len(more)] + more
+
+
 def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list[str]:
     """The chart of ``curve`` as lines no wider than ``width``; [] for a run with no
     step and no eval yet.
@@ -107,12 +112,16 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
 
     blocks = ASCII_BLOCKS if ascii_only else BLOCKS
     arrow, more = (" -> ", "...") if ascii_only else (" → ", "…")
+    # each reward's own mean under the summed reward, so a reader sees which one moved
+    keys = [SERIES[0], *curve.reward_keys(), *SERIES[1:]]
+    labels = {**LABELS, **{f"rewards/{name}/mean": " " + _cut(name, REWARD_LABEL - 1, more)
+                           for name in curve.rewards}}
     n = len(curve.step)
     if not n and not curve.eval:
         return []
     lines = []
     if n:
-        stats = {k: _stats(curve.series(k)) for k in SERIES}
+        stats = {k: _stats(curve.series(k)) for k in keys}
         w_last, w_min, w_max = (max(len(s[i]) for s in stats.values()) for i in range(3))
         text = {k: f"last {a:>{w_last}}  min {b:>{w_min}}  max {c:>{w_max}}"
                 for k, (a, b, c) in stats.items()}
@@ -126,9 +135,9 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
         per = "" if marks == n else f", a mark per ~{n / marks:.3g} steps"
         span = f"step {curve.step[0]}" if n == 1 else f"steps {curve.step[0]}-{curve.step[-1]}"
         lines.append(f"learning curve, {span}{per}")
-        for k in SERIES:
+        for k in keys:
             spark = sparkline(buckets(curve.series(k), marks), blocks)
-            row = f"{INDENT}{LABELS[k]:<{LABEL_WIDTH}}{spark}"
+            row = f"{INDENT}{labels[k]:<{LABEL_WIDTH}}{spark}"
             if own_line:
                 lines += [row, *_numbers_below(stats[k], width)]
             else:

@@ -95,13 +95,19 @@ HostCpuOpt = Annotated[
 PrintOpt = Annotated[
     bool, typer.Option("--print-config", help="Print the resolved spec and exit.")
 ]
+PrintPromptOpt = Annotated[
+    bool, typer.Option("--print-prompt",
+                       help="Print the exact prompt text (chat template applied) of the first "
+                       "training and the first eval problem, and exit; reads the model's "
+                       "tokenizer and the data, creates no run.")
+]
 
 
 def _run(
     algorithm: str, ctx: typer.Context, config: str | None, overrides: list[str] | None,
     flags: dict[str, object], print_config: bool, output: str, yes: bool,
     where: Where, backend: str, image: str | None, dry_run: bool,
-    resources: dict[str, object] | None = None,
+    resources: dict[str, object] | None = None, print_prompt: bool = False,
 ) -> None:
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
@@ -118,10 +124,14 @@ def _run(
         raise ConfigError(f"--{given[0].replace('_', '-')} is for cluster runs",
                           hint="add --cluster NAME, or leave it out for a run on this machine")
     spec = resolve_run_spec(algorithm, config, overrides, flags)
+    if print_prompt:
+        _print_prompts(out, spec)
+        return
     if print_config or (dry_run and local):
         out.result(spec.model_dump(mode="json"), dump_yaml(spec))
         return
     if not local:
+        _no_reward_files(spec)
         _submit(out, spec, where, backend, image, dry_run, resources or {})
         return
     from rlctl.cli.progress import TrainProgress
@@ -130,6 +140,32 @@ def _run(
     with TrainProgress(out) as progress:
         record = train_local(spec, progress=progress.callback)
     out.result(record.model_dump(mode="json"), progress.summary(record))
+
+
+def _print_prompts(out, spec) -> None:
+    from rlctl.core.errors import require_extra
+
+    require_extra("tokenizers", "train")
+    from rlctl.core.trainer.prompts import first_prompts
+
+    shown = first_prompts(spec)
+    text = [f"--- first training prompt (step 1) ---\n{shown['train']}"]
+    text.append(f"--- first eval prompt ---\n{shown['eval']}" if shown["eval"] is not None
+                else "--- no eval prompt (eval.size is 0) ---")
+    out.result(shown, "\n".join(text).rstrip("\n"))
+
+
+def _no_reward_files(spec) -> None:
+    """A reward file is on this machine; a pod cannot read it."""
+    from rlctl.core.config.models import is_reward_file
+    from rlctl.core.errors import ConfigError
+
+    files = [e.fn for e in spec.rewards if is_reward_file(e.fn)]
+    if files:
+        raise ConfigError(f"reward {files[0]!r} is a file on this machine, which the "
+                          "cluster's pods cannot read",
+                          hint="put the function in a package installed in the --image and "
+                          "name it package.module:function")
 
 
 def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_run: bool,
@@ -191,6 +227,7 @@ def _command(algorithm: str):
         project: ProjectOpt = None,
         region: RegionOpt = None,
         print_config: PrintOpt = False,
+        print_prompt: PrintPromptOpt = False,
         output: OutputOpt = "table",
         yes: YesOpt = False,
         dry_run: DryRunOpt = False,
@@ -215,7 +252,8 @@ def _command(algorithm: str):
         where = locate_new(runs_dir, cluster, project, region, accelerator,
                            lambda: clients_for(ctx, project, region))
         _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
-             image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu})
+             image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu},
+             print_prompt)
 
     command.__name__ = f"train_{algorithm}"
     command.__doc__ = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import pytest
 
@@ -114,3 +115,29 @@ class TestCurveLines:
         text = "\n".join(curve_lines(build_curve(rows(20), EVALS), 80, ascii_only=True))
         text.encode("ascii")
         assert "baseline 0.219 -> step-10 0.400 -> final 0.547" in text
+
+
+class TestPerRewardLines:
+    """Two rewards: one line each under the summed reward, so a reader sees which moved."""
+
+    ROWS: ClassVar[list[dict]] = [{"step": i, "reward_mean": i / 10, "accuracy": 0.5, "loss": 0.0,
+                                   "rewards/correct/mean": i / 20,
+                                   "rewards/a_very_long_reward_name/mean": 1 - i / 10}
+                                  for i in range(1, 11)]
+
+    def test_the_curve_keeps_each_rewards_series_in_order(self):
+        curve = build_curve(self.ROWS, {})
+        assert list(curve.rewards) == ["correct", "a_very_long_reward_name"]
+        assert curve.series("rewards/correct/mean")[-1] == 0.5
+
+    def test_one_line_per_reward_below_the_total(self):
+        lines = curve_lines(build_curve(self.ROWS, {}), 80)
+        labels = [x[:12] for x in lines[1:5]]
+        assert labels[0].strip().startswith("reward") and "correct" in labels[1]
+        assert "a_very" in labels[2] and "…" in lines[3]  # a long name is cut
+        assert lines[2].split()[-6:] == ["last", "0.500", "min", "0.050", "max", "0.500"]
+        assert all(len(x) <= 80 for x in lines)
+
+    def test_no_reward_keys_no_extra_lines(self):
+        lines = curve_lines(build_curve(rows(5), {}), 80)
+        assert [x.split()[0] for x in lines[1:4]] == ["reward", "accuracy", "loss"]

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 SERIES = ("reward_mean", "accuracy", "loss")  # what the curve draws, in this order
 _STEP_EVAL = re.compile(r"^step-(\d+)$")
+_REWARD_KEY = re.compile(r"^rewards/(.+)/mean$")  # each reward's per-step mean (TRL's key)
 
 
 class EvalPoint(BaseModel):
@@ -34,10 +35,19 @@ class Curve(BaseModel):
     reward_mean: list[float | None] = Field(default_factory=list)
     accuracy: list[float | None] = Field(default_factory=list)
     loss: list[float | None] = Field(default_factory=list)
+    # each reward's mean per step (metrics ``rewards/<name>/mean``), in the run's order
+    rewards: dict[str, list[float | None]] = Field(default_factory=dict)
     eval: list[EvalPoint] = Field(default_factory=list)
 
     def series(self, key: str) -> list[float | None]:
+        """A series by its metrics key: ``reward_mean``, ``rewards/correct/mean``, ..."""
+        m = _REWARD_KEY.match(key)
+        if m and m.group(1) in self.rewards:
+            return self.rewards[m.group(1)]
         return getattr(self, key)
+
+    def reward_keys(self) -> list[str]:
+        return [f"rewards/{name}/mean" for name in self.rewards]
 
 
 def number(value: Any) -> float | None:
@@ -76,5 +86,8 @@ def build_curve(rows: list[dict[str, Any]], evals: dict[str, dict[str, Any]]) ->
             points.append(EvalPoint(which=which, step=at, accuracy=number(record.get("accuracy"))))
     order = {"baseline": 0, "final": 2}
     points.sort(key=lambda p: (p.step, order.get(p.which, 1)))
-    return Curve(step=steps, eval=points,
+    names = dict.fromkeys(m.group(1) for s in steps for k in by_step[s]
+                          if isinstance(k, str) and (m := _REWARD_KEY.match(k)))
+    rewards = {n: [number(by_step[s].get(f"rewards/{n}/mean")) for s in steps] for n in names}
+    return Curve(step=steps, eval=points, rewards=rewards,
                  **{k: [number(by_step[s].get(k)) for s in steps] for k in SERIES})

@@ -126,7 +126,7 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
     two, not after JAX has loaded."""
     from rlctl.core.trainer.data import load_source
     from rlctl.core.trainer.models import resolve_model_dir
-    from rlctl.core.trainer.rewards import resolve, total_reward
+    from rlctl.core.trainer.rewards import Sample, resolve, score
     from rlctl.core.trainer.tokenizer import ChatTokenizer
 
     source = load_source(spec.data, spec.eval.size)
@@ -141,11 +141,16 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
         from rlctl.core.trainer.rollout import Rollout
 
         prompts = source.eval_set + source.every_train()
-        Rollout(spec.rollout, tokenizer, sampler=None).probe(  # type: ignore[arg-type]
-            prompts, complete=True)
-    for fn in resolve(spec.rewards):  # one trial call: a reward that raises or returns
-        try:  # no number fails here, not at step 1
-            total_reward([fn], "<answer>1</answer>", "1")
+        Rollout(spec.rollout, tokenizer, sampler=None,  # type: ignore[arg-type]
+                prompt=spec.prompt).probe(prompts, complete=True)
+    # one trial call of each reward, in its own form, on the data's first problem
+    # answered right: a reward that raises or returns no number fails here, not at step 1
+    first = source.batch(0, 1)[0]
+    trial = Sample(f"<answer>{first.answer}</answer>", first.question, first.answer,
+                   first.columns, first.messages, [0])
+    for reward in resolve(spec.rewards):
+        try:
+            score([reward], [trial])
         except ConfigError as e:  # no run exists yet, so there is nothing to resume
             raise ConfigError(e.message, hint="fix the reward function and run the same "
                               "'rlctl train' again (nothing was written)") from e

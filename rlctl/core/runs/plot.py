@@ -66,7 +66,12 @@ def render_png(curve: Curve, title: str) -> bytes:
     reward, accuracy, loss = fig.subplots(3, 1, sharex=True)
     fig.suptitle(title)
     marker = "o" if len(curve.step) < 30 else None  # a few steps: show each one
-    reward.plot(curve.step, nan(curve.reward_mean), marker=marker, color="tab:blue")
+    reward.plot(curve.step, nan(curve.reward_mean), marker=marker, color="tab:blue",
+                label="total (weighted)")
+    for name, values in curve.rewards.items():  # each reward's own mean, unweighted
+        reward.plot(curve.step, nan(values), linestyle="--", linewidth=1, label=name)
+    if curve.rewards:
+        reward.legend(loc="best", fontsize=8)
     reward.set_ylabel("mean reward")
     accuracy.plot(curve.step, nan(curve.accuracy), marker=marker, color="tab:green",
                   label="sampled completions")

@@ -14,10 +14,19 @@ import numpy as np
 
 from rlctl.core.config.models import EvalSpec
 from rlctl.core.trainer.data import Problem
-from rlctl.core.trainer.rewards import RewardFn
+from rlctl.core.trainer.rewards import Reward
 from rlctl.core.trainer.rollout import Rollout, score
 
 SCALARS = ("accuracy", "format_rate", "mean_reward")  # what TensorBoard plots of an eval
+
+
+def scalars(result: dict[str, Any]) -> dict[str, Any]:
+    """What TensorBoard plots of an eval record: ``SCALARS`` and each reward's mean."""
+    out = {k: result[k] for k in SCALARS if k in result}
+    for name, mean in (result.get("rewards") or {}).items():
+        if mean is not None:
+            out[f"rewards/{name}/mean"] = mean
+    return out
 
 
 def scalar_prefix(which: str) -> str:
@@ -26,7 +35,7 @@ def scalar_prefix(which: str) -> str:
 
 
 def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
-             reward_fns: list[RewardFn], e: EvalSpec, which: str, step: int,
+             reward_fns: list[Reward], e: EvalSpec, which: str, step: int,
              on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The eval record of ``model`` on ``problems`` (``eval/<which>.json``).
 
@@ -35,6 +44,7 @@ def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
     rollout.sync(model)
     t0 = time.perf_counter()
     texts: list[str] = []
+    tokens: list[Any] = []
     batches = -(-len(problems) // e.batch_size)
     if on_batch is not None:
         on_batch(0, batches)
@@ -44,9 +54,10 @@ def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
         prompts, width = rollout.render(padded)
         out = rollout.sample(prompts, width, seed=0, greedy=True)
         texts.extend(out.text[: len(chunk)])
+        tokens.extend(out.tokens[: len(chunk)])
         if on_batch is not None:
             on_batch(i // e.batch_size + 1, batches)
-    scores = score(reward_fns, texts, problems)
+    scores = score(reward_fns, texts, problems, tokens)
     n = len(problems)
     return {
         "which": which,
@@ -55,6 +66,7 @@ def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
         "accuracy": float(np.mean(scores.correct)) if n else 0.0,
         "format_rate": float(np.mean(scores.formatted)) if n else 0.0,
         "mean_reward": float(np.mean(scores.reward)) if n else 0.0,
+        "rewards": scores.reward_means,  # each reward's mean (None: applied to none)
         "greedy": True,
         "seconds": round(time.perf_counter() - t0, 2),
         "samples": [

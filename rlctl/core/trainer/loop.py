@@ -81,6 +81,7 @@ class Trainer:
         self.rollout = Rollout.create(
             s.rollout, self.model, self.tokenizer, self.info,
             replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
+            prompt=s.prompt,
         )
 
     def create_data(self) -> None:
@@ -116,8 +117,7 @@ class Trainer:
                 phase(Stage.EVALUATING, text, done, total, "batches")))
         if self.writer:
             self.run.write_json(f"{EVAL}/{which}.json", result)
-        self.metrics.scalars(evaluation.scalar_prefix(which),
-                             {k: result[k] for k in evaluation.SCALARS}, step)
+        self.metrics.scalars(evaluation.scalar_prefix(which), evaluation.scalars(result), step)
         self.emit({"event": "eval", "which": which, "result": result})
         return result
 
@@ -134,7 +134,7 @@ class Trainer:
 
         # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
-        scores = score(self.reward_fns, out.text, group)
+        scores = score(self.reward_fns, out.text, group, out.tokens)
         batch = self.rollout.batch(out, scores)
         if stops.requested() and stops.deferring():  # the model is untouched yet: drop it
             raise stops.Abandoned

@@ -10,6 +10,7 @@ that a resumed run draws what the uninterrupted one did.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from rlctl.core.config.models import RolloutSpec
+from rlctl.core.config.models import PromptSpec, RolloutSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer.data import Problem
 from rlctl.core.trainer.distributed import Topology, weights_fit_each_device
 from rlctl.core.trainer.loss import group_advantages
-from rlctl.core.trainer.prompts import chat_messages
-from rlctl.core.trainer.rewards import RewardFn
+from rlctl.core.trainer.prompts import prompt_text
+from rlctl.core.trainer.rewards import Reward
 
 if TYPE_CHECKING:  # flax and the models: imported once a Rollout is created
     from rlctl.core.trainer.sampler import Sampler
@@ -76,11 +77,13 @@ class Batch:
 
 @dataclass(frozen=True)
 class Scores:
-    """Per completion: the training reward, and the two figures reported beside it."""
+    """Per completion: the training reward, and the two figures reported beside it;
+    per reward of the spec: its mean over the completions it applied to."""
 
-    reward: np.ndarray  # what the policy is trained on (the spec's reward functions)
+    reward: np.ndarray  # what the policy is trained on (the spec's rewards, weighted)
     correct: np.ndarray  # exact answer, 0/1, whatever the training reward is
     formatted: np.ndarray  # the answer tag present, 0/1
+    reward_means: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,19 @@ class Samples:
         return (np.arange(width)[None, :] <= self.lengths[:, None]).astype(np.int32)
 
 
-def score(reward_fns: list[RewardFn], texts: list[str], problems: list[Problem]) -> Scores:
-    pairs = list(zip(texts, problems, strict=True))
-    total = [rewards_lib.total_reward(reward_fns, t, p.answer) for t, p in pairs]
-    correct = [rewards_lib.correct_reward(t, p.answer) for t, p in pairs]
-    formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in pairs]
-    return Scores(np.array(total, np.float32), np.array(correct, np.float32),
-                  np.array(formatted, np.float32))
+def score(rewards: list[Reward], texts: list[str], problems: list[Problem],
+          tokens: list[np.ndarray] | None = None) -> Scores:
+    """Each completion scored by the spec's rewards (TRL-style ones once for the whole
+    batch), and by the built-in answer checks whatever the rewards are."""
+    ids = tokens if tokens is not None else [None] * len(texts)
+    samples = [rewards_lib.Sample(t, p.question, p.answer, p.columns, p.messages,
+                                  None if i is None else [int(x) for x in i])
+               for t, p, i in zip(texts, problems, ids, strict=True)]
+    scored = rewards_lib.score(rewards, samples)
+    correct = [rewards_lib.correct_reward(t, p.answer) for t, p in zip(texts, problems)]
+    formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in zip(texts, problems)]
+    return Scores(scored.total, np.array(correct, np.float32),
+                  np.array(formatted, np.float32), scored.means())
 
 
 def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> Any:
@@ -127,25 +136,29 @@ def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> An
 class Rollout:
     """The sampler and the tokenizer, and what turns problems into a ``Batch``."""
 
-    def __init__(self, spec: RolloutSpec, tokenizer: Any, sampler: Sampler) -> None:
+    def __init__(self, spec: RolloutSpec, tokenizer: Any, sampler: Sampler,
+                 prompt: PromptSpec | None = None) -> None:
         self.spec = spec
+        self.prompt = prompt or PromptSpec()
         self.tokenizer = tokenizer
         self.sampler = sampler
         self.probe_len = 0  # until probe(): each batch gets the bucket of its own longest
 
     @classmethod
     def create(cls, spec: RolloutSpec, model: Any, tokenizer: Any, info: Any,
-               replicate_over: Any = None) -> Rollout:
+               replicate_over: Any = None, prompt: PromptSpec | None = None) -> Rollout:
         from rlctl.core.trainer.sampler import Sampler
 
         sampler = Sampler(model, info, pad_id=tokenizer.pad_id(), eos_ids=tokenizer.eos_ids,
                           max_new_tokens=spec.max_new_tokens, replicate_over=replicate_over)
-        return cls(spec, tokenizer, sampler)
+        return cls(spec, tokenizer, sampler, prompt)
+
+    def prompt_text(self, problem: Problem) -> str:
+        """The exact text the model is prompted with for ``problem``."""
+        return prompt_text(self.tokenizer, problem, self.prompt)
 
     def prompt_lengths(self, problems: list[Problem]) -> list[int]:
-        texts = [self.tokenizer.apply_chat_template(chat_messages(p.question))
-                 for p in problems]
-        return self.tokenizer.lengths(texts)
+        return self.tokenizer.lengths([self.prompt_text(p) for p in problems])
 
     def probe(self, problems: list[Problem], complete: bool = False) -> None:
         """Fix the prompt width of every step (each new width recompiles the sampler
@@ -173,8 +186,7 @@ class Rollout:
 
     def render(self, problems: list[Problem]) -> tuple[list[str], int]:
         """Chat prompts of ``problems`` and the width to pad them to."""
-        prompts = [self.tokenizer.apply_chat_template(chat_messages(p.question))
-                   for p in problems]
+        prompts = [self.prompt_text(p) for p in problems]
         longest = max(self.tokenizer.lengths(prompts))
         limit = self.spec.max_prompt_tokens
         if longest > limit:

@@ -334,6 +334,9 @@ class StepMetrics:
     step_seconds: float
     rollout_seconds: float
     tokens_per_s: float
+    # each reward's mean over the step's completions, as ``rewards/<name>/mean`` keys
+    # of the row (TRL's names); None where it applied to none of them
+    reward_means: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def measure(cls, step: int, losses: list[float], norms: list[float],
@@ -359,8 +362,12 @@ class StepMetrics:
             step_seconds=round(elapsed, 3),
             rollout_seconds=round(rollout_seconds, 3),
             tokens_per_s=round(comp_tokens / elapsed, 2) if elapsed else 0.0,
+            reward_means=dict(scores.reward_means),
         )
 
     def row(self) -> dict[str, Any]:
         """The metrics.jsonl row, and the ``metrics`` of the progress ``step`` event."""
-        return dataclasses.asdict(self)
+        row = dataclasses.asdict(self)
+        means = row.pop("reward_means")
+        row.update({f"rewards/{name}/mean": mean for name, mean in means.items()})
+        return row
