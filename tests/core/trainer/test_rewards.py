@@ -94,9 +94,25 @@ class TestGsm8kGold:
 class TestMathVerify:
     """``correct`` compares with math-verify, not a hand-written number normaliser."""
 
-    @pytest.mark.parametrize("answer", ["7", "7.0", "14/2", "\\frac{14}{2}", "$7", "7 apples"])
+    @pytest.mark.parametrize("answer", ["7", "7.0", "14/2", "\\frac{14}{2}", "$7", "7."])
     def test_equal_forms_of_seven(self, answer):
         assert correct_reward(f"<answer>{answer}</answer>", "7") == 1.0
+
+    @pytest.mark.parametrize(("answer", "gold"), [
+        ("18 + 11", "29"), ("7 apples", "7"), ("x = 7", "7"), ("3 + 4 = 7", "7"),
+        ("{7}", "7")])
+    def test_a_numeric_gold_wants_one_number_not_a_sum_or_a_hedge(self, answer, gold):
+        """math-verify alone credits each of these (measured); the prompt asks for a
+        number, and crediting sums and lists cost the default run held-out gain."""
+        completion = f"<answer>{answer}</answer>"
+        assert correct_reward(completion, gold) == 0.0
+        assert format_reward(completion, gold) == 0.0
+
+    @pytest.mark.parametrize("answer", ["30, 29", "29, 30"])
+    def test_a_list_is_not_credited(self, answer):
+        """math-verify alone credits '30, 29' for 29; as a number with a thousands
+        separator it reads 3029 (the old normaliser's reading too): formatted, wrong."""
+        assert correct_reward(f"<answer>{answer}</answer>", "29") == 0.0
 
     @pytest.mark.parametrize("answer", ["0.5", "1/2", "\\dfrac{1}{2}"])
     def test_a_latex_gold(self, answer):

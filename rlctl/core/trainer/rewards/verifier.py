@@ -135,14 +135,44 @@ def gsm8k_gold(answer_field: str) -> str:
     return value
 
 
+_FRACTION = re.compile(r"^[-+]?\d+\s*/\s*\d+$")
+_LATEX_FRACTION = re.compile(r"^\$?[-+]?\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\}\$?$")
+
+
+def one_number(text: str) -> bool:
+    """Is ``text`` one number as written: ``7``, ``-0.5``, ``$1,200``, ``14/2`` or
+    ``\\frac{14}{2}``, and not a sum, a list or a number with words?
+
+    Why: the prompt asks for "the final answer as a number", and math-verify alone
+    credits ``18 + 11`` (sympy adds it up), ``30, 29`` (a list ending in the gold) and
+    ``7 apples`` against a gold 29 or 7. Measured on the default run (5 seeds): with
+    that leniency the held-out gain fell from +0.30 to +0.23; a model rewarded for
+    writing the sum learns less arithmetic, and one rewarded for a list learns to hedge."""
+    return (normalize_number(text) is not None or bool(_FRACTION.match(text))
+            or bool(_LATEX_FRACTION.match(text)))
+
+
+def _answer_form(gold: str, answer: str) -> bool:
+    """The answer has the form the gold asks for: one number for a numeric gold
+    (``one_number``), any expression math-verify parses for any other gold."""
+    if normalize_number(gold) is not None:
+        return one_number(answer)
+    return bool(parse_math(answer))
+
+
 def correct_reward(completion: str, gold: str) -> float:
-    """1.0 when the last ``<answer>`` block equals the gold answer (math-verify)."""
+    """1.0 when the last ``<answer>`` block has the gold's form (``_answer_form``) and
+    math-verify finds it equal to the gold answer."""
     got = extract_answer(completion)
-    return 1.0 if got is not None and answers_match(gold, got) else 0.0
+    if got is None or not _answer_form(gold, got):
+        return 0.0
+    number = normalize_number(got)  # '$1,200' as '1200': math-verify reads '$' as LaTeX
+    return 1.0 if answers_match(gold, got if number is None else number) else 0.0
 
 
 def format_reward(completion: str, gold: str) -> float:
-    """1.0 when the last ``<answer>`` block holds a math expression, else 0.0; the
-    run config weighs it (0.1 by default: shaping, not the goal)."""
+    """1.0 when the last ``<answer>`` block has the gold's form: one number for a
+    numeric gold, a math expression for any other; else 0.0. The run config weighs
+    it (0.1 by default: shaping, not the goal)."""
     got = extract_answer(completion)
-    return 1.0 if got is not None and parse_math(got) else 0.0
+    return 1.0 if got is not None and _answer_form(gold, got) else 0.0
