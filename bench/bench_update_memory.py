@@ -48,12 +48,13 @@ def abstract_state(shape: str, dtype: str):
     from flax import nnx
     from tunix.models.llama3 import model as llama
 
+    from rlctl.core.checkpoints.families import FAMILIES
     from rlctl.core.config.models import TrainingSpec
     from rlctl.core.trainer import tunix_adapter as ta
     from rlctl.core.trainer.step import make_optimizer
 
     c = SHAPES[shape]
-    config = ta._llama_config(c)
+    config = ta.build_config(FAMILIES["llama"], c)
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
 
     def build():
