@@ -33,7 +33,8 @@ class Family:
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2)
     qk_norm: bool = False  # per-head RMS norms of queries and keys (Qwen3)
     tied_by_default: bool = False  # tie_word_embeddings when config.json omits it
-    # module-path regex (qwix) of each Hugging Face projection name LoRA can target
+    # the qwix module path (inside a decoder layer) of each Hugging Face projection
+    # LoRA can target; empty: LoRA is refused for the family
     lora_paths: tuple[tuple[str, str], ...] = ()
     # fields whose value is the name of a member of a Tunix enum: field -> enum class
     enum_fields: tuple[tuple[str, str], ...] = ()
@@ -144,11 +145,12 @@ def _gemma3_fields(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Llama-style module paths of Tunix's models (layers.N.attn.q_proj, layers.N.mlp.up_proj)
-_PROJ_PATHS = (("q_proj", r".*attn\.q_proj"), ("k_proj", r".*attn\.k_proj"),
-               ("v_proj", r".*attn\.v_proj"), ("o_proj", r".*attn\.o_proj"),
-               ("gate_proj", r".*mlp\.gate_proj"), ("up_proj", r".*mlp\.up_proj"),
-               ("down_proj", r".*mlp\.down_proj"))
+# qwix module paths, inside a decoder layer, of the Hugging Face projections LoRA can
+# target (Llama and Qwen layers name them alike)
+_PROJ_PATHS = (("q_proj", "attn/q_proj"), ("k_proj", "attn/k_proj"),
+               ("v_proj", "attn/v_proj"), ("o_proj", "attn/o_proj"),
+               ("gate_proj", "mlp/gate_proj"), ("up_proj", "mlp/up_proj"),
+               ("down_proj", "mlp/down_proj"))
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("llama", "llama3", "Llama3", _llama_fields, lora_paths=_PROJ_PATHS),
