@@ -12,6 +12,8 @@ are ``a.T`` and ``b.T``. Pure numpy.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,3 +71,20 @@ def peft_config(record: dict[str, Any], base: str) -> dict[str, Any]:
         "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "use_dora": False,
         "inference_mode": True, "init_lora_weights": True, "modules_to_save": None,
     }
+
+
+def base_sha256(folder: Path) -> str:
+    """SHA-256 of a base model's config.json and weights (safetensors, or a trainer
+    folder's Orbax checkpoint), in name order: what a LoRA checkpoint records, so
+    that a resume or an export onto other weights is refused (~1 s per GB read)."""
+    h = hashlib.sha256()
+    tops = sorted(p for p in folder.iterdir() if p.name in ("config.json", "checkpoint")
+                  or p.suffix == ".safetensors")
+    for top in tops:
+        files = [top] if top.is_file() else sorted(x for x in top.rglob("*") if x.is_file())
+        for f in files:
+            h.update(str(f.relative_to(folder)).encode() + b"\0")
+            with f.open("rb") as fh:
+                while block := fh.read(1 << 22):
+                    h.update(block)
+    return h.hexdigest()

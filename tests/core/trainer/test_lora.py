@@ -76,6 +76,15 @@ def test_adapters_change_rlctls_forward_and_zeroed_give_the_base(tmp_path, famil
         nnx.state(zeroed, nnx.Param)["embedder"]["input_embedding"].get_value()
 
 
+def test_adapters_are_committed_like_the_base(tmp_path):
+    """Uncommitted adapters made the sampler compile again after the first update
+    (whose outputs are committed)."""
+    from flax import nnx
+
+    model, _ = lora_model(write_tiny_model(tmp_path / "m", "llama"))
+    assert {x.committed for x in jax.tree.leaves(nnx.state(model, nnx.Param))} == {True}
+
+
 def test_only_the_targeted_projections_get_adapters(tmp_path):
     from flax import nnx
 

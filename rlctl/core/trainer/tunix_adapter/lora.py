@@ -20,7 +20,6 @@ log-probs, and zeroed they give the base's exactly).
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,13 @@ def apply_lora(model: nnx.Module, family: str, training: Any, seed: int = 0) -> 
     tokens = jnp.zeros((1, 1), jnp.int32)
     trunk(model, tokens, jnp.zeros((1, 1), jnp.int32), None, jnp.ones((1, 1, 1), jnp.bool_))
     model.set_attributes(qwix_rngs=None)
-    if not jax.tree.leaves(nnx.state(model, nnx.LoRAParam)):
+    # Pitfall: qwix's initializers leave the adapters uncommitted (the base is
+    # committed), and the first update's outputs are committed: the sampler then
+    # compiled once more after warm-up (80 s at step 2 of a tiny run on a busy CPU).
+    # Placed where they are, explicitly, they are committed from the start.
+    adapters = nnx.state(model, nnx.LoRAParam)
+    nnx.update(model, jax.tree.map(lambda x: jax.device_put(x, x.sharding), adapters))
+    if not jax.tree.leaves(adapters):
         raise ConfigError(f"training.lora_target_modules={training.lora_target_modules}: "
                           "no projection of the model matched")
     return model
@@ -97,17 +102,8 @@ def base_only(state: Any) -> Any:
 
 
 def base_reference(folder: Path, source: str) -> dict[str, Any]:
-    """What a LoRA checkpoint records of its base: the model source and a SHA-256 of
-    its config.json and weight files, so a resume or an export onto another base is
-    refused rather than silently wrong (~1 s per GB read)."""
-    h = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir()
-                   if p.name == "config.json" or p.suffix == ".safetensors"
-                   or p.name == "checkpoint")
-    for p in files:
-        for f in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
-            h.update(str(f.relative_to(folder)).encode() + b"\0")
-            with f.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    h.update(block)
-    return {"source": source, "sha256": h.hexdigest()}
+    """What a LoRA checkpoint records of its base: the model source and the SHA-256
+    of its config.json and weights (``checkpoints.lora.base_sha256``)."""
+    from rlctl.core.checkpoints.lora import base_sha256
+
+    return {"source": source, "sha256": base_sha256(folder)}
