@@ -12,6 +12,13 @@ free memory).
 
     python bench/bench_update_memory.py                       # 16 x 8 x (160 + 256)
     python bench/bench_update_memory.py --prompts 2 --new-tokens 48 --prompt-tokens 160
+
+With ``--lora-rank R`` it compares instead the whole update's peak (the state it
+holds: parameters and optimizer moments, plus gradients and temporaries) of LoRA
+adapters of rank R on every projection against full fine-tuning, both in
+micro-batches of ``--lora-micro`` sequences (the same activations):
+
+    python bench/bench_update_memory.py --shape llama-3.2-1b --lora-rank 16
 """
 
 from __future__ import annotations
@@ -41,31 +48,41 @@ SHAPES = {
 }
 
 
-def abstract_state(shape: str, dtype: str):
-    """(graphdef, abstract (model, optimizer) state, ModelInfo) of a model shape."""
+def abstract_state(shape: str, dtype: str, lora_rank: int | None = None):
+    """(graphdef, abstract (model, optimizer) state, ModelInfo) of a model shape; with
+    ``lora_rank``, of adapters of that rank on every projection of the model."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
     from tunix.models.llama3 import model as llama
 
-    from rlctl.core.config.models import TrainingSpec
+    from rlctl.core.checkpoints.families import FAMILIES
+    from rlctl.core.config.models import RunSpec, TrainingSpec
     from rlctl.core.trainer import tunix_adapter as ta
     from rlctl.core.trainer.step import make_optimizer
 
     c = SHAPES[shape]
-    config = ta._llama_config(c)
+    config = ta.build_config(FAMILIES["llama"], c)
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+
+    training = TrainingSpec() if lora_rank is None else RunSpec(
+        training={"lora_rank": lora_rank}).training
 
     def build():
         model = llama.Llama3(config, rngs=nnx.Rngs(0))
         if jdtype != jnp.float32:
             state = jax.tree.map(lambda x: x.astype(jdtype), nnx.state(model, nnx.Param))
             nnx.update(model, state)
-        return model, make_optimizer(model, TrainingSpec())
+        if lora_rank is not None:
+            from rlctl.core.trainer.tunix_adapter.lora import apply_lora
+
+            model = apply_lora(model, "llama", training)
+        return model, make_optimizer(model, training)
 
     model, optimizer = nnx.eval_shape(build)
     graphdef, state = nnx.split((model, optimizer))
-    n = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    n = sum(x.size for x in jax.tree.leaves(nnx.state(
+        model, nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam)))))
     info = ta.ModelInfo(family="llama", num_layers=config.num_layers,
                         num_kv_heads=config.num_kv_heads, head_dim=config.head_dim,
                         vocab_size=config.vocab_size, params=n, dtype=dtype)
@@ -85,6 +102,57 @@ def temporaries(update, graphdef, state, batch, size: int) -> tuple[int, int, fl
             time.perf_counter() - t0)
 
 
+def peak(update, graphdef, state, batch, size: int) -> tuple[int, int, int, float]:
+    """(peak bytes of the compiled update: its state and batch plus what it allocates
+    beyond them; the state's bytes; temporaries; compile seconds)."""
+    import jax
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(update._step_fn(graphdef, size), donate_argnums=0).lower(
+        state, batch).compile()
+    ma = compiled.memory_analysis()
+    held = ma.argument_size_in_bytes
+    return (held + ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes,
+            sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)),
+            ma.temp_size_in_bytes, time.perf_counter() - t0)
+
+
+def lora_against_full(a) -> None:
+    """The LoRA update's peak against full fine-tuning's, same batch and micro-batches."""
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.config.models import RunSpec
+    from rlctl.core.trainer.rollout import Batch
+    from rlctl.core.trainer.step import Update
+    from rlctl.core.units import human_bytes
+
+    rows = a.prompts * a.group
+    batch = Batch(
+        prompt_ids=jax.ShapeDtypeStruct((a.prompts, a.prompt_tokens), jnp.int32),
+        completion_ids=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
+        mask=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
+        advantages=jax.ShapeDtypeStruct((rows,), jnp.float32))
+    remat = {"auto": None, "on": True, "off": False}[a.remat]
+    size = min(a.lora_micro, rows)
+    print(f"{a.shape} ({a.dtype}), {a.prompts} prompts x {a.group} completions x "
+          f"({a.prompt_tokens} + {a.new_tokens}) tokens, micro-batches of {size}")
+    print(f"{'update':34} {'params':>8} {'state':>10} {'temporaries':>12} {'peak':>10} "
+          f"{'x full':>7} {'compile s':>9}")
+    full = None
+    for rank in (None, a.lora_rank):
+        graphdef, state, info = abstract_state(a.shape, a.dtype, rank)
+        spec = RunSpec(rollout={"num_generations": a.group, "max_new_tokens": a.new_tokens},
+                       training={"prompts_per_step": a.prompts, "remat": remat,
+                                 "lora_rank": rank})
+        update = Update(spec, pad_id=0, info=info)
+        top, held, temp, secs = peak(update, graphdef, state, batch, size)
+        full = full or top
+        label = "full fine-tuning" if rank is None else f"LoRA rank {rank}, all projections"
+        print(f"{label:34} {info.params / 1e6:7.0f}M {human_bytes(held):>10} "
+              f"{human_bytes(temp):>12} {human_bytes(top):>10} {top / full:7.2f} {secs:9.1f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
@@ -96,7 +164,14 @@ def main() -> None:
     p.add_argument("--sizes", default="", help="micro-batch sizes, e.g. 64,16,8")
     p.add_argument("--remat", choices=["auto", "on", "off"], default="auto",
                    help="training.remat of the micro-batch rows (the baseline has none)")
+    p.add_argument("--lora-rank", type=int, default=None,
+                   help="compare a LoRA update of this rank against full fine-tuning")
+    p.add_argument("--lora-micro", type=int, default=8,
+                   help="micro-batch size of both updates in the --lora-rank comparison")
     a = p.parse_args()
+    if a.lora_rank is not None:
+        lora_against_full(a)
+        return
 
     import jax
     import jax.numpy as jnp

@@ -19,8 +19,10 @@ SrcArg = Annotated[str, typer.Argument(
     "trainer folder, a Hugging Face safetensors folder or file, or a .gguf file.")]
 DstArg = Annotated[str, typer.Argument(help="Output folder: a local path or gs://BUCKET/PATH.")]
 ToOpt = Annotated[str, typer.Option(
-    "--to", help="hf (safetensors + config + tokenizer, for transformers/vLLM) or trainer "
-    "(an Orbax checkpoint that model.source can name).", case_sensitive=False)]
+    "--to", help="hf (safetensors + config + tokenizer, for transformers/vLLM; a LoRA run's "
+    "adapters merged into its base), trainer (an Orbax checkpoint that model.source can "
+    "name) or peft (a LoRA run's adapters alone, as a PEFT adapter folder).",
+    case_sensitive=False)]
 StepOpt = Annotated[int | None, typer.Option(
     "--step", help="Checkpoint step of a run (default: its latest complete one).")]
 DtypeOpt = Annotated[str | None, typer.Option(

@@ -23,11 +23,11 @@ import numpy as np
 
 from rlctl.core.checkpoints import hf
 from rlctl.core.checkpoints.places import Output, open_output
-from rlctl.core.checkpoints.sources import TRAINER_MARKER, Source, open_source
+from rlctl.core.checkpoints.sources import TRAINER_MARKER, LoraSource, Source, open_source
 from rlctl.core.errors import ConfigError
 from rlctl.core.store.base import atomic_write
 
-Target = Literal["hf", "trainer"]
+Target = Literal["hf", "trainer", "peft"]
 DTYPES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "float32": "float32"}
 PROGRESS = "rlctl-progress.json"  # trainer staging: the arrays already written
 # progress callback: (tensors done, tensors in all, bytes done, bytes in all)
@@ -85,9 +85,12 @@ def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
     want = None if dtype is None else DTYPES.get(dtype)
     if dtype is not None and want is None:
         raise ConfigError(f"--dtype {dtype!r}: use bf16 or fp32")
-    if to not in ("hf", "trainer"):
-        raise ConfigError(f"--to {to!r}: use hf or trainer")
+    if to not in ("hf", "trainer", "peft"):
+        raise ConfigError(f"--to {to!r}: use hf, trainer or peft")
     source = open_source(src, step, client, runs_dir)
+    if to == "peft" and not isinstance(source, LoraSource):
+        raise ConfigError(f"--to peft: {src!r} is not a LoRA run (it has no adapters)",
+                          hint="use --to hf for the whole model")
     if _same_place(src, dst):
         raise ConfigError("SRC and DST are the same place")
     out = open_output(dst, overwrite, client)
@@ -95,11 +98,17 @@ def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
     try:
         if to == "hf":
             n, nbytes, resumed, out_dtype = _to_hf(source, out, want, report, shard_bytes)
+        elif to == "peft":
+            assert isinstance(source, LoraSource)
+            n, nbytes, resumed, out_dtype = _to_peft(source, out, want, report)
         else:
             n, nbytes, resumed, out_dtype = _to_trainer(source, out, want, report, dst)
         for f in source.sidecar_files():
             if not out.done(f):
                 out.write_bytes(f, source.sidecars.read_bytes(f))
+        if verify and to == "peft":
+            raise ConfigError("--verify reads back a model; a PEFT adapter folder is not one",
+                              hint="convert --to hf --verify for the merged model")
         if verify:  # before commit: a DST that differs from SRC never appears
             from rlctl.core.checkpoints.verify import verify_against
 
@@ -181,6 +190,37 @@ def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
                 report(done_n, len(planned), done_b, total)
     hf.write_index(out, shards, names)
     return len(planned), total, resumed, _out_dtype(source, want)
+
+
+def _to_peft(source: LoraSource, out: Output, want: str | None,
+             report: OnProgress) -> tuple[int, int, int, str]:
+    """A PEFT adapter folder (adapter_config.json, adapter_model.safetensors; PEFT's
+    save_pretrained layout) that ``PeftModel.from_pretrained`` loads onto the base."""
+    from rlctl.core.checkpoints import lora
+
+    tensors: list[tuple[str, np.ndarray]] = []
+    for rule in source.adapted.values():
+        a, b = source.adapter(rule)
+        assert rule.t_shape is not None  # adapted projections are "t" rules
+        a2, b2 = lora.as_matrices(rule, rule.t_shape(source.base.shape_dtype(rule.hf[0])[0]),
+                                  a, b)
+        name_a, name_b = lora.peft_name(rule.hf[0])
+        tensors += [(name_a, _cast(np.ascontiguousarray(a2.T), want)),
+                    (name_b, _cast(np.ascontiguousarray(b2.T), want))]
+    bf16 = hf.np_dtype("bfloat16")
+    planned = [hf.Planned(n, tuple(x.shape), "bfloat16" if x.dtype == bf16 else str(x.dtype))
+               for n, x in tensors]
+    total = sum(t.nbytes for t in planned)
+    with out.open("adapter_model.safetensors") as f:
+        f.write(hf.shard_header(planned))
+        for _, x in tensors:
+            f.write(memoryview(x.reshape(-1).view(np.uint8)))
+    base = str(source.record.get("base", {}).get("source") or "")
+    config = lora.peft_config(source.record, base)
+    out.write_bytes("adapter_config.json", (json.dumps(config, indent=1) + "\n").encode())
+    report(len(planned), len(planned), total, total)
+    dtypes = {t.dtype for t in planned}
+    return len(planned), total, 0, dtypes.pop() if len(dtypes) == 1 else "+".join(dtypes)
 
 
 def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgress,

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from rlctl.core.checkpoints.families import FAMILIES, family
 from rlctl.core.errors import ConfigError
 
-# the model_type values in config.json that rlctl trains and converts
-SUPPORTED = ("llama", "qwen2", "qwen3", "gemma3_text")
-_ALIASES = {"gemma3": "gemma3_text"}  # multimodal Gemma 3: refused, see family_of
+# the model_type values in config.json that rlctl trains and converts (families.py)
+SUPPORTED = tuple(FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,7 @@ class Rule:
 
 def family_of(config: dict[str, Any]) -> str:
     """config.json's ``model_type`` if rlctl converts it, else one clear line."""
-    family = config.get("model_type")
-    if family in _ALIASES:
-        raise ConfigError(
-            f"model type {family!r} (multimodal) is not supported; its text model "
-            f"'{_ALIASES[family]}' is",
-            hint=f"supported model types: {', '.join(SUPPORTED)}")
-    if family not in SUPPORTED:
-        raise ConfigError(f"model type {family!r} is not supported",
-                          hint=f"supported model types: {', '.join(SUPPORTED)}")
-    return str(family)
+    return family(config.get("model_type")).model_type
 
 
 def dims_of(config: dict[str, Any]) -> Dims:
@@ -76,12 +67,16 @@ def dims_of(config: dict[str, Any]) -> Dims:
             kv_heads=int(config.get("num_key_value_heads") or heads),
             head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
             layers=int(config["num_hidden_layers"]),
-            tied=bool(config.get("tie_word_embeddings",
-                                 config.get("model_type") == "gemma3_text")),
+            tied=bool(config.get("tie_word_embeddings", _tied_by_default(config))),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"config.json lacks what the model's shape needs ({e})",
                           hint="copy or download the model again") from e
+
+
+def _tied_by_default(config: dict[str, Any]) -> bool:
+    fam = FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
+    return fam is not None and fam.tied_by_default
 
 
 def transpose(x: np.ndarray, rows: int = 16) -> np.ndarray:
@@ -161,7 +156,7 @@ def _stack_ndh(n: int, hd: int) -> tuple[Callable, Callable]:
 
 def rules(config: dict[str, Any]) -> list[Rule]:
     """Every trainer tensor of the model, in a streaming order (embedding, layers, head)."""
-    family = family_of(config)
+    fam = family(family_of(config))
     d = dims_of(config)
     out: list[Rule] = []
 
@@ -171,7 +166,7 @@ def rules(config: dict[str, Any]) -> list[Rule]:
     ident = (_same, _one, "same")
     trans = _transposing(lambda h: (h[1], h[0]), _2d)
     add("embedder.input_embedding", "model.embed_tokens.weight", ident)
-    gemma = family == "gemma3_text"
+    gemma = fam.layout == "gemma"
     norm = "scale" if gemma else "w"
     for i in range(d.layers):
         h, t = f"model.layers.{i}.", f"layers.{i}."
@@ -198,10 +193,10 @@ def rules(config: dict[str, Any]) -> list[Rule]:
             add(t + "attn.k_proj.w", attn + "k_proj.weight", _heads_in(d.kv_heads, d.head_dim))
             add(t + "attn.v_proj.w", attn + "v_proj.weight", _heads_in(d.kv_heads, d.head_dim))
             add(t + "attn.o_proj.w", attn + "o_proj.weight", _heads_out(d.heads, d.head_dim))
-            if family == "qwen2":
+            if fam.qkv_bias:
                 for p in "qkv":
                     add(t + f"attn.{p}_bias", attn + f"{p}_proj.bias", ident)
-            if family == "qwen3":
+            if fam.qk_norm:
                 add(t + "attn.q_norm.w", attn + "q_norm.weight", ident)
                 add(t + "attn.k_norm.w", attn + "k_norm.weight", ident)
             add(t + "input_layernorm.w", h + "input_layernorm.weight", ident)

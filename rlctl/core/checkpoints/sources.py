@@ -172,6 +172,92 @@ class TrainerSource(Source):
         return self.reader.read(rule.key)
 
 
+class LoraSource(Source):
+    """A LoRA run's checkpoint: its base model (the run's model source) with the
+    adapters of the checkpoint merged in, ``W + (alpha / rank) * a @ b`` (lora.py),
+    tensor by tensor; ``adapter`` reads the adapters alone (``--to peft``)."""
+
+    def __init__(self, uri: str, step_dir: Path, base: Source, record: dict[str, Any],
+                 step: int | None) -> None:
+        from rlctl.core.checkpoints import lora
+        from rlctl.core.checkpoints.orbax import OrbaxReader
+
+        super().__init__(uri, "run", base.config, base.sidecars, step)
+        self.base = base
+        self.record = record
+        self.skipped = base.skipped
+        self.adapters = OrbaxReader(step_dir)
+        try:
+            self.scale = float(record["alpha"]) / int(record["rank"])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise ConfigError(f"{uri}: checkpoint {step}'s {lora.LORA_FILE} is damaged "
+                              f"({type(e).__name__})", hint="pick another step with --step"
+                              ) from e
+        keys = set(self.adapters.keys)
+        self.adapted = {r.key: r for r in self.rules if lora.adapter_keys(r)[0] in keys}
+        if not self.adapted:
+            raise ConfigError(f"{uri}: checkpoint {step} holds no adapter of this "
+                              f"{self.family} model", hint="pick another step with --step")
+
+    def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
+        return self.base.shape_dtype(name)
+
+    def adapter(self, rule: layout.Rule) -> tuple[np.ndarray, np.ndarray]:
+        from rlctl.core.checkpoints import lora
+
+        a_key, b_key = lora.adapter_keys(rule)
+        return self.adapters.read(a_key), self.adapters.read(b_key)
+
+    def read_rule(self, rule: layout.Rule) -> np.ndarray:
+        from rlctl.core.checkpoints import lora
+
+        w = self.base.read_rule(rule)
+        if rule.key not in self.adapted:
+            return w
+        try:
+            return lora.merged(rule, w, *self.adapter(rule), self.scale)
+        except ValueError as e:
+            raise ConfigError(f"{self.uri}: {e}", hint="the run's base model changed?") from e
+
+    def read(self, name: str) -> np.ndarray:
+        rule = self.by_hf[name]
+        if rule.key not in self.adapted:
+            return self.base.read(name)
+        return rule.to_hf(self.read_rule(rule))[rule.hf.index(name)]
+
+
+def _lora_base(uri: str, model_source: str, record: dict[str, Any], client: Any) -> Source:
+    """The base model of a LoRA checkpoint, with the weights it was trained on (by
+    SHA-256): merging adapters into other weights would be silently wrong."""
+    from rlctl.core.checkpoints.lora import base_sha256
+    from rlctl.core.config.models import DEFAULT_MODEL
+
+    source = model_source or DEFAULT_MODEL
+    if source == DEFAULT_MODEL:
+        from rlctl.core.checkpoints.gguf import default_model_dir
+
+        folder = Path(default_model_dir())
+    elif Path(source).expanduser().is_dir():
+        folder = Path(source).expanduser()
+    else:
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(source, local_files_only=True))
+        except Exception as e:
+            raise ConfigError(f"{uri}: the LoRA run's base model {source!r} is not on this "
+                              "machine (its weights are needed to merge the adapters)",
+                              hint=f"download it once (huggingface-cli download {source}), "
+                              "then convert again; or --to peft for the adapters alone") from e
+    want = (record.get("base") or {}).get("sha256")
+    if want and base_sha256(folder) != want:
+        raise ConfigError(f"{uri}: the base model {source!r} is not the one the adapters were "
+                          "trained on (its SHA-256 differs)",
+                          hint="put the original model back, or --to peft for the adapters "
+                          "alone")
+    return _open_source(str(folder), None, client, None)
+
+
 def _config(place: Place, where: str) -> dict[str, Any]:
     if not place.exists("config.json"):
         raise ConfigError(f"{where}: no config.json", hint=_EXPECTED)
@@ -237,8 +323,19 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
         model_source = str(spec.get("model", {}).get("source") or "")
     except (yaml.YAMLError, AttributeError) as e:
         raise ConfigError(f"{uri}/{RUN_SPEC}: unreadable") from e
+    from rlctl.core.checkpoints.lora import LORA_FILE
     from rlctl.core.config.models import DEFAULT_MODEL
 
+    if (step_dir / LORA_FILE).is_file():  # a LoRA run: adapters plus a base reference
+        try:
+            record = json.loads((step_dir / LORA_FILE).read_text())
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{uri}: checkpoint {step}'s {LORA_FILE} is unreadable",
+                              hint="pick another step with --step") from e
+        base = _lora_base(uri, model_source, record, client)
+        source = LoraSource(uri, step_dir, base, record, step)
+        source.holds = (run, base)
+        return source
     model_dir = _run_model_dir(model_source or DEFAULT_MODEL)
     source = TrainerSource(uri, "run", step_dir, _config(model_dir, model_dir.uri), model_dir,
                            step)

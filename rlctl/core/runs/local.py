@@ -134,8 +134,9 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
         Stage.CONVERTING, "converting the default model to safetensors (first use only)")))
     _load_libraries(emit)
     from rlctl.core.trainer.tunix_adapter import check_family
+    from rlctl.core.trainer.tunix_adapter.lora import check_lora
 
-    check_family(folder)
+    check_lora(check_family(folder), spec.training)  # a bad LoRA config: no run folder
     tokenizer = ChatTokenizer(folder)  # its files parse and name an eos token
     if source.finite:  # every prompt of the data fits rollout.max_prompt_tokens
         from rlctl.core.trainer.rollout import Rollout

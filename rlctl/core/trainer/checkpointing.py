@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from rlctl.core.checkpoints.lora import LORA_FILE
 from rlctl.core.errors import ConflictError, DiskFullError
 from rlctl.core.store.base import CHECKPOINTS, SET_ASIDE, atomic_write, set_aside_checkpoints
 from rlctl.core.store.local import LocalRunDir
@@ -223,11 +224,19 @@ def _last_good(step: int | None) -> str:
     return f"the last good checkpoint is {step}" if step else "no checkpoint was saved yet"
 
 
-def _state(model: Any, optimizer: Any) -> dict[str, Any]:
+def _trained(lora: bool) -> Any:
+    """What a checkpoint holds of the model: a LoRA run's adapters alone (its base is
+    the model source, recorded in ``LORA_FILE``), else every parameter."""
+    from flax import nnx
+
+    return nnx.LoRAParam if lora else nnx.Param
+
+
+def _state(model: Any, optimizer: Any, lora: bool = False) -> dict[str, Any]:
     from flax import nnx
 
     return {
-        "model": nnx.to_pure_dict(nnx.state(model, nnx.Param)),
+        "model": nnx.to_pure_dict(nnx.state(model, _trained(lora))),
         "optimizer": nnx.to_pure_dict(nnx.state(optimizer)),
     }
 
@@ -282,10 +291,12 @@ class Checkpoints:
     """The run's checkpoint folder, brought up to date from the run store on open."""
 
     def __init__(self, run: LocalRunDir, topo: Topology, keep: int,
-                 warn: Callable[[str], None] | None = None, recover: bool = False) -> None:
+                 warn: Callable[[str], None] | None = None, recover: bool = False,
+                 lora: dict[str, Any] | None = None) -> None:
         import orbax.checkpoint as ocp
 
         self.run = run
+        self.lora = lora  # a LoRA run: what each checkpoint records of its base
         self.topo = topo
         # Orbax >= 0.12.8 refuses relative paths (a relative staging root, say)
         folder = os.path.abspath(run.path_for(CHECKPOINTS))
@@ -401,7 +412,7 @@ class Checkpoints:
         import jax
         import orbax.checkpoint as ocp
 
-        state = _state(model, optimizer)
+        state = _state(model, optimizer, self.lora is not None)
         if self.topo.multi_process:
             state = to_host(state, self.topo)  # a collective: every process takes part
         if not self.topo.is_writer:
@@ -427,6 +438,9 @@ class Checkpoints:
                     f"disk full while saving checkpoint {step} in {self.folder}; "
                     f"{_last_good(self.manager.latest_step())}",
                     hint=f"free some space, then 'rlctl resume {self.run.name}'") from None
+            if self.lora is not None:  # covered by the manifest, written next
+                atomic_write(Path(self.folder) / str(step) / LORA_FILE,
+                             json.dumps(self.lora, indent=1) + "\n")
             self.latest_size = write_manifest(Path(self.folder) / str(step))
             self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
             self.latest = step
@@ -444,7 +458,9 @@ class Checkpoints:
         step = self.latest
         if step is None:
             return 0
-        state = _state(model, optimizer)
+        if self.lora is not None:
+            self._check_base(step)
+        state = _state(model, optimizer, self.lora is not None)
         if self.topo.multi_process:  # whole arrays from disk, then sharded over the mesh
             target = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), state)
             restored = self.manager.restore(step, args=ocp.args.StandardRestore(target))
@@ -456,13 +472,33 @@ class Checkpoints:
             self.latest_size = write_manifest(Path(self.folder) / str(step))
             self._warn(f"recovered checkpoint {step}: every array read back; "
                        f"its {MANIFEST} written anew")
-        model_state = nnx.state(model, nnx.Param)
+        model_state = nnx.state(model, _trained(self.lora is not None))
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(model, model_state)
         opt_state = nnx.state(optimizer)
         nnx.replace_by_pure_dict(opt_state, restored["optimizer"])
         nnx.update(optimizer, opt_state)
         return int(step)
+
+    def _check_base(self, step: int) -> None:
+        """A LoRA checkpoint's adapters fit only the base they were trained on: refuse
+        to restore them onto a model whose weights changed since."""
+        assert self.lora is not None
+        path = Path(self.folder) / str(step) / LORA_FILE
+        try:
+            saved = json.loads(path.read_text())["base"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ConflictError(
+                f"checkpoint {step} of run {self.run.name!r} is not a LoRA checkpoint of "
+                f"this run (no readable {LORA_FILE})",
+                hint=f"'rlctl delete run {self.run.name}' and train again") from None
+        now = self.lora["base"]
+        if saved.get("sha256") != now["sha256"]:
+            raise ConflictError(
+                f"run {self.run.name!r}: its LoRA adapters were trained on other weights "
+                f"of {saved.get('source')!r} (SHA-256 {str(saved.get('sha256'))[:12]}, now "
+                f"{now['sha256'][:12]}); restoring them onto this base would be wrong",
+                hint="put the original model back, or train a new run")
 
     def _set_aside(self, step: int) -> str:
         """Rename a damaged step folder out of the checkpoint list (kept for a look,

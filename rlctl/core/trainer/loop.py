@@ -61,11 +61,6 @@ class Trainer:
         from rlctl.core.trainer.tokenizer import ChatTokenizer
 
         s = self.spec
-        if s.training.lora_rank is not None:
-            raise ConfigError(
-                "training.lora_rank is not supported by the local trainer yet",
-                hint="remove training.lora_rank to train all parameters",
-            )
         if s.rollout.engine == "vllm":
             raise ConfigError(
                 "rollout.engine 'vllm' needs a TPU/GPU vLLM install; this machine uses 'vanilla'",
@@ -76,7 +71,17 @@ class Trainer:
         self.tokenizer = ChatTokenizer(folder)
         self.model, self.info = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
         self.ref_model = None
-        if s.training.beta > 0:  # the reference model costs memory: only when used
+        self.base_ref = None  # a LoRA run's base, as its checkpoints record it
+        if s.training.lora_rank is not None:
+            # adapters on the frozen base; the reference (beta > 0) is this base with
+            # the adapters zeroed (step.py), so the base is held once
+            from rlctl.core.trainer.tunix_adapter import lora
+
+            lora.check_lora(self.info.family, s.training)
+            self.model = lora.apply_lora(self.model, self.info.family, s.training,
+                                         seed=s.training.seed)
+            self.base_ref = lora.base_reference(folder, s.model.source)
+        elif s.training.beta > 0:  # the reference model costs memory: only when used
             self.ref_model, _ = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
         self.rollout = Rollout.create(
             s.rollout, self.model, self.tokenizer, self.info,
@@ -96,6 +101,15 @@ class Trainer:
             p for k in range(rollout_lib.PROBE_STEPS)
             for p in self.source.batch(k, s.training.prompts_per_step)]
         self.rollout.probe(self.source.eval_set + train, complete=self.source.finite)
+
+    def lora_record(self) -> dict[str, Any] | None:
+        """What a LoRA run's checkpoints say besides the adapters: the base (source
+        and SHA-256) and the adapters' shape, for resume and checkpoint-convert."""
+        t = self.spec.training
+        if self.base_ref is None:
+            return None
+        return {"base": self.base_ref, "family": self.info.family, "rank": t.lora_rank,
+                "alpha": t.lora_alpha, "target_modules": list(t.lora_target_modules or [])}
 
     def create_optimizer(self) -> None:
         self.optimizer = make_optimizer(self.model, self.spec.training)
@@ -187,7 +201,7 @@ class Trainer:
                         else NullMetrics())
         self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
                                 warn=lambda m: self.emit({"event": "message", "message": m}),
-                                recover=self.recover)
+                                recover=self.recover, lora=self.lora_record())
         try:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.

@@ -29,13 +29,15 @@ def make_optimizer(model: Any, t: TrainingSpec) -> Any:
     from flax import nnx
 
     from rlctl.core.trainer.optimizer import clipped_adamw
+    from rlctl.core.trainer.tunix_adapter.lora import trainable
 
     lr: Any = t.learning_rate
     if t.warmup_steps:
         lr = optax.linear_schedule(0.0, t.learning_rate, t.warmup_steps)
     tx = clipped_adamw(lr, b1=0.9, b2=0.99, weight_decay=t.weight_decay,
                        max_norm=t.max_grad_norm)
-    return nnx.Optimizer(model, tx, wrt=nnx.Param)
+    # with LoRA only the adapters: no gradient nor moment of the frozen base exists
+    return nnx.Optimizer(model, tx, wrt=trainable(t))
 
 
 def loss_config(spec: RunSpec) -> LossConfig:
@@ -101,6 +103,7 @@ class Update:
         self.warn = warn or (lambda message: None)
         self.topology = topology  # several processes agree on one micro-batch size
         self.remat = spec.training.remat
+        self.lora = spec.training.lora_rank is not None  # train the adapters alone
         if self.remat and info.family != "llama":
             self.warn(f"training.remat applies to Llama-family models; this {info.family} "
                       "model runs without it")
@@ -113,6 +116,12 @@ class Update:
         return cls(spec, pad_id, info, warn, topology)
 
     # --- the traced functions ------------------------------------------------------
+    def _wrt(self) -> Any:
+        """What gets gradients: the LoRA adapters, or every parameter."""
+        from flax import nnx
+
+        return nnx.LoRAParam if self.lora else nnx.Param
+
     def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int,
                   remat: bool = False):
         from rlctl.core.trainer import tunix_adapter as ta
@@ -178,7 +187,7 @@ class Update:
         import jax
         from flax import nnx
 
-        mdef, params, rest = nnx.split(model, nnx.Param, ...)
+        mdef, params, rest = nnx.split(model, self._wrt(), ...)
         fn = jax.jit(lambda p, r, b: self._loss_and_grads(p, mdef, r, b, size))
         return fn(params, rest, batch)
 
@@ -189,7 +198,7 @@ class Update:
 
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
-            mdef, params, rest = nnx.split(model, nnx.Param, ...)
+            mdef, params, rest = nnx.split(model, self._wrt(), ...)
             (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size)
             optimizer.update(model, grads)
             return nnx.state((model, optimizer)), loss, aux, optax.global_norm(grads)
@@ -218,7 +227,7 @@ class Update:
             from rlctl.core.trainer.distributed import least
 
             have = least(have, self.topology)
-        grads = tree_bytes(nnx.state(model, nnx.Param))
+        grads = tree_bytes(nnx.state(model, self._wrt()))
         measured: tuple[int, int] | None = None  # (size, need) of the first compile
         tried = rows + rows  # each retry at least halves: each try compiles again
         for size in sizes:
@@ -251,11 +260,15 @@ class Update:
                 "training.prompts_per_step")
         raise memory.too_big(need, have, where, what, hint)
 
-    def logps(self, model: Any, prompt_ids: Any, completion_ids: Any) -> Any:
+    def logps(self, model: Any, prompt_ids: Any, completion_ids: Any,
+              base: bool = False) -> Any:
         """Per-token log-probs under ``model`` (the reference, or the rollout policy
-        frozen over iterations), with no gradient."""
+        frozen over iterations), with no gradient; with ``base``, under a LoRA
+        model's frozen base (its adapters zeroed: the reference, without a copy)."""
         import jax
         from flax import nnx
+
+        from rlctl.core.trainer.tunix_adapter.lora import base_only
 
         if self._logps is None:
             def fn(graphdef, state, prompt_ids, completion_ids):
@@ -264,6 +277,8 @@ class Update:
 
             self._logps = jax.jit(fn, static_argnums=0)
         graphdef, state = nnx.split(model)
+        if base:
+            state = base_only(state)
         return self._logps(graphdef, state, prompt_ids, completion_ids)
 
     def train_step(self, model: Any, optimizer: Any, batch: Batch) -> tuple[Any, Any, Any]:
@@ -291,6 +306,10 @@ class Update:
                 batch = dataclasses.replace(
                     batch, ref_logps=self.logps(ref_model, batch.prompt_ids,
                                                 batch.completion_ids))
+            elif self.lora and self.cfg.beta > 0:  # the reference: the frozen base
+                batch = dataclasses.replace(
+                    batch, ref_logps=self.logps(model, batch.prompt_ids,
+                                                batch.completion_ids, base=True))
             if iterations > 1:  # the rollout policy, frozen for all iterations
                 batch = dataclasses.replace(
                     batch, old_logps=self.logps(model, batch.prompt_ids, batch.completion_ids))

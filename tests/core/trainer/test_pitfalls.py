@@ -21,7 +21,7 @@ def upstream_rope():
     from rlctl.core.trainer import tunix_adapter as ta
 
     patched = m.Attention.block
-    m.Attention.block = ta.UPSTREAM_LLAMA3_BLOCK
+    m.Attention.block = ta.shim.UPSTREAM_LLAMA3_BLOCK
     try:
         yield
     finally:

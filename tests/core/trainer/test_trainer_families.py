@@ -17,6 +17,7 @@ import pytest
 jax = pytest.importorskip("jax")
 pytest.importorskip("tunix")
 
+from rlctl.core.checkpoints.families import FAMILIES  # noqa: E402
 from rlctl.core.errors import ConfigError  # noqa: E402
 from tests.fakes.tiny_model import write_tiny_model  # noqa: E402
 
@@ -103,9 +104,32 @@ def test_gemma3_rope_and_scaling_reach_tunix(tmp_path):
 
     cfg = json.loads((write_tiny_model(tmp_path / "g", "gemma3_text") / "config.json")
                      .read_text())
-    built = ta.FAMILIES["gemma3_text"][1]({**cfg, "rope_theta": 1e6,
-                                           "rope_local_base_freq": 1e4,
-                                           "rope_scaling": {"rope_type": "linear",
-                                                            "factor": 8.0}})
+    built = ta.build_config(FAMILIES["gemma3_text"], {
+        **cfg, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
     assert (built.global_base_frequency, built.local_base_frequency) == (1_000_000, 10_000)
     assert built.global_scale_factor == 8.0 and built.num_embed == cfg["vocab_size"]
+
+
+def test_gemma3_pattern_length_is_tunix_s():
+    """The pure family table hard-codes Gemma 3's layer pattern (no Tunix import in
+    checkpoints/); it must be the one Tunix's model runs."""
+    from tunix.models.gemma3 import model as m
+
+    from rlctl.core.checkpoints.families import GEMMA3_PATTERN_LENGTH
+
+    assert len(m.GEMMA3_ATTENTION_PATTERN) == GEMMA3_PATTERN_LENGTH
+
+
+def test_every_family_builds_its_tunix_model(tmp_path):
+    """Each entry of the one family table names a Tunix package, model class and
+    loader that exist, and its config mapping builds that package's ModelConfig."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.tunix_adapter.families import tunix_module
+
+    for name, fam in FAMILIES.items():
+        cfg = json.loads((write_tiny_model(tmp_path / name, name) / "config.json").read_text())
+        config = ta.build_config(fam, cfg)
+        assert type(config).__module__ == tunix_module(fam).__name__
+        assert hasattr(tunix_module(fam), fam.model_class)
+        assert hasattr(tunix_module(fam, fam.safetensors_loader), "create_model_from_safe_tensors")

@@ -1,0 +1,44 @@
+"""The only package of rlctl that imports Tunix: models, weights, KV cache, log-probs.
+
+Tunix's names drift (``RLCluster``/``RLEngine``, ``loss_algo``/``algo_variant``);
+keeping every Tunix call here means such a change touches this package. It also
+carries rlctl's fixes for Tunix pitfalls measured on these machines (DESIGN.md
+section 4), each with a test under tests/core/trainer/. Tunix's own GRPO loss,
+which rlctl's prefix-shared update is checked and benchmarked against, is no part
+of training: it lives in tests/core/trainer/yardsticks.py.
+
+  shim.py      importing Tunix without its ``__init__``; patches of its pitfalls
+  families.py  each family's Tunix ``ModelConfig`` (the table: checkpoints/families.py)
+  weights.py   loading a model from a Hugging Face or trainer folder
+  kv_cache.py  the sampler's KV cache and replicated weights
+  logprobs.py  log-probs of completions (prefix-shared, chunked, rematerialised)
+  lora.py      LoRA adapters (qwix) on a frozen base
+"""
+
+from __future__ import annotations
+
+# Logits of this many bytes (float32) at most are live at once: above it, the
+# vocabulary-sized log-softmax runs in chunks of tokens, each recomputed in the
+# backward pass instead of kept (256 MB: the default run's 16 x 48 x 49152 logits,
+# 151 MB, stay one chunk and pay no recomputation). Read at call time from here,
+# so a benchmark or test can set it.
+LOGITS_CHUNK_BYTES = 256 * 2**20
+
+from rlctl.core.trainer.tunix_adapter import shim  # noqa: E402  (first: Tunix's import)
+from rlctl.core.trainer.tunix_adapter.families import build_config, check_family  # noqa: E402
+from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, whole_weights  # noqa: E402
+from rlctl.core.trainer.tunix_adapter.logprobs import (  # noqa: E402
+    chunk_tokens,
+    head_weight,
+    shared_prefix_logps,
+    token_logps,
+    trunk,
+)
+from rlctl.core.trainer.tunix_adapter.shim import patch_llama3_rope_theta  # noqa: E402
+from rlctl.core.trainer.tunix_adapter.weights import ModelInfo, load_model  # noqa: E402
+
+__all__ = [
+    "LOGITS_CHUNK_BYTES", "ModelInfo", "build_config", "check_family", "chunk_tokens",
+    "head_weight", "kv_cache", "load_model", "patch_llama3_rope_theta",
+    "shared_prefix_logps", "shim", "token_logps", "trunk", "whole_weights",
+]

@@ -1,0 +1,74 @@
+"""Tunix's side of each model family: its ``ModelConfig`` built from config.json.
+
+The table itself (which Tunix package and class, the config mapping, the tensor
+layout) is ``rlctl.core.checkpoints.families``, read by the converter too: a new
+family is one entry there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+from rlctl.core.checkpoints.families import FAMILIES, Family
+from rlctl.core.errors import ConfigError
+
+_HASHABLE: dict[type, type] = {}
+
+
+def _hashable(config: Any) -> Any:
+    """``config`` as an instance of a subclass that can be hashed by value.
+
+    Pitfall: Tunix's Qwen2/Qwen3/Gemma 3 ``ModelConfig`` are mutable dataclasses, so
+    unhashable, and a model's graphdef (which holds its config) is then unhashable
+    too: step.py's cache of compiled updates, keyed by graphdef, raised
+    ``TypeError: unhashable type: 'ModelConfig'`` at the first step. Equal configs
+    have equal reprs, so hashing the repr keeps hash and ``==`` consistent."""
+    cls = type(config)
+    if cls.__hash__ is not None:
+        return config
+    if cls not in _HASHABLE:
+        _HASHABLE[cls] = type(cls.__name__, (cls,), {
+            "__slots__": (), "__hash__": lambda self: hash(repr(self)),
+            "__module__": cls.__module__})
+    import dataclasses
+
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    return _HASHABLE[cls](**fields)
+
+
+def tunix_module(fam: Family, name: str = "model") -> Any:
+    """``tunix.models.<package>.<name>`` of the family."""
+    return importlib.import_module(f"tunix.models.{fam.tunix_package}.{name}")
+
+
+def build_config(fam: Family, c: dict[str, Any]) -> Any:
+    """The family's Tunix ``ModelConfig`` from config.json ``c`` (hashable)."""
+    m = tunix_module(fam)
+    fields = fam.config_fields(c)
+    for field, enum in fam.enum_fields:
+        fields[field] = getattr(getattr(m, enum), fields[field])
+    known = {f.name for f in dataclasses.fields(m.ModelConfig)}
+    return _hashable(m.ModelConfig(**{k: v for k, v in fields.items() if k in known}))
+
+
+def check_family(folder: Path) -> str:
+    """The folder's ``model_type``, if the trainer has a Tunix model for it."""
+    from rlctl.core.trainer.models import read_model_config
+
+    config = read_model_config(folder)
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise ConfigError(
+            f"model type {family!r} is not supported by the local trainer",
+            hint=f"use one of: {', '.join(sorted(FAMILIES))}",
+        )
+    try:
+        FAMILIES[family].config_fields(config)  # every field the Tunix config needs is there
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{folder / 'config.json'}: cannot build a {family} model from it "
+                          f"({type(e).__name__}: {e})", hint="copy or download the model again"
+                          ) from e
+    return str(family)

@@ -1,0 +1,41 @@
+"""The KV cache the sampler decodes with, and the replicated weights it decodes on."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
+
+
+# rlctl samples with its own prefix-shared sampler (sampler.py); Tunix's sampler is
+# the yardstick bench/bench_rollout.py measures it against (tests/.../yardsticks.py).
+def kv_cache(info: ModelInfo, batch: int, size: int) -> Any:
+    """An empty KV cache of ``size`` slots per row in the layout Tunix's attention
+    layers write (``layer_i: {k, v, end_index}``); the model's dtype, as
+    ``shared_prefix_logps`` makes it."""
+    from tunix.generate import sampler as sampler_lib
+
+    return sampler_lib._init_cache(info.num_layers, size, batch, info.num_kv_heads,
+                                   info.head_dim, jnp.dtype(info.dtype))
+
+
+def whole_weights(state: Any, mesh: Any) -> Any:
+    """Every array of ``state`` replicated on every device of ``mesh`` (one all-gather).
+
+    The sampler decodes on such a copy across processes: left FSDP-sharded, every
+    decoded token would all-gather every layer; measured on two CPU processes over
+    loopback, that made the rollout 3.9x slower (bench/bench_distributed.py).
+    """
+    return _replicator(mesh)(state)
+
+
+@functools.lru_cache(maxsize=4)
+def _replicator(mesh: Any) -> Any:
+    """One jitted identity per mesh: a new lambda per call would trace it anew."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))

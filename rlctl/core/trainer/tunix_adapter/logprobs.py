@@ -1,0 +1,204 @@
+"""Log-probs of completions under the model: the prefix-shared forward pass, the
+chunked vocabulary log-softmax, and the per-layer gradient checkpointing."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache
+from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
+
+
+def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
+    """The model's final-norm hidden states [B, L, D] and its new cache: everything
+    but the vocabulary projection, which ``token_logps`` does in chunks.
+
+    Qwen and Gemma 3 models sow these states when asked (Gemma scales its embeddings
+    by sqrt(D) inside the call, so it must run whole); the logits they also compute are then
+    unused and removed by XLA. Llama has no such switch, so its (short) forward
+    loop is spelled out here.
+    """
+    if _runs_whole(model):
+        _, new_cache = model(tokens, positions, cache, mask, output_hidden_states=True)
+        sown = nnx.pop(model, nnx.Intermediate)
+        return sown["all_hidden_states"].get_value()[-1], new_cache
+    new_cache = None if cache is None else {}
+    x = model.embedder.encode(tokens)
+    for i, layer in enumerate(model.layers):
+        name = f"layer_{i}"
+        layer_cache, x = layer(x, positions, cache[name] if cache else None, mask)
+        if cache is not None:
+            new_cache[name] = layer_cache
+    return model.final_norm(x), new_cache
+
+
+def head_weight(model) -> jax.Array:
+    """The vocabulary projection as a [D, V] matrix (the embedding when tied)."""
+    if hasattr(model, "lm_head"):
+        return model.lm_head.w[...]
+    return model.embedder.input_embedding[...].T
+
+
+def chunk_tokens(vocab_size: int, limit_bytes: int | None = None) -> int:
+    """Tokens per chunk of the log-softmax: ``LOGITS_CHUNK_BYTES`` of logits (read at
+    call time, so a benchmark can set it)."""
+    import rlctl.core.trainer.tunix_adapter as package  # where a benchmark sets it
+
+    limit = package.LOGITS_CHUNK_BYTES if limit_bytes is None else limit_bytes
+    return max(16, limit // (4 * vocab_size))
+
+
+def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
+                chunk: int) -> tuple[jax.Array, jax.Array]:
+    """Log-prob of each target token and the entropy of its predicted distribution,
+    from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
+
+    With more than one chunk, each chunk's logits are recomputed in the backward
+    pass (``jax.checkpoint``), so at most one chunk of [chunk, V] logits is live:
+    the whole batch's logits (128 x 256 x 49152 floats = 6.4 GB for 16 prompts x 8
+    completions x 256 tokens of SmolLM2) never exist at once.
+    """
+    N, L, D = hidden.shape
+    T = N * L
+
+    def piece(h, t):
+        logits = (h @ w).astype(jnp.float32)
+        if temperature not in (0.0, 1.0):
+            logits = logits / temperature
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        logp = jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0] - lse
+        probs = jnp.exp(logits - lse[:, None])
+        entropy = lse - (probs * logits).sum(-1)
+        return logp, jax.lax.stop_gradient(entropy)
+
+    h, t = hidden.reshape(T, D), targets.reshape(T)
+    if chunk >= T:
+        logp, ent = piece(h, t)
+    else:
+        n = -(-T // chunk)
+        h = jnp.pad(h, ((0, n * chunk - T), (0, 0))).reshape(n, chunk, D)
+        t = jnp.pad(t, (0, n * chunk - T)).reshape(n, chunk)
+        logp, ent = jax.lax.map(lambda ht: jax.checkpoint(piece)(*ht), (h, t))
+        logp, ent = logp.reshape(-1)[:T], ent.reshape(-1)[:T]
+    return logp.reshape(N, L), ent.reshape(N, L)
+
+
+def shared_prefix_logps(
+    model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
+    info: ModelInfo, chunk: int | None = None, remat: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+    """Per-token log-probs of completions, computing each group's prompt once.
+
+    The ``group`` completions of a prompt share it, so the prompt goes through
+    the model once (batch P) into a KV cache that is then repeated for the P*G
+    completions, which attend to it. Gradients flow through the cache, so the
+    result equals Tunix's ``compute_per_token_logps`` on the concatenated
+    sequences (tested) at about a third of the tokens. The vocabulary-sized
+    log-softmax runs ``chunk`` tokens at a time (``token_logps``).
+
+    Llama-family models run layer by layer, the prompt then its completions in
+    each layer (``_layer_pair``); with ``remat`` each layer keeps only its inputs
+    for the backward pass and recomputes the rest there (``_recomputed_pair``).
+    Qwen and Gemma models run whole, prompt then completions, without remat.
+
+    Args:
+      prompt_ids: [P, Lp] left-padded prompts (one per group).
+      completion_ids: [P*G, Lc] right-padded completions, grouped by prompt.
+
+    Returns:
+      (log-probs [P*G, Lc], entropy of each token's predicted distribution [P*G, Lc]).
+    """
+    from tunix.generate import utils as gen_utils
+
+    P, Lp = prompt_ids.shape
+    _, Lc = completion_ids.shape
+    S = Lp + Lc
+    pmask = prompt_ids != pad_id
+    cache = kv_cache(info, P, S)  # the layout the sampler decodes with
+    p_positions = gen_utils.build_positions_from_mask(pmask)
+    p_mask = gen_utils.make_causal_attn_mask(pmask, S)
+    pmask_b = jnp.repeat(pmask, group, axis=0)
+    cmask = completion_ids != pad_id
+    positions = pmask_b.sum(-1, keepdims=True) + jnp.arange(Lc)[None, :]
+    causal = jnp.concatenate(
+        [jnp.ones((Lc, Lp), jnp.bool_), jnp.tril(jnp.ones((Lc, Lc), jnp.bool_))], axis=-1
+    )
+    keys = jnp.concatenate([pmask_b, cmask], axis=-1)
+    c_mask = keys[:, None, :] & causal[None]
+    if _runs_whole(model):
+        p_hidden, cache = trunk(model, prompt_ids, p_positions, cache, p_mask)
+        cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+        c_hidden, _ = trunk(model, completion_ids, positions, cache, c_mask)
+    else:
+        pair = _recomputed_pair if remat else _layer_pair
+        xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
+        for i, layer in enumerate(model.layers):
+            graphdef, state = nnx.split(layer)
+            masks = (p_positions, p_mask, positions, c_mask, cache[f"layer_{i}"])
+            xs = pair(graphdef, group, state, xs, masks)
+        p_hidden, c_hidden = model.final_norm(xs[0]), model.final_norm(xs[1])
+    # token j is predicted by position j-1: the first one by the prompt's last position
+    first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
+    hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
+    return token_logps(hidden, completion_ids, head_weight(model), temperature,
+                       chunk or chunk_tokens(info.vocab_size))
+
+
+def _runs_whole(model) -> bool:
+    """Qwen2/3 and Gemma 3 (whose embedder scales by sqrt(D) inside the call) run as
+    one call; Llama's layers are called one by one here."""
+    return hasattr(model.config, "use_tied_embedding") or hasattr(model.config, "num_embed")
+
+
+def _layer_pair(graphdef, group: int, state, xs, masks):
+    """One decoder layer over the prompts [P, Lp, D], then over their P*G
+    completions [P*G, Lc, D], which attend to the prompts' keys and values
+    (repeated ``group`` times): the two hidden states after the layer."""
+    p_positions, p_mask, positions, c_mask, empty = masks
+    layer = nnx.merge(graphdef, state)
+    cache, p_out = layer(xs[0], p_positions, empty, p_mask)
+    cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+    _, c_out = layer(xs[1], positions, cache, c_mask)
+    return p_out, c_out
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _recomputed_pair(graphdef, group, state, xs, masks):
+    """``_layer_pair`` keeping only its inputs for the backward pass (gradient
+    checkpointing, ``training.remat``).
+
+    Pitfall: ``jax.checkpoint`` did not save memory on XLA:CPU. Its recomputations
+    depend only on the layer's inputs, so XLA scheduled all 30 of SmolLM2's in the
+    forward pass, and every layer's activations were live again when the backward
+    pass began (measured: 1.13 GiB of temporaries against 1.18 without). Here the
+    recomputation reads the incoming gradient (a zero-weighted element of it), so
+    it cannot run before the backward pass reaches its layer: the default update
+    then needs 0.69 GiB for its whole batch instead of 1.32 GiB in micro-batches
+    of 4 (XLA's analysis, as bench/bench_update_memory.py reads it), at the same
+    speed on the 2-core CPU (bench/bench_train_step.py --against no-remat: 1.02x).
+    """
+    return _layer_pair(graphdef, group, state, xs, masks)
+
+
+def _recomputed_pair_fwd(graphdef, group, state, xs, masks):
+    return _layer_pair(graphdef, group, state, xs, masks), (state, xs, masks)
+
+
+def _recomputed_pair_bwd(graphdef, group, saved, grads):
+    state, xs, masks = saved
+    # a data dependency on the incoming gradient (an optimization_barrier is not
+    # kept by XLA:CPU's scheduling): a NaN there makes the layer's gradients NaN, as
+    # they would be anyway
+    tie = sum(jnp.ravel(g)[0].astype(jnp.float32) for g in jax.tree.leaves(grads)) * 0.0
+    xs = jax.tree.map(lambda x: x + tie.astype(x.dtype), xs)
+    _, vjp = jax.vjp(lambda s, x: _layer_pair(graphdef, group, s, x, masks), state, xs)
+    d_state, d_xs = vjp(grads)
+    return d_state, d_xs, None
+
+
+_recomputed_pair.defvjp(_recomputed_pair_fwd, _recomputed_pair_bwd)
