@@ -117,22 +117,30 @@ def peak(update, graphdef, state, batch, size: int) -> tuple[int, int, int, floa
             ma.temp_size_in_bytes, time.perf_counter() - t0)
 
 
-def lora_against_full(a) -> None:
-    """The LoRA update's peak against full fine-tuning's, same batch and micro-batches."""
+def abstract_batch(a):
+    """One step's batch of the command line's shape, as abstract arrays."""
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.config.models import RunSpec
     from rlctl.core.trainer.rollout import Batch
-    from rlctl.core.trainer.step import Update
-    from rlctl.core.units import human_bytes
 
     rows = a.prompts * a.group
-    batch = Batch(
+    return Batch(
         prompt_ids=jax.ShapeDtypeStruct((a.prompts, a.prompt_tokens), jnp.int32),
         completion_ids=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
         mask=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
         advantages=jax.ShapeDtypeStruct((rows,), jnp.float32))
+
+
+def lora_against_full(a) -> None:
+    """The LoRA update's peak against full fine-tuning's, same batch and micro-batches."""
+
+    from rlctl.core.config.models import RunSpec
+    from rlctl.core.trainer.step import Update
+    from rlctl.core.units import human_bytes
+
+    rows = a.prompts * a.group
+    batch = abstract_batch(a)
     remat = {"auto": None, "on": True, "off": False}[a.remat]
     size = min(a.lora_micro, rows)
     print(f"{a.shape} ({a.dtype}), {a.prompts} prompts x {a.group} completions x "
@@ -173,23 +181,16 @@ def main() -> None:
         lora_against_full(a)
         return
 
-    import jax
-    import jax.numpy as jnp
 
     from rlctl.core.config.models import RunSpec, micro_batch_sizes
     from rlctl.core.trainer import memory
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.rollout import Batch
     from rlctl.core.trainer.step import Update
     from rlctl.core.units import human_bytes
 
     graphdef, state, info = abstract_state(a.shape, a.dtype)
     rows = a.prompts * a.group
-    batch = Batch(
-        prompt_ids=jax.ShapeDtypeStruct((a.prompts, a.prompt_tokens), jnp.int32),
-        completion_ids=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
-        mask=jax.ShapeDtypeStruct((rows, a.new_tokens), jnp.int32),
-        advantages=jax.ShapeDtypeStruct((rows,), jnp.float32))
+    batch = abstract_batch(a)
     remat = {"auto": None, "on": True, "off": False}[a.remat]
     spec = RunSpec(rollout={"num_generations": a.group, "max_new_tokens": a.new_tokens},
                    training={"prompts_per_step": a.prompts, "remat": remat})

@@ -40,7 +40,10 @@ class Family:
     enum_fields: tuple[tuple[str, str], ...] = ()
 
 
-def _llama_fields(c: dict[str, Any]) -> dict[str, Any]:
+def _decoder_fields(c: dict[str, Any], rope_theta: float, norm_eps: float,
+                    tying: str) -> dict[str, Any]:
+    """The fields Llama and Qwen configs share, under Tunix's names; the defaults
+    (transformers' for each family) and Tunix's name for tied embeddings differ."""
     heads = c["num_attention_heads"]
     return {
         "num_layers": c["num_hidden_layers"],
@@ -50,27 +53,19 @@ def _llama_fields(c: dict[str, Any]) -> dict[str, Any]:
         "num_heads": heads,
         "head_dim": c.get("head_dim") or c["hidden_size"] // heads,
         "num_kv_heads": c.get("num_key_value_heads", heads),
-        "rope_theta": c.get("rope_theta", 10000.0),
-        "norm_eps": c.get("rms_norm_eps", 1e-5),
-        "weight_tying": bool(c.get("tie_word_embeddings", False)),
+        "rope_theta": c.get("rope_theta", rope_theta),
+        "norm_eps": c.get("rms_norm_eps", norm_eps),
+        tying: bool(c.get("tie_word_embeddings", False)),
     }
+
+
+def _llama_fields(c: dict[str, Any]) -> dict[str, Any]:
+    return _decoder_fields(c, 10000.0, 1e-5, "weight_tying")
 
 
 def _qwen_fields(family: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def fields(c: dict[str, Any]) -> dict[str, Any]:
-        heads = c["num_attention_heads"]
-        out = {
-            "num_layers": c["num_hidden_layers"],
-            "vocab_size": c["vocab_size"],
-            "embed_dim": c["hidden_size"],
-            "hidden_dim": c["intermediate_size"],
-            "num_heads": heads,
-            "head_dim": c.get("head_dim") or c["hidden_size"] // heads,
-            "num_kv_heads": c.get("num_key_value_heads", heads),
-            "rope_theta": c.get("rope_theta", 1_000_000),
-            "norm_eps": c.get("rms_norm_eps", 1e-6),
-            "use_tied_embedding": bool(c.get("tie_word_embeddings", False)),
-        }
+        out = _decoder_fields(c, 1_000_000, 1e-6, "use_tied_embedding")
         # pitfall: Tunix 0.1.7's Qwen3 attention calls apply_rope without the config's
         # rope_theta, so it always runs 1e6 (every released Qwen3 dense model's value);
         # another value would train a different model than transformers runs
