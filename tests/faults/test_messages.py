@@ -60,4 +60,9 @@ def test_flags_that_exclude_each_other_and_bad_buckets_come_before_credentials(c
 
 
 def test_a_value_outside_a_choice_is_shown(cli):
-    one_error(cli("train", "grpo", "--dataset", "csv", "--dry-run"), 2, "(got 'csv')")
+    # --dataset is no longer a closed choice (#26: any hub id), but the value given is
+    # still named beside what is accepted
+    one_error(cli("train", "grpo", "--dataset", "csv", "--dry-run"), 2, "'csv' is not",
+              "hub dataset id")
+    one_error(cli("train", "grpo", "--set", "rollout.engine=fast", "--dry-run"), 2,
+              "(got 'fast')")
