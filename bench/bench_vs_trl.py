@@ -53,6 +53,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,7 +72,7 @@ TRL_PYTHON = TRL_VENV / "bin" / "python"
 VENV_COMMAND = ("python3 -m venv .venvs/trl && .venvs/trl/bin/pip install -r "
                 "bench/requirements-trl.txt")
 TRL_SETTINGS = ("fp32", "bf16", "fp32-nockpt", "bf16-nockpt", "fp32-compile")
-# bf16 capped at 2 steps: without AVX512-BF16/AMX one step of it takes minutes (README)
+# bf16 capped at 2 steps: without AVX512-BF16/AMX one step of it takes minutes
 DEFAULT_SETTINGS = "fp32,fp32-nockpt,bf16:2"
 RUN_NAME = "bench-vs-trl"
 GiB = 2**30
@@ -191,9 +192,21 @@ def _fill(run: Run, code: int, usage: Any, wall: float, log: Path) -> None:
     run.cpu_s = round(usage.ru_utime + usage.ru_stime, 1)
     if code != 0 and not run.error:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-        run.error = f"exit {code}: " + (tail[-1] if tail else "")
+        run.error = exit_reason(code, tail[-1] if tail else "")
         print(f"{run.name} failed ({run.error}); its log's tail:\n" + "\n".join(tail),
               file=sys.stderr)
+
+
+def exit_reason(code: int, last_line: str) -> str:
+    """A failed child in a few words: the signal that ended it, or its exit code and
+    the start of its last line of output."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    line = last_line.strip()
+    return f"exit {code}" + (f": {line[:100]}" if line else "")
 
 
 def read_rlctl_run(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -326,7 +339,7 @@ def report(result: dict[str, Any]) -> str:
             f"{_f(f['median_update'], '.2f'):>7} "
             f"{_f(f['tokens_per_s']):>6} {_f(f['mean_tokens'], '.0f'):>8} "
             f"{r.peak_rss / GiB:>7.2f} {r.wall_s:>7.0f} {acc_s:>18}"
-            + (f"  ({r.error})" if r.error else ""))
+            + (f"  (cut short: {r.error[:60]})" if r.error else ""))
     ours = next((r for r in runs if r.name.startswith("rlctl") and r.ok), None)
     trl = [r for r in runs if r.name.startswith("trl-")]
     best = fastest(trl)
@@ -347,7 +360,7 @@ def report(result: dict[str, Any]) -> str:
                       "tokens/s: > 1 is)"]
         for label, other in against:
             q = ratios(ours, other)
-            lines.append(f"  vs {label:<28} median step {_x(q['median_step'])}  peak RSS "
+            lines.append(f"  vs {label:<34} median step {_x(q['median_step'])}  peak RSS "
                          f"{_x(q['peak_rss'])}  tokens/s {_x(q['tokens_per_s'])}")
     return "\n".join(lines)
 

@@ -182,6 +182,14 @@ def test_rlctl_run_folder(tmp_path):
                                   "seconds": 7.0}}
 
 
+def test_exit_reasons():
+    assert bv.exit_reason(-15, "{'loss': 0}") == "killed by SIGTERM"
+    assert bv.exit_reason(-9, "") == "killed by SIGKILL"
+    assert bv.exit_reason(1, "  ValueError: bad  ") == "exit 1: ValueError: bad"
+    assert bv.exit_reason(2, "") == "exit 2"
+    assert len(bv.exit_reason(1, "x" * 500)) == len("exit 1: ") + 100
+
+
 def test_machine_flags():
     m = bv.machine("model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16 amx_tile\n"
                    "model name\t: other\nflags\t\t: fpu\n")
