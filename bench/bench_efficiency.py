@@ -1,0 +1,204 @@
+"""How close the default run's rollout and update come to this machine's own limits,
+both measured in the same process.
+
+rollout: the sampler decodes the default batch (2 prompts x G=8) with its stop
+tokens disabled, once for 1 new token and once for ``--new-tokens``; the
+difference over the extra tokens is the time of one decode step. Each step reads
+the sampler's weights once and the whole KV cache once (the attention reads every
+slot, masked or not), so bytes per decoded token / seconds per token is the
+achieved bandwidth, printed against this machine's streaming-read bandwidth (a
+jitted sum over 1 GiB of float32, the best read rate XLA reaches here).
+
+update: the default run's compiled update on one real rollout, timed over
+``--updates`` calls after its compile; XLA's cost analysis of the program gives
+its FLOPs (the recomputation of ``training.remat`` included), and "useful" FLOPs
+are 6 x parameters x tokens (the prompts once per group, the completions), printed
+as GFLOP/s against this machine's float32 matmul rate (a jitted 2048^3 dot).
+
+    python bench/bench_efficiency.py
+    python bench/bench_efficiency.py --set rollout.sampler_dtype=bfloat16
+    python bench/bench_efficiency.py --only rollout -o /tmp/efficiency.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _timed(fn: Any, *args: Any, n: int) -> float:
+    """Median seconds of ``n`` calls of ``fn`` after one warm-up call."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    seconds = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        seconds.append(time.perf_counter() - t0)
+    return statistics.median(seconds)
+
+
+def read_bandwidth(gib: float = 1.0) -> float:
+    """Bytes per second of a jitted sum over ``gib`` GiB of float32."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((int(gib * 2**30) // 4,), jnp.float32)
+    seconds = _timed(jax.jit(lambda a: a.sum()), x, n=5)
+    return x.nbytes / seconds
+
+
+def matmul_rate(n: int = 2048) -> float:
+    """FLOP/s of a jitted float32 n x n x n dot."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    seconds = _timed(jax.jit(lambda x, y: x @ y), a, a, n=5)
+    return 2 * n**3 / seconds
+
+
+def trainer(overrides: list[str]) -> Any:
+    """The default run's trainer (model, data, rollout, update) with ``overrides``."""
+    from rlctl.core.config.load import build
+    from rlctl.core.config.models import RunSpec
+    from rlctl.core.store.local import LocalRunStore
+    from rlctl.core.trainer.loop import Trainer
+
+    root = tempfile.mkdtemp()
+    spec = build(RunSpec, {"name": "bench", "output": {"root": root, "tensorboard": False},
+                           "eval": {"size": 0}}, overrides)
+    t = Trainer(spec, LocalRunStore(root).run("bench"))
+    t.create_model()
+    t.create_data()
+    t.create_optimizer()
+    t.create_steps()
+    return t
+
+
+def tree_bytes(tree: Any) -> int:
+    import jax
+
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)
+               if hasattr(x, "dtype"))
+
+
+def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Seconds and bytes of one decode step of the trainer's sampler."""
+    from rlctl.core.trainer.sampler import left_pad
+
+    r, sampler = t.rollout, t.rollout.sampler
+    problems = t.source.batch(0, t.spec.training.prompts_per_step)
+    prompts, width = r.render(problems)
+    ids = left_pad([t.tokenizer.encode(p) for p in prompts], width, t.tokenizer.pad_id())
+    G = t.spec.rollout.num_generations
+    eos, steps = sampler.eos_ids, sampler.max_new_tokens
+    sampler.eos_ids = (-1,)  # never emitted: every call decodes all its tokens
+    try:
+        seconds = {}
+        for n in (1, new_tokens):
+            sampler.max_new_tokens = n
+
+            def call(seed: int = 0) -> Any:
+                return sampler(ids, group=G, seed=seed, temperature=t.spec.rollout.temperature)
+
+            seconds[n] = _timed(call, n=repeats)
+    finally:
+        sampler.eos_ids, sampler.max_new_tokens = eos, steps
+    per_token = (seconds[new_tokens] - seconds[1]) / (new_tokens - 1)
+    info = t.info
+    rows, slots = ids.shape[0] * G, width + new_tokens
+    weights = sampler.weight_bytes() if hasattr(sampler, "weight_bytes") else tree_bytes(
+        sampler.state)
+    cache_dtype = getattr(sampler, "cache_dtype", None) or info.dtype
+    import numpy as np
+
+    cache = (2 * info.num_layers * rows * slots * info.num_kv_heads * info.head_dim
+             * np.dtype(cache_dtype).itemsize)
+    return {"rows": rows, "cache_slots": slots, "prefill_seconds": round(seconds[1], 3),
+            "seconds_per_token": per_token, "weight_bytes": weights, "cache_bytes": cache,
+            "bytes_per_token": weights + cache}
+
+
+def update_figures(t: Any, repeats: int) -> dict[str, Any]:
+    """Seconds, XLA's FLOPs and the useful FLOPs of the compiled update."""
+    from rlctl.core.trainer.rollout import score, step_seed
+
+    s = t.spec
+    problems = t.source.batch(0, s.training.prompts_per_step)
+    prompts, width = t.rollout.render(problems)
+    out = t.rollout.sample(prompts, width, seed=step_seed(s.training.seed, 0, 4))
+    group = [p for p in problems for _ in range(s.rollout.num_generations)]
+    batch = t.rollout.batch(out, score(t.reward_fns, out.text, group, out.tokens))
+    compiled, size = t.update.program(t.model, t.optimizer, batch)
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    seconds = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        loss, _, _ = t.update.train_step(t.model, t.optimizer, batch)
+        float(loss)
+        seconds.append(time.perf_counter() - t0)
+    med = statistics.median(seconds[1:])
+    from flax import nnx
+
+    params = sum(x.size for x in __import__("jax").tree.leaves(nnx.state(t.model, nnx.Param)))
+    tokens = batch.prompt_ids.size + batch.completion_ids.size
+    return {"sequences": int(batch.completion_ids.shape[0]), "micro_batch": size,
+            "tokens": int(tokens), "seconds": med, "xla_flops": float(cost.get("flops", 0.0)),
+            "useful_flops": 6.0 * params * tokens}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a run spec override, as rlctl train --set")
+    ap.add_argument("--only", choices=["rollout", "update"])
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("-o", "--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    t = trainer(args.sets)
+    out: dict[str, Any] = {"sets": args.sets}
+    if args.only != "update":
+        bw = read_bandwidth()
+        d = decode_figures(t, args.new_tokens, args.repeats)
+        achieved = d["bytes_per_token"] / d["seconds_per_token"]
+        out["rollout"] = {**d, "read_bandwidth_GBps": round(bw / 1e9, 2),
+                          "achieved_GBps": round(achieved / 1e9, 2),
+                          "fraction_of_bandwidth": round(achieved / bw, 3),
+                          "tokens_per_s": round(d["rows"] / d["seconds_per_token"], 1)}
+        print(f"rollout: {d['rows']} rows x {d['cache_slots']} slots: "
+              f"{d['seconds_per_token'] * 1e3:.1f} ms per decode step, "
+              f"{d['bytes_per_token'] / 1e6:.0f} MB read per step "
+              f"(weights {d['weight_bytes'] / 1e6:.0f}, cache {d['cache_bytes'] / 1e6:.0f}): "
+              f"{achieved / 1e9:.2f} GB/s = {achieved / bw:.2f} x this machine's "
+              f"{bw / 1e9:.1f} GB/s read bandwidth", flush=True)
+    if args.only != "rollout":
+        rate = matmul_rate()
+        u = update_figures(t, args.repeats)
+        xla, useful = u["xla_flops"] / u["seconds"], u["useful_flops"] / u["seconds"]
+        out["update"] = {**u, "matmul_GFLOPs": round(rate / 1e9, 1),
+                         "xla_GFLOPs": round(xla / 1e9, 1), "useful_GFLOPs": round(useful / 1e9, 1),
+                         "fraction_of_matmul_rate": round(xla / rate, 3),
+                         "useful_fraction_of_matmul_rate": round(useful / rate, 3)}
+        print(f"update: {u['sequences']} sequences, {u['tokens']} tokens: {u['seconds']:.2f} s, "
+              f"{xla / 1e9:.0f} GFLOP/s by XLA's count ({useful / 1e9:.0f} useful) = "
+              f"{xla / rate:.2f} x ({useful / rate:.2f} x) this machine's "
+              f"{rate / 1e9:.0f} GFLOP/s float32 matmul", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

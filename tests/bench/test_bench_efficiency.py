@@ -1,0 +1,55 @@
+"""bench/bench_efficiency.py on the tiny model: the bytes it counts per decoded token
+are the sampler's real weights and KV cache, and its fractions are the measured
+figure over the measured limit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import bench_efficiency as be
+
+
+@pytest.fixture(scope="module")
+def figures(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eff") / "eff.json"
+    return be.main(["--set", f"model.source={tiny_model_dir}", "--new-tokens", "4",
+                    "--repeats", "1", "-o", str(out)]), out
+
+
+def test_the_bytes_per_token_are_the_samplers_weights_and_its_whole_cache(figures,
+                                                                          tiny_model_dir):
+    import jax
+
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    r = figures[0]["rollout"]
+    model, info = ta.load_model(tiny_model_dir)
+    from flax import nnx
+
+    weights = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
+    cache = ta.kv_cache(info, r["rows"], r["cache_slots"])
+    kv = sum(layer["k"].nbytes + layer["v"].nbytes for layer in cache.values())
+    assert r["rows"] == 16  # the default batch: 2 prompts x G=8
+    assert r["weight_bytes"] == weights
+    assert r["cache_bytes"] == kv
+    assert r["bytes_per_token"] == weights + kv
+
+
+def test_the_fractions_are_the_achieved_figures_over_the_measured_limits(figures):
+    out, path = figures
+    r, u = out["rollout"], out["update"]
+    assert r["seconds_per_token"] > 0 and u["seconds"] > 0
+    achieved = r["bytes_per_token"] / r["seconds_per_token"] / 1e9
+    assert r["achieved_GBps"] == pytest.approx(achieved, abs=0.01)
+    assert r["fraction_of_bandwidth"] == pytest.approx(achieved / r["read_bandwidth_GBps"],
+                                                       rel=0.02, abs=1e-3)
+    xla = u["xla_flops"] / u["seconds"] / 1e9
+    assert u["xla_flops"] > u["useful_flops"] > 0  # the backward pass and the softmax count too
+    assert u["fraction_of_matmul_rate"] == pytest.approx(xla / u["matmul_GFLOPs"], rel=0.02,
+                                                         abs=1e-3)
+    assert path.read_text().startswith("{")
