@@ -6,17 +6,19 @@ tokens disabled, once for 1 new token and once for ``--new-tokens``; the
 difference over the extra tokens is the time of one decode step. Each step reads
 the sampler's weights once and the whole KV cache once (the attention reads every
 slot, masked or not), so bytes per decoded token / seconds per token is the
-achieved bandwidth, printed against this machine's streaming-read bandwidth (a
-jitted sum over 1 GiB of float32, the best read rate XLA reaches here).
+achieved bandwidth, printed against this machine's streaming-read bandwidth (the
+faster of a jitted and a numpy sum over 1 GiB of float32).
 
 update: the default run's compiled update on one real rollout, timed over
-``--updates`` calls after its compile; XLA's cost analysis of the program gives
+``--repeats`` calls after its compile; XLA's cost analysis of the program gives
 its FLOPs (the recomputation of ``training.remat`` included), and "useful" FLOPs
 are 6 x parameters x tokens (the prompts once per group, the completions), printed
-as GFLOP/s against this machine's float32 matmul rate (a jitted 2048^3 dot).
+as GFLOP/s against this machine's float32 matmul rate (the faster of a jitted and
+a numpy 2048^3 dot).
 
     python bench/bench_efficiency.py
-    python bench/bench_efficiency.py --set rollout.sampler_dtype=bfloat16
+    python bench/bench_efficiency.py --set model.dtype=bfloat16
+    XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= python bench/bench_efficiency.py
     python bench/bench_efficiency.py --only rollout -o /tmp/efficiency.json
 """
 
@@ -48,23 +50,32 @@ def _timed(fn: Any, *args: Any, n: int) -> float:
 
 
 def read_bandwidth(gib: float = 1.0) -> float:
-    """Bytes per second of a jitted sum over ``gib`` GiB of float32."""
+    """Bytes per second of the faster of a jitted sum and numpy's sum over ``gib`` GiB of
+    float32: XLA's reduction is threaded by YNNPACK, whose use ``XLA_FLAGS`` can turn
+    off (then 3.5-4.4 GB/s against 10.5 here), and the limit must not move with it."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     x = jnp.ones((int(gib * 2**30) // 4,), jnp.float32)
-    seconds = _timed(jax.jit(lambda a: a.sum()), x, n=5)
-    return x.nbytes / seconds
+    xla = _timed(jax.jit(lambda a: a.sum()), x, n=5)
+    host = np.ones(x.shape, np.float32)
+    numpy = min(_timed(lambda: host.sum(), n=1) for _ in range(3))
+    return x.nbytes / min(xla, numpy)
 
 
 def matmul_rate(n: int = 2048) -> float:
-    """FLOP/s of a jitted float32 n x n x n dot."""
+    """FLOP/s of the faster of a jitted and a numpy (OpenBLAS) float32 n x n x n dot: as
+    for the bandwidth, a flag that changes XLA's kernels must not move the limit."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-    seconds = _timed(jax.jit(lambda x, y: x @ y), a, a, n=5)
-    return 2 * n**3 / seconds
+    xla = _timed(jax.jit(lambda x, y: x @ y), a, a, n=5)
+    host = np.asarray(a)
+    numpy = min(_timed(lambda: host @ host, n=1) for _ in range(3))
+    return 2 * n**3 / min(xla, numpy)
 
 
 def trainer(overrides: list[str]) -> Any:
