@@ -173,17 +173,20 @@ def smollm2_tokenizer_dir() -> Path:
     return default_model_dir()
 
 
-def ensure_model(models_dir: Path, name: str, dtype: str) -> tuple[Path, int]:
-    """The folder of shape ``name`` in ``dtype``, generated unless already there."""
+def ensure_model(models_dir: Path, name: str, dtype: str,
+                 shape: dict | None = None) -> tuple[Path, int]:
+    """The folder of shape ``name`` (or of ``shape``, named ``name``) in ``dtype``,
+    generated unless already there."""
+    shape = shape or SHAPES[name]
     folder = models_dir.expanduser() / f"{name}-{dtype}"
     marker = folder / _MARKER
-    if marker.is_file() and json.loads(marker.read_text()).get("shape") == SHAPES[name]:
+    if marker.is_file() and json.loads(marker.read_text()).get("shape") == shape:
         return folder, json.loads(marker.read_text())["params"]
     t0 = time.perf_counter()
     print(f"generating {folder} ...", file=sys.stderr, flush=True)
-    write_model(folder, SHAPES[name], dtype, smollm2_tokenizer_dir())
+    write_model(folder, shape, dtype, smollm2_tokenizer_dir())
     print(f"  done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    return folder, param_count(hf_config(SHAPES[name], dtype))
+    return folder, param_count(hf_config(shape, dtype))
 
 
 # --- runs -------------------------------------------------------------------------
