@@ -11,7 +11,14 @@ compiles and is left out. Also times the greedy eval batch (16 prompts, one
 completion each) both ways, and, to say where the time goes, a prefill-only call
 (1 new token) of each.
 
+``--against tunix-decode`` compares instead rlctl's two decode paths for Llama, on
+the same sampler: weights first (``tunix_adapter.decode``: projections as
+[F, D] x [D, B] with the activations as columns, the KV cache as [B, K, S, H];
+the default) against Tunix's own layers (``Sampler.weights_first = False``, as the
+trainer decoded before it). Greedy completions must be identical.
+
     python bench/bench_rollout.py --steps 8
+    python bench/bench_rollout.py --steps 8 --against tunix-decode
 """
 
 from __future__ import annotations
@@ -69,14 +76,17 @@ class Tunix:
 class Rlctl:
     """The trainer's rollout now (``Rollout.sample``)."""
 
-    def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
+    def __init__(self, t: Any, max_new_tokens: int | None = None,
+                 weights_first: bool = True) -> None:
         from rlctl.core.trainer.rollout import Rollout
 
         self.rollout = t.rollout
-        if max_new_tokens:
-            spec = t.spec.rollout.model_copy(update={"max_new_tokens": max_new_tokens})
+        if max_new_tokens or not weights_first:
+            spec = t.spec.rollout.model_copy(
+                update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens})
             self.rollout = Rollout.create(spec, t.model, t.tokenizer, t.info)
             self.rollout.probe_len = t.rollout.probe_len
+            self.rollout.sampler.weights_first = weights_first
 
     def __call__(self, problems: list[Any], seed: int, greedy: bool) -> list[list[int]]:
         prompts, width = self.rollout.render(problems)
@@ -128,6 +138,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="measured steps (after 1 warm-up)")
+    ap.add_argument("--against", choices=["tunix", "tunix-decode"], default="tunix",
+                    help="tunix: Tunix's sampler; tunix-decode: rlctl's sampler decoding "
+                         "Llama through Tunix's layers instead of weights first")
     args = ap.parse_args()
     t0 = time.perf_counter()
     t = setup()
@@ -135,14 +148,21 @@ def main() -> None:
     P, n = s.training.prompts_per_step, args.steps + 1
     train = [t.source.batch(k, P) for k in range(n)]
     seeds = [step_seed(s.training.seed, k, 4) for k in range(n)]
-    paths = {"tunix": Tunix(t), "rlctl": Rlctl(t)}
+    def base(max_new: int | None = None) -> Any:
+        if args.against == "tunix":
+            return Tunix(t, max_new)
+        return Rlctl(t, max_new, weights_first=False)
+
+    paths = {"tunix": base(), "rlctl": Rlctl(t)}
     rollout = compare(paths, train, seeds, greedy=False)
     evals = [t.source.eval_set[: s.eval.batch_size]] * n
     greedy = compare(paths, evals, [0] * n, greedy=True)
     # where the time goes: the same calls with 1 new token are (almost) prefill alone
-    prefill = compare({"tunix": Tunix(t, 1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4],
+    prefill = compare({"tunix": base(1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4],
                       greedy=False)
     out = {
+        "baseline": "tunix: " + ("Tunix's sampler" if args.against == "tunix" else
+                                 "rlctl's sampler through Tunix's layers"),
         "setup": f"{s.model.source}, {P} prompts x G={s.rollout.num_generations}, "
                  f"{s.rollout.max_new_tokens} new tokens, {args.steps} steps after 1 warm-up",
         "rollout": rollout,

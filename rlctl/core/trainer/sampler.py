@@ -26,6 +26,7 @@ import numpy as np
 from flax import nnx
 
 from rlctl.core.trainer import tunix_adapter as ta
+from rlctl.core.trainer.tunix_adapter import decode
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,18 @@ def _choose(key: jax.Array, logits: jax.Array, temperature: jax.Array, top_p: ja
 
 
 @partial(jax.jit, static_argnames=("graphdef", "info", "group", "max_new_tokens", "pad_id",
-                                   "eos_ids"))
+                                   "eos_ids", "weights_first"))
 def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Array,
                   temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, *,
                   info: ta.ModelInfo, group: int, max_new_tokens: int, pad_id: int,
-                  eos_ids: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
+                  eos_ids: tuple[int, ...], weights_first: bool = True,
+                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``group`` completions of each left-padded prompt of ``prompt_ids`` [P, Lp].
+
+    Llama-family models decode through ``tunix_adapter.decode`` (its weights laid
+    out for a few rows: about 2x faster on CPU), unless ``weights_first`` is False
+    (the benchmark's and tests' yardstick) or the model has LoRA adapters; the
+    others through Tunix's own layers. Both draw the same tokens (tested).
 
     Returns (tokens [P*G, N], log-probs [P*G, N], decode iterations run). A row's
     stop token is kept; after it come ``pad_id`` and log-prob 0. The PRNG key of
@@ -128,26 +135,45 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
     done = jnp.isin(first, eos)
 
     def more(carry):
-        t, _, _, done, _ = carry
+        t, done = carry[0], carry[3]
         return (t < N) & ~jnp.all(done)
 
-    def step(carry):
-        # t tokens are out; the last one goes into cache slot Lp + t - 1 (the
-        # attention layers write at the cache's end_index, as Tunix's decode does)
-        t, tokens, logps, done, cache = carry
-        last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)
+    def attends(t):
+        """[B, S]: the prompt's real slots and the t completion slots written so far."""
         slots = jnp.arange(S)[None, :]
-        mask = jnp.concatenate([pmask, jnp.zeros((B, N), jnp.bool_)], axis=-1) | (
+        return jnp.concatenate([pmask, jnp.zeros((B, N), jnp.bool_)], axis=-1) | (
             (slots >= Lp) & (slots < Lp + t))
-        m = nnx.merge(graphdef, state)  # in the loop's trace: Qwen/Gemma sow into it
-        hidden, cache = ta.trunk(m, last, (start + t - 1)[:, None], cache, mask[:, None, :])
-        token, logp = _choose(jax.random.fold_in(key, t), _logits(m, hidden), temperature,
-                              top_p, top_k)
+
+    def record(t, tokens, logps, done, logits):
+        """Token t of each row drawn from ``logits``; pad and log-prob 0 once stopped."""
+        token, logp = _choose(jax.random.fold_in(key, t), logits, temperature, top_p, top_k)
         token = jnp.where(done, pad_id, token)
         logp = jnp.where(done, 0.0, logp)
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, token[:, None], t, axis=1)
         logps = jax.lax.dynamic_update_slice_in_dim(logps, logp[:, None], t, axis=1)
-        return t + 1, tokens, logps, done | jnp.isin(token, eos), cache
+        return tokens, logps, done | jnp.isin(token, eos)
+
+    # t tokens are out; the last one goes into cache slot Lp + t - 1 (the attention
+    # layers write at the cache's end_index, as Tunix's decode does)
+    if weights_first and decode.fits(model, info):  # Llama: weights first (decode.py)
+        weights = decode.weights(model)
+
+        def step(carry):
+            t, tokens, logps, done, (keys, values) = carry
+            last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)[:, 0]
+            logits, keys, values = decode.step(weights, model.config, last, start + t - 1,
+                                               keys, values, Lp + t - 1, attends(t))
+            return (t + 1, *record(t, tokens, logps, done, logits), (keys, values))
+
+        cache = decode.cache_layout(cache, info.num_layers)
+    else:
+        def step(carry):
+            t, tokens, logps, done, cache = carry
+            last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)
+            m = nnx.merge(graphdef, state)  # in the loop's trace: Qwen/Gemma sow into it
+            hidden, cache = ta.trunk(m, last, (start + t - 1)[:, None], cache,
+                                     attends(t)[:, None, :])
+            return (t + 1, *record(t, tokens, logps, done, _logits(m, hidden)), cache)
 
     t, tokens, logps, _, _ = jax.lax.while_loop(
         more, step, (jnp.int32(1), tokens, logps, done, cache))
@@ -168,6 +194,7 @@ class Sampler:
         self.eos_ids = tuple(int(i) for i in eos_ids)
         self.max_new_tokens = max_new_tokens
         self.replicate_over = replicate_over
+        self.weights_first = True  # False: Llama decodes through Tunix's layers (benchmarks)
         self.sync(model)
 
     def sync(self, model: nnx.Module) -> None:
@@ -184,7 +211,8 @@ class Sampler:
             self.graphdef, self.state, np.asarray(prompt_ids, np.int32),
             np.uint32(seed), np.float32(temperature), np.float32(top_p),
             np.int32(top_k or 0), info=self.info, group=group,
-            max_new_tokens=self.max_new_tokens, pad_id=self.pad_id, eos_ids=self.eos_ids)
+            max_new_tokens=self.max_new_tokens, pad_id=self.pad_id, eos_ids=self.eos_ids,
+            weights_first=self.weights_first)
         tokens, logps, steps = _to_host((tokens, logps, steps))
         stopped = np.isin(tokens, self.eos_ids)
         lengths = np.where(stopped.any(-1), stopped.argmax(-1), tokens.shape[1])

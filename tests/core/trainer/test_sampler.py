@@ -209,3 +209,46 @@ class TestSamplingParameters:
             sampler(llama.prompts(), group=2, seed=1, temperature=temperature, top_p=top_p,
                     top_k=top_k)
         assert sample_groups._cache_size() == before
+
+
+class TestWeightsFirstDecode:
+    """Llama's decode step with its weights laid out for a few rows
+    (``tunix_adapter.decode``) against Tunix's own layers, in the same program."""
+
+    def _both(self, llama, group: int, temperature: float):
+        import jax
+
+        from rlctl.core.trainer.sampler import sample_groups
+
+        s = llama.sampler()
+        kw = dict(info=s.info, group=group, max_new_tokens=N, pad_id=s.pad_id,
+                  eos_ids=s.eos_ids)
+        args = (s.graphdef, s.state, llama.prompts(), np.uint32(7), np.float32(temperature),
+                np.float32(1.0), np.int32(0))
+        return (jax.device_get(sample_groups(*args, **kw, weights_first=True)),
+                jax.device_get(sample_groups(*args, **kw, weights_first=False)))
+
+    @pytest.mark.parametrize("temperature", [0.0, 1.0])
+    def test_it_draws_the_tokens_and_log_probs_of_tunix_layers(self, llama, temperature):
+        fast, layers = self._both(llama, group=4, temperature=temperature)
+        np.testing.assert_array_equal(fast[0], layers[0])
+        np.testing.assert_allclose(fast[1], layers[1], atol=2e-5)
+        assert int(fast[2]) == int(layers[2])
+
+    def test_it_is_used_for_plain_llama_alone(self, llama, tmp_path):
+        """LoRA adds to each projection's output, which fused weights would skip, and
+        the other families' layers differ: they decode through Tunix's layers."""
+        from types import SimpleNamespace
+
+        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.tunix_adapter import decode
+        from rlctl.core.trainer.tunix_adapter.lora import apply_lora
+
+        assert decode.fits(llama.model, llama.info)
+        qwen, info = ta.load_model(write_tiny_model(tmp_path / "q", "qwen3"))
+        assert not decode.fits(qwen, info)
+        _, plain = ta.load_model(write_tiny_model(tmp_path / "l", "llama"))
+        lora = apply_lora(ta.load_model(tmp_path / "l")[0], "llama",
+                          SimpleNamespace(lora_rank=4, lora_alpha=8.0,
+                                          lora_target_modules=["q_proj", "v_proj"]))
+        assert not decode.fits(lora, plain)

@@ -11,6 +11,7 @@ of training: it lives in tests/core/trainer/yardsticks.py.
   families.py  each family's Tunix ``ModelConfig`` (the table: checkpoints/families.py)
   weights.py   loading a model from a Hugging Face or trainer folder
   kv_cache.py  the sampler's KV cache and replicated weights
+  decode.py    Llama's decode step with its weights laid out for a few rows
   logprobs.py  log-probs of completions (prefix-shared, chunked, rematerialised)
   lora.py      LoRA adapters (qwix) on a frozen base
 """
