@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
+
+from bench_vs_trl import run_child  # noqa: E402  (the same child runner: rusage, wall time)
 
 TRL_CHILD = BENCH / "trl_grpo_child.py"
 TRL_PROMPTS = BENCH / "bench_vs_trl.py"  # prompt_rows: rlctl's rendered prompts for TRL
@@ -157,17 +158,6 @@ def summary(run: Run) -> dict[str, Any]:
 
 
 # --- child processes ------------------------------------------------------------------
-
-def run_child(args: list[str], env: dict[str, str], log: Path) -> tuple[int, Any, float]:
-    """(exit code, rusage, wall seconds) of ``args`` with its output in ``log``."""
-    t0 = time.perf_counter()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = code = os.waitstatus_to_exitcode(status)  # Popen does not wait again
-    return code, usage, time.perf_counter() - t0
-
 
 def _fail(run: Run, code: int, log: Path) -> None:
     if code != 0 and not run.error:
