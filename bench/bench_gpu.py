@@ -41,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,8 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
-from bench_vs_trl import run_child  # noqa: E402  (the same child runner: rusage, wall time)
+from bench_vs_trl import _f, exit_reason, run_child  # noqa: E402  (the same helpers)
+from bench_vs_trl import figures as step_figures  # noqa: E402
 
 TRL_CHILD = BENCH / "trl_grpo_child.py"
 TRL_PROMPTS = BENCH / "bench_vs_trl.py"  # prompt_rows: rlctl's rendered prompts for TRL
@@ -121,24 +121,13 @@ class Run:
 
 
 def figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Step 1, and over steps 2..N (every step when there is one): the median step, rollout
-    and update (step less rollout) seconds, and completion tokens/s (their tokens over their
-    seconds)."""
-    later = steps[1:] or steps
-    secs = sum(r["step_seconds"] for r in later)
-
-    def med(xs: list[float]) -> float | None:
-        return round(statistics.median(xs), 3) if xs else None
-
-    return {
-        "steps": len(steps),
-        "first_step_s": steps[0]["step_seconds"] if steps else None,
-        "median_step_s": med([r["step_seconds"] for r in later]),
-        "median_rollout_s": med([r["rollout_seconds"] for r in later]),
-        "median_update_s": med([r["step_seconds"] - r["rollout_seconds"] for r in later]),
-        "tokens_per_s": round(sum(r["completion_tokens"] for r in later) / secs, 2)
-        if secs else None,
-    }
+    """``bench_vs_trl.figures`` (step 1 apart; the median step, rollout and update and the
+    completion tokens/s of steps 2..N) under this bench's names, with one difference: a
+    one-step run's figures are that step's, as it is all there is."""
+    f = step_figures(steps * 2 if len(steps) == 1 else steps)
+    return {"steps": len(steps), "first_step_s": f["first_step"],
+            "median_step_s": f["median_step"], "median_rollout_s": f["median_rollout"],
+            "median_update_s": f["median_update"], "tokens_per_s": f["tokens_per_s"]}
 
 
 def summary(run: Run) -> dict[str, Any]:
@@ -162,7 +151,7 @@ def summary(run: Run) -> dict[str, Any]:
 def _fail(run: Run, code: int, log: Path) -> None:
     if code != 0 and not run.error:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-        run.error = f"exit {code}: " + (tail[-1] if tail else "")
+        run.error = exit_reason(code, tail[-1] if tail else "")
         print(f"{run.name} failed ({run.error}); its log's tail:\n" + "\n".join(tail),
               file=sys.stderr)
 
@@ -335,10 +324,6 @@ def run_trl(python: Path, setting: str, prompts: Path, model: Path, w: Workload,
 
 
 # --- the report -------------------------------------------------------------------------
-
-def _f(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
-
 
 def report(result: dict[str, Any]) -> str:
     w = result["workload"]
