@@ -126,6 +126,11 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     finally:
         sampler.eos_ids, sampler.max_new_tokens = eos, steps
     per_token = (seconds[new_tokens] - seconds[1]) / (new_tokens - 1)
+    if per_token <= 0:  # the calls' noise is larger than the extra tokens' decode
+        many, one = seconds[new_tokens], seconds[1]
+        raise SystemExit(f"{new_tokens} new tokens took no longer than 1 ({many:.4f} s vs "
+                         f"{one:.4f} s): too few to measure a decode step here; "
+                         "raise --new-tokens or --repeats")
     info = t.info
     rows, slots = ids.shape[0] * G, width + new_tokens
     weights = sampler.weight_bytes() if hasattr(sampler, "weight_bytes") else tree_bytes(

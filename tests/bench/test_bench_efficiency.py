@@ -17,8 +17,8 @@ import bench_efficiency as be
 @pytest.fixture(scope="module")
 def figures(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("eff") / "eff.json"
-    return be.main(["--set", f"model.source={tiny_model_dir}", "--new-tokens", "4",
-                    "--repeats", "1", "-o", str(out)]), out
+    return be.main(["--set", f"model.source={tiny_model_dir}", "--new-tokens", "48",
+                    "--repeats", "3", "-o", str(out)]), out
 
 
 def test_the_bytes_per_token_are_the_samplers_weights_and_its_whole_cache(figures,
