@@ -145,8 +145,8 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
             "bytes_per_token": weights + cache}
 
 
-def update_figures(t: Any, repeats: int) -> dict[str, Any]:
-    """Seconds, XLA's FLOPs and the useful FLOPs of the compiled update."""
+def rollout_batch(t: Any) -> Any:
+    """The update's batch from one rollout of the run's first prompts (fixed seed)."""
     from rlctl.core.trainer.rollout import score, step_seed
 
     s = t.spec
@@ -154,7 +154,12 @@ def update_figures(t: Any, repeats: int) -> dict[str, Any]:
     prompts, width = t.rollout.render(problems)
     out = t.rollout.sample(prompts, width, seed=step_seed(s.training.seed, 0, 4))
     group = [p for p in problems for _ in range(s.rollout.num_generations)]
-    batch = t.rollout.batch(out, score(t.reward_fns, out.text, group, out.tokens))
+    return t.rollout.batch(out, score(t.reward_fns, out.text, group, out.tokens))
+
+
+def update_figures(t: Any, repeats: int) -> dict[str, Any]:
+    """Seconds, XLA's FLOPs and the useful FLOPs of the compiled update."""
+    batch = rollout_batch(t)
     compiled, size = t.update.program(t.model, t.optimizer, batch)
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

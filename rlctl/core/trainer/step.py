@@ -212,7 +212,7 @@ class Update:
         from flax import nnx
 
         from rlctl.core.config.models import micro_batch_sizes
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer import compiles, memory
 
         graphdef, state = nnx.split((model, optimizer))
         key = (graphdef, jax.tree.map(lambda x: (x.shape, x.dtype), batch))
@@ -241,7 +241,8 @@ class Update:
             # norms came back sharded otherwise, which the compiled program refuses
             keep = (jax.tree.map(lambda x: x.sharding, state), None, None, None)
             compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0,
-                               out_shardings=keep).lower(state, batch).compile()
+                               out_shardings=keep).lower(state, batch).compile(
+                compiler_options=compiles.update_options())
             memory.return_freed_memory()  # the compiler's working memory
             need = memory.compiled_need(compiled)
             measured = measured or (size, need)

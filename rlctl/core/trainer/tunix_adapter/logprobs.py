@@ -10,8 +10,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlctl.core.trainer.tunix_adapter.decode import fits
 from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache
+from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
+
+# Whether plain Llama models take their MLP's gradient from ``mlp_grad`` (a benchmark
+# sets it False for JAX's own differentiation of Tunix's layer, the yardstick).
+OWN_MLP_GRADIENT = True
 
 
 def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
@@ -104,6 +110,7 @@ def shared_prefix_logps(
     Llama-family models run layer by layer, the prompt then its completions in
     each layer (``_layer_pair``); with ``remat`` each layer keeps only its inputs
     for the backward pass and recomputes the rest there (``_recomputed_pair``).
+    Without LoRA adapters their MLP's gradient is rlctl's own (``mlp_grad``).
     Qwen and Gemma models run whole, prompt then completions, without remat.
 
     Args:
@@ -136,11 +143,12 @@ def shared_prefix_logps(
         c_hidden, _ = trunk(model, completion_ids, positions, cache, c_mask)
     else:
         pair = _recomputed_pair if remat else _layer_pair
+        how = (group, OWN_MLP_GRADIENT and fits(model, info))
         xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
         for i, layer in enumerate(model.layers):
             graphdef, state = nnx.split(layer)
             masks = (p_positions, p_mask, positions, c_mask, cache[f"layer_{i}"])
-            xs = pair(graphdef, group, state, xs, masks)
+            xs = pair(graphdef, how, state, xs, masks)
         p_hidden, c_hidden = model.final_norm(xs[0]), model.final_norm(xs[1])
     # token j is predicted by position j-1: the first one by the prompt's last position
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
@@ -155,20 +163,23 @@ def _runs_whole(model) -> bool:
     return hasattr(model.config, "use_tied_embedding") or hasattr(model.config, "num_embed")
 
 
-def _layer_pair(graphdef, group: int, state, xs, masks):
+def _layer_pair(graphdef, how: tuple[int, bool], state, xs, masks):
     """One decoder layer over the prompts [P, Lp, D], then over their P*G
     completions [P*G, Lc, D], which attend to the prompts' keys and values
-    (repeated ``group`` times): the two hidden states after the layer."""
+    (repeated ``group`` times): the two hidden states after the layer. ``how`` is
+    (group, whether the layer runs as ``mlp_grad.decoder_layer``)."""
+    group, own = how
     p_positions, p_mask, positions, c_mask, empty = masks
     layer = nnx.merge(graphdef, state)
-    cache, p_out = layer(xs[0], p_positions, empty, p_mask)
+    call = functools.partial(decoder_layer, layer) if own else layer
+    cache, p_out = call(xs[0], p_positions, empty, p_mask)
     cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
-    _, c_out = layer(xs[1], positions, cache, c_mask)
+    _, c_out = call(xs[1], positions, cache, c_mask)
     return p_out, c_out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _recomputed_pair(graphdef, group, state, xs, masks):
+def _recomputed_pair(graphdef, how, state, xs, masks):
     """``_layer_pair`` keeping only its inputs for the backward pass (gradient
     checkpointing, ``training.remat``).
 
@@ -182,21 +193,21 @@ def _recomputed_pair(graphdef, group, state, xs, masks):
     of 4 (XLA's analysis, as bench/bench_update_memory.py reads it), at the same
     speed on the 2-core CPU (bench/bench_train_step.py --against no-remat: 1.02x).
     """
-    return _layer_pair(graphdef, group, state, xs, masks)
+    return _layer_pair(graphdef, how, state, xs, masks)
 
 
-def _recomputed_pair_fwd(graphdef, group, state, xs, masks):
-    return _layer_pair(graphdef, group, state, xs, masks), (state, xs, masks)
+def _recomputed_pair_fwd(graphdef, how, state, xs, masks):
+    return _layer_pair(graphdef, how, state, xs, masks), (state, xs, masks)
 
 
-def _recomputed_pair_bwd(graphdef, group, saved, grads):
+def _recomputed_pair_bwd(graphdef, how, saved, grads):
     state, xs, masks = saved
     # a data dependency on the incoming gradient (an optimization_barrier is not
     # kept by XLA:CPU's scheduling): a NaN there makes the layer's gradients NaN, as
     # they would be anyway
     tie = sum(jnp.ravel(g)[0].astype(jnp.float32) for g in jax.tree.leaves(grads)) * 0.0
     xs = jax.tree.map(lambda x: x + tie.astype(x.dtype), xs)
-    _, vjp = jax.vjp(lambda s, x: _layer_pair(graphdef, group, s, x, masks), state, xs)
+    _, vjp = jax.vjp(lambda s, x: _layer_pair(graphdef, how, s, x, masks), state, xs)
     d_state, d_xs = vjp(grads)
     return d_state, d_xs, None
 

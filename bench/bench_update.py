@@ -1,0 +1,83 @@
+"""The update alone, rlctl's against a yardstick, taking turns in one process.
+
+Both updates are compiled for the same batch (one rollout of the default run's first
+prompts) and then called in turn, ``--repeats`` times each, on the same model and
+optimizer, so the machine's drift (here +-20% from minute to minute) falls on both
+alike. Prints each one's median seconds after its first call and the ratio.
+
+  --against jax-mlp-grad  JAX's own differentiation of Tunix's MLP
+                          (tunix_adapter/mlp_grad.py is what rlctl runs)
+  --against ynn-reduce    XLA:CPU's default YNNPACK fusions, reductions included
+                          (compiles.update_options is what rlctl compiles with)
+
+    python bench/bench_update.py --against jax-mlp-grad --repeats 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_efficiency import rollout_batch, trainer
+
+
+def yardstick_update(t: Any, against: str, batch: Any) -> Any:
+    """A second ``Update`` of the run, compiled as ``against`` says."""
+    from rlctl.core.trainer import compiles
+    from rlctl.core.trainer.step import Update
+    from rlctl.core.trainer.tunix_adapter import logprobs
+
+    u = Update.create(t.spec, t.tokenizer.pad_id(), t.info)
+    saved = logprobs.OWN_MLP_GRADIENT, compiles.update_options
+    try:
+        if against == "jax-mlp-grad":
+            logprobs.OWN_MLP_GRADIENT = False
+        else:
+            compiles.update_options = lambda: None  # type: ignore[assignment]
+        u.program(t.model, t.optimizer, batch)  # traced and compiled now, as set
+    finally:
+        logprobs.OWN_MLP_GRADIENT, compiles.update_options = saved
+    return u
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce"], required=True)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="a run spec override, as rlctl train --set")
+    ap.add_argument("-o", "--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    t = trainer(args.sets)
+    batch = rollout_batch(t)
+    updates = {"rlctl": t.update, args.against: yardstick_update(t, args.against, batch)}
+    t.update.program(t.model, t.optimizer, batch)
+    seconds: dict[str, list[float]] = {name: [] for name in updates}
+    for _ in range(args.repeats + 1):
+        for name, u in updates.items():
+            t0 = time.perf_counter()
+            loss, _, _ = u.train_step(t.model, t.optimizer, batch)
+            float(loss)
+            seconds[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(s[1:]) for name, s in seconds.items()}
+    out = {"against": args.against, "sequences": int(batch.completion_ids.shape[0]),
+           "seconds": seconds, "median_seconds": med,
+           "ratio": med["rlctl"] / med[args.against]}
+    print(f"update of {out['sequences']} sequences, median of {args.repeats} calls each after "
+          f"the first: rlctl {med['rlctl']:.2f} s, {args.against} {med[args.against]:.2f} s: "
+          f"{out['ratio']:.2f}x the time", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
