@@ -182,4 +182,3 @@ def update_options() -> dict[str, str] | None:
     if jax.default_backend() != "cpu" or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
         return None
     return {"xla_cpu_experimental_ynn_fusion_type": UPDATE_YNN_FUSIONS}
-
