@@ -9,6 +9,8 @@ alike. Prints each one's median seconds after its first call and the ratio.
                           (tunix_adapter/mlp_grad.py is what rlctl runs)
   --against ynn-reduce    XLA:CPU's default YNNPACK fusions, reductions included
                           (compiles.update_options is what rlctl compiles with)
+  --against whole-grid    the MLPs and the head on every completion position, pads
+                          included (tunix_adapter/compaction.py skips them)
 
     python bench/bench_update.py --against jax-mlp-grad --repeats 6
 """
@@ -31,26 +33,29 @@ from bench_efficiency import rollout_batch, trainer
 
 def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     """A second ``Update`` of the run, compiled as ``against`` says."""
-    from rlctl.core.trainer import compiles
+    from rlctl.core.trainer import compiles, step
     from rlctl.core.trainer.step import Update
     from rlctl.core.trainer.tunix_adapter import logprobs
 
     u = Update.create(t.spec, t.tokenizer.pad_id(), t.info)
-    saved = logprobs.OWN_MLP_GRADIENT, compiles.update_options
+    saved = logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS
     try:
         if against == "jax-mlp-grad":
             logprobs.OWN_MLP_GRADIENT = False
+        elif against == "whole-grid":
+            step.SKIP_PADS = False
         else:
             compiles.update_options = lambda: None  # type: ignore[assignment]
         u.program(t.model, t.optimizer, batch)  # traced and compiled now, as set
     finally:
-        logprobs.OWN_MLP_GRADIENT, compiles.update_options = saved
+        logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS = saved
     return u
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce"], required=True)
+    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid"],
+                    required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="a run spec override, as rlctl train --set")
@@ -58,8 +63,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     t = trainer(args.sets)
     batch = rollout_batch(t)
-    updates = {"rlctl": t.update, args.against: yardstick_update(t, args.against, batch)}
+    compile_s: dict[str, float] = {}
+    t0 = time.perf_counter()
     t.update.program(t.model, t.optimizer, batch)
+    compile_s["rlctl"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    updates = {"rlctl": t.update, args.against: yardstick_update(t, args.against, batch)}
+    compile_s[args.against] = time.perf_counter() - t0
     seconds: dict[str, list[float]] = {name: [] for name in updates}
     for _ in range(args.repeats + 1):
         for name, u in updates.items():
@@ -69,11 +79,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             seconds[name].append(time.perf_counter() - t0)
     med = {name: statistics.median(s[1:]) for name, s in seconds.items()}
     out = {"against": args.against, "sequences": int(batch.completion_ids.shape[0]),
-           "seconds": seconds, "median_seconds": med,
+           "completion_tokens": int(batch.mask.sum()),
+           "completion_grid": int(batch.mask.size),
+           "seconds": seconds, "median_seconds": med, "compile_seconds": compile_s,
            "ratio": med["rlctl"] / med[args.against]}
-    print(f"update of {out['sequences']} sequences, median of {args.repeats} calls each after "
+    print(f"update of {out['sequences']} sequences ({out['completion_tokens']} of "
+          f"{out['completion_grid']} completion positions real), median of {args.repeats} "
+          "calls each after "
           f"the first: rlctl {med['rlctl']:.2f} s, {args.against} {med[args.against]:.2f} s: "
-          f"{out['ratio']:.2f}x the time", flush=True)
+          f"{out['ratio']:.2f}x the time; compiled in {compile_s['rlctl']:.0f} s and "
+          f"{compile_s[args.against]:.0f} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out

@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_update as bu
 
 
-@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce"])
+@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid"])
 def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_dir, tmp_path,
                                                                     against, monkeypatch):
-    from rlctl.core.trainer import compiles
+    from rlctl.core.trainer import compiles, step
     from rlctl.core.trainer.tunix_adapter import logprobs
 
     seen = []
@@ -25,11 +25,14 @@ def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_di
     out = bu.main(["--against", against, "--repeats", "2", "--set",
                    f"model.source={tiny_model_dir}", "-o", str(tmp_path / "u.json")])
     assert [len(s) for s in out["seconds"].values()] == [3, 3]
+    assert set(out["compile_seconds"]) == {"rlctl", against}
+    assert 0 < out["completion_tokens"] <= out["completion_grid"]
     med = out["median_seconds"]
     assert out["ratio"] == pytest.approx(med["rlctl"] / med[against])
     assert (tmp_path / "u.json").read_text().startswith("{")
     # what the yardstick swapped out is back for rlctl's own update
     assert logprobs.OWN_MLP_GRADIENT and compiles.update_options.__name__ == "update_options"
+    assert step.SKIP_PADS
     if against == "jax-mlp-grad":  # traced twice: rlctl's own layers, then not
         assert seen
 
@@ -38,9 +41,10 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     from rlctl.core.trainer import compiles
     from rlctl.core.trainer.tunix_adapter import logprobs
 
-    layers, options = [], []
+    layers, options, packs = [], [], []
     real_layer, real_options = logprobs.decoder_layer, compiles.update_options
-    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a: layers.append(1) or real_layer(*a))
+    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a: layers.append(1) or packs.append(
+        len(a) == 6 and a[-1] is not None) or real_layer(*a))
     monkeypatch.setattr(compiles, "update_options", lambda: options.append(1) or real_options())
     t = bu.trainer([f"model.source={tiny_model_dir}"])
     batch = bu.rollout_batch(t)
@@ -49,6 +53,9 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     layers.clear(), options.clear()
     bu.yardstick_update(t, "ynn-reduce", batch)
     assert layers and not options  # rlctl's layer, XLA's default options
-    layers.clear(), options.clear()
+    layers.clear(), options.clear(), packs.clear()
+    bu.yardstick_update(t, "whole-grid", batch)
+    assert layers and options and not any(packs)  # the completions' MLPs not packed
+    layers.clear(), options.clear(), packs.clear()
     t.update.program(t.model, t.optimizer, batch)
-    assert layers and options
+    assert layers and options and any(packs)

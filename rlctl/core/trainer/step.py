@@ -20,6 +20,10 @@ from rlctl.core.trainer.loss import LossConfig, policy_loss
 from rlctl.core.trainer.rollout import Batch, Scores
 from rlctl.core.units import human_bytes
 
+# Whether the update's MLPs and vocabulary head skip the completions' pads
+# (tunix_adapter/compaction.py); a benchmark sets it False for its yardstick.
+SKIP_PADS = True
+
 
 def make_optimizer(model: Any, t: TrainingSpec) -> Any:
     """AdamW behind global-norm clipping, with an optional linear warmup, fused so the
@@ -123,12 +127,13 @@ class Update:
         return nnx.LoRAParam if self.lora else nnx.Param
 
     def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int,
-                  remat: bool = False):
+                  remat: bool = False, mask: Any = None):
         from rlctl.core.trainer import tunix_adapter as ta
 
         return ta.shared_prefix_logps(
             model, prompt_ids, completion_ids, group=group, pad_id=self.pad_id,
-            temperature=self.temperature, info=self.info, remat=remat)
+            temperature=self.temperature, info=self.info, remat=remat,
+            mask=mask if SKIP_PADS else None)
 
     def _remat(self) -> bool:
         """``training.remat``, or by default on for the CPU: there XLA's temporaries
@@ -161,7 +166,9 @@ class Update:
 
         def loss_fn(p, mb: Batch, group: int):
             m = nnx.merge(mdef, p, rest)
-            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat)
+            # given the mask, the MLPs and the head skip the completions' pads
+            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat,
+                                        mb.mask)
             loss, aux = policy_loss(logps, mb.mask, mb.advantages, cfg,
                                     old_logps=mb.old_logps, ref_logps=mb.ref_logps, norm=norm)
             aux["entropy"] = (ent * mb.mask).sum() / norm.tokens

@@ -88,10 +88,12 @@ def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int,
 
 
 def assert_loss_and_gradients_match(model, info, prompts, comps, mask, adv, pad, G,
-                                    algorithm: str = "grpo", remat: bool = False) -> None:
+                                    algorithm: str = "grpo", remat: bool = False,
+                                    skip_pads: bool = False) -> None:
     """rlctl's prefix-shared log-probs + loss against Tunix's ``grpo_loss_fn`` on the
     full sequences, with old log-probs a little off the current ones (so the ratio and
-    its clipping matter): equal loss and gradients, with or without ``remat``."""
+    its clipping matter): equal loss and gradients, with or without ``remat``, and
+    with ``skip_pads`` given the mask (the MLPs and head on its tokens only)."""
     import jax
     import pytest
     from flax import nnx
@@ -110,7 +112,8 @@ def assert_loss_and_gradients_match(model, info, prompts, comps, mask, adv, pad,
 
     def ours_fn(m):
         lp, _ = ta.shared_prefix_logps(m, prompts, comps, group=G, pad_id=pad,
-                                       temperature=1.0, info=info, remat=remat)
+                                       temperature=1.0, info=info, remat=remat,
+                                       mask=mask if skip_pads else None)
         return ours_loss(lp, mask, adv, cfg, old_logps=old)[0]
 
     def tunix_fn(m):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlctl.core.trainer.tunix_adapter.compaction import needed_positions, plan
 from rlctl.core.trainer.tunix_adapter.decode import fits
 from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache
 from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
@@ -97,6 +98,7 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
 def shared_prefix_logps(
     model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
     info: ModelInfo, chunk: int | None = None, remat: bool = False,
+    mask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs of completions, computing each group's prompt once.
 
@@ -112,10 +114,14 @@ def shared_prefix_logps(
     for the backward pass and recomputes the rest there (``_recomputed_pair``).
     Without LoRA adapters their MLP's gradient is rlctl's own (``mlp_grad``).
     Qwen and Gemma models run whole, prompt then completions, without remat.
+    Given the loss's ``mask``, plain Llama's MLPs skip the completion positions
+    that no masked-in log-prob reads (``compaction``): the log-probs where the mask
+    is set are unchanged, the others are not meant to be read.
 
     Args:
       prompt_ids: [P, Lp] left-padded prompts (one per group).
       completion_ids: [P*G, Lc] right-padded completions, grouped by prompt.
+      mask: [P*G, Lc] the completion tokens whose log-probs are read, or None: all.
 
     Returns:
       (log-probs [P*G, Lc], entropy of each token's predicted distribution [P*G, Lc]).
@@ -143,11 +149,13 @@ def shared_prefix_logps(
         c_hidden, _ = trunk(model, completion_ids, positions, cache, c_mask)
     else:
         pair = _recomputed_pair if remat else _layer_pair
-        how = (group, OWN_MLP_GRADIENT and fits(model, info))
+        own = OWN_MLP_GRADIENT and fits(model, info)
+        how = (group, own)
+        packing = plan(needed_positions(mask)) if own and mask is not None else None
         xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
         for i, layer in enumerate(model.layers):
             graphdef, state = nnx.split(layer)
-            masks = (p_positions, p_mask, positions, c_mask, cache[f"layer_{i}"])
+            masks = (p_positions, p_mask, positions, c_mask, cache[f"layer_{i}"], packing)
             xs = pair(graphdef, how, state, xs, masks)
         p_hidden, c_hidden = model.final_norm(xs[0]), model.final_norm(xs[1])
     # token j is predicted by position j-1: the first one by the prompt's last position
@@ -167,14 +175,18 @@ def _layer_pair(graphdef, how: tuple[int, bool], state, xs, masks):
     """One decoder layer over the prompts [P, Lp, D], then over their P*G
     completions [P*G, Lc, D], which attend to the prompts' keys and values
     (repeated ``group`` times): the two hidden states after the layer. ``how`` is
-    (group, whether the layer runs as ``mlp_grad.decoder_layer``)."""
+    (group, whether the layer runs as ``mlp_grad.decoder_layer``); the completions'
+    MLP runs on the positions of ``masks``' packing, if any."""
     group, own = how
-    p_positions, p_mask, positions, c_mask, empty = masks
+    p_positions, p_mask, positions, c_mask, empty, packing = masks
     layer = nnx.merge(graphdef, state)
     call = functools.partial(decoder_layer, layer) if own else layer
     cache, p_out = call(xs[0], p_positions, empty, p_mask)
     cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
-    _, c_out = call(xs[1], positions, cache, c_mask)
+    if packing is None:
+        _, c_out = call(xs[1], positions, cache, c_mask)
+    else:  # the MLP on the positions the loss reads
+        _, c_out = decoder_layer(layer, xs[1], positions, cache, c_mask, packing)
     return p_out, c_out
 
 

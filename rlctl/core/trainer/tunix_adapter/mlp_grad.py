@@ -25,6 +25,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from rlctl.core.trainer.tunix_adapter.compaction import Packing, packed
+
 
 @jax.custom_vjp
 def gated_mlp(wg: jax.Array, wu: jax.Array, wd: jax.Array, x: jax.Array) -> jax.Array:
@@ -55,13 +57,22 @@ gated_mlp.defvjp(_forward, _backward)
 
 
 def decoder_layer(layer: Any, x: jax.Array, positions: jax.Array, cache: Any,
-                  mask: jax.Array) -> tuple[Any, jax.Array]:
+                  mask: jax.Array, packing: Packing | None = None) -> tuple[Any, jax.Array]:
     """Tunix's ``DecoderLayer.block`` with the MLP through ``gated_mlp``: (new cache,
-    the layer's output)."""
+    the layer's output). With a ``packing`` of x's [B, L] positions, the MLP (norm
+    included) runs on the kept positions only (``compaction.packed``)."""
     cache, h = layer.attn(layer.input_layernorm(x), positions, cache, mask)
     h = h + x
     mlp = layer.mlp
+
+    def feed_forward(h):
+        return gated_mlp(mlp.gate_proj.kernel[...], mlp.up_proj.kernel[...],
+                         mlp.down_proj.kernel[...], layer.post_attention_layernorm(h))
+
     with jax.named_scope("feed_forward"):
-        out = gated_mlp(mlp.gate_proj.kernel[...], mlp.up_proj.kernel[...],
-                        mlp.down_proj.kernel[...], layer.post_attention_layernorm(h))
+        if packing is None:
+            out = feed_forward(h)
+        else:
+            B, L, D = h.shape
+            out = packed(feed_forward, h.reshape(B * L, D), packing).reshape(B, L, D)
     return cache, h + out

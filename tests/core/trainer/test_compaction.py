@@ -1,0 +1,121 @@
+"""compaction: the update's MLPs on the completions' real tokens only give the figures
+of the whole padded grid, and really skip the pads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.trainer
+
+
+def test_packed_sizes_step_up_to_the_grid():
+    from rlctl.core.trainer.tunix_adapter.compaction import sizes
+
+    assert sizes(768) == [128, 256, 384, 512, 640, 768]
+    assert sizes(30) == [8, 16, 24, 30]
+    assert sizes(3) == [3]
+
+
+def test_needed_positions_are_those_before_a_masked_target():
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.tunix_adapter.compaction import needed_positions
+
+    mask = jnp.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 1, 0, 0]])
+    assert needed_positions(mask).astype(int).tolist() == [
+        [1, 1, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]
+
+
+def test_packed_runs_the_kept_rows_only_with_their_gradients():
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.tunix_adapter.compaction import packed, plan
+
+    keep = jnp.array([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]] * 4, bool)  # 24 of 48 kept
+    x = jax.random.normal(jax.random.PRNGKey(0), (48, 5))
+    w = jax.random.normal(jax.random.PRNGKey(1), (5, 3))
+    p = plan(keep)
+    seen = []
+
+    def fn(rows):
+        seen.append(rows.shape[0])
+        return jnp.tanh(rows @ w)
+
+    out = packed(fn, x, p)
+    flat = np.asarray(keep).reshape(-1)
+    np.testing.assert_allclose(np.asarray(out)[flat], np.tanh(np.asarray(x @ w))[flat],
+                               rtol=1e-6)
+    assert int(p.branch) == 2 and sorted(set(seen)) == [8, 16, 24, 32, 40, 48]
+    assert np.count_nonzero(np.abs(np.asarray(out)).sum(-1)) == 24  # only 24 computed
+
+    def loss(w, x, packs):
+        y = packed(lambda r: jnp.tanh(r @ w), x, p) if packs else jnp.tanh(x @ w)
+        return (y * keep.reshape(-1, 1)).sum()
+
+    for a, b in zip(jax.grad(loss, (0, 1))(w, x, True), jax.grad(loss, (0, 1))(w, x, False),
+                    strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def padded(tiny_model_dir):
+    """Completions of lengths 1..6 of 8 (most of the grid pads), two prompts of three."""
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    model, info = ta.load_model(tiny_model_dir)
+    rng = np.random.default_rng(3)
+    pad, G = 0, 3
+    prompts = rng.integers(3, info.vocab_size, (2, 6)).astype(np.int32)
+    prompts[1, :2] = pad
+    comps = rng.integers(3, info.vocab_size, (6, 8)).astype(np.int32)
+    for row, n in enumerate([1, 6, 2, 3, 1, 4]):
+        comps[row, n:] = pad
+    mask = (comps != pad).astype(np.int32)
+    adv = rng.normal(size=6).astype(np.float32)
+    return model, info, prompts, comps, mask, adv, pad, G
+
+
+def test_the_log_probs_are_the_whole_grids_where_the_mask_is_set(padded):
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.tunix_adapter import compaction
+
+    model, info, prompts, comps, mask, _, pad, G = padded
+    assert int(compaction.plan(compaction.needed_positions(mask)).branch) < 5  # skips
+    whole, went = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
+                                         temperature=0.7, info=info)
+    skips, ent = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
+                                        temperature=0.7, info=info, mask=mask)
+    np.testing.assert_allclose(np.asarray(skips) * mask, np.asarray(whole) * mask, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(ent) * mask, np.asarray(went) * mask, atol=2e-5)
+    # where nothing reads them the MLPs were skipped: those log-probs differ
+    assert not np.allclose(np.asarray(skips)[mask == 0], np.asarray(whole)[mask == 0])
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_loss_and_gradients_are_tunixs_with_the_pads_skipped(padded, remat):
+    from tests.core.trainer import yardsticks
+
+    yardsticks.assert_loss_and_gradients_match(*padded, algorithm="grpo", remat=remat,
+                                               skip_pads=True)
+
+
+def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatch):
+    """The update passes the batch's mask, so the completions' MLPs run packed;
+    ``step.SKIP_PADS`` off, the yardstick computes the whole grid."""
+    from rlctl.core.trainer import step
+    from rlctl.core.trainer.tunix_adapter import logprobs
+
+    model, info, prompts, comps, mask, *_ = padded
+    seen = []
+    real = logprobs.decoder_layer
+    monkeypatch.setattr(logprobs, "decoder_layer",
+                        lambda *a: seen.append(len(a) == 6 and a[-1] is not None) or real(*a))
+    u = object.__new__(step.Update)
+    u.pad_id, u.temperature, u.info = 0, 1.0, info
+    layers = len(model.layers)
+    for skip in (True, False):
+        monkeypatch.setattr(step, "SKIP_PADS", skip)
+        u._logps_fn(model, prompts, comps, 3, False, mask)
+    assert seen == [False, True] * layers + [False, False] * layers
