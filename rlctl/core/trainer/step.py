@@ -20,7 +20,7 @@ from rlctl.core.trainer.loss import LossConfig, policy_loss
 from rlctl.core.trainer.rollout import Batch, Scores
 from rlctl.core.units import human_bytes
 
-# Whether the update's MLPs and vocabulary head skip the completions' pads
+# Whether the update's MLPs skip the completions' pads
 # (tunix_adapter/compaction.py); a benchmark sets it False for its yardstick.
 SKIP_PADS = True
 
@@ -166,7 +166,7 @@ class Update:
 
         def loss_fn(p, mb: Batch, group: int):
             m = nnx.merge(mdef, p, rest)
-            # given the mask, the MLPs and the head skip the completions' pads
+            # given the mask, the completions' MLPs skip their pads
             logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat,
                                         mb.mask)
             loss, aux = policy_loss(logps, mb.mask, mb.advantages, cfg,

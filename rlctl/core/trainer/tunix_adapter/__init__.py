@@ -14,7 +14,7 @@ of training: it lives in tests/core/trainer/yardsticks.py.
   decode.py    Llama's decode step with its weights laid out for a few rows
   logprobs.py  log-probs of completions (prefix-shared, chunked, rematerialised)
   mlp_grad.py  Llama's decoder layer for the update, its MLP's gradient spelled out
-  compaction.py  the update's MLPs and head on the completions' real tokens only
+  compaction.py  the update's MLPs on the completions' real tokens only
   lora.py      LoRA adapters (qwix) on a frozen base
 """
 
