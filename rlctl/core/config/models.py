@@ -163,7 +163,10 @@ class DataSpec(Spec):
 class RolloutSpec(Spec):
     engine: Annotated[
         Literal["auto", "vanilla", "vllm"],
-        Field(description="generation engine; auto = vanilla on CPU/GPU, vllm on TPU"),
+        Field(description="what samples the completions: vanilla (rlctl's JAX sampler) or "
+              "vllm (vLLM, the trainer's weights pushed into it after each update); "
+              "auto = vllm on TPU when vLLM is installed, else vanilla (CPU and GPU "
+              "always vanilla)"),
     ] = "auto"
     sampler_weights: Annotated[
         Literal["auto", "sharded", "whole"],

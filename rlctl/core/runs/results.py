@@ -68,6 +68,7 @@ class RunInfo(BaseModel):
     disk_bytes: int | None = None  # the run folder's (checkpoints, metrics, logs, eval)
     processes: int | None = None
     devices: int | None = None
+    engine: str | None = None  # the rollout engine (rollout.engine resolved)
     created: str | None = None
     updated: str | None = None
     error: str | None = None

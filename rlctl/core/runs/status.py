@@ -215,6 +215,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         disk_bytes=disk_bytes,
         processes=_int(status.get("processes")),
         devices=_int(status.get("devices")),
+        engine=_str(status.get("engine")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
         error=error,

