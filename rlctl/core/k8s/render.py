@@ -73,6 +73,9 @@ class WorkloadView(BaseModel):
     metrics_export_port: int = Field(8080, ge=1, le=65535)
     ray_version: str = Field(default_factory=lambda: image_ray_version(),
                              description="RayJob rayVersion: the Ray the image pins.")
+    rollout_engine: str = Field("vanilla", pattern=r"^(auto|vanilla|vllm)$",
+                                description="The engine the pods' trainer samples with "
+                                "(runs/submit.py cluster_engine), shown on the workload.")
     env: list[EnvVar] = Field(default_factory=list)
     gcs_buckets: list[str] = Field(default_factory=list, description="Buckets mounted "
                                    "read-only at /gcs/BUCKET (GCS FUSE CSI) for gs:// inputs.")

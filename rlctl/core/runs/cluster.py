@@ -45,6 +45,7 @@ from rlctl.core.runs.status import read_status
 from rlctl.core.runs.submit import (
     ClusterOptions,
     apply_delete_run,
+    cluster_engine,
     describe_cluster_run,
     plan_delete_run,
     render_run,
@@ -227,6 +228,8 @@ def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, im
     # every pod has a node before anything is written or applied (UnschedulableError)
     report, notes = check_placement(objs, target.pools, target.unmodelled, target.name,
                                     region, acc)
+    notes = [f"rollout engine: {cluster_engine(spec.rollout.engine, shape.kind, image).why}",
+             *notes]
     if dry_run:
         return SubmitPreview(**where, runs_dir=store.uri, manifests=objs,
                              placements=report.placements, notes=notes)

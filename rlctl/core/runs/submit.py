@@ -9,6 +9,7 @@ talk to the Kubernetes API they are given.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError, ConflictError, NotFoundError
+from rlctl.core.image.context import image_vllm
 from rlctl.core.k8s.apply import (
     KubeApi,
     apply_objects,
@@ -35,6 +37,7 @@ from rlctl.core.plan import Change
 from rlctl.core.runs.results import ClusterRunInfo, ResumeResult, SubmitResult
 from rlctl.core.runs.spec import write_new_run
 from rlctl.core.store.base import STATUS, RunDir, RunStore, latest_checkpoint_step
+from rlctl.core.trainer.engines import Engine, pick
 
 RUN_FILES = "files"  # Change.kind of a run's folder in the run store
 
@@ -56,10 +59,29 @@ def hf_secret_name(run: str) -> str:
     return f"{run}-hf-token"
 
 
+def rlctl_image(image: str, kind: str) -> bool:
+    """Whether ``image`` is one ``rlctl image build`` makes for ``kind`` (its name is
+    ``rlctl-<kind>``, gcp/image.py ``image_uri``), whose lock says what it installs."""
+    return re.search(rf"/rlctl-{re.escape(kind)}(:[^/]*)?(@[^/]*)?$", image) is not None
+
+
+def cluster_engine(requested: str, kind: str, image: str) -> Engine:
+    """The rollout engine the pods' trainer picks, decided before anything is applied:
+    ``engines.pick`` on the accelerator, with the vLLM rlctl's image for it installs
+    (its lock). A run asking for vLLM where the image has none fails here, not after
+    the slice has been provisioned. Another ``--image`` is the user's: what it carries is
+    not known here, and the pods decide (the run's first lines say what they picked)."""
+    if not rlctl_image(image, kind):
+        return Engine(requested, f"rollout.engine={requested}: decided in the pods "
+                                 f"({image} is not an rlctl image)")
+    return pick(requested, kind, image_vllm(kind), image=image)
+
+
 def build_view(spec: RunSpec, backend: str, shape: SliceShape, run_uri: str,
                opts: ClusterOptions, with_hf_secret: bool) -> WorkloadView:
     assert spec.name is not None
     return make_view(
+        rollout_engine=cluster_engine(spec.rollout.engine, shape.kind, opts.image).name,
         run=spec.name, namespace=opts.namespace, backend=backend, image=opts.image,
         run_uri=run_uri, shape=shape,
         service_account=opts.service_account,

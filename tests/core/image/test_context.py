@@ -125,3 +125,16 @@ def test_the_test_extra_and_constraints_pin_the_images_ray():
         assert ray(pins().images[acc].requirements) == want, acc
     lines = (repo / "constraints.txt").read_text().splitlines()
     assert ray([x for x in lines if x.lower().startswith("ray")])[2] == want[2]
+
+
+def test_what_vllm_each_image_installs_comes_from_its_lock(monkeypatch):
+    """``train --cluster`` resolves ``rollout.engine`` against the image's lock: neither
+    image carries vLLM today (the TPU backend cannot be installed beside google-tunix
+    0.1.7: tpu-inference pins qwix==0.1.2, tunix needs qwix>=0.1.6; README "Rollout
+    engines"), and a lock that pins one is read."""
+    from rlctl.core.image import context
+
+    assert context.image_vllm("tpu") is None and context.image_vllm("gpu") is None
+    monkeypatch.setattr(context, "read_lock",
+                        lambda acc: "# vllm==9 in a comment\njax==0.10.2\nvllm_tpu==0.24.0\n")
+    assert context.image_vllm("tpu") == "0.24.0"

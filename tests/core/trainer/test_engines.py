@@ -45,6 +45,21 @@ def test_vllm_asked_for_and_absent_is_one_line_with_a_true_hint(platform, how):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+def test_for_a_cluster_image_without_vllm_the_error_names_the_image(platform):
+    """``train --cluster`` decides before applying: the hint is about the image, not a
+    pip install on this machine, which would not change what the pods run."""
+    image = f"us-central1-docker.pkg.dev/p/rlctl/rlctl-{platform}:0.1-abc"
+    with pytest.raises(ConfigError) as e:
+        pick("vllm", platform, None, image=image)
+    assert f"rlctl's {platform} image carries no vLLM" in str(e.value)
+    assert "pip install" not in e.value.hint and "--image" in e.value.hint
+    assert "\n" not in str(e.value)
+    auto = pick("auto", platform, None, image=image)
+    assert auto.name == "vanilla"
+    assert (f"rlctl's {platform} image has no vLLM" in auto.why) == (platform == "tpu")
+
+
 def test_the_setting_says_what_auto_picks():
     text = RolloutSpec.model_fields["engine"].description
     assert "auto = vllm on TPU when vLLM is installed, else vanilla" in text
