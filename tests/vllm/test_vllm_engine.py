@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.sigkill import kill_when
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.trainer
@@ -85,17 +85,8 @@ def test_trains_resumes_after_sigkill_and_agrees_every_step(model_dir, tmp_path)
 
     assert all(0 <= r["engine_logp_diff"] <= AGREEMENT_TOLERANCE for r in done), done
 
-    proc = subprocess.Popen([sys.executable, "-m", "rlctl",
-                             *args(model_dir, tmp_path, "killed", *common)],
-                            cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     ckpt = tmp_path / "killed" / "checkpoints" / "1"
-    deadline = time.time() + 300
-    while not ckpt.is_dir() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert ckpt.is_dir(), "no checkpoint appeared"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_when(args(model_dir, tmp_path, "killed", *common), ckpt.is_dir, env())
     assert max(r["step"] for r in rows(tmp_path / "killed")) < 3, "it finished first"
 
     resumed = rlctl("resume", "killed", "--runs-dir", str(tmp_path), "-o", "json")

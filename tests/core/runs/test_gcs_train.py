@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.core.trainer.test_train import REPO, TIMING, tiny_args
+from tests.sigkill import kill_when
 
 HF_SENTINEL = "hf_SENTINEL_trainer_env_52b1"
 pytest.importorskip("tunix")
@@ -40,17 +39,9 @@ def test_sigkill_then_resume_from_gcs_reproduces_an_uninterrupted_run(
     whole = rlctl(*tiny_args(tiny_model_dir, root, "whole", "grpo", *common))  # type: ignore[arg-type]
     assert whole.returncode == 0, whole.stderr
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rlctl", *tiny_args(tiny_model_dir, root, "killed", "grpo",  # type: ignore[arg-type]
-                                                   *common)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = client.bucket(bucket).blob("runs/killed/checkpoints/2/COMMITTED")
-    deadline = time.time() + 300
-    while not marker.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert marker.exists(), "no committed checkpoint appeared"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_when(tiny_args(tiny_model_dir, root, "killed", "grpo", *common),  # type: ignore[arg-type]
+              marker.exists, env)
     done = [r["step"] for r in rows(client, bucket, "killed")]
     assert done and max(done) < 6, "the run finished before it was killed"
 

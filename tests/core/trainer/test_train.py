@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.sigkill import kill_when
+
 pytest.importorskip("tunix")
 pytestmark = pytest.mark.trainer
 
@@ -139,19 +141,9 @@ class TestResume:
         whole = rlctl(*tiny_args(tiny_model_dir, tmp_path, "whole", "grpo", *common))
         assert whole.returncode == 0, whole.stderr
 
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlctl",
-             *tiny_args(tiny_model_dir, tmp_path, "killed", "grpo", *common)],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
         ckpt = tmp_path / "killed" / "checkpoints" / "2"
-        deadline = time.time() + 300
-        while not ckpt.is_dir() and time.time() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert ckpt.is_dir(), "no checkpoint appeared"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        kill_when(tiny_args(tiny_model_dir, tmp_path, "killed", "grpo", *common), ckpt.is_dir,
+                  {**os.environ, "PYTHONPATH": str(REPO)})
         done = [r["step"] for r in metrics(tmp_path / "killed")]
         assert done and max(done) < 6, "the run finished before it was killed"
 
