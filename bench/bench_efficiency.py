@@ -106,6 +106,7 @@ def tree_bytes(tree: Any) -> int:
 def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     """Seconds and bytes of one decode step of the trainer's sampler."""
     from rlctl.core.trainer.sampler import left_pad
+    from rlctl.core.trainer.tunix_adapter import decode
 
     r, sampler = t.rollout, t.rollout.sampler
     problems = t.source.batch(0, t.spec.training.prompts_per_step)
@@ -138,9 +139,14 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     cache_dtype = getattr(sampler, "cache_dtype", None) or info.dtype
     import numpy as np
 
-    cache = (2 * info.num_layers * rows * slots * info.num_kv_heads * info.head_dim
+    # weights first (decode.py), a group's rows read its prompt's slots as one copy
+    shared = getattr(sampler, "weights_first", False) and decode.fits(t.model, info)
+    read = ids.shape[0] * width + rows * new_tokens if shared else rows * slots
+    cache = (2 * info.num_layers * read * info.num_kv_heads * info.head_dim
              * np.dtype(cache_dtype).itemsize)
-    return {"rows": rows, "cache_slots": slots, "prefill_seconds": round(seconds[1], 3),
+    return {"rows": rows, "cache_slots": slots, "prompts": int(ids.shape[0]),
+            "prompt_slots": width, "shared_prompt_slots": bool(shared),
+            "prefill_seconds": round(seconds[1], 3),
             "seconds_per_token": per_token, "weight_bytes": weights, "cache_bytes": cache,
             "bytes_per_token": weights + cache}
 

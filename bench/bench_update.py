@@ -11,6 +11,8 @@ alike. Prints each one's median seconds after its first call and the ratio.
                           (compiles.update_options is what rlctl compiles with)
   --against whole-grid    the MLPs and the head on every completion position, pads
                           included (tunix_adapter/compaction.py skips them)
+  --against whole-head    the vocabulary head alone on every completion position
+                          (compaction.head_logps projects the masked-in ones)
 
     python bench/bench_update.py --against jax-mlp-grad --repeats 6
 """
@@ -38,23 +40,27 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     from rlctl.core.trainer.tunix_adapter import logprobs
 
     u = Update.create(t.spec, t.tokenizer.pad_id(), t.info)
-    saved = logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS
+    saved = (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
+             logprobs.PACK_HEAD)
     try:
         if against == "jax-mlp-grad":
             logprobs.OWN_MLP_GRADIENT = False
         elif against == "whole-grid":
             step.SKIP_PADS = False
+        elif against == "whole-head":
+            logprobs.PACK_HEAD = False
         else:
             compiles.update_options = lambda: None  # type: ignore[assignment]
         u.program(t.model, t.optimizer, batch)  # traced and compiled now, as set
     finally:
-        logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS = saved
+        (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
+         logprobs.PACK_HEAD) = saved
     return u
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid"],
+    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head"],
                     required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -21,8 +21,8 @@ def figures(tiny_model_dir, tmp_path_factory):
                     "--repeats", "3", "-o", str(out)]), out
 
 
-def test_the_bytes_per_token_are_the_samplers_weights_and_its_whole_cache(figures,
-                                                                          tiny_model_dir):
+def test_the_bytes_per_token_are_the_samplers_weights_and_the_cache_it_reads(
+        figures, tiny_model_dir):
     import jax
 
     from rlctl.core.trainer import tunix_adapter as ta
@@ -32,8 +32,16 @@ def test_the_bytes_per_token_are_the_samplers_weights_and_its_whole_cache(figure
     from flax import nnx
 
     weights = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
-    cache = ta.kv_cache(info, r["rows"], r["cache_slots"])
-    kv = sum(layer["k"].nbytes + layer["v"].nbytes for layer in cache.values())
+    def kv_bytes(rows, slots):
+        cache = ta.kv_cache(info, rows, slots)
+        return sum(layer["k"].nbytes + layer["v"].nbytes for layer in cache.values())
+
+    # weights first (decode.py), the prompt's slots are read once per prompt and each
+    # row's completion slots once per row
+    assert r["shared_prompt_slots"] and r["prompts"] == 2
+    kv = (kv_bytes(r["prompts"], r["prompt_slots"])
+          + kv_bytes(r["rows"], r["cache_slots"] - r["prompt_slots"]))
+    assert kv < kv_bytes(r["rows"], r["cache_slots"])
     assert r["rows"] == 16  # the default batch: 2 prompts x G=8
     assert r["weight_bytes"] == weights
     assert r["cache_bytes"] == kv

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_update as bu
 
 
-@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid"])
+@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head"])
 def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_dir, tmp_path,
                                                                     against, monkeypatch):
     from rlctl.core.trainer import compiles, step
@@ -32,7 +32,7 @@ def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_di
     assert (tmp_path / "u.json").read_text().startswith("{")
     # what the yardstick swapped out is back for rlctl's own update
     assert logprobs.OWN_MLP_GRADIENT and compiles.update_options.__name__ == "update_options"
-    assert step.SKIP_PADS
+    assert step.SKIP_PADS and logprobs.PACK_HEAD
     if against == "jax-mlp-grad":  # traced twice: rlctl's own layers, then not
         assert seen
 
@@ -41,8 +41,10 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     from rlctl.core.trainer import compiles
     from rlctl.core.trainer.tunix_adapter import logprobs
 
-    layers, options, packs = [], [], []
+    layers, options, packs, heads = [], [], [], []
     real_layer, real_options = logprobs.decoder_layer, compiles.update_options
+    real_head = logprobs.head_logps
+    monkeypatch.setattr(logprobs, "head_logps", lambda *a: heads.append(1) or real_head(*a))
     monkeypatch.setattr(logprobs, "decoder_layer", lambda *a: layers.append(1) or packs.append(
         len(a) == 6 and a[-1] is not None) or real_layer(*a))
     monkeypatch.setattr(compiles, "update_options", lambda: options.append(1) or real_options())
@@ -53,9 +55,12 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     layers.clear(), options.clear()
     bu.yardstick_update(t, "ynn-reduce", batch)
     assert layers and not options  # rlctl's layer, XLA's default options
-    layers.clear(), options.clear(), packs.clear()
+    layers.clear(), options.clear(), packs.clear(), heads.clear()
     bu.yardstick_update(t, "whole-grid", batch)
-    assert layers and options and not any(packs)  # the completions' MLPs not packed
-    layers.clear(), options.clear(), packs.clear()
+    assert layers and options and not any(packs) and not heads  # nothing packed
+    layers.clear(), options.clear(), packs.clear(), heads.clear()
+    bu.yardstick_update(t, "whole-head", batch)
+    assert any(packs) and not heads  # the MLPs packed, the head on the whole grid
+    layers.clear(), options.clear(), packs.clear(), heads.clear()
     t.update.program(t.model, t.optimizer, batch)
-    assert layers and options and any(packs)
+    assert layers and options and any(packs) and heads

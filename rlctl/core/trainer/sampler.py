@@ -125,7 +125,6 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
     hidden, cache = ta.trunk(model, prompt_ids, positions, ta.kv_cache(info, P, S), mask)
     # the prompt's next-token distribution is the same for its G rows: projected once
     logits = jnp.repeat(_logits(model, hidden), group, axis=0)
-    cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
     pmask = jnp.repeat(pmask, group, axis=0)
     start = pmask.sum(-1).astype(jnp.int32)  # each row's first completion position
 
@@ -154,19 +153,25 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
         return tokens, logps, done | jnp.isin(token, eos)
 
     # t tokens are out; the last one goes into cache slot Lp + t - 1 (the attention
-    # layers write at the cache's end_index, as Tunix's decode does)
+    # layers write at the cache's end_index, as Tunix's decode does), or, weights
+    # first, into the row's own slot t - 1 after the prompt's shared slots
     if weights_first and decode.fits(model, info):  # Llama: weights first (decode.py)
         weights = decode.weights(model)
+        # the prompt's keys and values once per group; each row its completion's
+        prefix = decode.prefix_layout(cache, info.num_layers, Lp)
 
         def step(carry):
             t, tokens, logps, done, (keys, values) = carry
             last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)[:, 0]
-            logits, keys, values = decode.step(weights, model.config, last, start + t - 1,
-                                               keys, values, Lp + t - 1, attends(t))
+            logits, keys, values = decode.step(
+                weights, model.config, last, start + t - 1, prefix, keys, values, t - 1,
+                pmask, jnp.broadcast_to(jnp.arange(N) < t, (B, N)))
             return (t + 1, *record(t, tokens, logps, done, logits), (keys, values))
 
-        cache = decode.cache_layout(cache, info.num_layers)
+        cache = decode.row_cache(prefix[0], B, N)
     else:
+        cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+
         def step(carry):
             t, tokens, logps, done, cache = carry
             last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)

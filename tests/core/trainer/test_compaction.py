@@ -15,6 +15,43 @@ def test_packed_sizes_step_up_to_the_grid():
     assert sizes(768) == [128, 256, 384, 512, 640, 768]
     assert sizes(30) == [8, 16, 24, 30]
     assert sizes(3) == [3]
+    assert sizes(768, 12) == list(range(64, 769, 64))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_packed_head_gives_the_whole_heads_figures_where_kept(temperature):
+    """``head_logps``: log-probs, entropies and both gradients of the kept positions
+    are the unpacked head's; the others are 0, and the products ran on the smallest
+    packed size that holds the kept positions."""
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.tunix_adapter import compaction
+    from rlctl.core.trainer.tunix_adapter.logprobs import token_logps
+
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    h = jax.random.normal(k[0], (4, 12, 16))
+    w = jax.random.normal(k[1], (16, 50)) * 0.3
+    t = jax.random.randint(k[2], (4, 12), 0, 50)
+    g = jax.random.normal(k[3], (4, 12))
+    keep = jnp.asarray(np.random.default_rng(0).random((4, 12)) < 0.4)
+    assert 0 < int(keep.sum()) <= 24  # so the packed size is at most half the grid
+    plan = compaction.plan(keep.reshape(-1), compaction.HEAD_BUCKETS)
+    assert compaction.sizes(48, compaction.HEAD_BUCKETS)[int(plan.branch)] <= 24
+
+    def loss(h, w, packs):
+        lp, ent = token_logps(h, t, w, temperature, 10**6, keep=keep if packs else None)
+        return (lp * g * keep).sum(), (lp, ent)
+
+    (a, (lp_a, ent_a)), grads_a = jax.value_and_grad(loss, (0, 1), has_aux=True)(h, w, True)
+    (b, (lp_b, ent_b)), grads_b = jax.value_and_grad(loss, (0, 1), has_aux=True)(h, w, False)
+    kept = np.asarray(keep)
+    assert float(a) == pytest.approx(float(b), rel=1e-5)
+    np.testing.assert_allclose(np.asarray(lp_a)[kept], np.asarray(lp_b)[kept], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(ent_a)[kept], np.asarray(ent_b)[kept], atol=1e-5)
+    assert not np.asarray(lp_a)[~kept].any() and not np.asarray(ent_a)[~kept].any()
+    for x, y in zip(grads_a, grads_b, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
 
 
 def test_needed_positions_are_those_before_a_masked_target():
@@ -89,7 +126,7 @@ def test_the_log_probs_are_the_whole_grids_where_the_mask_is_set(padded):
                                         temperature=0.7, info=info, mask=mask)
     np.testing.assert_allclose(np.asarray(skips) * mask, np.asarray(whole) * mask, atol=2e-5)
     np.testing.assert_allclose(np.asarray(ent) * mask, np.asarray(went) * mask, atol=2e-5)
-    # where nothing reads them the MLPs were skipped: those log-probs differ
+    # where nothing reads them the MLPs and the head were skipped: those log-probs differ
     assert not np.allclose(np.asarray(skips)[mask == 0], np.asarray(whole)[mask == 0])
 
 
@@ -112,6 +149,9 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
     real = logprobs.decoder_layer
     monkeypatch.setattr(logprobs, "decoder_layer",
                         lambda *a: seen.append(len(a) == 6 and a[-1] is not None) or real(*a))
+    heads = []
+    real_head = logprobs.head_logps
+    monkeypatch.setattr(logprobs, "head_logps", lambda *a: heads.append(1) or real_head(*a))
     u = object.__new__(step.Update)
     u.pad_id, u.temperature, u.info = 0, 1.0, info
     layers = len(model.layers)
@@ -119,3 +159,4 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
         monkeypatch.setattr(step, "SKIP_PADS", skip)
         u._logps_fn(model, prompts, comps, 3, False, mask)
     assert seen == [False, True] * layers + [False, False] * layers
+    assert heads == [1]  # the head packed once: with SKIP_PADS, not without

@@ -8,6 +8,13 @@ through the layer, the 30 MLPs of SmolLM2 ran 2x faster on a 2-core Zen 3 EPYC.
 Tunix's layers also keep the KV cache as [B, S, K, H] and transpose all of it for
 each attention (two copies of the cache per layer per token); here it is
 [B, K, S, H], and one query per row attends by products and sums, not batched dots.
+
+The prompt's slots are kept once per prompt, not once per row: the G rows of a group
+share them, so their G queries attend to one copy ([P, K, Lp, H], a product with the
+group's queries together), and each row keeps only its own completion's slots.
+Decoding the default run's 16 rows over a 112-token prompt, the cache read per token
+fell from 118 to 46 MB, and 30 layers' attention from 21.8 to 10.5 ms per token (a
+2-core Zen 3 EPYC).
 Measured on the default run's rollout (bench/bench_rollout.py --against
 tunix-decode, 6 steps, same sampler, same tokens): 1.38x faster (median 9.67 ->
 7.02 s), the greedy eval 1.24x; laying the weights out costs about 0.3 s per call
@@ -67,12 +74,39 @@ def weights(model: Any) -> dict[str, Any]:
     return {"layers": layers, "norm": model.final_norm.w[...], "emb": emb, "head": head}
 
 
-def cache_layout(cache: dict[str, Any], layers: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """Tunix's cache (``layer_i: {k, v}`` as [B, S, K, H]) as ``step`` reads it:
-    the keys and values of each layer as [B, K, S, H] (transposed once, after prefill)."""
-    ks = tuple(jnp.swapaxes(cache[f"layer_{i}"]["k"], 1, 2) for i in range(layers))
-    vs = tuple(jnp.swapaxes(cache[f"layer_{i}"]["v"], 1, 2) for i in range(layers))
+def prefix_layout(cache: dict[str, Any], layers: int,
+                  slots: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The first ``slots`` slots of Tunix's prefill cache (``layer_i: {k, v}`` as
+    [P, S, K, H]), one per prompt, as ``step`` reads them: the keys and values of
+    each layer as [P, K, slots, H] (transposed once, after prefill)."""
+    ks = tuple(jnp.swapaxes(cache[f"layer_{i}"]["k"][:, :slots], 1, 2) for i in range(layers))
+    vs = tuple(jnp.swapaxes(cache[f"layer_{i}"]["v"][:, :slots], 1, 2) for i in range(layers))
     return ks, vs
+
+
+def row_cache(prefix_keys: tuple[Any, ...], rows: int,
+              slots: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Each row's own slots, empty: per layer keys and values [rows, K, slots, H]."""
+    _, K, _, H = prefix_keys[0].shape
+    empty = tuple(jnp.zeros((rows, K, slots, H), x.dtype) for x in prefix_keys)
+    return empty, empty
+
+
+def _by_group(x: jax.Array, prompts: int) -> jax.Array:
+    """[B, K, g, ...] rows grouped by prompt as [P, K, G * g, ...]: a group's queries
+    side by side for its prompt's keys."""
+    b, k, g, *rest = x.shape
+    G = b // prompts
+    x = x.reshape(prompts, G, k, g, *rest).swapaxes(1, 2)
+    return x.reshape(prompts, k, G * g, *rest)
+
+
+def _by_row(x: jax.Array, rows: int) -> jax.Array:
+    """``_by_group``'s inverse: [P, K, G * g, ...] as [B, K, g, ...]."""
+    P, k, Gg, *rest = x.shape
+    G = rows // P
+    x = x.reshape(P, k, G, Gg // G, *rest).swapaxes(1, 2)
+    return x.reshape(rows, k, Gg // G, *rest)
 
 
 def _norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
@@ -82,18 +116,24 @@ def _norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
 
 
 def step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Array,
-         keys: tuple[Any, ...], values: tuple[Any, ...], slot: jax.Array,
+         prefix: tuple[tuple[Any, ...], tuple[Any, ...]], keys: tuple[Any, ...],
+         values: tuple[Any, ...], slot: jax.Array, prefix_mask: jax.Array,
          mask: jax.Array) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
     """Float32 logits [B, V] of the next token after ``tokens`` [B] at ``positions``
-    [B], whose keys and values go into cache slot ``slot``; ``mask`` [B, S] says
-    which slots each row attends to (that slot included)."""
+    [B]. ``prefix`` holds each layer's prompt keys and values [P, K, Lp, H], shared
+    by the B / P rows of each prompt (rows grouped by prompt, as ``jnp.repeat``
+    lays them out); ``keys`` and ``values`` each row's own slots [B, K, N, H], of
+    which ``slot`` gets this token's. ``prefix_mask`` [B, Lp] and ``mask`` [B, N]
+    say which slots each row attends to (``slot`` included)."""
     from tunix.models.llama3 import model as m
 
     n, k, h = config.num_heads, config.num_kv_heads, config.head_dim
     b, g = tokens.shape[0], n // k
+    P, Lp = prefix[0][0].shape[0], prefix[0][0].shape[2]
+    allowed = jnp.concatenate([prefix_mask, mask], axis=-1)[:, None, None, :]
     x = w["emb"][tokens].T  # [D, B]: the activations are columns throughout
     new_k, new_v = [], []
-    for lw, kc, vc in zip(w["layers"], keys, values, strict=True):
+    for lw, pk, pv, kc, vc in zip(w["layers"], *prefix, keys, values, strict=True):
         y = _norm(x, lw["ln1"], config.norm_eps)
         qkv = (lw["qkv"] @ y).T  # [B, (N+2K)H]
         q = qkv[:, : n * h].reshape(b, 1, n, h)
@@ -105,11 +145,17 @@ def step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Array
         vc = jax.lax.dynamic_update_slice(vc, jnp.swapaxes(vv, 1, 2), (0, 0, slot, 0))
         new_k.append(kc)
         new_v.append(vc)
-        # one query per row: products and sums (XLA fuses them) rather than batched dots
-        scores = (q.reshape(b, k, g, 1, h) * kc[:, :, None]).sum(-1) * h**-0.5
-        scores = jnp.where(mask[:, None, None, :], scores, m.K_MASK)
+        q = q.reshape(b, k, g, h)
+        # the prompt's slots: a group's queries together against its one copy
+        prompt = _by_row(jnp.einsum("pkqh,pksh->pkqs", _by_group(q, P), pk), b)
+        # a row's own slots, one query per row: products and sums (XLA fuses them)
+        # rather than batched dots
+        own = (q[:, :, :, None, :] * kc[:, :, None]).sum(-1)
+        scores = jnp.concatenate([prompt, own], axis=-1) * h**-0.5
+        scores = jnp.where(allowed, scores, m.K_MASK)
         probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(kc.dtype)
-        out = (probs[..., None] * vc[:, :, None]).sum(-2).reshape(b, n * h)
+        out = (_by_row(jnp.einsum("pkqs,pksh->pkqh", _by_group(probs[..., :Lp], P), pv), b)
+               + (probs[..., Lp:, None] * vc[:, :, None]).sum(-2)).reshape(b, n * h)
         x = x + lw["o"] @ out.T
         y = _norm(x, lw["ln2"], config.norm_eps)
         gu = lw["gu"] @ y  # [2F, B]

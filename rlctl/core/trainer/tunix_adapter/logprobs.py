@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlctl.core.trainer.tunix_adapter.compaction import needed_positions, plan
+from rlctl.core.trainer.tunix_adapter.compaction import head_logps, needed_positions, plan
 from rlctl.core.trainer.tunix_adapter.decode import fits
 from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache
 from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
@@ -19,6 +19,9 @@ from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 # Whether plain Llama models take their MLP's gradient from ``mlp_grad`` (a benchmark
 # sets it False for JAX's own differentiation of Tunix's layer, the yardstick).
 OWN_MLP_GRADIENT = True
+# Whether the update's vocabulary head runs on the masked-in positions only
+# (``compaction.head_logps``; a benchmark sets it False for its yardstick).
+PACK_HEAD = True
 
 
 def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
@@ -61,9 +64,12 @@ def chunk_tokens(vocab_size: int, limit_bytes: int | None = None) -> int:
 
 
 def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
-                chunk: int) -> tuple[jax.Array, jax.Array]:
+                chunk: int, keep: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target token and the entropy of its predicted distribution,
     from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
+
+    Given ``keep`` [N, L] and a batch that is one chunk, only the kept targets are
+    projected (``compaction.head_logps``); the others' log-prob and entropy are 0.
 
     With more than one chunk, each chunk's logits are recomputed in the backward
     pass (``jax.checkpoint``), so at most one chunk of [chunk, V] logits is live:
@@ -84,7 +90,9 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
         return logp, jax.lax.stop_gradient(entropy)
 
     h, t = hidden.reshape(T, D), targets.reshape(T)
-    if chunk >= T:
+    if chunk >= T and keep is not None and PACK_HEAD:
+        logp, ent = head_logps(h, t, w, temperature, keep.reshape(T).astype(bool))
+    elif chunk >= T:
         logp, ent = piece(h, t)
     else:
         n = -(-T // chunk)
@@ -115,8 +123,9 @@ def shared_prefix_logps(
     Without LoRA adapters their MLP's gradient is rlctl's own (``mlp_grad``).
     Qwen and Gemma models run whole, prompt then completions, without remat.
     Given the loss's ``mask``, plain Llama's MLPs skip the completion positions
-    that no masked-in log-prob reads (``compaction``): the log-probs where the mask
-    is set are unchanged, the others are not meant to be read.
+    that no masked-in log-prob reads, and every family's vocabulary head the
+    positions not masked in (``compaction``): the log-probs where the mask is set
+    are unchanged, the others are 0 and not meant to be read.
 
     Args:
       prompt_ids: [P, Lp] left-padded prompts (one per group).
@@ -162,7 +171,7 @@ def shared_prefix_logps(
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
     hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
     return token_logps(hidden, completion_ids, head_weight(model), temperature,
-                       chunk or chunk_tokens(info.vocab_size))
+                       chunk or chunk_tokens(info.vocab_size), keep=mask)
 
 
 def _runs_whole(model) -> bool:
