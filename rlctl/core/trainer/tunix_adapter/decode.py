@@ -9,16 +9,18 @@ Tunix's layers also keep the KV cache as [B, S, K, H] and transpose all of it fo
 each attention (two copies of the cache per layer per token); here it is
 [B, K, S, H], and one query per row attends by products and sums, not batched dots.
 
-The prompt's slots are kept once per prompt, not once per row: the G rows of a group
-share them, so their G queries attend to one copy ([P, K, Lp, H], a product with the
-group's queries together), and each row keeps only its own completion's slots.
-Decoding the default run's 16 rows over a 112-token prompt, the cache read per token
-fell from 118 to 46 MB, and 30 layers' attention from 21.8 to 10.5 ms per token (a
-2-core Zen 3 EPYC).
 Measured on the default run's rollout (bench/bench_rollout.py --against
 tunix-decode, 6 steps, same sampler, same tokens): 1.38x faster (median 9.67 ->
 7.02 s), the greedy eval 1.24x; laying the weights out costs about 0.3 s per call
 (XLA:CPU transposes at about 1.6 GB/s), paid back after a few tokens.
+
+The prompt's slots are kept once per prompt, not once per row: the G rows of a group
+share them, so their G queries attend to one copy ([P, K, Lp, H], a product with the
+group's queries together), and each row keeps only its own completion's slots.
+Decoding the default run's 16 rows over a 112-token prompt, the cache read per token
+fell from 118 to 46 MB, 30 layers' attention alone from 21.8 to 10.5 ms per token, and
+a whole decode step from about 109 to 91 ms (bench/bench_efficiency.py --only rollout,
+before and after in turn; a 2-core Zen 3 EPYC).
 
 Tried and left: YNNPACK off for this program (3x slower: the vocabulary-wide
 softmax and the reductions lose their threads); forcing every projection onto
