@@ -17,7 +17,7 @@ as GFLOP/s against this machine's float32 matmul rate (the faster of a jitted an
 a numpy 2048^3 dot).
 
     python bench/bench_efficiency.py
-    python bench/bench_efficiency.py --set model.dtype=bfloat16
+    python bench/bench_efficiency.py --set model.compute_dtype=float32
     XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= python bench/bench_efficiency.py
     python bench/bench_efficiency.py --only rollout -o /tmp/efficiency.json
 """
@@ -64,14 +64,20 @@ def read_bandwidth(gib: float = 1.0) -> float:
     return x.nbytes / min(xla, numpy)
 
 
-def matmul_rate(n: int = 2048) -> float:
+def matmul_rate(n: int = 2048, dtype: str = "float32") -> float:
     """FLOP/s of the faster of a jitted and a numpy (OpenBLAS) float32 n x n x n dot: as
-    for the bandwidth, a flag that changes XLA's kernels must not move the limit."""
+    for the bandwidth, a flag that changes XLA's kernels must not move the limit. For
+    ``bfloat16``: XLA's dot of bfloat16 inputs summed in float32 (the run's narrow
+    products, tunix_adapter/mixed.py); numpy has none."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    if dtype != "float32":
+        b = a.astype(dtype)
+        narrow = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
+        return 2 * n**3 / _timed(narrow, b, b, n=5)
     xla = _timed(jax.jit(lambda x, y: x @ y), a, a, n=5)
     host = np.asarray(a)
     numpy = min(_timed(lambda: host @ host, n=1) for _ in range(3))
@@ -134,17 +140,25 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
                          "raise --new-tokens or --repeats")
     info = t.info
     rows, slots = ids.shape[0] * G, width + new_tokens
-    weights = sampler.weight_bytes() if hasattr(sampler, "weight_bytes") else tree_bytes(
-        sampler.state)
     cache_dtype = getattr(sampler, "cache_dtype", None) or info.dtype
     import numpy as np
 
     # weights first (decode.py), a group's rows read its prompt's slots as one copy
     shared = getattr(sampler, "weights_first", False) and decode.fits(t.model, info)
+    if hasattr(sampler, "weight_bytes"):
+        weights = sampler.weight_bytes()
+    elif shared:  # what a decode step reads: decode.weights in the compute dtype, but the
+        # embedding, of which it reads a row per row (a tied head is counted as the head)
+        laid = decode.weights(t.model, info.compute_dtype)
+        weights = tree_bytes({k: v for k, v in laid.items() if k != "emb"})
+        del laid
+    else:
+        weights = tree_bytes(sampler.state)
     read = ids.shape[0] * width + rows * new_tokens if shared else rows * slots
     cache = (2 * info.num_layers * read * info.num_kv_heads * info.head_dim
              * np.dtype(cache_dtype).itemsize)
     return {"rows": rows, "cache_slots": slots, "prompts": int(ids.shape[0]),
+            "compute_dtype": info.compute_dtype,
             "prompt_slots": width, "shared_prompt_slots": bool(shared),
             "prefill_seconds": round(seconds[1], 3),
             "seconds_per_token": per_token, "weight_bytes": weights, "cache_bytes": cache,
@@ -211,17 +225,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{achieved / 1e9:.2f} GB/s = {achieved / bw:.2f} x this machine's "
               f"{bw / 1e9:.1f} GB/s read bandwidth", flush=True)
     if args.only != "rollout":
-        rate = matmul_rate()
+        # the limit is the rate of the dtype the run's matmuls read: bfloat16's where
+        # mixed precision runs (the faster one, so the harder yardstick)
+        dtype = t.info.compute_dtype
+        f32_rate = matmul_rate()
+        rate = f32_rate if dtype == "float32" else matmul_rate(dtype=dtype)
         u = update_figures(t, args.repeats)
         xla, useful = u["xla_flops"] / u["seconds"], u["useful_flops"] / u["seconds"]
-        out["update"] = {**u, "matmul_GFLOPs": round(rate / 1e9, 1),
+        out["update"] = {**u, "compute_dtype": dtype, "matmul_GFLOPs": round(rate / 1e9, 1),
+                         "float32_matmul_GFLOPs": round(f32_rate / 1e9, 1),
                          "xla_GFLOPs": round(xla / 1e9, 1), "useful_GFLOPs": round(useful / 1e9, 1),
                          "fraction_of_matmul_rate": round(xla / rate, 3),
                          "useful_fraction_of_matmul_rate": round(useful / rate, 3)}
         print(f"update: {u['sequences']} sequences, {u['tokens']} tokens: {u['seconds']:.2f} s, "
               f"{xla / 1e9:.0f} GFLOP/s by XLA's count ({useful / 1e9:.0f} useful) = "
               f"{xla / rate:.2f} x ({useful / rate:.2f} x) this machine's "
-              f"{rate / 1e9:.0f} GFLOP/s float32 matmul", flush=True)
+              f"{rate / 1e9:.0f} GFLOP/s {dtype} matmul (float32: {f32_rate / 1e9:.0f})",
+              flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out

@@ -13,6 +13,8 @@ alike. Prints each one's median seconds after its first call and the ratio.
                           included (tunix_adapter/compaction.py skips them)
   --against whole-head    the vocabulary head alone on every completion position
                           (compaction.head_logps projects the masked-in ones)
+  --against float32       every matmul in float32 (model.compute_dtype=float32;
+                          rlctl runs the run's own, bfloat16 where auto picks it)
 
     python bench/bench_update.py --against jax-mlp-grad --repeats 6
 """
@@ -20,6 +22,7 @@ alike. Prints each one's median seconds after its first call and the ratio.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -39,7 +42,9 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     from rlctl.core.trainer.step import Update
     from rlctl.core.trainer.tunix_adapter import logprobs
 
-    u = Update.create(t.spec, t.tokenizer.pad_id(), t.info)
+    info = dataclasses.replace(t.info, compute_dtype="float32") if against == "float32" else (
+        t.info)
+    u = Update.create(t.spec, t.tokenizer.pad_id(), info)
     saved = (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
              logprobs.PACK_HEAD)
     try:
@@ -49,8 +54,10 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
             step.SKIP_PADS = False
         elif against == "whole-head":
             logprobs.PACK_HEAD = False
+        elif against == "float32":
+            pass  # its info says so
         else:
-            compiles.update_options = lambda: None  # type: ignore[assignment]
+            compiles.update_options = lambda *a: None  # type: ignore[assignment]
         u.program(t.model, t.optimizer, batch)  # traced and compiled now, as set
     finally:
         (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
@@ -60,7 +67,8 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head"],
+    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid",
+                                          "whole-head", "float32"],
                     required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -94,7 +102,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           "calls each after "
           f"the first: rlctl {med['rlctl']:.2f} s, {args.against} {med[args.against]:.2f} s: "
           f"{out['ratio']:.2f}x the time; compiled in {compile_s['rlctl']:.0f} s and "
-          f"{compile_s[args.against]:.0f} s", flush=True)
+          f"{compile_s[args.against]:.0f} s; rlctl's matmuls read {t.info.compute_dtype}",
+          flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out

@@ -144,6 +144,8 @@ def _run_view(r: RunInfo) -> str:
         lines.append(f"  devices     {r.devices} on {r.processes or 1} host(s)")
     if r.engine:
         lines.append(f"  engine      {r.engine}")
+    if r.precision:
+        lines.append(f"  precision   {r.precision} matmuls")
     if r.error:
         lines.append(f"  error       {r.error}")
     m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's

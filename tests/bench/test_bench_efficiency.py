@@ -26,12 +26,15 @@ def test_the_bytes_per_token_are_the_samplers_weights_and_the_cache_it_reads(
     import jax
 
     from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.tunix_adapter import decode
 
     r = figures[0]["rollout"]
-    model, info = ta.load_model(tiny_model_dir)
-    from flax import nnx
-
-    weights = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
+    model, info = ta.load_model(tiny_model_dir, compute_dtype=r["compute_dtype"])
+    # what a decode step reads: its laid-out weights in the run's compute dtype (the
+    # embedding a row per row only)
+    laid = decode.weights(model, info.compute_dtype)
+    weights = sum(x.nbytes for k, v in laid.items() if k != "emb" for x in jax.tree.leaves(v))
+    assert weights == sum(x.nbytes for x in jax.tree.leaves(laid)) - laid["emb"].nbytes
     def kv_bytes(rows, slots):
         cache = ta.kv_cache(info, rows, slots)
         return sum(layer["k"].nbytes + layer["v"].nbytes for layer in cache.values())

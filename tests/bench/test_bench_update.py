@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_update as bu
 
 
-@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head"])
+@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head",
+                                     "float32"])
 def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_dir, tmp_path,
                                                                     against, monkeypatch):
     from rlctl.core.trainer import compiles, step
@@ -21,7 +22,8 @@ def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_di
 
     seen = []
     real = logprobs.decoder_layer
-    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a: seen.append(1) or real(*a))
+    monkeypatch.setattr(logprobs, "decoder_layer",
+                        lambda *a, **k: seen.append(1) or real(*a, **k))
     out = bu.main(["--against", against, "--repeats", "2", "--set",
                    f"model.source={tiny_model_dir}", "-o", str(tmp_path / "u.json")])
     assert [len(s) for s in out["seconds"].values()] == [3, 3]
@@ -45,9 +47,10 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     real_layer, real_options = logprobs.decoder_layer, compiles.update_options
     real_head = logprobs.head_logps
     monkeypatch.setattr(logprobs, "head_logps", lambda *a: heads.append(1) or real_head(*a))
-    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a: layers.append(1) or packs.append(
-        len(a) == 6 and a[-1] is not None) or real_layer(*a))
-    monkeypatch.setattr(compiles, "update_options", lambda: options.append(1) or real_options())
+    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a, **k: layers.append(1) or packs.append(
+        len(a) >= 6 and a[5] is not None) or real_layer(*a, **k))
+    monkeypatch.setattr(compiles, "update_options",
+                        lambda *a: options.append(a) or real_options(*a))
     t = bu.trainer([f"model.source={tiny_model_dir}"])
     batch = bu.rollout_batch(t)
     bu.yardstick_update(t, "jax-mlp-grad", batch)
@@ -62,5 +65,8 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     bu.yardstick_update(t, "whole-head", batch)
     assert any(packs) and not heads  # the MLPs packed, the head on the whole grid
     layers.clear(), options.clear(), packs.clear(), heads.clear()
+    bu.yardstick_update(t, "float32", batch)
+    assert layers and options == [("float32",)] and any(packs) and heads  # only the dtype
+    layers.clear(), options.clear(), packs.clear(), heads.clear()
     t.update.program(t.model, t.optimizer, batch)
-    assert layers and options and any(packs) and heads
+    assert layers and options == [(t.info.compute_dtype,)] and any(packs) and heads

@@ -38,6 +38,12 @@ class ModelSpec(Spec):
         Literal["float32", "bfloat16"],
         Field(description="parameter dtype; float32 is faster than bfloat16 on most CPUs"),
     ] = "float32"
+    compute_dtype: Annotated[
+        Literal["auto", "float32", "bfloat16"],
+        Field(description="dtype the matmuls read, summed in float32 (weights and optimizer "
+              "stay model.dtype); auto: bfloat16 where the hardware multiplies it natively "
+              "(a CPU with AVX512-BF16 or AMX, a GPU, a TPU), else float32"),
+    ] = "auto"
 
 
 # ``--dataset`` names that are not hub ids: the generator, and a hub dataset's alias

@@ -69,6 +69,7 @@ class RunInfo(BaseModel):
     processes: int | None = None
     devices: int | None = None
     engine: str | None = None  # the rollout engine (rollout.engine resolved)
+    precision: str | None = None  # what the matmuls read (model.compute_dtype resolved)
     created: str | None = None
     updated: str | None = None
     error: str | None = None

@@ -216,6 +216,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         processes=_int(status.get("processes")),
         devices=_int(status.get("devices")),
         engine=_str(status.get("engine")),
+        precision=_str(status.get("precision")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
         error=error,

@@ -27,6 +27,7 @@ from flax import nnx
 
 from rlctl.core.trainer import tunix_adapter as ta
 from rlctl.core.trainer.tunix_adapter import decode
+from rlctl.core.trainer.tunix_adapter.mixed import dot
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,11 @@ class Drawn:
     steps: int  # iterations of the decode loop (< N - 1 when every row stopped early)
 
 
-def _logits(model: Any, hidden: jax.Array) -> jax.Array:
+def _logits(model: Any, hidden: jax.Array, dtype: str) -> jax.Array:
     """Float32 logits of the last position of ``hidden`` [B, L, D], computed like
-    ``tunix_adapter.token_logps`` so the log-probs of both agree."""
-    return (hidden[:, -1, :] @ ta.head_weight(model)).astype(jnp.float32)
+    ``tunix_adapter.token_logps`` (its inputs read as ``dtype``) so the log-probs of
+    both agree."""
+    return dot(hidden[:, -1, :], ta.head_weight(model), dtype)
 
 
 def _draw(key: jax.Array, scaled: jax.Array) -> jax.Array:
@@ -124,7 +126,7 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
     mask = jnp.pad(pmask[:, None, :] & causal[None], ((0, 0), (0, 0), (0, N)))
     hidden, cache = ta.trunk(model, prompt_ids, positions, ta.kv_cache(info, P, S), mask)
     # the prompt's next-token distribution is the same for its G rows: projected once
-    logits = jnp.repeat(_logits(model, hidden), group, axis=0)
+    logits = jnp.repeat(_logits(model, hidden, info.compute_dtype), group, axis=0)
     pmask = jnp.repeat(pmask, group, axis=0)
     start = pmask.sum(-1).astype(jnp.int32)  # each row's first completion position
 
@@ -156,7 +158,7 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
     # layers write at the cache's end_index, as Tunix's decode does), or, weights
     # first, into the row's own slot t - 1 after the prompt's shared slots
     if weights_first and decode.fits(model, info):  # Llama: weights first (decode.py)
-        weights = decode.weights(model)
+        weights = decode.weights(model, info.compute_dtype)
         # the prompt's keys and values once per group; each row its completion's
         prefix = decode.prefix_layout(cache, info.num_layers, Lp)
 
@@ -165,7 +167,7 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
             last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)[:, 0]
             logits, keys, values = decode.step(
                 weights, model.config, last, start + t - 1, prefix, keys, values, t - 1,
-                pmask, jnp.broadcast_to(jnp.arange(N) < t, (B, N)))
+                pmask, jnp.broadcast_to(jnp.arange(N) < t, (B, N)), info.compute_dtype)
             return (t + 1, *record(t, tokens, logps, done, logits), (keys, values))
 
         cache = decode.row_cache(prefix[0], B, N)
@@ -178,7 +180,8 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
             m = nnx.merge(graphdef, state)  # in the loop's trace: Qwen/Gemma sow into it
             hidden, cache = ta.trunk(m, last, (start + t - 1)[:, None], cache,
                                      attends(t)[:, None, :])
-            return (t + 1, *record(t, tokens, logps, done, _logits(m, hidden)), cache)
+            logits = _logits(m, hidden, info.compute_dtype)
+            return (t + 1, *record(t, tokens, logps, done, logits), cache)
 
     t, tokens, logps, _, _ = jax.lax.while_loop(
         more, step, (jnp.int32(1), tokens, logps, done, cache))

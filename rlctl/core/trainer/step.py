@@ -213,6 +213,31 @@ class Update:
         return step
 
     # --- compile once, check the memory ------------------------------------------
+    @staticmethod
+    def _key(state: Any, batch: Batch) -> Any:
+        """What a compiled update is for: the state's tree and every array's shape and
+        dtype. Not the graphdef: an optimizer made abstractly (``precompile``) has one
+        that differs only in the order of its variables' metadata."""
+        import jax
+
+        return (jax.tree.structure(state),
+                tuple((x.shape, x.dtype) for x in jax.tree.leaves((state, batch))))
+
+    def precompile(self, model: Any, make: Callable[[], Any], batch: Batch) -> None:
+        """Compile the update for ``batch`` (arrays or ``jax.ShapeDtypeStruct``) before
+        the optimizer exists: ``make`` builds it, here only abstractly.
+
+        Why: XLA's compiler works in host memory, 1.4 GB for the default update (its
+        switches over packed sizes, 30 layers forward, recomputed and backward). With
+        Adam's moments (1.08 GB) already resident that was the default run's peak,
+        4.23 GB against 3.85 GB in its steps (bench/bench_memory_breakdown.py).
+        One device only: over a mesh the state's shardings come from the real arrays.
+        """
+        from flax import nnx
+
+        abstract = nnx.eval_shape(make)
+        self.program(model, abstract, batch)
+
     def program(self, model: Any, optimizer: Any, batch: Batch) -> tuple[Any, int]:
         """The compiled update for ``batch``'s shapes, and its micro-batch size."""
         import jax
@@ -222,7 +247,7 @@ class Update:
         from rlctl.core.trainer import compiles, memory
 
         graphdef, state = nnx.split((model, optimizer))
-        key = (graphdef, jax.tree.map(lambda x: (x.shape, x.dtype), batch))
+        key = self._key(state, batch)
         if key in self._compiled:
             return self._compiled[key]
         rows = batch.completion_ids.shape[0]
@@ -235,6 +260,12 @@ class Update:
 
             have = least(have, self.topology)
         grads = tree_bytes(nnx.state(model, self._wrt()))
+        # the new state keeps the old one's shardings: left to XLA, a sharded run's
+        # norms came back sharded otherwise, which the compiled program refuses
+        # (an abstract optimizer's leaves have none: on one device, the model's)
+        one = next(x.sharding for x in jax.tree.leaves(nnx.state(model)))
+        keep = (jax.tree.map(lambda x: getattr(x, "sharding", None) or one, state),
+                None, None, None)
         measured: tuple[int, int] | None = None  # (size, need) of the first compile
         tried = rows + rows  # each retry at least halves: each try compiles again
         for size in sizes:
@@ -244,12 +275,9 @@ class Update:
                     *measured, size, grads) > have:
                 continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
             tried = size
-            # the new state keeps the old one's shardings: left to XLA, a sharded run's
-            # norms came back sharded otherwise, which the compiled program refuses
-            keep = (jax.tree.map(lambda x: x.sharding, state), None, None, None)
             compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0,
                                out_shardings=keep).lower(state, batch).compile(
-                compiler_options=compiles.update_options())
+                compiler_options=compiles.update_options(self.info.compute_dtype))
             memory.return_freed_memory()  # the compiler's working memory
             need = memory.compiled_need(compiled)
             measured = measured or (size, need)

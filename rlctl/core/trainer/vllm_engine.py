@@ -213,6 +213,8 @@ class Agreement:
 
     def __init__(self, pad_id: int, group: int, temperature: float, info: Any,
                  tolerance: float = AGREEMENT_TOLERANCE) -> None:
+        import dataclasses
+
         import jax
         from flax import nnx
 
@@ -220,6 +222,9 @@ class Agreement:
 
         self.tolerance = tolerance
         self.last: float | None = None
+        # the engine samples in model.dtype: the check reads the weights the same way
+        # (a bfloat16 compute dtype alone differs from it by ~1e-2, beyond the tolerance)
+        info = dataclasses.replace(info, compute_dtype=info.dtype)
 
         def fn(graphdef, state, prompt_ids, completion_ids):
             return ta.shared_prefix_logps(

@@ -47,7 +47,7 @@ class TestDumps:
         doc = info.model_dump(mode="json")
         assert list(doc) == ["name", "path", "phase", "algorithm", "step", "total_steps",
                              "latest_checkpoint", "checkpoint_bytes", "disk_bytes",
-                             "processes", "devices", "engine", "created", "updated",
+                             "processes", "devices", "engine", "precision", "created", "updated",
                              "error", "latest_metrics", "eval"]
         assert doc["phase"] == "interrupted" and doc["step"] == 3
         # no checkpoint yet: its size is null; the folder's is what is there

@@ -83,13 +83,15 @@ def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model
     # the sampling parameters are traced values, not programs of their own
     assert per_program["jit(sample_groups)"] == 2
     assert ("setup", "jit(sample_groups)") in compiled
-    # step 1 compiles the sampling program and the update, nothing else
+    # the update compiles before the optimizer's moments exist (Update.precompile), so
+    # step 1 compiles the sampling program, nothing else
+    assert ("setup", "jit(step)") in compiled
     assert Counter(fun for phase, fun in compiled if phase == "step-1") == {
-        "jit(sample_groups)": 1, "jit(step)": 1}
+        "jit(sample_groups)": 1}
 
     second = run("second")
     assert [c for c in second if not c[2]] == [], "the second run compiled"
-    assert ("step-1", "jit(step)", True) in second  # loaded from the persistent cache
+    assert ("setup", "jit(step)", True) in second  # loaded from the persistent cache
     assert any(cache.iterdir())
 
 

@@ -9,28 +9,60 @@ import pytest
 pytestmark = pytest.mark.trainer
 
 
+def mlp_case(seed: int, d: int, f: int, rows: tuple[int, int], scale: float):
+    """(wg, wu, wd, x, dy) of a random gated MLP [d -> f -> d] over rows x d inputs."""
+    import jax
+
+    k = jax.random.split(jax.random.PRNGKey(seed), 5)
+    wg, wu = (jax.random.normal(k[i], (d, f)) * scale for i in (0, 1))
+    wd = jax.random.normal(k[2], (f, d)) * scale
+    return (wg, wu, wd, jax.random.normal(k[3], (*rows, d)),
+            jax.random.normal(k[4], (*rows, d)))
+
+
 def test_the_gated_mlps_gradients_are_jaxs():
     import jax
     import jax.numpy as jnp
 
     from rlctl.core.trainer.tunix_adapter.mlp_grad import gated_mlp
 
-    k = jax.random.split(jax.random.PRNGKey(0), 5)
-    wg, wu = (jax.random.normal(k[i], (8, 24)) * 0.3 for i in (0, 1))
-    wd = jax.random.normal(k[2], (24, 8)) * 0.3
-    x = jax.random.normal(k[3], (3, 5, 8))
-    dy = jax.random.normal(k[4], (3, 5, 8))
+    wg, wu, wd, x, dy = mlp_case(0, 8, 24, (3, 5), 0.3)
 
     def plain(wg, wu, wd, x):
         return (jax.nn.silu(x @ wg) * (x @ wu)) @ wd
 
-    ours = jax.grad(lambda *a: (gated_mlp(*a) * dy).sum(), argnums=(0, 1, 2, 3))
+    ours = jax.grad(lambda *a: (gated_mlp("float32", *a) * dy).sum(), argnums=(0, 1, 2, 3))
     theirs = jax.grad(lambda *a: (plain(*a) * dy).sum(), argnums=(0, 1, 2, 3))
-    np.testing.assert_allclose(gated_mlp(wg, wu, wd, x), plain(wg, wu, wd, x), rtol=1e-6)
+    np.testing.assert_allclose(gated_mlp("float32", wg, wu, wd, x), plain(wg, wu, wd, x),
+                               rtol=1e-6)
     for a, b in zip(ours(wg, wu, wd, x), theirs(wg, wu, wd, x), strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not jnp.allclose(ours(wg, wu, wd, x)[0], 0)
+
+
+def test_in_bfloat16_it_is_float32s_within_bfloat16s_precision():
+    """Mixed precision (tunix_adapter/mixed.py): bfloat16 inputs, float32 sums, and
+    every gradient back in float32."""
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.tunix_adapter.mlp_grad import gated_mlp
+
+    wg, wu, wd, x, dy = mlp_case(1, 32, 80, (4, 9), 0.2)
+
+    def rel(a, b):
+        return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
+
+    def grads(dtype):
+        return jax.grad(lambda *a: (gated_mlp(dtype, *a) * dy).sum(),
+                        argnums=(0, 1, 2, 3))(wg, wu, wd, x)
+
+    narrow, wide = (gated_mlp(dt, wg, wu, wd, x) for dt in ("bfloat16", "float32"))
+    assert 1e-4 < rel(narrow, wide) < 1e-2  # read narrow, and close
+    for a, b in zip(grads("bfloat16"), grads("float32"), strict=True):
+        assert a.dtype == b.dtype == jnp.float32
+        assert rel(a, b) < 2e-2
 
 
 def test_the_decoder_layer_is_tunixs_forward_and_backward(tiny_model_dir):
@@ -73,7 +105,8 @@ def test_the_update_takes_it_for_plain_llama_and_not_with_lora(tiny_model_dir, m
 
     calls = []
     real = logprobs.decoder_layer
-    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(logprobs, "decoder_layer",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     prompts = np.full((1, 4), 5, np.int32)
     comps = np.full((2, 3), 7, np.int32)
 

@@ -64,6 +64,9 @@ class TestLocalRun:
         status = json.loads((run / "status.json").read_text())
         assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 3, 3)
         assert status["engine"] == "vanilla"  # rollout.engine=auto on CPU
+        from rlctl.core.trainer.precision import choose
+
+        assert status["precision"] == choose("auto", "float32", "cpu").dtype  # this CPU's
         assert "engine_logp_diff" not in rows[0]  # vLLM's check only
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "3"]
         for which in ("baseline", "step-2", "final"):

@@ -13,6 +13,7 @@ of training: it lives in tests/core/trainer/yardsticks.py.
   kv_cache.py  the sampler's KV cache and replicated weights
   decode.py    Llama's decode step with its weights laid out for a few rows
   logprobs.py  log-probs of completions (prefix-shared, chunked, rematerialised)
+  mixed.py     matmuls in the run's compute dtype, summed in float32 (mixed precision)
   mlp_grad.py  Llama's decoder layer for the update, its MLP's gradient spelled out
   compaction.py  the update's MLPs on the completions' real tokens only
   lora.py      LoRA adapters (qwix) on a frozen base

@@ -40,6 +40,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt, dtype_of, narrow
+
 BUCKETS = 6  # packed sizes: T/6, 2T/6, ... T (each one more branch to compile)
 # the head's: one switch in the whole update (the MLPs have one per layer), so finer
 # steps cost little compile time and waste fewer rows (the default run's ~390 real
@@ -124,28 +126,40 @@ def packed(fn: Callable[[jax.Array], jax.Array], x: jax.Array,
 
 
 def head_logps(h: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
-               keep: jax.Array) -> tuple[jax.Array, jax.Array]:
+               keep: jax.Array, dtype: str = "float32") -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target [T] under the head ``w`` [D, V] from hidden states
     ``h`` [T, D], and the entropy of its distribution (no gradient), computed where
     ``keep`` [T] is set and 0 elsewhere; the head's [m, D] x [D, V] products run on
-    the smallest of ``HEAD_BUCKETS`` sizes that holds the kept positions."""
+    the smallest of ``HEAD_BUCKETS`` sizes that holds the kept positions, reading
+    ``dtype`` and summing in float32 (``mixed``), forward and backward."""
     p = plan(keep, HEAD_BUCKETS)
-    return _head(temperature, h, w, targets, keep, p.order, p.inverse, p.branch)
+    return _head(temperature, dtype, h, w, targets, keep, p.order, p.inverse, p.branch)
 
 
-def _scaled_logits(h: jax.Array, w: jax.Array, temperature: float) -> jax.Array:
-    """As ``logprobs.token_logps`` computes them: float32, over the temperature."""
-    logits = (h @ w).astype(jnp.float32)
+def _scaled_logits(h: jax.Array, w: jax.Array, temperature: float,
+                   dtype: str) -> jax.Array:
+    """As ``logprobs.token_logps`` computes them: float32, over the temperature. ``w``
+    is [D, V] in float32 and, narrow, [V, D] (``_head_weight``)."""
+    logits = dot_nt(h, w, dtype) if narrow(dtype) else dot(h, w, dtype)
     return logits / temperature if temperature not in (0.0, 1.0) else logits
 
 
-def _head_forward(temperature, h, w, targets, keep, order, inverse, branch):
+def _head_weight(w: jax.Array, dtype: str) -> jax.Array:
+    """The head as the products read it: ``w`` [D, V] itself in float32; narrow, cast
+    and taken as [V, D] (a tied head's embedding as it is stored), so that both the
+    logits (``mixed.dot_nt``) and their input's gradient (``mixed.dot``) are products
+    XLA:CPU runs narrow."""
+    return w.T.astype(dtype_of(dtype)) if narrow(dtype) else w
+
+
+def _head_forward(temperature, dtype, h, w, targets, keep, order, inverse, branch):
     T = h.shape[0]
     hp, tp = jnp.take(h, order, axis=0), jnp.take(targets, order)
+    wc = _head_weight(w, dtype)  # cast once for every branch, kept for the backward
 
     def run(m: int):
         def fn(hp, tp):
-            logits = _scaled_logits(hp[:m], w, temperature)
+            logits = _scaled_logits(hp[:m], wc, temperature, dtype)
             lse = jax.nn.logsumexp(logits, axis=-1)
             logp = jnp.take_along_axis(logits, tp[:m, None], axis=-1)[:, 0] - lse
             probs = jnp.exp(logits - lse[:, None])
@@ -159,24 +173,28 @@ def _head_forward(temperature, h, w, targets, keep, order, inverse, branch):
     # the packed size's extra rows were computed too: 0 there as elsewhere
     out = (jnp.where(keep, jnp.take(logp, inverse), 0.0),
            jax.lax.stop_gradient(jnp.where(keep, jnp.take(ent, inverse), 0.0)))
-    return out, (hp, w, tp, probs, keep, order, inverse, branch)
+    marks = jnp.zeros((0,), w.dtype)  # the head's own dtype, for its gradient
+    return out, (hp, wc, tp, probs, keep, order, inverse, branch, marks)
 
 
-def _head_backward(temperature, saved, grads):
-    hp, w, tp, probs, keep, order, inverse, branch = saved
+def _head_backward(temperature, dtype, saved, grads):
+    hp, wc, tp, probs, keep, order, inverse, branch, w_mark = saved
+    thin = narrow(dtype)
     g = jnp.take(jnp.where(keep, grads[0], 0.0), order)  # the entropy has no gradient
     T = hp.shape[0]
     scale = 1.0 / temperature if temperature not in (0.0, 1.0) else 1.0
 
     def run(m: int):
         def fn(hp, tp, probs, g):
-            onehot = jnp.arange(w.shape[1])[None, :] == tp[:m, None]
+            onehot = jnp.arange(probs.shape[1])[None, :] == tp[:m, None]
             # d logp / d logits = onehot - softmax; the logits are (h @ w) / temperature
             dl = (g[:m, None] * scale * (onehot - probs[:m])).astype(hp.dtype)
-            # contracted as JAX's own transpose rule does, no transposed copy of w
-            dh = jnp.einsum("tv,dv->td", dl, w.astype(hp.dtype))
+            if thin:  # wc is [V, D]; the head's own gradient float32 (mixed._mm_backward)
+                dh = dot(dl, wc, dtype).astype(hp.dtype)
+            else:  # contracted as JAX's own transpose rule does, no transposed copy of w
+                dh = jnp.einsum("tv,dv->td", dl, wc.astype(hp.dtype))
             dw = jnp.einsum("td,tv->dv", hp[:m], dl)
-            return jnp.pad(dh, ((0, T - m), (0, 0))), dw.astype(w.dtype)
+            return jnp.pad(dh, ((0, T - m), (0, 0))), dw.astype(w_mark.dtype)
         return fn
 
     dh, dw = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
@@ -184,9 +202,9 @@ def _head_backward(temperature, saved, grads):
     return jnp.take(dh, inverse, axis=0), dw, None, None, None, None, None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _head(temperature, h, w, targets, keep, order, inverse, branch):
-    return _head_forward(temperature, h, w, targets, keep, order, inverse, branch)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _head(temperature, dtype, h, w, targets, keep, order, inverse, branch):
+    return _head_forward(temperature, dtype, h, w, targets, keep, order, inverse, branch)[0]
 
 
 _head.defvjp(_head_forward, _head_backward)

@@ -13,6 +13,7 @@ from flax import nnx
 from rlctl.core.trainer.tunix_adapter.compaction import head_logps, needed_positions, plan
 from rlctl.core.trainer.tunix_adapter.decode import fits
 from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache
+from rlctl.core.trainer.tunix_adapter.mixed import mm
 from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 
@@ -64,10 +65,12 @@ def chunk_tokens(vocab_size: int, limit_bytes: int | None = None) -> int:
 
 
 def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
-                chunk: int, keep: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                chunk: int, keep: jax.Array | None = None,
+                dtype: str = "float32") -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target token and the entropy of its predicted distribution,
     from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
 
+    The projection reads ``dtype`` and sums in float32 (``mixed.mm``).
     Given ``keep`` [N, L] and a batch that is one chunk, only the kept targets are
     projected (``compaction.head_logps``); the others' log-prob and entropy are 0.
 
@@ -80,7 +83,7 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
     T = N * L
 
     def piece(h, t):
-        logits = (h @ w).astype(jnp.float32)
+        logits = mm(h, w, dtype)
         if temperature not in (0.0, 1.0):
             logits = logits / temperature
         lse = jax.nn.logsumexp(logits, axis=-1)
@@ -91,7 +94,7 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
 
     h, t = hidden.reshape(T, D), targets.reshape(T)
     if chunk >= T and keep is not None and PACK_HEAD:
-        logp, ent = head_logps(h, t, w, temperature, keep.reshape(T).astype(bool))
+        logp, ent = head_logps(h, t, w, temperature, keep.reshape(T).astype(bool), dtype)
     elif chunk >= T:
         logp, ent = piece(h, t)
     else:
@@ -159,7 +162,7 @@ def shared_prefix_logps(
     else:
         pair = _recomputed_pair if remat else _layer_pair
         own = OWN_MLP_GRADIENT and fits(model, info)
-        how = (group, own)
+        how = (group, own, info.compute_dtype)
         packing = plan(needed_positions(mask)) if own and mask is not None else None
         xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
         for i, layer in enumerate(model.layers):
@@ -171,7 +174,8 @@ def shared_prefix_logps(
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
     hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
     return token_logps(hidden, completion_ids, head_weight(model), temperature,
-                       chunk or chunk_tokens(info.vocab_size), keep=mask)
+                       chunk or chunk_tokens(info.vocab_size), keep=mask,
+                       dtype=info.compute_dtype)
 
 
 def _runs_whole(model) -> bool:
@@ -180,22 +184,23 @@ def _runs_whole(model) -> bool:
     return hasattr(model.config, "use_tied_embedding") or hasattr(model.config, "num_embed")
 
 
-def _layer_pair(graphdef, how: tuple[int, bool], state, xs, masks):
+def _layer_pair(graphdef, how: tuple[int, bool, str], state, xs, masks):
     """One decoder layer over the prompts [P, Lp, D], then over their P*G
     completions [P*G, Lc, D], which attend to the prompts' keys and values
     (repeated ``group`` times): the two hidden states after the layer. ``how`` is
-    (group, whether the layer runs as ``mlp_grad.decoder_layer``); the completions'
-    MLP runs on the positions of ``masks``' packing, if any."""
-    group, own = how
+    (group, whether the layer runs as ``mlp_grad.decoder_layer``, the dtype its
+    matmuls read there); the completions' MLP runs on the positions of ``masks``'
+    packing, if any."""
+    group, own, dtype = how
     p_positions, p_mask, positions, c_mask, empty, packing = masks
     layer = nnx.merge(graphdef, state)
-    call = functools.partial(decoder_layer, layer) if own else layer
+    call = functools.partial(decoder_layer, layer, dtype=dtype) if own else layer
     cache, p_out = call(xs[0], p_positions, empty, p_mask)
     cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
     if packing is None:
         _, c_out = call(xs[1], positions, cache, c_mask)
     else:  # the MLP on the positions the loss reads
-        _, c_out = decoder_layer(layer, xs[1], positions, cache, c_mask, packing)
+        _, c_out = decoder_layer(layer, xs[1], positions, cache, c_mask, packing, dtype)
     return p_out, c_out
 
 

@@ -34,13 +34,16 @@ class ModelInfo:
     vocab_size: int
     params: int
     dtype: str = "float32"  # of the parameters, and so of the KV cache
+    # what the matmuls read (tunix_adapter/mixed.py; precision.compute_dtype decides)
+    compute_dtype: str = "float32"
 
 
-def load_model(folder: str | Path, dtype: str = "float32",
-               mesh: Any = None) -> tuple[nnx.Module, ModelInfo]:
+def load_model(folder: str | Path, dtype: str = "float32", mesh: Any = None,
+               compute_dtype: str = "float32") -> tuple[nnx.Module, ModelInfo]:
     """Build a Tunix model from a Hugging Face folder (config.json + safetensors), or
     from a trainer folder (``rlctl checkpoint-convert --to trainer``: config.json and
     an Orbax checkpoint of the model already in Tunix's layout, restored directly).
+    ``compute_dtype`` is what its matmuls read (``mixed``), recorded in the info.
 
     With a ``mesh``, each parameter is placed sharded by the model's own sharding
     rules (FSDP over the ``fsdp`` axis) as it is loaded.
@@ -81,6 +84,7 @@ def load_model(folder: str | Path, dtype: str = "float32",
         vocab_size=getattr(config, "vocab_size", None) or config.num_embed,
         params=n,
         dtype="bfloat16" if dtype == "bfloat16" else "float32",
+        compute_dtype="bfloat16" if "bfloat16" in (dtype, compute_dtype) else "float32",
     )
     return model, info
 

@@ -1,0 +1,81 @@
+"""Which dtype a run's matmuls read: ``model.compute_dtype`` resolved for this machine.
+
+Pure: the platform and the CPU's flags come in as arguments, so the rule that the
+docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_precision.py).
+
+* ``float32``: every matmul reads float32 (the weights' own dtype).
+* ``bfloat16``: the matmuls read bfloat16 and sum in float32; the weights, Adam's
+  moments, norms, softmax, the loss and the gradients' sums stay float32
+  (tunix_adapter/mixed.py).
+* ``auto``: ``bfloat16`` where the hardware multiplies it natively (a CPU with
+  AVX512-BF16 or AMX-BF16; a GPU; a TPU), else ``float32``: without those
+  instructions a bfloat16 matmul is emulated, slower than float32 (measured on a
+  Zen 3 EPYC: TRL's bf16 steps 14x its fp32 ones). With ``rollout.engine=vllm``,
+  ``model.dtype``: vLLM samples in it, and the trainer's log-probs should be the
+  policy it samples.
+
+Weights stored in bfloat16 (``model.dtype=bfloat16``) are read as they are.
+Only Llama-family models without LoRA adapters run rlctl's own layers
+(``decode.fits``); the others run Tunix's layers, whose matmuls read the weights'
+dtype whatever this says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# the CPU flags (as /proc/cpuinfo names them) of native bfloat16 dot products
+NATIVE_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+ACCELERATORS = ("gpu", "tpu", "cuda", "rocm")
+
+
+@dataclass(frozen=True)
+class Precision:
+    dtype: str  # what the matmuls read: "float32" or "bfloat16"
+    why: str  # one line for the run's first lines
+    warning: str | None = None  # said too when the choice is likely slow
+
+
+def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """This CPU's feature flags (Linux); empty where /proc/cpuinfo is not."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def native(platform: str, flags: frozenset[str]) -> str | None:
+    """What multiplies bfloat16 natively here, in a few words, or None."""
+    if platform in ACCELERATORS:
+        return f"a {platform.upper()}"
+    have = [f for f in NATIVE_CPU_FLAGS if f in flags]
+    return f"this CPU's {have[0].upper().replace('_', '-')}" if have else None
+
+
+def choose(requested: str, param_dtype: str, platform: str,
+           flags: frozenset[str] | None = None, engine: str = "vanilla") -> Precision:
+    """``model.compute_dtype`` (``auto``, ``float32`` or ``bfloat16``) for weights of
+    ``param_dtype`` on ``platform`` (JAX's backend) with the CPU ``flags``, the
+    completions sampled by ``engine``."""
+    if param_dtype == "bfloat16":
+        return Precision("bfloat16", "bfloat16 weights and matmuls (model.dtype=bfloat16)")
+    if requested == "auto" and engine == "vllm":
+        return Precision("float32", "float32 matmuls (auto: vLLM samples in model.dtype)")
+    hw = native(platform, cpu_flags() if flags is None else flags)
+    if requested == "float32" or (requested == "auto" and hw is None):
+        why = "float32 matmuls" + (" (model.compute_dtype=float32)" if requested == "float32"
+                                   else " (no native bfloat16 here: no AVX512-BF16 or AMX)")
+        return Precision("float32", why)
+    mixed = "bfloat16 matmuls summed in float32, float32 weights and optimizer"
+    if hw is None:
+        return Precision("bfloat16", f"{mixed} (model.compute_dtype=bfloat16)",
+                         warning="this CPU has no AVX512-BF16 or AMX: its bfloat16 matmuls "
+                         "are emulated and likely slower than float32 "
+                         "(--set model.compute_dtype=float32)")
+    how = "model.compute_dtype=bfloat16" if requested == "bfloat16" else f"auto: {hw}"
+    return Precision("bfloat16", f"{mixed} ({how})")
