@@ -17,7 +17,7 @@ as GFLOP/s against this machine's float32 matmul rate (the faster of a jitted an
 a numpy 2048^3 dot).
 
     python bench/bench_efficiency.py
-    python bench/bench_efficiency.py --set model.compute_dtype=float32
+    python bench/bench_efficiency.py --set model.compute_dtype=bfloat16
     XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= python bench/bench_efficiency.py
     python bench/bench_efficiency.py --only rollout -o /tmp/efficiency.json
 """

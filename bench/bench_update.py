@@ -14,9 +14,11 @@ alike. Prints each one's median seconds after its first call and the ratio.
   --against whole-head    the vocabulary head alone on every completion position
                           (compaction.head_logps projects the masked-in ones)
   --against float32       every matmul in float32 (model.compute_dtype=float32;
-                          rlctl runs the run's own, bfloat16 where auto picks it)
+                          rlctl runs the run's own: --set model.compute_dtype=bfloat16
+                          to time the narrow one, as auto picks on a GPU or TPU)
 
     python bench/bench_update.py --against jax-mlp-grad --repeats 6
+    python bench/bench_update.py --against float32 --set model.compute_dtype=bfloat16
 """
 
 from __future__ import annotations

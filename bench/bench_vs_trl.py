@@ -9,7 +9,7 @@ process of its own, so its peak RSS (``wait4``'s ``ru_maxrss``) is its own:
 * rlctl: the real ``python -m rlctl train grpo --steps N`` in a temporary run store
   (baseline and final eval, checkpoints every 5 steps, TensorBoard: the default
   run, whose per-step figures exclude them); ``--rlctl-set KEY=VALUE`` passes
-  ``--set`` to it (e.g. ``model.dtype=bfloat16``). The persistent compilation cache
+  ``--set`` to it (e.g. ``model.compute_dtype=bfloat16``). The persistent compilation cache
   is off, so step 1 always includes compiling.
 * TRL, once per ``--trl-settings`` entry (``bench/trl_grpo_child.py`` in TRL's own
   virtual environment, TRL being a bench-only dependency): the same model folder,
@@ -41,7 +41,7 @@ installed with the rest, or pip may fetch a CUDA one)::
 
     python bench/bench_vs_trl.py            # rlctl; TRL fp32, fp32-nockpt, bf16 (2 steps)
     python bench/bench_vs_trl.py --steps 3 --only trl --trl-settings fp32-nockpt
-    python bench/bench_vs_trl.py --rlctl-set model.dtype=bfloat16 -o vs-trl.json
+    python bench/bench_vs_trl.py --rlctl-set model.compute_dtype=bfloat16 -o vs-trl.json
     python bench/bench_vs_trl.py --from-json vs-trl.json     # the tables again
     python bench/bench_vs_trl.py --trl-python /path/to/venv/bin/python
 """

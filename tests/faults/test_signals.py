@@ -26,12 +26,18 @@ def same(a: list[dict], b: list[dict]) -> bool:
         else r[k] == s[k] for k in r) for r, s in zip(a, b, strict=True))
 
 
-def wait_for_rows(run: Path, n: int, proc, timeout: float = 300) -> None:
+def rows(run: Path) -> int:
+    f = run / "metrics.jsonl"
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+def wait_for_rows(run: Path, n: int, proc, timeout: float = 300) -> int:
+    """Wait for at least ``n`` rows; the number seen (more than ``n`` when the tiny
+    model's steps, tens of milliseconds once compiled, outran the 50 ms poll)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        f = run / "metrics.jsonl"
-        if f.exists() and len(f.read_text().splitlines()) >= n:
-            return
+        if (seen := rows(run)) >= n:
+            return seen
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     raise AssertionError(f"{run} never reached {n} metrics rows")

@@ -41,8 +41,8 @@ class ModelSpec(Spec):
     compute_dtype: Annotated[
         Literal["auto", "float32", "bfloat16"],
         Field(description="dtype the matmuls read, summed in float32 (weights and optimizer "
-              "stay model.dtype); auto: bfloat16 where the hardware multiplies it natively "
-              "(a CPU with AVX512-BF16 or AMX, a GPU, a TPU), else float32"),
+              "stay model.dtype); auto: bfloat16 on a GPU or TPU, float32 on a CPU (bfloat16 "
+              "is faster on one with AVX512-BF16 or AMX, but learned less there)"),
     ] = "auto"
 
 

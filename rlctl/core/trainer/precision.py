@@ -7,12 +7,14 @@ docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_pre
 * ``bfloat16``: the matmuls read bfloat16 and sum in float32; the weights, Adam's
   moments, norms, softmax, the loss and the gradients' sums stay float32
   (tunix_adapter/mixed.py).
-* ``auto``: ``bfloat16`` where the hardware multiplies it natively (a CPU with
-  AVX512-BF16 or AMX-BF16; a GPU; a TPU), else ``float32``: without those
-  instructions a bfloat16 matmul is emulated, slower than float32 (measured on a
-  Zen 3 EPYC: TRL's bf16 steps 14x its fp32 ones). With ``rollout.engine=vllm``,
-  ``model.dtype``: vLLM samples in it, and the trainer's log-probs should be the
-  policy it samples.
+* ``auto``: ``bfloat16`` on a GPU or a TPU, ``float32`` on a CPU. On a CPU with
+  AVX512-BF16 (a Zen 4 EPYC) bfloat16 made the default run's step 0.75x, but over
+  five seeds it learned less (held-out +0.24 against float32's +0.31, every paired
+  seed below; README "Mixed precision"): the default keeps what learns, and the
+  first lines say how to trade. Without those instructions (or AMX) a bfloat16
+  matmul is emulated, slower than float32 (a Zen 3 EPYC: TRL's bf16 steps 14x its
+  fp32 ones). With ``rollout.engine=vllm``, ``model.dtype``: vLLM samples in it,
+  and the trainer's log-probs should be the policy it samples.
 
 Weights stored in bfloat16 (``model.dtype=bfloat16``) are read as they are.
 Only Llama-family models without LoRA adapters run rlctl's own layers
@@ -67,9 +69,15 @@ def choose(requested: str, param_dtype: str, platform: str,
     if requested == "auto" and engine == "vllm":
         return Precision("float32", "float32 matmuls (auto: vLLM samples in model.dtype)")
     hw = native(platform, cpu_flags() if flags is None else flags)
-    if requested == "float32" or (requested == "auto" and hw is None):
-        why = "float32 matmuls" + (" (model.compute_dtype=float32)" if requested == "float32"
-                                   else " (no native bfloat16 here: no AVX512-BF16 or AMX)")
+    on_accelerator = platform in ACCELERATORS
+    if requested == "float32" or (requested == "auto" and not on_accelerator):
+        if requested == "float32":
+            why = "float32 matmuls (model.compute_dtype=float32)"
+        elif hw is None:
+            why = "float32 matmuls (auto on a CPU; no native bfloat16 here: no AVX512-BF16 or AMX)"
+        else:
+            why = (f"float32 matmuls (auto on a CPU; {hw} makes bfloat16 faster but it "
+                   "learned less: --set model.compute_dtype=bfloat16 to trade)")
         return Precision("float32", why)
     mixed = "bfloat16 matmuls summed in float32, float32 weights and optimizer"
     if hw is None:

@@ -100,6 +100,25 @@ class TestBfloat16:
         status = json.loads((tmp_path / "bf16" / "status.json").read_text())
         assert status["phase"] == "completed" and status["latest_checkpoint"] == 2
 
+    def test_bfloat16_matmuls_train_checkpoint_and_resume(self, tiny_model_dir, tmp_path):
+        """``model.compute_dtype=bfloat16`` is opt-in on a CPU (``auto`` keeps float32
+        there): the whole run with it, not only its layers (test_mixed.py), says so,
+        records it and resumes in it."""
+        name = "mixed"
+        r = rlctl(*tiny_args(tiny_model_dir, tmp_path, name, "grpo", "--steps", "1",
+                             "--set", "model.compute_dtype=bfloat16"))
+        assert r.returncode == 0, r.stderr
+        assert "precision: bfloat16 matmuls summed in float32, float32 weights and optimizer " \
+               "(model.compute_dtype=bfloat16)" in r.stderr, r.stderr
+        r = rlctl("resume", name, "--runs-dir", str(tmp_path), "--steps", "2")
+        assert r.returncode == 0, r.stderr
+        assert "precision: bfloat16 matmuls" in r.stderr, r.stderr
+        rows = metrics(tmp_path / name)
+        assert [x["step"] for x in rows] == [1, 2]
+        assert all(x["loss"] == x["loss"] and x["grad_norm"] > 0 for x in rows)
+        status = json.loads((tmp_path / name / "status.json").read_text())
+        assert (status["phase"], status["precision"]) == ("completed", "bfloat16")
+
     def test_adam_moments_and_log_probs_are_float32(self, tiny_model_dir):
         import jax
         import jax.numpy as jnp

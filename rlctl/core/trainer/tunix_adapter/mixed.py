@@ -12,7 +12,8 @@ Everything else stays float32: the weights and Adam's moments (``model.dtype``),
 residual stream, norms, softmax, the loss and every gradient's sum. The weights are
 cast at each use (a transient copy of 2 bytes per parameter). That is why this learns
 where ``model.dtype=bfloat16`` did not: an update of 1e-5 of a weight is below
-bfloat16's resolution, not below float32's.
+bfloat16's resolution, not below float32's. (It learned less than float32 on the
+default run, so ``auto`` keeps float32 on a CPU: precision.py.)
 
 Pitfalls, each measured on that machine: XLA:CPU turns a bfloat16 dot back into a
 float32 one, silently (the operands converted up, float32's speed or worse), when
