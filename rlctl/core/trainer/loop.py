@@ -151,7 +151,7 @@ class Trainer:
     def compile_update(self) -> None:
         """The update compiled before the optimizer's moments exist, so the compiler's
         working memory and the moments are never resident together (``Update.
-        precompile``: the default run's peak 4.23 -> 3.85 GB). For the batch every step
+        precompile``: the default run's whole-run peak 4.23 -> 3.77 GB). For the batch every step
         gives it (``batch_shape``); one device only."""
         if self.mesh is not None:
             return

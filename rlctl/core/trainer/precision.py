@@ -11,9 +11,9 @@ docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_pre
   AVX512-BF16 (a Zen 4 EPYC) bfloat16 made the default run's step 0.75x, but over
   five seeds it learned less (held-out +0.24 against float32's +0.31, every paired
   seed below, and so on 256 questions; README "Mixed precision"): the default keeps
-  what learns, and the first lines say how to trade. Without those instructions (or AMX) a bfloat16
-  matmul is emulated, slower than float32 (a Zen 3 EPYC: TRL's bf16 steps 14x its
-  fp32 ones). With ``rollout.engine=vllm``, ``model.dtype``: vLLM samples in it,
+  what learns, and the first lines say how to trade. Without those instructions (or
+  AMX) a bfloat16 matmul is emulated, slower than float32 (a Zen 3 EPYC: TRL's bf16
+  steps 14x its fp32 ones). With ``rollout.engine=vllm``, ``model.dtype``: vLLM samples in it,
   and the trainer's log-probs should be the policy it samples.
 
 Weights stored in bfloat16 (``model.dtype=bfloat16``) are read as they are.
