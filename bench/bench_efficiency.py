@@ -138,7 +138,7 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
         raise SystemExit(f"{new_tokens} new tokens took no longer than 1 ({many:.4f} s vs "
                          f"{one:.4f} s): too few to measure a decode step here; "
                          "raise --new-tokens or --repeats")
-    info = t.info
+    info = sampler.info  # what the sampler reads (rollout.compute_dtype resolved)
     rows, slots = ids.shape[0] * G, width + new_tokens
     cache_dtype = getattr(sampler, "cache_dtype", None) or info.dtype
     import numpy as np

@@ -91,7 +91,8 @@ class Rlctl:
         if max_new_tokens or not weights_first:
             spec = t.spec.rollout.model_copy(
                 update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens})
-            self.rollout = Rollout.create(spec, t.model, t.tokenizer, t.info)
+            self.rollout = Rollout.create(spec, t.model, t.tokenizer, t.info,
+                                          compute_dtype=t.precision.sampling)
             self.rollout.probe_len = t.rollout.probe_len
             self.rollout.sampler.weights_first = weights_first
 

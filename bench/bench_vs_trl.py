@@ -238,7 +238,11 @@ def run_rlctl(steps: int, sets: list[str], work: Path) -> Run:
     run.steps = [{k: r.get(k) for k in ("step", "step_seconds", "rollout_seconds",
                                         "completion_tokens", "accuracy", "reward_mean")}
                  for r in rows]
-    run.extra = {"eval": evals, "sets": sets}
+    status = work / RUN_NAME / "status.json"
+    status = json.loads(status.read_text()) if status.is_file() else {}
+    # what its update's and its sampler's matmuls read (precision.choose on this machine)
+    run.extra = {"eval": evals, "sets": sets,
+                 "precision": {k: status.get(k) for k in ("precision", "sampling_precision")}}
     if code == 0 and len(rows) < steps:
         run.error = f"{len(rows)} of {steps} steps in metrics.jsonl"
     _fill(run, code, usage, wall, log)
@@ -352,6 +356,10 @@ def report(result: dict[str, Any]) -> str:
                       f"{b['accuracy']:.3f} -> {e['accuracy']:.3f} "
                       f"({e['accuracy'] - b['accuracy']:+.3f}); the evals took "
                       f"{(b['seconds'] or 0) + (e['seconds'] or 0):.0f} s of its wall time"]
+        p = ours.extra.get("precision") or {}
+        if p.get("precision"):
+            lines.append(f"rlctl's matmuls: {p['precision']} in the update, "
+                         f"{p.get('sampling_precision') or p['precision']} in sampling")
         against = [("TRL's fastest (" + best.name + ")", best)] if best else []
         if fp32 and fp32 is not best:
             against.append(("TRL fp32", fp32))

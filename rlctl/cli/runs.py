@@ -145,7 +145,9 @@ def _run_view(r: RunInfo) -> str:
     if r.engine:
         lines.append(f"  engine      {r.engine}")
     if r.precision:
-        lines.append(f"  precision   {r.precision} matmuls")
+        sampling = r.sampling_precision
+        lines.append(f"  precision   {r.precision} matmuls" + (
+            f" (sampling {sampling})" if sampling and sampling != r.precision else ""))
     if r.error:
         lines.append(f"  error       {r.error}")
     m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's

@@ -87,7 +87,8 @@ class StatusUpdate(BaseModel):
     processes: int | None = None
     devices: int | None = None
     engine: str | None = None  # what samples the completions: vanilla or vllm
-    precision: str | None = None  # what the matmuls read: float32 or bfloat16
+    precision: str | None = None  # what the update's matmuls read: float32 or bfloat16
+    sampling_precision: str | None = None  # what the sampler's read (None: vLLM samples)
     finished: str | None = None
     total_steps: int | None = None
     steps_changes: list[dict[str, Any]] | None = None  # each {from, to, by, at}

@@ -188,6 +188,13 @@ class RolloutSpec(Spec):
     temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int | None, Field(ge=1)] = None
+    compute_dtype: Annotated[
+        Literal["auto", "float32", "bfloat16"],
+        Field(description="dtype the sampler's matmuls and decode weights read, summed in "
+              "float32; auto: bfloat16 where it is native (a GPU, a TPU, a CPU with "
+              "AVX512-BF16 or AMX) unless model.compute_dtype=float32 is set, else "
+              "model.compute_dtype's"),
+    ] = "auto"
 
 
 # LoRA: the projections that can carry adapters (Hugging Face names, as PEFT's

@@ -69,7 +69,8 @@ class RunInfo(BaseModel):
     processes: int | None = None
     devices: int | None = None
     engine: str | None = None  # the rollout engine (rollout.engine resolved)
-    precision: str | None = None  # what the matmuls read (model.compute_dtype resolved)
+    precision: str | None = None  # what the update's matmuls read (model.compute_dtype)
+    sampling_precision: str | None = None  # the sampler's (rollout.compute_dtype resolved)
     created: str | None = None
     updated: str | None = None
     error: str | None = None

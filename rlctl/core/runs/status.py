@@ -217,6 +217,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         devices=_int(status.get("devices")),
         engine=_str(status.get("engine")),
         precision=_str(status.get("precision")),
+        sampling_precision=_str(status.get("sampling_precision")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
         error=error,

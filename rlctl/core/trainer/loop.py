@@ -75,7 +75,7 @@ class Trainer:
         from rlctl.core.trainer.precision import choose
 
         self.precision = choose(s.model.compute_dtype, s.model.dtype, jax.default_backend(),
-                                engine=self.engine.name)
+                                engine=self.engine.name, sampling=s.rollout.compute_dtype)
         self._say(f"precision: {self.precision.why}")
         if self.precision.warning:
             self._say(self.precision.warning)
@@ -120,7 +120,7 @@ class Trainer:
             self.rollout = Rollout.create(
                 s.rollout, self.model, self.tokenizer, self.info,
                 replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
-                prompt=s.prompt,
+                prompt=s.prompt, compute_dtype=self.precision.sampling,
             )
 
     def create_data(self) -> None:
@@ -299,7 +299,9 @@ class Trainer:
                                    processes=self.topo.process_count,
                                    devices=self.topo.device_count,
                                    engine=self.engine.name,
-                                   precision=self.info.compute_dtype))
+                                   precision=self.info.compute_dtype,
+                                   sampling_precision=self.rollout.sampler.info.compute_dtype
+                                   if self.engine.name == "vanilla" else None))
             # One process only: a multi-host run's processes would have to agree on
             # the stop (a collective each step) before the collective save; there a
             # stop takes effect at once, as before, and resume repeats the steps since

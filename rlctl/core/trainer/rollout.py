@@ -146,11 +146,15 @@ class Rollout:
 
     @classmethod
     def create(cls, spec: RolloutSpec, model: Any, tokenizer: Any, info: Any,
-               replicate_over: Any = None, prompt: PromptSpec | None = None) -> Rollout:
+               replicate_over: Any = None, prompt: PromptSpec | None = None,
+               compute_dtype: str | None = None) -> Rollout:
+        """``compute_dtype``: what the sampler's matmuls read (precision.choose), when
+        not ``info``'s (the update's)."""
         from rlctl.core.trainer.sampler import Sampler
 
         sampler = Sampler(model, info, pad_id=tokenizer.pad_id(), eos_ids=tokenizer.eos_ids,
-                          max_new_tokens=spec.max_new_tokens, replicate_over=replicate_over)
+                          max_new_tokens=spec.max_new_tokens, replicate_over=replicate_over,
+                          compute_dtype=compute_dtype)
         return cls(spec, tokenizer, sampler, prompt)
 
     def prompt_text(self, problem: Problem) -> str:

@@ -16,6 +16,7 @@ never constants baked into it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -193,10 +194,17 @@ class Sampler:
 
     With ``replicate_over`` (a mesh), the weights are one whole copy per device,
     gathered once per ``sync``: decoding then needs no collective per token
-    (``rollout.sampler_mesh`` decides when that pays)."""
+    (``rollout.sampler_mesh`` decides when that pays).
+
+    ``compute_dtype`` (``rollout.compute_dtype`` resolved), when given, replaces what
+    ``info`` says the matmuls read: a float32 update can sample in bfloat16. The
+    weights stay the policy's; the decode casts them once per call."""
 
     def __init__(self, model: nnx.Module, info: ta.ModelInfo, *, pad_id: int,
-                 eos_ids: list[int], max_new_tokens: int, replicate_over: Any = None) -> None:
+                 eos_ids: list[int], max_new_tokens: int, replicate_over: Any = None,
+                 compute_dtype: str | None = None) -> None:
+        if compute_dtype is not None and info.dtype != "bfloat16":
+            info = dataclasses.replace(info, compute_dtype=compute_dtype)
         self.info = info
         self.pad_id = pad_id
         self.eos_ids = tuple(int(i) for i in eos_ids)

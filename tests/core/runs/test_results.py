@@ -47,8 +47,9 @@ class TestDumps:
         doc = info.model_dump(mode="json")
         assert list(doc) == ["name", "path", "phase", "algorithm", "step", "total_steps",
                              "latest_checkpoint", "checkpoint_bytes", "disk_bytes",
-                             "processes", "devices", "engine", "precision", "created", "updated",
-                             "error", "latest_metrics", "eval"]
+                             "processes", "devices", "engine", "precision",
+                             "sampling_precision", "created", "updated", "error",
+                             "latest_metrics", "eval"]
         assert doc["phase"] == "interrupted" and doc["step"] == 3
         # no checkpoint yet: its size is null; the folder's is what is there
         assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0

@@ -131,6 +131,29 @@ def test_the_sampler_decodes_in_bfloat16_with_the_trainers_log_probs(tiny_model_
         assert np.abs(np.asarray(lp32) - drawn.logps).max() > 1e-6  # it did read bfloat16
 
 
+def test_a_float32_policy_samples_in_bfloat16_near_its_float32_log_probs(tiny_model_dir):
+    """``rollout.compute_dtype=bfloat16`` beside a float32 update (the default on a CPU
+    with native bfloat16): the sampler reads bfloat16 from the float32 weights, and
+    the log-probs of what it drew stay within bfloat16's precision of the update's
+    float32 ones, which are what the loss reads."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.sampler import Sampler
+
+    model, info = ta.load_model(tiny_model_dir)
+    assert info.compute_dtype == "float32"
+    s = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=6, compute_dtype=BF16)
+    assert s.info.compute_dtype == BF16 and info.compute_dtype == "float32"
+    prompts = np.random.default_rng(2).integers(3, info.vocab_size, (2, 5)).astype(np.int32)
+    drawn = s(prompts, group=4, seed=5, temperature=1.0)
+    lp32, _ = ta.shared_prefix_logps(model, prompts, drawn.tokens, group=4, pad_id=0,
+                                     temperature=1.0, info=info)
+    gap = np.abs(np.asarray(lp32) - drawn.logps)
+    assert gap.max() < 0.05 and gap.max() > 1e-6, gap.max()  # near, and it did read bfloat16
+    same = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=6)(
+        prompts, group=4, seed=5, temperature=1.0)
+    assert np.abs(np.asarray(lp32) - same.logps).max() < 1e-4
+
+
 def test_the_compiled_programs_multiply_in_bfloat16(tiny_model_dir):
     """The sampler's decode and the update's forward and input-gradient products take
     bfloat16 inputs after XLA's passes; float32 has none."""

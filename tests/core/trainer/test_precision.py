@@ -71,3 +71,55 @@ def test_the_setting_says_what_auto_picks():
     assert ModelSpec().compute_dtype == "auto"
     with pytest.raises(ValueError):
         ModelSpec(compute_dtype="float16")
+
+
+@pytest.mark.parametrize(("model", "rollout", "platform", "flags", "want"), [
+    # (the update's, the sampler's)
+    ("auto", "auto", "cpu", ZEN4, ("float32", "bfloat16")),  # sampling learned as float32
+    ("auto", "auto", "cpu", SAPPHIRE_RAPIDS, ("float32", "bfloat16")),
+    ("auto", "auto", "cpu", ZEN3, ("float32", "float32")),  # emulated: never by default
+    ("auto", "auto", "gpu", ZEN3, ("bfloat16", "bfloat16")),
+    ("float32", "auto", "cpu", ZEN4, ("float32", "float32")),  # float32 asked for: all of it
+    ("float32", "auto", "gpu", ZEN3, ("float32", "float32")),
+    ("bfloat16", "auto", "cpu", ZEN3, ("bfloat16", "bfloat16")),
+    ("auto", "float32", "cpu", ZEN4, ("float32", "float32")),
+    ("bfloat16", "float32", "cpu", ZEN4, ("bfloat16", "float32")),
+    ("float32", "bfloat16", "cpu", ZEN4, ("float32", "bfloat16")),
+])
+def test_the_sampler_reads_its_own_setting(model, rollout, platform, flags, want):
+    p = choose(model, "float32", platform, flags, sampling=rollout)
+    assert (p.dtype, p.sampling) == want
+    assert "\n" not in p.why
+    if want[0] != want[1]:  # a split is said, with where it comes from
+        how = "auto: " if rollout == "auto" else f"rollout.compute_dtype={rollout}"
+        assert f"; sampling reads {want[1]} ({how}" in p.why, p.why
+    else:
+        assert "sampling" not in p.why, p.why
+
+
+def test_a_split_says_how_to_trade_each_half():
+    why = choose("auto", "float32", "cpu", ZEN4).why
+    assert why.startswith("float32 matmuls in the update (auto on a CPU; this CPU's "
+                          "AVX512-BF16 makes bfloat16 faster"), why
+    assert "--set model.compute_dtype=bfloat16" in why
+    slow = choose("float32", "float32", "cpu", ZEN3, sampling="bfloat16")
+    assert "emulated" in slow.warning and "rollout.compute_dtype=float32" in slow.warning
+
+
+def test_weights_in_bfloat16_or_vllm_leave_the_sampler_no_choice():
+    for rollout in ("auto", "float32", "bfloat16"):
+        p = choose("auto", "bfloat16", "cpu", ZEN4, sampling=rollout)
+        assert (p.dtype, p.sampling) == ("bfloat16", "bfloat16")
+        p = choose("float32", "float32", "tpu", ZEN4, engine="vllm", sampling=rollout)
+        assert p.sampling == "float32" and "sampling" not in p.why
+
+
+def test_the_rollout_setting_says_what_auto_picks():
+    from rlctl.core.config.models import RolloutSpec
+
+    text = RolloutSpec.model_fields["compute_dtype"].description
+    assert "auto: bfloat16 where it is native" in text and "AVX512-BF16 or AMX" in text
+    assert "unless model.compute_dtype=float32" in text
+    assert RolloutSpec().compute_dtype == "auto"
+    with pytest.raises(ValueError):
+        RolloutSpec(compute_dtype="float16")

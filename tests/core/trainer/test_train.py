@@ -67,6 +67,7 @@ class TestLocalRun:
         from rlctl.core.trainer.precision import choose
 
         assert status["precision"] == choose("auto", "float32", "cpu").dtype  # this CPU's
+        assert status["sampling_precision"] == choose("auto", "float32", "cpu").sampling
         assert "engine_logp_diff" not in rows[0]  # vLLM's check only
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "3"]
         for which in ("baseline", "step-2", "final"):
@@ -118,6 +119,22 @@ class TestBfloat16:
         assert all(x["loss"] == x["loss"] and x["grad_norm"] > 0 for x in rows)
         status = json.loads((tmp_path / name / "status.json").read_text())
         assert (status["phase"], status["precision"]) == ("completed", "bfloat16")
+
+    def test_float32_updates_sample_in_bfloat16(self, tiny_model_dir, tmp_path):
+        """The split that ``auto`` picks on a CPU with native bfloat16, asked for on any
+        CPU: said, recorded, shown by ``status``, and the update still learns."""
+        name = "split"
+        r = rlctl(*tiny_args(tiny_model_dir, tmp_path, name, "grpo", "--steps", "1",
+                             "--set", "model.compute_dtype=float32",
+                             "--set", "rollout.compute_dtype=bfloat16"))
+        assert r.returncode == 0, r.stderr
+        assert "precision: float32 matmuls (model.compute_dtype=float32); sampling reads " \
+               "bfloat16 (rollout.compute_dtype=bfloat16)" in r.stderr, r.stderr
+        status = json.loads((tmp_path / name / "status.json").read_text())
+        assert (status["precision"], status["sampling_precision"]) == ("float32", "bfloat16")
+        assert metrics(tmp_path / name)[0]["grad_norm"] > 0
+        shown = rlctl("status", name, "--runs-dir", str(tmp_path))
+        assert "precision   float32 matmuls (sampling bfloat16)" in shown.stdout, shown.stdout
 
     def test_adam_moments_and_log_probs_are_float32(self, tiny_model_dir):
         import jax
