@@ -7,7 +7,14 @@ difference over the extra tokens is the time of one decode step. Each step reads
 the sampler's weights once and the whole KV cache once (the attention reads every
 slot, masked or not), so bytes per decoded token / seconds per token is the
 achieved bandwidth, printed against this machine's streaming-read bandwidth (the
-faster of a jitted and a numpy sum over 1 GiB of float32).
+faster of a jitted and a numpy sum over 1 GiB of float32). Its FLOPs (a multiply-add
+per row per weight, the attention's two products over every slot) per byte read say
+which limit binds: above this machine's matmul rate per byte of bandwidth (in the
+sampler's dtype), no decode of this batch could stream at full bandwidth, and the
+bench prints the most of it that one could use with its matmuls at that rate. On a
+2-core Zen 4, 16 rows in bfloat16 make 14.2 FLOP per byte against the machine's
+8.8-11.9: the decode is compute-bound there, and the bandwidth goal of issue #27 is
+then a matmul-rate goal (README "The rollout against the bandwidth").
 
 update: the default run's compiled update on one real rollout, timed over
 ``--repeats`` calls after its compile; XLA's cost analysis of the program gives
@@ -147,14 +154,20 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     shared = getattr(sampler, "weights_first", False) and decode.fits(t.model, info)
     if hasattr(sampler, "weight_bytes"):
         weights = sampler.weight_bytes()
+        products = weights // np.dtype(info.compute_dtype).itemsize
     elif shared:  # what a decode step reads: decode.weights in the compute dtype, but the
         # embedding, of which it reads a row per row (a tied head is counted as the head)
         laid = decode.weights(t.model, info.compute_dtype)
         weights = tree_bytes({k: v for k, v in laid.items() if k != "emb"})
+        # the weights a step multiplies by: every projection and the head (not the norms)
+        products = laid["head"].size + sum(v.size for layer in laid["layers"]
+                                           for k, v in layer.items() if k not in ("ln1", "ln2"))
         del laid
     else:
         weights = tree_bytes(sampler.state)
+        products = sum(x.size for x in __import__("jax").tree.leaves(sampler.state))
     read = ids.shape[0] * width + rows * new_tokens if shared else rows * slots
+    heads = getattr(getattr(t.model, "config", None), "num_heads", info.num_kv_heads)
     cache = (2 * info.num_layers * read * info.num_kv_heads * info.head_dim
              * np.dtype(cache_dtype).itemsize)
     return {"rows": rows, "cache_slots": slots, "prompts": int(ids.shape[0]),
@@ -162,7 +175,11 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
             "prompt_slots": width, "shared_prompt_slots": bool(shared),
             "prefill_seconds": round(seconds[1], 3),
             "seconds_per_token": per_token, "weight_bytes": weights, "cache_bytes": cache,
-            "bytes_per_token": weights + cache}
+            "bytes_per_token": weights + cache,
+            # a multiply-add per row per weight, and the attention's two products over
+            # every slot (as the bytes count them: read, masked or not)
+            "flops_per_token": 2 * rows * products
+            + 4 * info.num_layers * rows * heads * info.head_dim * slots}
 
 
 def rollout_batch(t: Any) -> Any:
@@ -214,16 +231,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bw = read_bandwidth()
         d = decode_figures(t, args.new_tokens, args.repeats)
         achieved = d["bytes_per_token"] / d["seconds_per_token"]
+        # which limit binds: a step's FLOPs per byte read against this machine's matmul
+        # rate per byte of bandwidth in the sampler's dtype (above it, no decode of
+        # this batch can stream at full bandwidth: the matmuls take longer)
+        dtype = d["compute_dtype"]
+        rate = matmul_rate(dtype=dtype)
+        flops = d["flops_per_token"] / d["seconds_per_token"]
+        intensity, balance = d["flops_per_token"] / d["bytes_per_token"], rate / bw
         out["rollout"] = {**d, "read_bandwidth_GBps": round(bw / 1e9, 2),
                           "achieved_GBps": round(achieved / 1e9, 2),
                           "fraction_of_bandwidth": round(achieved / bw, 3),
-                          "tokens_per_s": round(d["rows"] / d["seconds_per_token"], 1)}
+                          "tokens_per_s": round(d["rows"] / d["seconds_per_token"], 1),
+                          "matmul_GFLOPs": round(rate / 1e9, 1),
+                          "achieved_GFLOPs": round(flops / 1e9, 1),
+                          "fraction_of_matmul_rate": round(flops / rate, 3),
+                          "flops_per_byte": round(intensity, 2),
+                          "machine_flops_per_byte": round(balance, 2),
+                          # the most of the bandwidth a step could use with its
+                          # matmuls at this machine's rate
+                          "bandwidth_ceiling": round(min(1.0, balance / intensity), 3)}
         print(f"rollout: {d['rows']} rows x {d['cache_slots']} slots: "
               f"{d['seconds_per_token'] * 1e3:.1f} ms per decode step, "
               f"{d['bytes_per_token'] / 1e6:.0f} MB read per step "
               f"(weights {d['weight_bytes'] / 1e6:.0f}, cache {d['cache_bytes'] / 1e6:.0f}): "
               f"{achieved / 1e9:.2f} GB/s = {achieved / bw:.2f} x this machine's "
               f"{bw / 1e9:.1f} GB/s read bandwidth", flush=True)
+        print(f"  {d['flops_per_token'] / 1e9:.2f} GFLOP per step, {intensity:.1f} FLOP/byte "
+              f"(this machine: {balance:.1f} at its {rate / 1e9:.0f} GFLOP/s {dtype} matmul): "
+              f"{flops / 1e9:.0f} GFLOP/s = {flops / rate:.2f} x that rate; with its matmuls "
+              f"at that rate a step could use at most "
+              f"{min(1.0, balance / intensity):.2f} x the bandwidth", flush=True)
     if args.only != "rollout":
         # the limit is the rate of the dtype the run's matmuls read: bfloat16's where
         # mixed precision runs (the faster one, so the harder yardstick)

@@ -64,3 +64,27 @@ def test_the_fractions_are_the_achieved_figures_over_the_measured_limits(figures
     assert u["fraction_of_matmul_rate"] == pytest.approx(xla / u["matmul_GFLOPs"], rel=0.02,
                                                          abs=1e-3)
     assert path.read_text().startswith("{")
+
+
+def test_the_decode_says_which_limit_binds(figures, tiny_model_dir):
+    """FLOPs per step: a multiply-add per row per multiplied weight (projections and
+    head, not norms) and the attention's two products over every slot; against the
+    machine's matmul rate per byte of bandwidth, the most of it a step could use."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.tunix_adapter import decode
+
+    r = figures[0]["rollout"]
+    model, info = ta.load_model(tiny_model_dir, compute_dtype=r["compute_dtype"])
+    laid = decode.weights(model, info.compute_dtype)
+    products = laid["head"].size + sum(v.size for layer in laid["layers"]
+                                       for k, v in layer.items() if k not in ("ln1", "ln2"))
+    attention = 4 * info.num_layers * r["rows"] * model.config.num_heads * info.head_dim \
+        * r["cache_slots"]
+    assert r["flops_per_token"] == 2 * r["rows"] * products + attention
+    intensity = r["flops_per_token"] / r["bytes_per_token"]
+    balance = r["matmul_GFLOPs"] / r["read_bandwidth_GBps"]
+    assert r["flops_per_byte"] == pytest.approx(intensity, abs=0.01)
+    assert r["machine_flops_per_byte"] == pytest.approx(balance, rel=0.02)
+    assert r["bandwidth_ceiling"] == pytest.approx(min(1.0, balance / intensity), rel=0.02)
+    assert r["fraction_of_matmul_rate"] == pytest.approx(
+        r["flops_per_token"] / r["seconds_per_token"] / 1e9 / r["matmul_GFLOPs"], rel=0.02)
