@@ -118,6 +118,8 @@ def tree_bytes(tree: Any) -> int:
 
 def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     """Seconds and bytes of one decode step of the trainer's sampler."""
+    import jax
+
     from rlctl.core.trainer.sampler import left_pad
     from rlctl.core.trainer.tunix_adapter import decode
 
@@ -165,7 +167,7 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
         del laid
     else:
         weights = tree_bytes(sampler.state)
-        products = sum(x.size for x in __import__("jax").tree.leaves(sampler.state))
+        products = sum(x.size for x in jax.tree.leaves(sampler.state))
     read = ids.shape[0] * width + rows * new_tokens if shared else rows * slots
     heads = getattr(getattr(t.model, "config", None), "num_heads", info.num_kv_heads)
     cache = (2 * info.num_layers * read * info.num_kv_heads * info.head_dim

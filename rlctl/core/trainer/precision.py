@@ -99,9 +99,14 @@ def choose(requested: str, param_dtype: str, platform: str,
     why = f"{update.why}; sampling reads {sampler} ({how})"
     warning = update.warning
     if sampler == "bfloat16" and hw is None:
-        warning = ("this CPU has no AVX512-BF16 or AMX: its bfloat16 matmuls are emulated "
-                   "and likely slower than float32 (--set rollout.compute_dtype=float32)")
+        warning = _emulated("rollout.compute_dtype")
     return Precision(update.dtype, why, warning, sampler)
+
+
+def _emulated(setting: str) -> str:
+    """The warning for bfloat16 asked of ``setting`` on a CPU that emulates it."""
+    return ("this CPU has no AVX512-BF16 or AMX: its bfloat16 matmuls are emulated and "
+            f"likely slower than float32 (--set {setting}=float32)")
 
 
 def _update(requested: str, platform: str, hw: str | None) -> Precision:
@@ -120,8 +125,6 @@ def _update(requested: str, platform: str, hw: str | None) -> Precision:
     mixed = "bfloat16 matmuls summed in float32, float32 weights and optimizer"
     if hw is None:
         return Precision("bfloat16", f"{mixed} (model.compute_dtype=bfloat16)",
-                         warning="this CPU has no AVX512-BF16 or AMX: its bfloat16 matmuls "
-                         "are emulated and likely slower than float32 "
-                         "(--set model.compute_dtype=float32)")
+                         warning=_emulated("model.compute_dtype"))
     how = "model.compute_dtype=bfloat16" if requested == "bfloat16" else f"auto: {hw}"
     return Precision("bfloat16", f"{mixed} ({how})")
