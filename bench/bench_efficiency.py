@@ -11,10 +11,15 @@ faster of a jitted and a numpy sum over 1 GiB of float32). Its FLOPs (a multiply
 per row per weight, the attention's two products over every slot) per byte read say
 which limit binds: above this machine's matmul rate per byte of bandwidth (in the
 sampler's dtype), no decode of this batch could stream at full bandwidth, and the
-bench prints the most of it that one could use with its matmuls at that rate. On a
-2-core Zen 4, 16 rows in bfloat16 make 14.2 FLOP per byte against the machine's
-8.8-11.9: the decode is compute-bound there, and the bandwidth goal of issue #27 is
-then a matmul-rate goal (README "The rollout against the bandwidth").
+bench prints the most of it that one could use with its matmuls at that rate. Then
+it times the step's products alone (every projection and the head, laid out and
+multiplied as the decode does, one after another) for the batch's rows and for a
+quarter of them: on a 2-core Zen 4 in bfloat16 they took about the same time at 4
+rows as at 16 (22.9 and 24.5 ms), so neither FLOPs nor bandwidth bind them but the
+rate at which XLA:CPU's (YNNPACK's) dot kernel streams weights this thin: 11 GB/s,
+0.39x the bandwidth. No decode step through that kernel can read its weights faster,
+which is why issue #27's goal of 0.5x is not reached (README "The rollout against
+the bandwidth").
 
 update: the default run's compiled update on one real rollout, timed over
 ``--repeats`` calls after its compile; XLA's cost analysis of the program gives
@@ -184,6 +189,57 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
             + 4 * info.num_layers * rows * heads * info.head_dim * slots}
 
 
+def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
+    """A decode step's products alone, as a jitted program over (weights, inputs):
+    every layer's projections and the head, laid out and multiplied as
+    ``decode.step`` does (``decode.weights``, the sampler's dtype), one after
+    another. Returns the program, its weights and ``inputs(rows)``."""
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.tunix_adapter import decode
+    from rlctl.core.trainer.tunix_adapter.mixed import dot, narrow
+
+    dtype = t.rollout.sampler.info.compute_dtype
+    laid = decode.weights(t.model, dtype)
+    keys = ("qkv", "o", "gu", "down")
+    mats = [lw[k] for lw in laid["layers"] for k in keys] + [laid["head"]]
+    # narrow, the output projection is taken rows first (decode._out_projection)
+    rows_first = [narrow(dtype) and k == "o" for _ in laid["layers"] for k in keys] + [False]
+    # each product's input: [rows, K] rows first, [K, rows] weights first
+    shapes = sorted({(w.shape[0], True) if first else (w.shape[1], False)
+                     for w, first in zip(mats, rows_first, strict=True)})
+
+    @jax.jit
+    def products(mats: list[Any], inputs: dict[tuple[int, bool], Any]) -> Any:
+        y, total = jnp.zeros((1, 1), jnp.float32), jnp.zeros((), jnp.float32)
+        for w, first in zip(mats, rows_first, strict=True):
+            # each product waits for the one before, as in a decode step, and counts
+            x, y = jax.lax.optimization_barrier(
+                (inputs[(w.shape[0], True) if first else (w.shape[1], False)], y))
+            total = total + y[0, 0]
+            y = dot(x, w, dtype) if first else dot(w, x, dtype)
+        return total + y[0, 0]
+
+    def inputs(rows: int) -> dict[tuple[int, bool], Any]:
+        return {(k, first): jnp.ones((rows, k) if first else (k, rows), jnp.float32)
+                for k, first in shapes}
+
+    return products, mats, inputs
+
+
+def product_figures(t: Any, rows: int, repeats: int) -> dict[str, Any]:
+    """Seconds of a decode step's products alone (``decode_products``) for ``rows``
+    columns and for a quarter of them. Why: if they take as long at a quarter of the
+    rows, neither the FLOPs nor the bandwidth bind them but the rate at which the
+    dot kernel (XLA:CPU's: YNNPACK's) streams weights this thin."""
+    products, mats, inputs = decode_products(t)
+    quarter = max(1, rows // 4)
+    seconds = {n: _timed(products, mats, inputs(n), n=3 * repeats) for n in (rows, quarter)}
+    return {"product_bytes": sum(w.nbytes for w in mats), "product_seconds": seconds[rows],
+            "quarter_rows": quarter, "product_seconds_quarter_rows": seconds[quarter]}
+
+
 def rollout_batch(t: Any) -> Any:
     """The update's batch from one rollout of the run's first prompts (fixed seed)."""
     from rlctl.core.trainer.rollout import score, step_seed
@@ -263,6 +319,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{flops / 1e9:.0f} GFLOP/s = {flops / rate:.2f} x that rate; with its matmuls "
               f"at that rate a step could use at most "
               f"{min(1.0, balance / intensity):.2f} x the bandwidth", flush=True)
+    if args.only != "update" and d["shared_prompt_slots"]:  # decode.py's step (Llama)
+        p = product_figures(t, d["rows"], args.repeats)
+        streamed = p["product_bytes"] / p["product_seconds"]
+        # a quarter of the FLOPs in more than 0.8x the time: not the FLOPs
+        thin = p["product_seconds_quarter_rows"] > 0.8 * p["product_seconds"]
+        verdict = ("about as long: the dot kernel streams weights this thin at" if thin
+                   else "faster: their FLOPs bind them; they stream at")
+        out["rollout"].update({**p, "product_GBps": round(streamed / 1e9, 2),
+                               "product_fraction_of_bandwidth": round(streamed / bw, 3),
+                               "product_bound_by": "streaming" if thin else "flops",
+                               "product_share_of_step":
+                                   round(p["product_seconds"] / d["seconds_per_token"], 3)})
+        print(f"  its products alone (projections and head, {p['product_bytes'] / 1e6:.0f} MB): "
+              f"{p['product_seconds'] * 1e3:.1f} ms for {d['rows']} rows "
+              f"({p['product_seconds'] / d['seconds_per_token']:.2f} of the step), "
+              f"{p['product_seconds_quarter_rows'] * 1e3:.1f} ms for {p['quarter_rows']} "
+              f"({verdict} {streamed / 1e9:.1f} GB/s = {streamed / bw:.2f} x the bandwidth)",
+              flush=True)
     if args.only != "rollout":
         # the limit is the rate of the dtype the run's matmuls read: bfloat16's where
         # mixed precision runs (the faster one, so the harder yardstick)

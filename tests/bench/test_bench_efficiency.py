@@ -88,3 +88,50 @@ def test_the_decode_says_which_limit_binds(figures, tiny_model_dir):
     assert r["bandwidth_ceiling"] == pytest.approx(min(1.0, balance / intensity), rel=0.02)
     assert r["fraction_of_matmul_rate"] == pytest.approx(
         r["flops_per_token"] / r["seconds_per_token"] / 1e9 / r["matmul_GFLOPs"], rel=0.02)
+
+
+def test_the_decode_times_its_products_alone(figures, tiny_model_dir):
+    """The products the bench times alone are the ones a decode step multiplies by
+    (every laid-out projection and the head: the step's weights less its norms), and
+    its rate, share and verdict are those seconds over the same step and bandwidth."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.tunix_adapter import decode
+
+    r = figures[0]["rollout"]
+    model, info = ta.load_model(tiny_model_dir, compute_dtype=r["compute_dtype"])
+    laid = decode.weights(model, info.compute_dtype)
+    norms = sum(layer[k].nbytes for layer in laid["layers"] for k in ("ln1", "ln2"))
+    norms += laid["norm"].nbytes
+    assert r["product_bytes"] == r["weight_bytes"] - norms
+    assert r["product_bytes"] == laid["head"].nbytes + sum(
+        x.nbytes for layer in laid["layers"] for k, x in layer.items() if k not in ("ln1", "ln2"))
+    assert r["quarter_rows"] == r["rows"] // 4
+    assert r["product_seconds"] > 0 and r["product_seconds_quarter_rows"] > 0
+    streamed = r["product_bytes"] / r["product_seconds"] / 1e9
+    assert r["product_GBps"] == pytest.approx(streamed, abs=0.01)
+    assert r["product_fraction_of_bandwidth"] == pytest.approx(
+        streamed / r["read_bandwidth_GBps"], rel=0.02, abs=1e-3)
+    assert r["product_share_of_step"] == pytest.approx(
+        r["product_seconds"] / r["seconds_per_token"], rel=0.01, abs=1e-3)
+    thin = r["product_seconds_quarter_rows"] > 0.8 * r["product_seconds"]
+    assert r["product_bound_by"] == ("streaming" if thin else "flops")
+
+
+def test_the_products_program_multiplies_as_the_decode_does(tiny_model_dir):
+    """Its products read the sampler's dtype as the decode step's do: sampling in
+    bfloat16, every one of them is a dot of bfloat16 inputs in the compiled program
+    (none turned back to float32, test_mixed.py's pitfalls), one per laid-out
+    projection and the head; sampling in float32, none is."""
+    import numpy as np
+
+    from tests.core.trainer.test_mixed import narrow_dots
+
+    for dtype, narrow in (("bfloat16", True), ("float32", False)):
+        t = be.trainer([f"model.source={tiny_model_dir}", f"rollout.compute_dtype={dtype}",
+                        "model.compute_dtype=float32"])
+        products, mats, inputs = be.decode_products(t)
+        assert len(mats) == 4 * t.info.num_layers + 1
+        assert {str(w.dtype) for w in mats} == {dtype}
+        text = products.lower(mats, inputs(16)).compile().as_text()
+        assert narrow_dots(text) == (len(mats) if narrow else 0, len(mats))
+        assert np.isfinite(float(products(mats, inputs(4))))
