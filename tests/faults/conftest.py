@@ -51,7 +51,8 @@ def one_error(r: subprocess.CompletedProcess, code: int, *words: str) -> str:
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, r.stderr
     tail = r.stderr.strip().splitlines()
-    assert tail[-1].startswith(("error:", "hint:")) and len(tail[tail.index(errors[0]):]) <= 2
+    assert tail[-1].startswith(("error:", "hint:")) and len(tail[tail.index(errors[0]):]) <= 2, \
+        r.stderr
     for w in words:
         assert w in errors[0], errors[0]
     return errors[0]

@@ -160,10 +160,17 @@ class TestFailedReadNoise:
                                  (f"<Future finished exception={exc!r}>",),
                                  (type(exc), exc, None))
 
+    # a chunk read past the end of a cut data file names only the OCDBT store (what
+    # tests/faults' "no manifest, data cut" printed after its hint in a CI run)
+    CUT = ValueError('OUT_OF_RANGE: Error reading "model.lm_head.w/0.0" in OCDBT database '
+                     'at local file "/runs/ok/checkpoints/1/default/": Requested byte range '
+                     '[593085, 684056) is not valid for value of size 419417')
+
     def test_an_unretrieved_read_without_a_traceback_is_dropped(self):
         from rlctl.core.trainer.checkpointing import _UNRETRIEVED
 
         assert _UNRETRIEVED.filter(self.record(self.READ)) is False
+        assert _UNRETRIEVED.filter(self.record(self.CUT)) is False
         assert _UNRETRIEVED.filter(self.record(ValueError("a user's own bug"))) is True
 
     def test_unraisables_of_reads_are_dropped_and_others_kept(self):
@@ -176,7 +183,25 @@ class TestFailedReadNoise:
 
         assert restore_noise(info(RuntimeError("Event loop is closed")))
         assert restore_noise(info(self.READ, obj=None))
+        assert restore_noise(info(self.CUT, obj=None))
         assert not restore_noise(info(ValueError("a user's own bug"), obj="<function f>"))
+
+
+    def test_orbax_reads_left_unawaited_are_not_warned_of_and_others_are(self):
+        import warnings
+
+        from rlctl.core.trainer.checkpointing import _QuietRestore
+
+        quiet = _QuietRestore()
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("always")
+            quiet.install()
+            quiet.remove()  # the warnings filter stays: these come at exit
+            for name in ("_read_array_index_and_device_put", "_read_shard",
+                         "_read_and_create_array", "my_reward"):
+                warnings.warn(f"coroutine '{name}' was never awaited", RuntimeWarning,
+                              stacklevel=1)
+        assert [str(w.message) for w in shown] == ["coroutine 'my_reward' was never awaited"]
 
 
 class TestSpaceNeeded:
