@@ -166,9 +166,7 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
         # embedding, of which it reads a row per row (a tied head is counted as the head)
         laid = decode.weights(t.model, info.compute_dtype)
         weights = tree_bytes({k: v for k, v in laid.items() if k != "emb"})
-        # the weights a step multiplies by: every projection and the head (not the norms)
-        products = laid["head"].size + sum(v.size for layer in laid["layers"]
-                                           for k, v in layer.items() if k not in ("ln1", "ln2"))
+        products = sum(w.size for w, _ in multiplied(laid, info.compute_dtype))
         del laid
     else:
         weights = tree_bytes(sampler.state)
@@ -189,6 +187,18 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
             + 4 * info.num_layers * rows * heads * info.head_dim * slots}
 
 
+def multiplied(laid: dict[str, Any], dtype: str) -> list[tuple[Any, bool]]:
+    """The weights a decode step multiplies by (``decode.weights`` laid out in
+    ``dtype``): every layer's projections and the head, not the norms, each with
+    whether it is taken rows first (narrow, the output projection is:
+    ``decode._out_projection``)."""
+    from rlctl.core.trainer.tunix_adapter.mixed import narrow
+
+    keys = ("qkv", "o", "gu", "down")
+    return [(lw[k], narrow(dtype) and k == "o") for lw in laid["layers"] for k in keys] \
+        + [(laid["head"], False)]
+
+
 def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
     """A decode step's products alone, as a jitted program over (weights, inputs):
     every layer's projections and the head, laid out and multiplied as
@@ -198,14 +208,11 @@ def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
     import jax.numpy as jnp
 
     from rlctl.core.trainer.tunix_adapter import decode
-    from rlctl.core.trainer.tunix_adapter.mixed import dot, narrow
+    from rlctl.core.trainer.tunix_adapter.mixed import dot
 
     dtype = t.rollout.sampler.info.compute_dtype
-    laid = decode.weights(t.model, dtype)
-    keys = ("qkv", "o", "gu", "down")
-    mats = [lw[k] for lw in laid["layers"] for k in keys] + [laid["head"]]
-    # narrow, the output projection is taken rows first (decode._out_projection)
-    rows_first = [narrow(dtype) and k == "o" for _ in laid["layers"] for k in keys] + [False]
+    mats, rows_first = map(list, zip(*multiplied(decode.weights(t.model, dtype), dtype),
+                                     strict=True))
     # each product's input: [rows, K] rows first, [K, rows] weights first
     shapes = sorted({(w.shape[0], True) if first else (w.shape[1], False)
                      for w, first in zip(mats, rows_first, strict=True)})

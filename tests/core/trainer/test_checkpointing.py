@@ -186,7 +186,6 @@ class TestFailedReadNoise:
         assert restore_noise(info(self.CUT, obj=None))
         assert not restore_noise(info(ValueError("a user's own bug"), obj="<function f>"))
 
-
     def test_orbax_reads_left_unawaited_are_not_warned_of_and_others_are(self):
         import warnings
 
