@@ -13,6 +13,10 @@ alike. Prints each one's median seconds after its first call and the ratio.
                           included (tunix_adapter/compaction.py skips them)
   --against whole-head    the vocabulary head alone on every completion position
                           (compaction.head_logps projects the masked-in ones)
+  --against remat-all     every layer recomputed in the backward pass (training.remat=true;
+                          rlctl's CPU default keeps a quarter of them: step._remat_levels)
+  --against no-remat      no layer recomputed (training.remat=false), the whole batch
+                          (run it with RLCTL_MEMORY_LIMIT=8GB: it needs about 3.1 GiB)
   --against float32       every matmul in float32 (model.compute_dtype=float32;
                           rlctl runs the run's own: --set model.compute_dtype=bfloat16
                           to time the narrow one, as auto picks on a GPU or TPU)
@@ -47,6 +51,8 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     info = dataclasses.replace(t.info, compute_dtype="float32") if against == "float32" else (
         t.info)
     u = Update.create(t.spec, t.tokenizer.pad_id(), info)
+    if against in ("no-remat", "remat-all"):  # the whole batch, so that only this differs
+        u.remat, u.micro = against == "remat-all", int(batch.completion_ids.shape[0])
     saved = (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
              logprobs.PACK_HEAD)
     try:
@@ -56,8 +62,8 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
             step.SKIP_PADS = False
         elif against == "whole-head":
             logprobs.PACK_HEAD = False
-        elif against == "float32":
-            pass  # its info says so
+        elif against in ("float32", "no-remat", "remat-all"):
+            pass  # its info or its settings say so
         else:
             compiles.update_options = lambda *a: None  # type: ignore[assignment]
         u.program(t.model, t.optimizer, batch)  # traced and compiled now, as set
@@ -70,7 +76,7 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid",
-                                          "whole-head", "float32"],
+                                          "whole-head", "float32", "no-remat", "remat-all"],
                     required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -86,6 +92,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     updates = {"rlctl": t.update, args.against: yardstick_update(t, args.against, batch)}
     compile_s[args.against] = time.perf_counter() - t0
+    from rlctl.core.trainer import memory
+
+    need = {name: memory.compiled_need(u.program(t.model, t.optimizer, batch)[0])
+            for name, u in updates.items()}
     seconds: dict[str, list[float]] = {name: [] for name in updates}
     for _ in range(args.repeats + 1):
         for name, u in updates.items():
@@ -98,13 +108,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            "completion_tokens": int(batch.mask.sum()),
            "completion_grid": int(batch.mask.size),
            "seconds": seconds, "median_seconds": med, "compile_seconds": compile_s,
+           "temporaries_bytes": need,
            "ratio": med["rlctl"] / med[args.against]}
     print(f"update of {out['sequences']} sequences ({out['completion_tokens']} of "
           f"{out['completion_grid']} completion positions real), median of {args.repeats} "
           "calls each after "
           f"the first: rlctl {med['rlctl']:.2f} s, {args.against} {med[args.against]:.2f} s: "
           f"{out['ratio']:.2f}x the time; compiled in {compile_s['rlctl']:.0f} s and "
-          f"{compile_s[args.against]:.0f} s; rlctl's matmuls read {t.info.compute_dtype}",
+          f"{compile_s[args.against]:.0f} s; XLA's temporaries {need['rlctl'] / 2**30:.2f} "
+          f"and {need[args.against] / 2**30:.2f} GiB; rlctl's matmuls read "
+          f"{t.info.compute_dtype}",
           flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))

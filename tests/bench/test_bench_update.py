@@ -14,7 +14,7 @@ import bench_update as bu
 
 
 @pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head",
-                                     "float32"])
+                                     "float32", "remat-all", "no-remat"])
 def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_dir, tmp_path,
                                                                     against, monkeypatch):
     from rlctl.core.trainer import compiles, step
@@ -28,6 +28,7 @@ def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_di
                    f"model.source={tiny_model_dir}", "-o", str(tmp_path / "u.json")])
     assert [len(s) for s in out["seconds"].values()] == [3, 3]
     assert set(out["compile_seconds"]) == {"rlctl", against}
+    assert set(out["temporaries_bytes"]) == {"rlctl", against}
     assert 0 < out["completion_tokens"] <= out["completion_grid"]
     med = out["median_seconds"]
     assert out["ratio"] == pytest.approx(med["rlctl"] / med[against])
@@ -67,6 +68,9 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     layers.clear(), options.clear(), packs.clear(), heads.clear()
     bu.yardstick_update(t, "float32", batch)
     assert layers and options == [("float32",)] and any(packs) and heads  # only the dtype
+    for against, level in (("remat-all", True), ("no-remat", False)):
+        u = bu.yardstick_update(t, against, batch)
+        assert u._remat_levels() == [level] and u.micro == batch.completion_ids.shape[0]
     layers.clear(), options.clear(), packs.clear(), heads.clear()
     t.update.program(t.model, t.optimizer, batch)
     assert layers and options == [(t.info.compute_dtype,)] and any(packs) and heads

@@ -266,8 +266,9 @@ class TrainingSpec(Spec):
     remat: Annotated[
         bool | None,
         Field(description="gradient checkpointing: each layer keeps only its inputs for the "
-              "backward pass and recomputes the rest (Llama-family models); default: on for "
-              "the CPU, where it costs no time, off on accelerators"),
+              "backward pass and recomputes the rest (Llama-family models); default on the "
+              "CPU: three quarters of the layers, or all where that does not fit the update's "
+              "memory; off on accelerators"),
     ] = None
     seed: Annotated[int, Field(ge=0)] = 0
 

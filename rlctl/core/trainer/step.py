@@ -135,22 +135,38 @@ class Update:
             temperature=self.temperature, info=self.info, remat=remat,
             mask=mask if SKIP_PADS else None)
 
-    def _remat(self) -> bool:
-        """``training.remat``, or by default on for the CPU: there XLA's temporaries
-        for the default update fall from 1.32 GiB (in micro-batches of 4) to 0.69 GiB
-        (the whole batch), at the same speed (bench/bench_train_step.py --against
-        no-remat: 1.02x); an accelerator's faster without the recomputation where the
-        batch fits."""
+    def _remat_levels(self) -> list[bool | int]:
+        """The recomputations to try, in order (``logprobs.recomputed``): the first
+        whose update fits the budget is compiled.
+
+        ``training.remat`` when set. By default none on an accelerator, where the
+        recomputation costs time and the batch usually fits. On the CPU, first all
+        layers but a quarter, then all: on the default update (SmolLM2, a 2-core Zen 4
+        EPYC, float32) XLA's temporaries are 0.70 GiB with every layer recomputed,
+        +0.08 GiB for each layer kept (3.12 GiB with none), and its time 6.27 s with
+        every layer recomputed, 5.84 s with 20 of 30, 5.74 s with none; so the layers
+        kept save most of the recomputation's cost for a part of its memory
+        (bench/bench_update.py --against remat-all).
+        A workload whose first try does not fit compiles once more, every layer
+        recomputed, before its batch is cut into micro-batches."""
         if self.info.family != "llama":
-            return False
+            return [False]
         if self.remat is not None:
-            return self.remat
+            return [self.remat]
         import jax
 
-        return jax.default_backend() == "cpu"
+        if jax.default_backend() != "cpu":
+            return [False]
+        layers = self.info.num_layers
+        return [layers - layers // 4, True] if layers >= 4 else [True]
+
+    def _remat(self) -> bool | int:
+        """The recomputation the update tries first (``_remat_levels``)."""
+        return self._remat_levels()[0]
 
     def _loss_and_grads(self, params: Any, mdef: Any, rest: Any, batch: Batch,
-                        size: int) -> tuple[tuple[Any, dict[str, Any]], Any]:
+                        size: int, remat: bool | int | None = None,
+                        ) -> tuple[tuple[Any, dict[str, Any]], Any]:
         """((loss, aux), gradients) of ``batch``, ``size`` sequences at a time with the
         gradients summed: each micro-batch divides by the whole batch's ``Norm``, so
         the sums are the whole batch's figures (traced; see ``loss_and_grads``)."""
@@ -162,7 +178,7 @@ class Update:
 
         cfg = self.cfg
         norm = Norm.of(batch.mask)
-        remat = self._remat()
+        remat = self._remat() if remat is None else remat
 
         def loss_fn(p, mb: Batch, group: int):
             m = nnx.merge(mdef, p, rest)
@@ -198,7 +214,8 @@ class Update:
         fn = jax.jit(lambda p, r, b: self._loss_and_grads(p, mdef, r, b, size))
         return fn(params, rest, batch)
 
-    def _step_fn(self, graphdef: Any, size: int) -> Callable[..., Any]:
+    def _step_fn(self, graphdef: Any, size: int,
+                 remat: bool | int | None = None) -> Callable[..., Any]:
         """(state, batch) -> (new state, loss, aux, grad norm)."""
         import optax
         from flax import nnx
@@ -206,7 +223,8 @@ class Update:
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
             mdef, params, rest = nnx.split(model, self._wrt(), ...)
-            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size)
+            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size,
+                                                      remat)
             optimizer.update(model, grads)
             return nnx.state((model, optimizer)), loss, aux, optax.global_norm(grads)
 
@@ -266,16 +284,24 @@ class Update:
         one = next(x.sharding for x in jax.tree.leaves(nnx.state(model)))
         keep = (jax.tree.map(lambda x: getattr(x, "sharding", None) or one, state),
                 None, None, None)
-        measured: tuple[int, int] | None = None  # (size, need) of the first compile
+        # a lighter recomputation first, whole batch only; then the last one in
+        # micro-batches as needed (``_remat_levels``)
+        levels = self._remat_levels()
+        tries = [(i, sizes[0]) for i in range(len(levels) - 1)] + [
+            (len(levels) - 1, s) for s in sizes]
+        measured: tuple[int, int] | None = None  # (size, need) of the level's first compile
         tried = rows + rows  # each retry at least halves: each try compiles again
-        for size in sizes:
+        for n, (i, size) in enumerate(tries):
+            level = levels[i]
+            if n and i != tries[n - 1][0]:
+                measured, tried = None, rows + rows  # another level: measured afresh
             if size > tried // 2:
                 continue
             if measured and size != sizes[-1] and memory.predicted_need(
                     *measured, size, grads) > have:
                 continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
             tried = size
-            compiled = jax.jit(self._step_fn(graphdef, size), donate_argnums=0,
+            compiled = jax.jit(self._step_fn(graphdef, size, level), donate_argnums=0,
                                out_shardings=keep).lower(state, batch).compile(
                 compiler_options=compiles.update_options(self.info.compute_dtype))
             memory.return_freed_memory()  # the compiler's working memory

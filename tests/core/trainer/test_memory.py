@@ -199,6 +199,71 @@ class TestRemat:
         assert need[True] < 0.5 * need[False], need
 
 
+class TestSomeLayersRecomputed:
+    """The CPU's default: the first layers recomputed, the rest keeping their
+    activations (``logprobs.recomputed``, ``Update._remat_levels``)."""
+
+    def test_same_loss_and_gradients_as_none_recomputed(self, tiny):
+        from rlctl.core.trainer.step import Update
+
+        model, info = tiny
+        assert info.num_layers >= 2
+        batch = make_batch(info, logps=True)
+        (loss, _), grads = Update(spec(remat=False, beta=0.04), pad_id=0,
+                                  info=info).loss_and_grads(model, batch, size=8)
+        some = Update(spec(beta=0.04), pad_id=0, info=info)
+        some.remat = 1  # the first layer recomputed, the others kept
+        (sloss, _), sgrads = some.loss_and_grads(model, batch, size=8)
+        assert float(sloss) == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
+        for a, b in zip(jax.tree.leaves(sgrads), jax.tree.leaves(grads), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+    def test_the_count_is_clamped_and_true_is_every_layer(self):
+        from rlctl.core.trainer.tunix_adapter.logprobs import recomputed
+
+        assert [recomputed(r, 8) for r in (True, False, 0, 3, 8, 12, -1)] == [
+            8, 0, 0, 3, 8, 8, 0]
+
+    def test_the_cpu_default_tries_a_quarter_kept_then_all_recomputed(self, tiny):
+        from rlctl.core.trainer.step import Update
+
+        _, info = tiny
+        assert jax.default_backend() == "cpu"
+        u = Update(spec(), pad_id=0, info=info)
+        n = info.num_layers
+        assert u._remat_levels() == ([n - n // 4, True] if n >= 4 else [True])
+        assert Update(spec(remat=False), pad_id=0, info=info)._remat_levels() == [False]
+        assert Update(spec(remat=True), pad_id=0, info=info)._remat_levels() == [True]
+
+    def test_kept_layers_cost_memory_and_what_does_not_fit_recomputes_all(
+            self, tmp_path, monkeypatch):
+        """XLA's temporaries, 8 layers x 256 tokens: fewer layers recomputed, more
+        memory; and a budget under the default's first try (6 of 8 recomputed) gets
+        the update with every layer recomputed, still the whole batch."""
+        from rlctl.core.trainer import memory
+        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.step import Update, make_optimizer
+        from tests.fakes.tiny_model import write_tiny_llama
+
+        model, info = ta.load_model(write_tiny_llama(tmp_path / "deep", layers=8))
+        batch = make_batch(info, lengths=(32, 256))
+        need = {}
+        for level in (True, 6, 2):
+            u = Update(spec(micro_batch_size=8), pad_id=0, info=info)
+            u.remat = level
+            need[level] = memory_need(u.program(model, make_optimizer(model, spec().training),
+                                                batch)[0])
+        assert need[True] < need[6] < need[2], need
+        monkeypatch.setenv(memory.LIMIT_ENV, str((need[True] + need[6]) // 2))
+        u = Update(spec(), pad_id=0, info=info)
+        compiled, size = u.program(model, make_optimizer(model, spec().training), batch)
+        assert size == 8 and memory_need(compiled) == need[True]
+        monkeypatch.setenv(memory.LIMIT_ENV, str(need[6] + 1))
+        u = Update(spec(), pad_id=0, info=info)
+        compiled, size = u.program(model, make_optimizer(model, spec().training), batch)
+        assert size == 8 and memory_need(compiled) == need[6]
+
+
 def memory_need(compiled) -> int:
     from rlctl.core.trainer import memory
 

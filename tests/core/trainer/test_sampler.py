@@ -252,3 +252,43 @@ class TestWeightsFirstDecode:
                           SimpleNamespace(lora_rank=4, lora_alpha=8.0,
                                           lora_target_modules=["q_proj", "v_proj"]))
         assert not decode.fits(lora, plain)
+
+
+class TestDraw:
+    """``sampler._draw``: the CDF inverted in two levels (blocks, then one block)."""
+
+    V = 1000  # four blocks of 256, the last one short
+
+    def draws(self, logits: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+        from rlctl.core.trainer.sampler import _draw
+
+        rows = jax.numpy.asarray(np.repeat(logits[None].astype(np.float32), n, 0))
+        keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+        return np.concatenate([np.asarray(_draw(k, rows)) for k in keys])
+
+    def test_tokens_follow_the_softmax_across_blocks(self):
+        rng = np.random.default_rng(0)
+        logits = np.full(self.V, -1e9, np.float32)
+        picked = [0, 255, 256, 511, 700, 999]  # both ends of blocks, the short last one
+        logits[picked] = rng.normal(size=len(picked))
+        out = self.draws(logits, 2000)
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        counts = np.bincount(out, minlength=self.V) / out.size
+        sigma = np.sqrt(probs * (1 - probs) / out.size)
+        assert (np.abs(counts - probs) <= 4.5 * sigma + 1e-3).all()
+        assert set(np.unique(out)) == set(picked)
+
+    @pytest.mark.parametrize("kept", [[3], [255], [256], [999], [0, 999], [510, 511]])
+    def test_a_masked_token_is_never_drawn(self, kept):
+        """Whole blocks at -inf, before and after the kept tokens, and a kept token
+        at a block's last entry: rounding between the two sums never lands past it."""
+        logits = np.full(self.V, -np.inf, np.float32)
+        logits[kept] = 0.0
+        out = self.draws(logits, 500, seed=len(kept) + kept[0])
+        assert set(np.unique(out)) <= set(kept)
+
+    def test_one_token_of_all_the_mass_is_drawn_always(self):
+        logits = np.full(self.V, -30.0, np.float32)
+        logits[767] = 30.0  # the last entry of the third block
+        assert (self.draws(logits, 200) == 767).all()

@@ -108,7 +108,7 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
 
 def shared_prefix_logps(
     model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
-    info: ModelInfo, chunk: int | None = None, remat: bool = False,
+    info: ModelInfo, chunk: int | None = None, remat: bool | int = False,
     mask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs of completions, computing each group's prompt once.
@@ -122,7 +122,8 @@ def shared_prefix_logps(
 
     Llama-family models run layer by layer, the prompt then its completions in
     each layer (``_layer_pair``); with ``remat`` each layer keeps only its inputs
-    for the backward pass and recomputes the rest there (``_recomputed_pair``).
+    for the backward pass and recomputes the rest there (``_recomputed_pair``); an
+    int ``remat`` recomputes that many layers, the first ones (``recomputed``).
     Without LoRA adapters their MLP's gradient is rlctl's own (``mlp_grad``).
     Qwen and Gemma models run whole, prompt then completions, without remat.
     Given the loss's ``mask``, plain Llama's MLPs skip the completion positions
@@ -160,7 +161,7 @@ def shared_prefix_logps(
         cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
         c_hidden, _ = trunk(model, completion_ids, positions, cache, c_mask)
     else:
-        pair = _recomputed_pair if remat else _layer_pair
+        again = recomputed(remat, len(model.layers))
         own = OWN_MLP_GRADIENT and fits(model, info)
         how = (group, own, info.compute_dtype)
         packing = plan(needed_positions(mask)) if own and mask is not None else None
@@ -168,6 +169,7 @@ def shared_prefix_logps(
         for i, layer in enumerate(model.layers):
             graphdef, state = nnx.split(layer)
             masks = (p_positions, p_mask, positions, c_mask, cache[f"layer_{i}"], packing)
+            pair = _recomputed_pair if i < again else _layer_pair
             xs = pair(graphdef, how, state, xs, masks)
         p_hidden, c_hidden = model.final_norm(xs[0]), model.final_norm(xs[1])
     # token j is predicted by position j-1: the first one by the prompt's last position
@@ -176,6 +178,19 @@ def shared_prefix_logps(
     return token_logps(hidden, completion_ids, head_weight(model), temperature,
                        chunk or chunk_tokens(info.vocab_size), keep=mask,
                        dtype=info.compute_dtype)
+
+
+def recomputed(remat: bool | int, layers: int) -> int:
+    """How many of ``layers`` (the first ones) ``remat`` recomputes in the backward
+    pass: all for True, none for False, else the count itself (at most all).
+
+    Why a count: the backward pass starts with every kept layer's activations live, so
+    the update's temporaries grow by one layer's worth for each layer not recomputed,
+    and its time falls by that layer's second forward. Which layers does not change
+    either; the first ones are the ones whose activations would wait longest."""
+    if remat is True:
+        return layers
+    return max(0, min(int(remat), layers))
 
 
 def _runs_whole(model) -> bool:
