@@ -284,36 +284,32 @@ class Update:
         one = next(x.sharding for x in jax.tree.leaves(nnx.state(model)))
         keep = (jax.tree.map(lambda x: getattr(x, "sharding", None) or one, state),
                 None, None, None)
-        # a lighter recomputation first, whole batch only; then the last one in
-        # micro-batches as needed (``_remat_levels``)
         levels = self._remat_levels()
-        tries = [(i, sizes[0]) for i in range(len(levels) - 1)] + [
-            (len(levels) - 1, s) for s in sizes]
-        measured: tuple[int, int] | None = None  # (size, need) of the level's first compile
-        tried = rows + rows  # each retry at least halves: each try compiles again
-        for n, (i, size) in enumerate(tries):
-            level = levels[i]
-            if n and i != tries[n - 1][0]:
-                measured, tried = None, rows + rows  # another level: measured afresh
-            if size > tried // 2:
-                continue
-            if measured and size != sizes[-1] and memory.predicted_need(
-                    *measured, size, grads) > have:
-                continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
-            tried = size
-            compiled = jax.jit(self._step_fn(graphdef, size, level), donate_argnums=0,
-                               out_shardings=keep).lower(state, batch).compile(
-                compiler_options=compiles.update_options(self.info.compute_dtype))
-            memory.return_freed_memory()  # the compiler's working memory
-            need = memory.compiled_need(compiled)
-            measured = measured or (size, need)
-            if need <= have:
-                if size < rows and self.micro is None:
-                    self.warn(f"the update runs in micro-batches of {size} sequences: the "
-                              f"whole batch needs more than the {human_bytes(have)} {where} "
-                              f"(training.micro_batch_size)")
-                self._compiled[key] = (compiled, size)
-                return compiled, size
+        for n, level in enumerate(levels):
+            # a lighter recomputation with the whole batch only; the last one in
+            # micro-batches as needed (``_remat_levels``)
+            measured: tuple[int, int] | None = None  # (size, need) of this level's first
+            tried = rows + rows  # each retry at least halves: each try compiles again
+            for size in sizes if n == len(levels) - 1 else sizes[:1]:
+                if size > tried // 2:
+                    continue
+                if measured and size != sizes[-1] and memory.predicted_need(
+                        *measured, size, grads) > have:
+                    continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
+                tried = size
+                compiled = jax.jit(self._step_fn(graphdef, size, level), donate_argnums=0,
+                                   out_shardings=keep).lower(state, batch).compile(
+                    compiler_options=compiles.update_options(self.info.compute_dtype))
+                memory.return_freed_memory()  # the compiler's working memory
+                need = memory.compiled_need(compiled)
+                measured = measured or (size, need)
+                if need <= have:
+                    if size < rows and self.micro is None:
+                        self.warn(f"the update runs in micro-batches of {size} sequences: "
+                                  f"the whole batch needs more than the {human_bytes(have)} "
+                                  f"{where} (training.micro_batch_size)")
+                    self._compiled[key] = (compiled, size)
+                    return compiled, size
         what = (f"the update of {rows} sequences x {batch.completion_ids.shape[1]} tokens"
                 + (f" in micro-batches of {tried}" if tried < rows else ""))
         valid = ", ".join(map(str, micro_batch_sizes(rows // self.group, self.group)))
