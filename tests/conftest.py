@@ -23,6 +23,10 @@ _real_connect = socket.socket.connect
 # its own torch), never in the main test venv: there the folder is not collected at all
 # (not skipped, which CI=true would fail)
 collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm"]
+# tests/ray_image runs in the environment .ci/ray-image makes from a cluster image's exact
+# lock (RLCTL_IMAGE_LOCK names it), never in the main test venv
+if not os.environ.get("RLCTL_IMAGE_LOCK"):
+    collect_ignore.append("ray_image")
 
 
 def in_ci() -> bool:

@@ -409,11 +409,13 @@ def logs(
 
     A run trained on this machine (./runs or --runs-dir PATH; or a gs:// store it
     wrote to from here) prints its train.log: every attempt's phase, step and eval
-    lines with their times. A cluster run (a gs:// --runs-dir or --cluster) prints its
-    trainer's log from its leading pod. -f polls every --interval seconds and stops
-    when the run (or its workload) has ended; Ctrl-C exits with 130. With -o json
-    (not with -f): {"run": ..., "log": ..., "lines": [...]}, or for a cluster run
-    {"pod": ..., "lines": [...]}.
+    lines with their times. A cluster run (a gs:// --runs-dir or --cluster) prints the
+    same file, which its trainer writes into the run store whatever the backend; before
+    it has written one, the log of its leading pod (JobSet: process 0; Pathways: the
+    head; Ray: the job submitter). -f polls every --interval seconds and stops when the
+    run (or its workload) has ended; Ctrl-C exits with 130. With -o json (not with -f):
+    {"run": ..., "log": ..., "lines": [...]}, or {"run": ..., "pod": ..., "lines": [...]}
+    from a pod.
 
     Example: rlctl logs my-first-run -f
     """
@@ -434,12 +436,12 @@ def logs(
     from rlctl.core.runs import cluster as core
 
     if not follow:
-        pod, text = core.logs(where.clients, where.ref, run, tail)
-        out.info(pod)
+        got = core.logs(where.clients, where.ref, run, tail)
+        out.info(got.source)
         if out.json:
-            out.result({"pod": pod, "lines": text.splitlines()})
+            out.result(got.model_dump(mode="json", exclude_none=True))
         else:
-            for line in text.splitlines():
+            for line in got.lines:
                 out.line(line)
         return
     for line in core.follow_logs(where.clients, where.ref, run, tail, interval):

@@ -13,7 +13,8 @@ From the environment, as gcloud's ``api_endpoint_overrides`` and
 still without I/O; explicit ``endpoints=``/``credentials=`` arguments win):
 
 * ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>`` (SERVICE in COMPUTE, CONTAINER, TPU,
-  SERVICEUSAGE, STORAGE, CLOUDBUILD, ARTIFACTREGISTRY) sends that service's calls to
+  SERVICEUSAGE, STORAGE, CLOUDBUILD, ARTIFACTREGISTRY, CLOUDRESOURCEMANAGER,
+  CLOUDQUOTAS) sends that service's calls to
   another endpoint, for users behind Private Service Connect or regional endpoints,
   and for CI against a local fake. The value is ``https://HOST[:PORT]`` without a path:
   the client libraries add the API path themselves (gcloud's values include it).
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kubernetes.client import ApiClient
 
 SERVICES = ("compute", "container", "tpu", "serviceusage", "storage", "cloudbuild",
-            "artifactregistry", "cloudresourcemanager")
+            "artifactregistry", "cloudresourcemanager", "cloudquotas")
 USER_AGENT = f"rlctl/{__version__}"
 ENDPOINT_ENV_PREFIX = "RLCTL_API_ENDPOINT_OVERRIDES_"
 DISABLE_CREDENTIALS_ENV = "RLCTL_AUTH_DISABLE_CREDENTIALS"
@@ -268,6 +269,10 @@ class Clients:
     @cached_property
     def service_usage(self) -> Any:
         return self._gapic("google.cloud.service_usage_v1", "ServiceUsageClient", "serviceusage")
+
+    @cached_property
+    def cloud_quotas(self) -> Any:
+        return self._gapic("google.cloud.cloudquotas_v1", "CloudQuotasClient", "cloudquotas")
 
     # --- Cloud Build, Artifact Registry (rlctl image) ---------------------
     @cached_property

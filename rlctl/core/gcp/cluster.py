@@ -187,10 +187,8 @@ def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
 
 
 def wants_pathways_pool(spec: InfraSpec) -> bool:
-    """A Standard cluster with TPU slices gets the Pathways head's pool (--backend pathways
-    runs on TPUs only); ``pathways_pool: false`` in the config leaves it out."""
-    return (spec.mode == "standard" and spec.pathways_pool
-            and any(lookup(s.type).kind == "tpu" for s in spec.accelerators))
+    """Whether the cluster gets the Pathways head's pool (``InfraSpec.wants_pathways_pool``)."""
+    return spec.wants_pathways_pool()
 
 
 def pathways_pool_body(spec: InfraSpec) -> dict[str, Any]:

@@ -201,13 +201,15 @@ def _stored_before_26(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_local(root: str, name: str, progress: Progress | None = None,
-                 recover: bool = False, steps: int | None = None) -> TrainResult:
+                 recover: bool = False, steps: int | None = None,
+                 command: str = "resume") -> TrainResult:
     """Continue a run from its latest intact checkpoint. ``recover``: first bring back
     the checkpoints set aside as damaged whose data may be intact (see
     ``Checkpoints._recover``); a local run store only. ``steps``: train to that many
-    steps in all (more than the run has done), a completed run included."""
+    steps in all (more than the run has done), a completed run included. ``command``:
+    what the attempt's line in train.log says started it (a cluster pod: "pod")."""
     require_extra("tunix", "train")
-    log = RunLog("resume", progress)
+    log = RunLog(command, progress)
     run = open_store(root).existing(name)
     local = isinstance(run, LocalRunDir)
     if recover and not local:
