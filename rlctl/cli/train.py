@@ -170,10 +170,20 @@ def _no_reward_files(spec) -> None:
 
 def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_run: bool,
             resources: dict[str, object]) -> None:
+    from rlctl.core.clients import EmptyProject
     from rlctl.core.runs import cluster as core
     from rlctl.core.runs.results import SubmitPreview
 
     clients = where.clients
+    if isinstance(clients, EmptyProject):  # a dry run without credentials
+        import shlex
+
+        from rlctl.cli._infra import assumed_note
+
+        name = where.ref.cluster
+        out.info(f"{assumed_note(clients.project, clients.region)}; cluster {name} as "
+                 f"\"rlctl cluster create {name} -a {shlex.quote(where.ref.accelerator or '')} "
+                 f"--bucket {core.assumed_bucket(clients.project, name)}\" makes it")
     out.info(f"looking up cluster {where.ref.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
     result = core.submit(clients, where.ref, spec, backend, image,
@@ -246,11 +256,19 @@ def _command(algorithm: str):
             "training.seed": seed,
             "eval.size": eval_size,
         }
-        from rlctl.cli._infra import clients_for
+        from rlctl.cli._infra import assumed_location, clients_for
         from rlctl.core.runs.where import locate_new
 
-        where = locate_new(runs_dir, cluster, project, region, accelerator,
-                           lambda: clients_for(ctx, project, region))
+        assumed = assumed_location(ctx, dry_run, None, project, region) if cluster else None
+        if assumed:  # no credentials: plan against the cluster 'cluster create' would make
+            from rlctl.core.runs.cluster import assumed_cluster
+
+            project, region = assumed
+            where = locate_new(runs_dir, cluster, project, region, accelerator,
+                               lambda: assumed_cluster(project, region, cluster, accelerator))
+        else:
+            where = locate_new(runs_dir, cluster, project, region, accelerator,
+                               lambda: clients_for(ctx, project, region))
         _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
              image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu},
              print_prompt)

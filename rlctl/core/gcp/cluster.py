@@ -300,6 +300,23 @@ def _parent(spec_or_project: Any, location: str) -> str:
     return f"projects/{project}/locations/{location}"
 
 
+def planned_cluster(clients: GcpClients, spec: InfraSpec, endpoint: str = "0.0.0.0") -> Any:
+    """The cluster ``cluster create`` makes of ``spec``, as GKE reports it once RUNNING:
+    its own request body with every pool it adds (``desired_pools``, the Pathways pool).
+    What a dry run of ``train --cluster`` without credentials places its pods on."""
+    ct = clients.container_types
+    body = cluster_body(spec)
+    body["node_pools"] = [*body.get("node_pools", []), *(b for *_, b in desired_pools(spec)),
+                          *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else [])]
+    cur = ct.Cluster(body)
+    cur.status = ct.Cluster.Status.RUNNING
+    cur.endpoint = endpoint
+    cur.location = spec.location
+    for pool in cur.node_pools:
+        pool.status = ct.NodePool.Status.RUNNING
+    return cur
+
+
 def get_cluster(clients: GcpClients, project: str, location: str, name: str) -> Any | None:
     try:
         return call(clients, f"reading cluster {name}", clients.container.get_cluster,

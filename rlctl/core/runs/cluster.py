@@ -14,6 +14,7 @@ region, image, accelerator, backend, namespace), so later commands need only
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlctl.core.config.catalog import lookup, multislice_refusal
+from rlctl.core.config.catalog import lookup, multislice_refusal, parse_slices
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE, KSA_LABEL, NAMESPACE_LABEL
 from rlctl.core.config.models import RunSpec
 from rlctl.core.config.nodes import NodePool
@@ -101,11 +102,22 @@ class ClusterTarget:
             raise ConfigError(f"cluster {self.name!r} has no TPU or GPU node pool",
                               hint=f"add one with 'rlctl cluster create {self.name} -a v6e-16'")
         if accelerator:
-            key = lookup(accelerator).name
+            name, count = parse_slices(accelerator)
+            key = lookup(name).name
             if key not in self.shapes:
                 raise ConfigError(f"cluster {self.name!r} has no {key} node pool",
                                   hint=f"it has: {', '.join(sorted(self.shapes))}")
-            return key, self.shapes[key]
+            shape = self.shapes[key]
+            if not re.search(r"\s[xX*]\s*\d", accelerator):  # no count: all of them
+                return key, shape
+            have = shape.num_slices if shape.kind == "tpu" else shape.hosts_per_slice
+            if count > have:
+                what = "slice" if shape.kind == "tpu" else "machine"
+                raise ConfigError(f"cluster {self.name!r} has {have} {key} {what}"
+                                  f"{'s' if have != 1 else ''}, not {count}",
+                                  hint=f"pass -a '{key} x{have}' or fewer")
+            field = "num_slices" if shape.kind == "tpu" else "hosts_per_slice"
+            return key, shape.model_copy(update={field: count})
         if len(self.shapes) > 1:
             raise ConfigError(f"cluster {self.name!r} has several accelerator types: "
                               f"{', '.join(sorted(self.shapes))}",
@@ -136,6 +148,33 @@ def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> C
                          unmodelled=unmodelled,
                          namespace=labels.get(NAMESPACE_LABEL),
                          service_account=labels.get(KSA_LABEL))
+
+
+def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | None
+                    ) -> GcpClients:
+    """What a dry run of ``train --cluster`` without credentials plans against: an empty
+    project holding only the cluster ``rlctl cluster create CLUSTER -a ACCELERATOR
+    --bucket PROJECT-CLUSTER-runs`` would make, RUNNING, and that bucket."""
+    from rlctl.core.clients import EmptyProject
+    from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, InfraSpec
+    from rlctl.core.gcp.cluster import planned_cluster
+
+    if not accelerator:
+        raise ConfigError(f"without Google Cloud credentials rlctl cannot read the node "
+                          f"pools of cluster {cluster}",
+                          hint="pass -a TYPE[ xN] to plan against the cluster 'rlctl cluster "
+                          f"create {cluster} -a TYPE' would make, e.g. -a 'v6e-16 x2'")
+    spec = InfraSpec(project=project, region=region, cluster=cluster,
+                     accelerators=[accelerator])
+    clients = EmptyProject(project, region)
+    clients.clusters[cluster] = planned_cluster(clients, spec)
+    clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL,
+                                                         CLUSTER_LABEL: cluster}
+    return clients
+
+
+def assumed_bucket(project: str, cluster: str) -> str:
+    return f"{project}-{cluster}-runs"
 
 
 def kube_api(clients: GcpClients, target: ClusterTarget, namespace: str) -> KubeApi:
