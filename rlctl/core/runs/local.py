@@ -32,7 +32,7 @@ from rlctl.core.names import generate_run_name
 from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.run_log import RunLog
-from rlctl.core.runs.spec import local_paths_absolute, write_new_run
+from rlctl.core.runs.spec import check_name_free, local_paths_absolute, write_new_run
 from rlctl.core.runs.status import read_metrics, read_status
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
@@ -98,9 +98,12 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     require_extra("tunix", "train")
     name = spec.name or generate_run_name(spec.algorithm)
     log = RunLog("train", progress)
-    log(phase_event(Stage.STARTING, f"starting run {name}"))
     spec = local_paths_absolute(spec.model_copy(update={"name": name}))
     store = open_store(spec.output.root)
+    check_name_free(store, name)  # a taken name is refused before any line says "run"
+    # what follows can still refuse the run (its data, model, rewards): the first line
+    # says it is being prepared, not that it started
+    log(phase_event(Stage.STARTING, f"preparing run {name}"))
     _preflight(spec, log)
     _quiet_closed_loops()
     # SIGTERM is Ctrl-C from the moment the run exists: a stop right after spec.yaml

@@ -74,26 +74,36 @@ def _yaml_scalar(v: Any) -> str:
     return json.dumps(v)
 
 
+def _taken(store: RunStore, name: str) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"run {name!r} already exists in {store.uri}",
+        hint=f"continue it with 'rlctl resume {name}', remove it with 'rlctl delete "
+        f"run {name}', or choose another --name",
+    )
+
+
+def check_name_free(store: RunStore, name: str) -> None:
+    """Refuse a name already in use (before anything is loaded or printed as started);
+    ``write_new_run`` claims it atomically later, so a race is still refused there."""
+    run = store.run(name)
+    if run.exists(SPEC):
+        raise _taken(store, name)
+    if any(not n.startswith(".") for n in run.list("")):  # a lock or lease is no run
+        # checkpoints without a spec: a damaged run a new spec would silently resume
+        raise AlreadyExistsError(
+            f"run folder {run.uri} exists without its {SPEC}",
+            hint=f"restore its {SPEC}, remove it with 'rlctl delete run {name}', or "
+            "choose another --name")
+
+
 def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
     """Claim ``spec.name`` in ``store`` by writing its spec.yaml. A spec is written
     once: a name already in use is refused, since continuing a run is resume's job."""
     assert spec.name is not None
     run = store.run(spec.name)
-    taken = AlreadyExistsError(
-        f"run {spec.name!r} already exists in {store.uri}",
-        hint=f"continue it with 'rlctl resume {spec.name}', remove it with 'rlctl delete "
-        f"run {spec.name}', or choose another --name",
-    )
-    if run.exists(SPEC):
-        raise taken
-    if any(not n.startswith(".") for n in run.list("")):  # a lock or lease is no run
-        # checkpoints without a spec: a damaged run a new spec would silently resume
-        raise AlreadyExistsError(
-            f"run folder {run.uri} exists without its {SPEC}",
-            hint=f"restore its {SPEC}, remove it with 'rlctl delete run {spec.name}', or "
-            "choose another --name")
+    check_name_free(store, spec.name)
     try:
         run.write_text(SPEC, dump_yaml(spec))  # exclusive: of two racing creators, one wins
     except ConflictError:
-        raise taken from None
+        raise _taken(store, spec.name) from None
     return run
