@@ -32,6 +32,58 @@ def resolve_run_spec(
     return spec.model_copy(update={"output": spec.output.model_copy(update={"root": root})})
 
 
+def reward_flag(text: str) -> dict[str, Any]:
+    """``--reward REF[:WEIGHT]`` -> a rewards entry: REF is a built-in name (correct,
+    format), ``package.module:function`` or ``path/to/file.py:function``; a last ``:``
+    part that is a number is its weight (``my_rewards.py:length:0.5``)."""
+    ref, sep, last = text.strip().rpartition(":")
+    if sep and ref:
+        try:
+            weight = float(last)
+        except ValueError:
+            return {"fn": text.strip()}
+        import math
+
+        if not math.isfinite(weight):
+            raise ConfigError(f"--reward {text!r}: the weight {last!r} is not a finite number",
+                              hint="e.g. --reward my_rewards.py:length:0.5")
+        return {"fn": ref, "weight": weight}
+    if not text.strip():
+        raise ConfigError("--reward is empty",
+                          hint="name a reward: correct, format, module:function or "
+                          "file.py:function, with :WEIGHT if you like")
+    return {"fn": text.strip()}
+
+
+def spec_sources(config: str | None, overrides: list[str] | None,
+                 flags: dict[str, str], env_set: list[str]) -> dict[str, str]:
+    """Where each value a user set came from, by dotted path (later sources win):
+    ``config FILE``, ``RLCTL_SET``, ``--set``, then a flag's name (``flags``: path ->
+    flag). Paths not listed are the spec's defaults. Pure: reads the config file only."""
+    from rlctl.core.config.load import parse_override
+
+    out: dict[str, str] = {"algorithm": "the command"}
+
+    def leaves(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, dict) and node:
+            return [p for k, v in node.items() for p in leaves(v, f"{prefix}{k}.")]
+        return [prefix.rstrip(".")]
+
+    if config:
+        for path in leaves(read_yaml(config), ""):
+            out[path] = f"config {config}"
+    for source, items in (("RLCTL_SET", env_set), ("--set", overrides or [])):
+        for item in items:
+            path, value = parse_override(item)
+            for leaf in leaves(value, ".".join(path) + "."):
+                out[leaf] = source
+    for path, flag in flags.items():
+        for known in [k for k in out if k == path or k.startswith(path + ".")]:
+            del out[known]
+        out[path] = flag
+    return out
+
+
 def absolute_root(root: str) -> str:
     """A local run store root as an absolute path (``~`` expanded); ``gs://`` unchanged.
 
