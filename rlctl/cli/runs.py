@@ -151,14 +151,18 @@ def _run_view(r: RunInfo) -> str:
     if r.error:
         lines.append(f"  error       {r.error}")
     m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's
-    if m:
-        keys = ("loss", "reward_mean", "format_rate", "kl", "grad_norm", "step_seconds")
-        lines.append("  last step   " + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys))
+    if m:  # the run's own rewards lead; accuracy only where it scores with 'correct'
+        from rlctl.core.runs.headline import step_parts
+
+        keys = ("loss", "kl", "grad_norm", "step_seconds")
+        lines.append("  last step   " + "  ".join(p.replace(" ", "=", 1)
+                                                  for p in step_parts(m))
+                     + "  " + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys))
     for which, e in r.eval.present():
-        lines.append(
-            f"  eval/{which:<8} accuracy={_fmt(e.accuracy)} "
-            f"format={_fmt(e.format_rate)} n={e.n}"
-        )
+        from rlctl.core.runs.headline import eval_parts
+
+        shown = " ".join(p.replace(" ", "=", 1) for p in eval_parts(e.model_dump()))
+        lines.append(f"  eval/{which:<8} {shown} n={e.n}")
     if r.curve is not None:
         lines += [f"  {line}" for line in _chart_lines(r.curve)]
     return "\n".join(lines)

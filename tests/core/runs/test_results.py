@@ -54,7 +54,7 @@ class TestDumps:
         # no checkpoint yet: its size is null; the folder's is what is there
         assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0
         assert doc["eval"] == {"baseline": {"accuracy": 0.5, "format_rate": 1.0,
-                                            "mean_reward": 0.25, "n": 2}}
+                                            "mean_reward": 0.25, "rewards": None, "n": 2}}
 
     def test_a_missing_status_is_unknown(self, tmp_path):
         run = LocalRunStore(tmp_path).run("r1")
