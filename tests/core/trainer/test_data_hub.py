@@ -94,7 +94,7 @@ def one_error(r: subprocess.CompletedProcess) -> str:
     """The rc-2 refusal, with nothing on stderr but rlctl's own lines."""
     assert r.returncode == 2, r.stderr
     lines = r.stderr.splitlines()
-    assert [x.split(" ", 1)[0] for x in lines] == ["starting", "error:", "hint:"], r.stderr
+    assert [x.split(" ", 1)[0] for x in lines] == ["preparing", "error:", "hint:"], r.stderr
     return lines[1]
 
 
