@@ -36,10 +36,11 @@ from rlctl.core.units import human_bytes
 MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
 ORBAX_METADATA = "_CHECKPOINT_METADATA"  # written by every Orbax save we make
 # Free space wanted before a save: the checkpoint's expected size (the last one's on
-# disk; for the first, the state's bytes in memory, which Orbax's compression only
-# shrinks) plus 10% and 16 MiB for Orbax's metadata and the file system's blocks.
+# disk; for the first, estimated from the state: checkpoint_size.py) plus 10% and
+# 256 KiB for Orbax's metadata files and the file system's blocks (a fixed 16 MiB
+# refused a small model's first save on a disk twice its checkpoint's size).
 HEADROOM = 1.1
-SLACK = 16 * 2**20
+SLACK = 256 * 2**10
 
 
 def _sha256(path: Path) -> str:
@@ -100,18 +101,12 @@ def checkpoint_bytes(folder: str | Path) -> int:
 
 def space_needed(last_checkpoint: int, state: int) -> int:
     """Free bytes to ask for before a save: from the last checkpoint's size on disk
-    when there is one (the real figure: Orbax compresses, so a checkpoint can be far
-    smaller than the state), else from the state's bytes in memory (an upper bound);
-    plus a margin. Asking for more than that refused saves that would have fit."""
+    when there is one, else from ``state``, the first checkpoint's size estimated from
+    the state (``checkpoint_size.estimate_bytes``: Orbax compresses, so a checkpoint
+    can be far smaller than the state's bytes in memory); plus a margin. Asking for
+    more than that refused saves that would have fit."""
     base = last_checkpoint or state
     return int(base * HEADROOM) + SLACK if base else 0
-
-
-def state_bytes(state: Any) -> int:
-    """Bytes of every array in a (model, optimizer) state tree."""
-    import jax
-
-    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
 
 
 def first_line(e: BaseException, limit: int = 200) -> str:
@@ -408,7 +403,9 @@ class Checkpoints:
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
         partial folder filling the disk and a wall of errors); see ``space_needed``."""
-        need = space_needed(self.latest_size, 0 if self.latest_size else state_bytes(state))
+        from rlctl.core.trainer.checkpoint_size import estimate_bytes
+
+        need = space_needed(self.latest_size, 0 if self.latest_size else estimate_bytes(state))
         if not need:
             return
         free = shutil.disk_usage(self.folder).free
