@@ -151,7 +151,7 @@ class TestFormats:
     def test_csv_rows_are_numbered_by_line(self, tmp_path):
         f = tmp_path / "d.csv"
         f.write_text("question,answer\na,1\n\nb,x\n")
-        with pytest.raises(ConfigError, match=r"d\.csv:4: answer 'x' is not a number"):
+        with pytest.raises(ConfigError, match=r"d\.csv:4: answer 'x' is neither a number"):
             read_problems(str(f), DataSpec(path=str(f)))
 
 
@@ -306,7 +306,7 @@ class TestBadRows:
             self.read(tmp_path, json.dumps(row))
 
     def test_plain_answer_that_is_not_a_number(self, tmp_path):
-        with pytest.raises(ConfigError, match=r"d\.jsonl:1: answer 'seven' is not a number"):
+        with pytest.raises(ConfigError, match=r"d\.jsonl:1: answer 'seven' is neither a number"):
             self.read(tmp_path, json.dumps({"question": "a", "answer": "seven"}))
 
     @pytest.mark.parametrize(("line", "kind"), [

@@ -1,4 +1,5 @@
 import math
+import re
 import signal
 import threading
 import time
@@ -279,3 +280,24 @@ class TestConfig:
     def test_bad_entries(self, rewards, words):
         with pytest.raises(ValueError, match=words):
             RunSpec(rewards=rewards)
+
+
+class TestExpressionGolds:
+    """#47: a gold answer may be any expression math-verify can parse, and a model's
+    answer in the same form is credited (math-verify's plain parse took the last
+    number of ``x^2 + 1`` or ``2^{10}``, and nothing of ``x^2+1``)."""
+
+    @pytest.mark.parametrize(("gold", "answer"), [
+        ("x^2+1", "1 + x^2"), ("x^2+1", "x^2 + 1"), ("{1,2}", "{2, 1}"),
+        ("sqrt(2)", "\\sqrt{2}"), ("2^{10}", "1024"), ("a+b", "b+a"), ("(1, 2)", "(1,2)")])
+    def test_an_expression_gold_is_accepted_and_matched(self, gold, answer):
+        assert gold_answer(gold) == gold
+        assert correct_reward(f"<answer>{answer}</answer>", gold) == 1.0
+
+    @pytest.mark.parametrize(("gold", "answer"), [
+        ("x^2+1", "x^2"), ("x^2+1", "1"), ("2^{10}", "2"), ("{1,2}", "{1,3}")])
+    def test_a_different_expression_is_not(self, gold, answer):
+        assert correct_reward(f"<answer>{answer}</answer>", gold) == 0.0
+
+    def test_words_are_still_no_gold(self):
+        assert gold_answer("seven") is None and gold_answer("pi") is None

@@ -129,9 +129,11 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
     if gold is None:
         _, sep, tail = raw.rpartition("####")
         why = (f"no number after '####' in answer (got {tail.strip()[:40]!r})" if sep
-               else f"answer {raw[-40:]!r} is not a number")
+               else f"answer {raw[-40:]!r} is neither a number nor an expression "
+               "math-verify can parse")
         raise ConfigError(f"{where}: {why}",
-                          hint="GSM8K answers end in '#### N'; plain answers are one number")
+                          hint="GSM8K answers end in '#### N'; plain answers are a number or "
+                               "a math expression (x^2+1, \\frac{1}{2}, {1,2})")
     # str keys only: a CSV line with more fields than its header puts them under None
     columns = {k: v for k, v in row.items() if isinstance(k, str)}
     return Problem(question, gold, columns=columns, messages=messages)
