@@ -149,9 +149,12 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
     first = source.batch(0, 1)[0]
     trial = Sample(f"<answer>{first.answer}</answer>", first.question, first.answer,
                    first.columns, first.messages, [0])
+    def said(line: str) -> None:
+        emit({"event": "message", "message": line})
+
     for reward in resolve(spec.rewards):
         try:
-            score([reward], [trial])
+            score([reward], [trial], said)
         except ConfigError as e:  # no run exists yet, so there is nothing to resume
             raise ConfigError(e.message, hint="fix the reward function and run the same "
                               "'rlctl train' again (nothing was written)") from e

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -105,14 +106,16 @@ class Samples:
 
 
 def score(rewards: list[Reward], texts: list[str], problems: list[Problem],
-          tokens: list[np.ndarray] | None = None) -> Scores:
+          tokens: list[np.ndarray] | None = None,
+          say: Callable[[str], None] | None = None) -> Scores:
     """Each completion scored by the spec's rewards (TRL-style ones once for the whole
-    batch), and by the built-in answer checks whatever the rewards are."""
+    batch), and by the built-in answer checks whatever the rewards are. ``say``: where
+    the lines a reward prints go (``rewards.score``)."""
     ids = tokens if tokens is not None else [None] * len(texts)
     samples = [rewards_lib.Sample(t, p.question, p.answer, p.columns, p.messages,
                                   None if i is None else [int(x) for x in i])
                for t, p, i in zip(texts, problems, ids, strict=True)]
-    scored = rewards_lib.score(rewards, samples)
+    scored = rewards_lib.score(rewards, samples, say)
     correct = [rewards_lib.correct_reward(t, p.answer) for t, p in zip(texts, problems)]
     formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in zip(texts, problems)]
     return Scores(scored.total, np.array(correct, np.float32),
