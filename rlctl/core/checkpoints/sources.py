@@ -27,6 +27,7 @@ from rlctl.core.checkpoints import hf, layout
 from rlctl.core.checkpoints.hf import SIDECARS, SafetensorsReader, np_dtype
 from rlctl.core.checkpoints.places import GcsPlace, LocalPlace, Place, open_place
 from rlctl.core.errors import ConfigError
+from rlctl.core.store.base import step_number
 
 TRAINER_MARKER = "rlctl-trainer.json"  # written last into a trainer folder
 RUN_SPEC = "spec.yaml"
@@ -380,8 +381,9 @@ def _open_source(src: str, step: int | None, client: Any, runs_dir: str | None) 
         return TrainerSource(src, "trainer", p / CHECKPOINT, _config(place, src), place)
     if is_step_folder(p):  # <run>/checkpoints/<step>: the run's model tells the config
         run_dir = p.parent.parent
-        if (run_dir / RUN_SPEC).is_file() and p.name.isdigit():
-            return _run(src, str(run_dir.parent), run_dir.name, int(p.name), client)
+        step_name = step_number(p.name)
+        if (run_dir / RUN_SPEC).is_file() and step_name is not None:
+            return _run(src, str(run_dir.parent), run_dir.name, step_name, client)
         if (p / "config.json").is_file():
             place = LocalPlace(p)
             return TrainerSource(src, "orbax", p, _config(place, src), place)

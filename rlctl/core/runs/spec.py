@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlctl.core.config.load import build, dump_yaml, read_yaml
+from rlctl.core.config.load import build, read_yaml
 from rlctl.core.config.models import DEFAULT_MODEL, RunSpec
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError
 from rlctl.core.store.base import SPEC, RunDir, RunStore
+from rlctl.core.store.records import spec_text
 
 
 def resolve_run_spec(
@@ -93,7 +94,8 @@ def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
             hint=f"restore its {SPEC}, remove it with 'rlctl delete run {spec.name}', or "
             "choose another --name")
     try:
-        run.write_text(SPEC, dump_yaml(spec))  # exclusive: of two racing creators, one wins
+        # exclusive: of two racing creators, one wins; checked by its reader first
+        run.write_text(SPEC, spec_text(spec, f"{run.uri}/{SPEC}"))
     except ConflictError:
         raise taken from None
     return run

@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError, RunInUseError
 from rlctl.core.names import validate_name
-from rlctl.core.store.base import CHECKPOINTS, RUN_MARKERS, SPEC, STATUS, existing_run
+from rlctl.core.store.base import (
+    CHECKPOINTS,
+    RUN_MARKERS,
+    SPEC,
+    STATUS,
+    existing_run,
+    step_number,
+)
 
 if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
     from rlctl.core.clients import StorageBucket as Bucket
@@ -508,9 +515,10 @@ class GcsRunDir:
         """Steps whose upload finished: only those with a COMMITTED marker."""
         steps = []
         for rel in self._list_recursive(CHECKPOINTS):
-            step, _, leaf = rel.partition("/")
-            if leaf == COMMITTED and step.isdigit():
-                steps.append(int(step))
+            name, _, leaf = rel.partition("/")
+            step = step_number(name)
+            if leaf == COMMITTED and step is not None:
+                steps.append(step)
         return sorted(steps)
 
     def publish_checkpoint(self, step: int) -> None:
@@ -525,8 +533,7 @@ class GcsRunDir:
         self.push(rel)
         marker = {"step": step, "files": sorted(self._list_recursive(rel))}
         self.write_json(f"{rel}/{COMMITTED}", marker)
-        kept = {int(p.name) for p in (self.staging_dir() / CHECKPOINTS).iterdir()
-                if p.name.isdigit()}
+        kept = {step_number(p.name) for p in (self.staging_dir() / CHECKPOINTS).iterdir()}
         for old in self.checkpoint_steps():
             if old not in kept:
                 self.delete(f"{CHECKPOINTS}/{old}")

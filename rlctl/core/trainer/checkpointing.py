@@ -26,15 +26,22 @@ import numpy as np
 
 from rlctl.core.checkpoints.lora import LORA_FILE
 from rlctl.core.errors import ConflictError, DiskFullError
-from rlctl.core.store.base import CHECKPOINTS, SET_ASIDE, atomic_write, set_aside_checkpoints
+from rlctl.core.store.base import (
+    CHECKPOINTS,
+    MANIFEST,  # in each step folder, written after Orbax finished
+    ORBAX_METADATA,  # written by every Orbax save we make
+    SET_ASIDE,
+    atomic_write,
+    set_aside_checkpoints,
+    step_number,
+)
 from rlctl.core.store.local import LocalRunDir
+from rlctl.core.store.records import manifest_text, read_manifest
 from rlctl.core.trainer import stops
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 from rlctl.core.trainer.memory import return_freed_memory
 from rlctl.core.units import human_bytes
 
-MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
-ORBAX_METADATA = "_CHECKPOINT_METADATA"  # written by every Orbax save we make
 # Free space wanted before a save: the checkpoint's expected size (the last one's on
 # disk; for the first, estimated from the state: checkpoint_size.py) plus 10% and
 # 256 KiB for Orbax's metadata files and the file system's blocks (a fixed 16 MiB
@@ -58,8 +65,8 @@ def _files(folder: Path) -> list[Path]:
 def write_manifest(folder: Path) -> int:
     """Record every file's size and SHA-256 (written last, atomically): a checkpoint
     that later loses or changes a byte is then known to be damaged. Its total size."""
-    files = {str(p.relative_to(folder)): [p.stat().st_size, _sha256(p)] for p in _files(folder)}
-    atomic_write(folder / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
+    files = {str(p.relative_to(folder)): (p.stat().st_size, _sha256(p)) for p in _files(folder)}
+    atomic_write(folder / MANIFEST, manifest_text(files))  # checked by its reader first
     return sum(size for size, _ in files.values())
 
 
@@ -75,9 +82,8 @@ def verify(folder: Path) -> str | None:
             return f"it has no {ORBAX_METADATA}"
         return None
     try:
-        files = json.loads(manifest.read_text())["files"]
-        expected = {rel: (int(size), str(digest)) for rel, (size, digest) in files.items()}
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        expected = read_manifest(manifest.read_text())
+    except (ValueError, OSError):  # UnicodeDecodeError is a ValueError
         return f"its {MANIFEST} is damaged"
     for rel, (size, digest) in expected.items():
         p = folder / rel
@@ -116,16 +122,18 @@ def first_line(e: BaseException, limit: int = 200) -> str:
 
 
 def _manifest_damaged(folder: Path) -> str | None:
-    """Why a set-aside checkpoint cannot be recovered, or None when only its manifest
-    is missing or unreadable (its data then gets checked by reading it back)."""
+    """Why a set-aside checkpoint cannot be recovered, or None when it may be: its
+    files match its manifest (intact as far as a manifest can tell: set aside when a
+    read failed, which recovering tries again), or only its manifest is missing or
+    unreadable (its data then gets checked by reading it back). Every file is read
+    and hashed to decide."""
     try:
-        json.loads((folder / MANIFEST).read_text())["files"].items()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        read_manifest((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
         pass  # missing or unreadable: only the manifest is lost
-    else:  # a manifest that reads: the set-aside data does not match it
+    else:  # a manifest that reads: the data must match it
         why = verify(folder)
-        return f"its data does not match its {MANIFEST} ({why})" if why else \
-            "its data matches its manifest but could not be read"
+        return f"its data does not match its {MANIFEST} ({why})" if why else None
     if not (folder / ORBAX_METADATA).is_file():
         return f"it has no {ORBAX_METADATA}"
     return None
@@ -318,6 +326,8 @@ class Checkpoints:
         self._warn = warn or (lambda message: None)
         self._quiet = _QuietRestore()
         self._recovered: set[int] = set()
+        if topo.is_writer:
+            self._set_aside_incomplete()
         if recover and topo.is_writer:
             self._recover()
         latest = agree(self._newest_intact(self._warn), topo)
@@ -367,6 +377,21 @@ class Checkpoints:
             self._refuse("no intact checkpoint")
         return 0
 
+    def _set_aside_incomplete(self) -> None:
+        """Move aside every folder named as a step that is no complete checkpoint (an
+        empty folder, one copied without its metadata, a file): never counted as the
+        latest (``checkpoint_steps``), but Orbax would take it for a step it has and
+        skip saving that step."""
+        folder = Path(self.folder)
+        complete = set(self.run.checkpoint_steps())
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+            step = step_number(entry.name)
+            if step is None or step in complete:
+                continue
+            why = verify(entry) if entry.is_dir() else "it is a file, not a folder"
+            self._warn(f"checkpoint {step} is incomplete ({why or 'not a checkpoint'}); "
+                       f"{self._set_aside(step)}")
+
     def _refuse(self, what: str, cause: BaseException | None = None) -> NoReturn:
         raise refusal(self.run, what) from cause
 
@@ -387,18 +412,23 @@ class Checkpoints:
             if why is not None:
                 refused.append(f"{CHECKPOINTS}/{name}: {why}")
                 continue
-            (folder / MANIFEST).unlink(missing_ok=True)
+            if verify(folder) is not None:  # only the manifest is lost: drop it
+                (folder / MANIFEST).unlink(missing_ok=True)
             self.run.move(f"{CHECKPOINTS}/{name}", f"{CHECKPOINTS}/{step}")
             self._recovered.add(step)
             self._warn(f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
                        "its data is read back to check it")
         if not self._recovered:
-            raise ConflictError(
-                f"nothing to recover in {self.run.uri}: "
-                + ("; ".join(refused) or "no checkpoint set aside newer than the "
-                   f"latest intact one ({newest})"),
-                hint=f"resume without --recover, or start over from step 0 with "
-                     f"'rlctl delete run {self.run.name}' and train again")
+            older = [n for n in set_aside_checkpoints(self.run)
+                     if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
+            what = "; ".join(refused) or (
+                f"{', '.join(f'{CHECKPOINTS}/{n}' for n in older)} "
+                f"{'is' if len(older) == 1 else 'are'} not newer than the intact "
+                f"checkpoint {newest}" if older else "no checkpoint is set aside")
+            hint = (f"resume without --recover: it continues from checkpoint {newest}"
+                    if newest else f"nothing of it can be trained on: start over from step "
+                    f"0 with 'rlctl delete run {self.run.name}' and train again")
+            raise ConflictError(f"nothing to recover in {self.run.uri}: {what}", hint=hint)
 
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
