@@ -166,6 +166,10 @@ class DataSpec(Spec):
         return HUB_ALIASES[self.dataset][0] if self.dataset in HUB_ALIASES else self.dataset
 
 
+MAX_STEPS = 10_000_000  # train --steps and resume --steps alike
+MAX_PROMPT_TOKENS = 32_768  # rollout.max_prompt_tokens
+
+
 class RolloutSpec(Spec):
     engine: Annotated[
         Literal["auto", "vanilla", "vllm"],
@@ -184,7 +188,7 @@ class RolloutSpec(Spec):
         int, Field(ge=2, le=256, description="completions sampled per prompt (the GRPO group)")
     ] = 8
     max_new_tokens: Annotated[int, Field(ge=1, le=32_768)] = 48
-    max_prompt_tokens: Annotated[int, Field(ge=8, le=32_768)] = 160
+    max_prompt_tokens: Annotated[int, Field(ge=8, le=MAX_PROMPT_TOKENS)] = 160
     temperature: Annotated[float, Field(gt=0.0, le=10.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int | None, Field(ge=1)] = None
@@ -205,9 +209,6 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                      "down_proj"]
 LORA_LEARNING_RATE = 5e-5
-
-
-MAX_STEPS = 10_000_000  # train --steps and resume --steps alike
 
 
 class TrainingSpec(Spec):

@@ -78,6 +78,9 @@ def _metrics(run: RunDir) -> tuple[list[dict[str, Any]], int]:
             continue
         try:
             row = json.loads(line)
+        except RecursionError:  # bytes not ours, nested too deeply to read
+            skipped += 1
+            continue
         except json.JSONDecodeError:
             # a last line without its newline is a write in progress (or cut by a
             # kill): normal, not damage

@@ -139,7 +139,8 @@ def existing_run(store: RunStore, name: str) -> RunDir:
                 f"run with 'rlctl delete run {name}'")
         raise NotFoundError(
             f"run {name!r} not found in {store.uri}",
-            hint="list runs with 'rlctl status' or pass --runs-dir",
+            hint=f"list the runs there with 'rlctl status --runs-dir {store.uri}', or pass "
+                 "the --runs-dir that holds it",
         )
     return run
 

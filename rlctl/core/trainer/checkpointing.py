@@ -9,7 +9,6 @@ alone writes, from arrays gathered whole.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -36,7 +35,9 @@ from rlctl.core.store.base import (
     step_number,
 )
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.store.records import manifest_text, read_manifest
+from rlctl.core.store.manifest import checkpoint_files as _files
+from rlctl.core.store.manifest import verify, write_manifest
+from rlctl.core.store.records import read_manifest
 from rlctl.core.trainer import stops
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 from rlctl.core.trainer.memory import return_freed_memory
@@ -48,52 +49,6 @@ from rlctl.core.units import human_bytes
 # refused a small model's first save on a disk twice its checkpoint's size).
 HEADROOM = 1.1
 SLACK = 256 * 2**10
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-
-
-def write_manifest(folder: Path) -> int:
-    """Record every file's size and SHA-256 (written last, atomically): a checkpoint
-    that later loses or changes a byte is then known to be damaged. Its total size."""
-    files = {str(p.relative_to(folder)): (p.stat().st_size, _sha256(p)) for p in _files(folder)}
-    atomic_write(folder / MANIFEST, manifest_text(files))  # checked by its reader first
-    return sum(size for size, _ in files.values())
-
-
-def verify(folder: Path) -> str | None:
-    """None when the checkpoint in ``folder`` is intact, else what is wrong with it.
-    One without a manifest (an older rlctl's, or killed just before writing it) is
-    trusted as Orbax left it: Orbax renames a save into place only when complete."""
-    manifest = folder / MANIFEST
-    if not manifest.exists():
-        if not folder.is_dir() or not any(folder.iterdir()):
-            return "its folder is empty"
-        if not (folder / ORBAX_METADATA).is_file():
-            return f"it has no {ORBAX_METADATA}"
-        return None
-    try:
-        expected = read_manifest(manifest.read_text())
-    except (ValueError, OSError):  # UnicodeDecodeError is a ValueError
-        return f"its {MANIFEST} is damaged"
-    for rel, (size, digest) in expected.items():
-        p = folder / rel
-        if not p.is_file():
-            return f"{rel} is missing"
-        if p.stat().st_size != size:
-            return f"{rel} has {p.stat().st_size} bytes, not {size}"
-        if _sha256(p) != digest:
-            return f"{rel} does not match its recorded SHA-256"
-    return None
 
 
 def _size(folder: Path) -> int:

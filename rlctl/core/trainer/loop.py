@@ -367,7 +367,7 @@ def _is_record(text: str) -> bool:
 
     try:
         return isinstance(json.loads(text), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # garbled, or nested too deeply to read
         return False
 
 
