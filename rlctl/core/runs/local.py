@@ -284,6 +284,12 @@ def _resume(run: LocalRunDir, log: RunLog, recover: bool = False,
         )
     step = latest_checkpoint_step(run)
     aside = set_aside_checkpoints(run)
+    if recover:  # nothing newer than the intact checkpoints: refused before any write
+        from rlctl.core.trainer.checkpointing import nothing_to_recover, recover_candidates
+
+        newest, newer = recover_candidates(run)
+        if not newer:
+            raise nothing_to_recover(run, newest, [])
     if step is None and aside and not recover:
         from rlctl.core.trainer.checkpointing import refusal
 

@@ -193,6 +193,32 @@ class _QuietRestore:
         self.previous = None
 
 
+def recover_candidates(run: LocalRunDir) -> tuple[int, list[str]]:
+    """(the newest complete checkpoint's step or 0, the set-aside checkpoints newer
+    than it): what ``resume --recover`` may bring back, from a listing alone, so a
+    resume with nothing to recover is refused before it writes anything."""
+    newest = max(run.checkpoint_steps(), default=0)
+    newer = [n for n in set_aside_checkpoints(run)
+             if int(SET_ASIDE.match(n).group(1)) > newest]  # type: ignore[union-attr]
+    return newest, newer
+
+
+def nothing_to_recover(run: LocalRunDir, newest: int, refused: list[str]) -> ConflictError:
+    """The one line of a ``--recover`` with nothing to bring back: the set-aside
+    checkpoints it read and refused (their data does not match their manifest), or
+    why it had none to read, and what helps instead."""
+    older = [n for n in set_aside_checkpoints(run)
+             if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
+    what = "; ".join(refused) or (
+        f"{', '.join(f'{CHECKPOINTS}/{n}' for n in older)} "
+        f"{'is' if len(older) == 1 else 'are'} not newer than the intact "
+        f"checkpoint {newest}" if older else "no checkpoint is set aside")
+    hint = (f"resume without --recover: it continues from checkpoint {newest}"
+            if newest else f"nothing of it can be trained on: start over from step 0 with "
+            f"'rlctl delete run {run.name}' and train again")
+    return ConflictError(f"nothing to recover in {run.uri}: {what}", hint=hint)
+
+
 def _last_good(step: int | None) -> str:
     return f"the last good checkpoint is {step}" if step else "no checkpoint was saved yet"
 
@@ -356,11 +382,11 @@ class Checkpoints:
         whose data does not match a manifest that reads stays aside). The manifest is
         dropped; restoring then reads every array (a failed read sets the checkpoint
         aside again) and a fresh manifest is written once it restored."""
-        newest = max(self.run.checkpoint_steps(), default=0)
+        newest, newer = recover_candidates(self.run)
         refused: list[str] = []
-        for name in set_aside_checkpoints(self.run):
+        for name in newer:
             step = int(SET_ASIDE.match(name).group(1))  # type: ignore[union-attr]
-            if step <= newest or step in self._recovered:
+            if step in self._recovered:
                 continue
             folder = Path(self.folder) / name
             why = _manifest_damaged(folder)
@@ -374,16 +400,7 @@ class Checkpoints:
             self._warn(f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
                        "its data is read back to check it")
         if not self._recovered:
-            older = [n for n in set_aside_checkpoints(self.run)
-                     if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
-            what = "; ".join(refused) or (
-                f"{', '.join(f'{CHECKPOINTS}/{n}' for n in older)} "
-                f"{'is' if len(older) == 1 else 'are'} not newer than the intact "
-                f"checkpoint {newest}" if older else "no checkpoint is set aside")
-            hint = (f"resume without --recover: it continues from checkpoint {newest}"
-                    if newest else f"nothing of it can be trained on: start over from step "
-                    f"0 with 'rlctl delete run {self.run.name}' and train again")
-            raise ConflictError(f"nothing to recover in {self.run.uri}: {what}", hint=hint)
+            raise nothing_to_recover(self.run, newest, refused)
 
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a

@@ -287,11 +287,12 @@ class Trainer:
         self.create_steps()
         self.compile_update()  # before the optimizer's moments take their memory
         self.create_optimizer()
-        self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
-                        else NullMetrics())
+        # the checkpoints first: a resume they refuse leaves no new event file behind
         self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
                                 warn=lambda m: self.emit({"event": "message", "message": m}),
                                 recover=self.recover, lora=self.lora_record())
+        self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
+                        else NullMetrics())
         try:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.
