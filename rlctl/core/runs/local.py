@@ -109,13 +109,16 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     with _sigterm_as_interrupt():
         run = write_new_run(store, spec)
         with run.lock():  # one writer per run, for this process's whole life
-            status = StatusFile(run, spec)
             try:
-                status.update(StatusUpdate(phase=Phase.PENDING, pid=os.getpid(),
-                                           host=socket.gethostname()))
+                # a stop in here waits until status.json says pending and the log is
+                # attached, then is recorded (one that landed in between left 'pending')
+                with stops.deferred():
+                    status = StatusFile(run, spec)
+                    status.update(StatusUpdate(phase=Phase.PENDING, pid=os.getpid(),
+                                               host=socket.gethostname()))
+                    log.attach(run)  # after status.json: 'logs -f' sees an active run
             except KeyboardInterrupt:
-                _record_interrupt(run, status, log)
-            log.attach(run)  # after status.json: 'logs -f' sees an active run, and waits
+                _record_interrupt(run, StatusFile(run, spec), log)
             return _execute(spec, run, status, log)
 
 
@@ -407,8 +410,8 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
         if stops.received() and not stops.deferring():
             raise KeyboardInterrupt
 
-    stops.reset()
     try:
+        stops.reset()
         status.update(StatusUpdate(phase=Phase.STARTING, pid=os.getpid(),
                                    host=socket.gethostname(), started=_now(), error=None))
         with _sigterm_as_interrupt():
