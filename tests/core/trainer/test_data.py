@@ -413,6 +413,14 @@ class TestDataMessages:
         with pytest.raises(ConfigError, match="nested more than 64 levels deep"):
             read_problems(str(f), DataSpec(path=str(f)))
 
+    @pytest.mark.parametrize(("answer", "kind"), [({"n": 1}, "object"), ([1, 2], "array")])
+    def test_an_answer_that_is_no_text_nor_number(self, tmp_path, answer, kind):
+        f = tmp_path / "d.jsonl"
+        f.write_text(json.dumps({"question": "q?", "answer": answer}) + "\n")
+        with pytest.raises(ConfigError, match=f"d.jsonl:1: the answer \\('answer'\\) is a "
+                                              f"JSON {kind}, not text or a number"):
+            read_problems(str(f), DataSpec(path=str(f)))
+
     def test_json_columns_of_unequal_length(self, tmp_path):
         f = tmp_path / "d.json"
         f.write_text('{"question": ["a", "b", "c"], "answer": [1, 2]}')

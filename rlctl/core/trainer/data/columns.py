@@ -164,6 +164,12 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
         kind = _KINDS.get(type(value), type(value).__name__)
         raise ConfigError(f"{where}: {layout.prompt!r} holds a {kind}, not text or a "
                           "conversation", hint="set data.prompt_column to the prompt's column")
+    if isinstance(raw_answer, (Mapping, list, tuple)):
+        # an object's text ("{'n': 1}") parses as math once expressions are golds
+        kind = _KINDS.get(type(raw_answer), "object")
+        raise ConfigError(f"{where}: the answer ({layout.answer or 'last turn'!r}) is a JSON "
+                          f"{'object' if isinstance(raw_answer, Mapping) else kind}, not text "
+                          "or a number", hint='write it as text, e.g. "#### 7", "7" or "{1, 2}"')
     raw = str(raw_answer)
     gold = gold_answer(raw)
     if gold is None:
