@@ -3678,6 +3678,11 @@ def _gold_exprs(c: Ctx) -> None:
                                     for i, g in enumerate(golds * 2)))
 
 
+# the shell named on the command line (typer's switch for tests), not detected from the
+# parent processes, which under a background harness are no shell
+NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
 def guest_cases() -> list[Case]:
     """#47 point 6: a reward is a guest."""
     rw = {"needs": ("model",), "timeout": TRAIN_TIMEOUT}
@@ -3696,12 +3701,12 @@ def guest_cases() -> list[Case]:
              setup=_gold_exprs, expect=(0,), needs=("model",)),
         Case("reward-guest/install-completion-read-only-home",
              lambda c: ["--install-completion", "bash"], setup=_ro_home,
-             env=lambda c: {"HOME": str(c.p("home"))}, expect=(1,),
+             env=lambda c: {"HOME": str(c.p("home")), **NAMED_SHELL}, expect=(1,),
              keywords=("cannot install shell completion", "Read-only"), skip=need_mount),
         Case("reward-guest/install-completion-home-is-a-file",
              lambda c: ["--install-completion", "bash"],
              setup=lambda c: write(c.p("homefile"), "x") and None,
-             env=lambda c: {"HOME": str(c.p("homefile"))}, expect=(1,),
+             env=lambda c: {"HOME": str(c.p("homefile")), **NAMED_SHELL}, expect=(1,),
              keywords=("cannot install shell completion",)),
     ]
 

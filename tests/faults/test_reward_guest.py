@@ -23,6 +23,10 @@ def noisy(completion, gold):
     return sum(ch.isdigit() for ch in completion) / 10.0
 '''
 
+# the shell given on the command line (typer's switch for tests), not detected from
+# the parent processes: a test runner's parent is no shell
+NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
 EXITS = '''
 import os, sys
 
@@ -65,7 +69,7 @@ def test_a_reward_that_exits_is_named_and_the_run_resumes_once_it_is_fixed(
 
 def test_install_completion_into_a_read_only_home_is_one_line(cli, tmp_path):
     with tmpfs(tmp_path / "home", "size=1m,ro") as home:
-        r = cli("--install-completion", "bash", env={"HOME": str(home)})
+        r = cli("--install-completion", "bash", env={"HOME": str(home), **NAMED_SHELL})
         one_error(r, 1, "cannot install shell completion", "Read-only file system")
         assert "--show-completion" in r.stderr
 
@@ -73,6 +77,6 @@ def test_install_completion_into_a_read_only_home_is_one_line(cli, tmp_path):
 def test_install_completion_still_works_into_a_writable_home(cli, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    r = cli("--install-completion", "bash", env={"HOME": str(home)})
+    r = cli("--install-completion", "bash", env={"HOME": str(home), **NAMED_SHELL})
     assert r.returncode == 0, r.stderr
     assert "rlctl" in (home / ".bashrc").read_text()

@@ -66,9 +66,14 @@ class TestConvertingADamagedCheckpoint:
         r = cli("checkpoint-convert", str(store / "ok"), str(tmp_path / "hf"))
         one_error(r, 2, "checkpoint 2 is damaged", "has 1000 bytes")
         assert "--step N (its other checkpoints: 1)" in r.stderr
-        (ckpt / "rlctl-manifest.json").unlink()  # no manifest to tell: the read fails
+        # no manifest to tell, and every data file cut (the largest alone may hold only
+        # the optimizer's arrays, which an export never reads): the read fails
+        (ckpt / "rlctl-manifest.json").unlink()
+        for f in (ckpt / "default").rglob("d/*"):
+            f.write_bytes(f.read_bytes()[:1000])
         r = cli("checkpoint-convert", str(store / "ok"), str(tmp_path / "hf"))
-        one_error(r, 2, "cannot be read")
+        line = one_error(r, 2)
+        assert "cannot be read" in line or "cannot be opened" in line, line
         assert not list(tmp_path.glob("hf*"))
 
     def test_all_set_aside_is_not_told_to_train(self, cli, store, tmp_path):

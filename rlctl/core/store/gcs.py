@@ -43,7 +43,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -368,8 +368,12 @@ class GcsRunDir:
     """One run's objects under ``gs://bucket/prefix/<name>/`` (same methods as LocalRunDir)."""
 
     def __init__(self, bucket: Bucket, prefix: str, name: str,
-                 staging_root: str | None = None, lease_ttl: float | None = None) -> None:
+                 staging_root: str | None = None, lease_ttl: float | None = None,
+                 reach: Callable[[], None] | None = None) -> None:
         self.name = name
+        # the store's probe (GcsRunStore.reachable), run before the first request: a
+        # run made but never read or written (a dry run's) asks nothing of the bucket
+        self._reach = reach or (lambda: None)
         self.bucket = bucket
         self.prefix = f"{prefix}/{name}" if prefix else name
         self.uri = f"gs://{bucket.name}/{self.prefix}"
@@ -382,6 +386,9 @@ class GcsRunDir:
 
     # --- objects -------------------------------------------------------------
     def _key(self, rel: str) -> str:
+        """The object name of ``rel``; every request starts here, so the bucket is
+        probed first (``reachable``)."""
+        self._reach()
         rel = rel.strip("/")
         return f"{self.prefix}/{rel}" if rel else self.prefix
 
@@ -650,9 +657,8 @@ class GcsRunStore:
             self._reached = True
 
     def run(self, name: str) -> GcsRunDir:
-        self.reachable()
         return GcsRunDir(self.bucket, self.prefix, validate_name(name, "run"),
-                         self.staging_root, self.lease_ttl)
+                         self.staging_root, self.lease_ttl, reach=self.reachable)
 
     def list_runs(self) -> list[str]:
         self.reachable()

@@ -200,7 +200,9 @@ def test_a_bad_ttl_is_a_config_error(gstore, monkeypatch):
 
 def test_cloud_errors_are_translated(gcs):
     client, _ = gcs
-    store = GcsRunStore("gs://no-such-bucket-here/runs", client=client)
-    with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-here' does not exist"):
-        store.run("r1")  # #47: said when the store is first used, naming the bucket
+    run = GcsRunStore("gs://no-such-bucket-here/runs", client=client).run("r1")
+    # #47: said at the first request, naming the bucket
+    with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-here' does not exist"), \
+            run.lock():
+        pass
     assert renewers() == []
