@@ -26,7 +26,13 @@ is put in at most three buckets:
   a second writer that was not refused, and so on.
 
 Families (``--list`` prints every case): names, hyperparams, config-files, data, model,
-rewards, runs-dir, store-damage, cloud-no-creds, concurrency, signals, status-width.
+rewards, runs-dir, store-damage, cloud-no-creds, concurrency, signals, status-width; and
+issue #47's: non-finite (a reward or a loss that goes NaN or inf, a NaN checkpoint's
+export), spec-roundtrip (resume --steps bounded, nothing written that is not read
+back), first-save (a disk twice the first checkpoint's size), store-truth (steps and
+checkpoints from the files, stale runs' damage, --recover), messages (data files, hub
+datasets offline, damaged checkpoints, gs:// endpoints and buckets) and reward-guest
+(a reward that prints or exits, expression golds, shell completion).
 
 Training cases use a tiny random Llama (``tests/fakes/tiny_model.py``) on 12 jsonl
 problems with ``tests.fakes.rewards.digit_count``: one 2-step run takes ~15 s on 2 CPU
@@ -562,6 +568,26 @@ class Fixtures:
         self.errors: dict[str, str] = {}
         self.train_secs: float | None = None
         self._done: set[str] = set()
+        self.gcs_url = ""  # the fake-gcs-server of fixture "gcs"
+        self._stack = contextlib.ExitStack()
+
+    def close(self) -> None:
+        """Stop what fixtures started (the fake-gcs-server)."""
+        self._stack.close()
+
+    def _gcs(self) -> None:
+        """fake-gcs-server (the real binary) with bucket runs-bucket-47."""
+        from tests.fakes.gcs import fake_gcs_server, storage_client
+
+        self.gcs_url = self._stack.enter_context(fake_gcs_server())
+        before = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = self.gcs_url
+        try:
+            storage_client().create_bucket("runs-bucket-47")
+        finally:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+            if before is not None:
+                os.environ["STORAGE_EMULATOR_HOST"] = before
 
     def need(self, what: str) -> str | None:
         """None when fixture ``what`` is ready, else why it is not."""
@@ -570,7 +596,7 @@ class Fixtures:
         if what in self._done:
             return None
         try:
-            {"model": self._model, "store": self._store}[what]()
+            {"model": self._model, "store": self._store, "gcs": self._gcs}[what]()
             self._done.add(what)
             return None
         except Exception as e:  # a fixture failure skips its cases, reported once
@@ -1233,7 +1259,12 @@ def config_cases() -> list[Case]:
             setup=lambda c: write(
                 c.p("run.yaml"), "training:\n  steps: 5\nrollout:\n  num_generations: 4\n"
             ),
-            keywords=(("run.yaml", "RLCTL_CONFIG"), "training"),
+            # the cluster commands read RLCTL_INFRA_CONFIG, never RLCTL_CONFIG (README
+            # "Configuration"; tests/faults/test_messages.py): the run spec is not refused
+            # as an infra config, and with no credentials the command stops there
+            expect=(5,),
+            keywords=("credentials",),
+            forbid=(r"unknown field", r"training"),
         ),
         Case(
             "config-files/env-RLCTL_CONFIG-missing-train",
@@ -3145,6 +3176,541 @@ def width_cases() -> list[Case]:
 
 # =========================================================================== main
 
+# ==================================================================== #47 families
+# Each family below covers one kind of issue #47 (points 1-6): a run that goes
+# non-finite, a spec rlctl writes and must read back, the first save on a small disk,
+# the store's truth from its files, messages that tell the truth, a reward as a guest.
+
+FLAKY_REWARD = """
+import os, sys
+
+def flaky(completion, gold):
+    # good until the file $BAD_AFTER exists (a checkpoint of the run), then $BAD_MODE
+    if os.path.exists(os.environ.get("BAD_AFTER", "/nonexistent")):
+        mode = os.environ.get("BAD_MODE", "value")
+        if mode == "exit":
+            sys.exit(3)
+        if mode == "os-exit":
+            os._exit(7)
+        return float(os.environ["BAD_VALUE"])
+    return sum(ch.isdigit() for ch in completion) / 10.0
+
+def huge(completion, gold):
+    return 1e308
+
+def exits_at_once(completion, gold):
+    sys.exit(0)
+
+def noisy(completion, gold):
+    print("scoring", repr(completion[:6]))
+    os.write(1, b"raw bytes on descriptor 1\\n")
+    return sum(ch.isdigit() for ch in completion) / 10.0
+"""
+FLAKY = 'rewards=["./r.py:flaky"]'
+
+
+def _reward_file(c: Ctx) -> None:
+    write(c.p("r.py"), FLAKY_REWARD)
+
+
+def _bad_then_fixed(mode: str, value: str = "") -> Callable[[Ctx, Outcome], None]:
+    """Train 3 steps with a reward that goes bad at step 2 (checkpoint 1 exists), then
+    resume with it fixed: the first stops at step 2 naming the reward, keeps only the
+    finite checkpoint 1; the resume completes 3 steps."""
+
+    def runner(c: Ctx, o: Outcome) -> None:
+        _reward_file(c)
+        d = c.runs / "nf"
+        argv = c.train(name="nf", steps="3", rewards=FLAKY,
+                       extra=["--set", "checkpoint.interval=1"])
+        bad = {"BAD_AFTER": str(d / "checkpoints" / "1"), "BAD_MODE": mode, "BAD_VALUE": value}
+        run = c.run(argv, bad, TRAIN_TIMEOUT)
+        o.take(run)
+        _judge_into(o, run, "train", (2,), ("step 2", "r.py:flaky"))
+        st = read_json(d / "status.json")
+        if not isinstance(st, dict) or st.get("phase") != "failed" \
+                or "r.py:flaky" not in str(st.get("error")):
+            o.lost.append(f"status.json after the stop: {st!r:.200}, expected failed naming "
+                          "the reward")
+        ck = sorted(os.listdir(d / "checkpoints")) if (d / "checkpoints").is_dir() else []
+        if ck != ["1"]:
+            o.lost.append(f"checkpoints {ck} after the stop, expected the finite 1 alone")
+        steps, _ = metrics_steps(d)
+        if steps != [1]:
+            o.lost.append(f"metrics steps {steps} after the stop at step 2, expected [1]")
+        again = c.run(["resume", "nf", "--runs-dir", str(c.runs)], None, TRAIN_TIMEOUT)
+        _judge_into(o, again, "resume (reward fixed)", (0,))
+        o.lost += check_completed(d, 3)
+
+    return runner
+
+
+def _nan_model(c: Ctx) -> None:
+    """The tiny model with its last norm's first weight NaN: every loss is NaN."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(c.fx.model, c.p("nan-model"))
+    f = c.p("nan-model") / "model.safetensors"
+    tensors = load_file(str(f))
+    name = next(n for n in tensors if n.endswith("norm.weight"))
+    tensors[name] = tensors[name].copy()
+    tensors[name][0] = float("nan")
+    save_file(tensors, str(f), metadata={"format": "pt"})
+
+
+def _nothing_saved(c: Ctx, run: Run) -> list[str]:
+    d = c.runs / "nan"
+    ck = d / "checkpoints"
+    bad = [f"checkpoints saved after a NaN loss: {sorted(os.listdir(ck))}"] \
+        if ck.is_dir() and os.listdir(ck) else []
+    st = read_json(d / "status.json")
+    if not isinstance(st, dict) or st.get("phase") != "failed":
+        bad.append(f"status.json {st!r:.160}, expected phase failed")
+    return bad
+
+
+def _nan_checkpoint(c: Ctx) -> None:
+    """Run good's checkpoint 3: its checkpoint 2 with one weight NaN, saved by Orbax
+    (what an older rlctl saved once its loss had gone NaN)."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    shutil.copytree(c.fx.store, c.runs, symlinks=True)
+    with ocp.CheckpointManager(c.runs / "good" / "checkpoints") as manager:
+        state = manager.restore(2, args=ocp.args.StandardRestore())
+        w = state["model"]["final_norm"]["w"]
+        state["model"]["final_norm"]["w"] = np.full(np.shape(w), np.nan, np.float32)
+        manager.save(3, args=ocp.args.StandardSave(state))
+        manager.wait_until_finished()
+
+
+def _no_export(c: Ctx, run: Run) -> list[str]:
+    left = sorted(p.name for p in c.tmp.iterdir() if p.name.startswith("export"))
+    return [f"a refused export left {left}"] if left else []
+
+
+def nonfinite_cases() -> list[Case]:
+    """#47 point 1: finite or stopped."""
+    rw = {"needs": ("model",), "timeout": TRAIN_TIMEOUT}
+    return [
+        Case("non-finite/reward-1e308-at-step-2", runner=_bad_then_fixed("value", "1e308"), **rw),
+        Case("non-finite/reward-nan-at-step-2", runner=_bad_then_fixed("value", "nan"), **rw),
+        Case("non-finite/reward-inf-at-step-2", runner=_bad_then_fixed("value", "-inf"), **rw),
+        Case("non-finite/reward-1e308-on-its-trial",
+             lambda c: c.train(rewards='rewards=["./r.py:huge"]'), setup=_reward_file,
+             keywords=("r.py:huge", "outside the range"), train=True, **rw),
+        Case("non-finite/reward-weight-overflows",
+             lambda c: c.train(rewards='rewards=[{"fn": "tests.fakes.rewards.digit_count", '
+                                       '"weight": 1e300}]'),
+             keywords=("digit_count", "overflow"), train=True, **rw),
+        Case("non-finite/loss-nan-from-the-model",
+             lambda c: c.train(name="nan", override={"--model": str(c.p("nan-model")),
+                                                     "--eval-size": "0"}),
+             setup=_nan_model, expect=(1,), keywords=("step 1: the loss is nan",),
+             post=_nothing_saved, **rw),
+        Case("non-finite/convert-a-nan-checkpoint",
+             lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export"))],
+             setup=_nan_checkpoint, keywords=("checkpoint 3", "non-finite", "--step"),
+             post=_no_export, needs=("store",), timeout=120),
+        Case("non-finite/convert-a-nan-checkpoint-when-asked",
+             lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export")),
+                        "--allow-non-finite"],
+             setup=_nan_checkpoint, expect=(0,), needs=("store",), timeout=120),
+        Case("non-finite/convert-the-step-before",
+             lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export")),
+                        "--step", "2"],
+             setup=_nan_checkpoint, expect=(0,), needs=("store",), timeout=120),
+    ]
+
+
+def _good_store(c: Ctx) -> None:
+    _copy_store(c)
+    c.state["store"] = snap(c.runs)
+
+
+def _store_unchanged(c: Ctx, run: Run) -> list[str]:
+    d = diff(c.state["store"], snap(c.runs))
+    return [f"a refused command changed the store: {d}"] if d else []
+
+
+def _nan_status(c: Ctx) -> None:
+    _copy_store(c)
+    st = json.loads((c.runs / "dmg" / "status.json").read_text())
+    text = json.dumps(st).replace('"step": 2', '"step": NaN')
+    write(c.runs / "dmg" / "status.json", text)
+
+
+def spec_cases() -> list[Case]:
+    """#47 point 2: every spec, status and manifest rlctl writes it reads back."""
+    out = []
+    for slug, n in (("huge", "99999999999999999999"), ("over-max", "10000001"),
+                    ("negative", "-5"), ("not-more", "2")):
+        out.append(Case(
+            f"spec-roundtrip/resume-steps-{slug}",
+            lambda c, n=n: ["resume", "good", "--runs-dir", str(c.runs), "--steps", n],
+            setup=_good_store, keywords=("--steps",), post=_store_unchanged,
+            needs=("store",), timeout=TRAIN_TIMEOUT))
+    out += [
+        Case("spec-roundtrip/train-steps-huge",
+             lambda c: c.train(steps="99999999999999999999"), keywords=("training.steps",),
+             train=True, needs=("model",)),
+        Case("spec-roundtrip/status-nan-step-is-shown-damaged",
+             lambda c: ["status", "dmg", "--runs-dir", str(c.runs)], setup=_nan_status,
+             expect=(0,), ok_keywords=("damaged", "NaN"), needs=("store",)),
+        Case("spec-roundtrip/status-nan-step-resumes",
+             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs)], setup=_nan_status,
+             expect=(0,), post=lambda c, run: check_completed(c.runs / "dmg", 3),
+             needs=("store",), timeout=TRAIN_TIMEOUT),
+        Case("spec-roundtrip/resume-steps-then-resume-again",
+             runner=_extend_twice, needs=("store",), timeout=2 * TRAIN_TIMEOUT),
+    ]
+    return out
+
+
+def _extend_twice(c: Ctx, o: Outcome) -> None:
+    """resume --steps writes spec.yaml; a later plain resume reads it back."""
+    _copy_store(c)
+    run = c.run(["resume", "good", "--runs-dir", str(c.runs), "--steps", "3"], None,
+                TRAIN_TIMEOUT)
+    o.take(run)
+    _judge_into(o, run, "resume --steps 3", (0,))
+    (c.runs / "good" / "status.json").write_text(
+        (c.runs / "good" / "status.json").read_text().replace('"completed"', '"interrupted"'))
+    again = c.run(["resume", "good", "--runs-dir", str(c.runs)], None, TRAIN_TIMEOUT)
+    _judge_into(o, again, "resume", (0,))
+    o.lost += check_completed(c.runs / "good", 3)
+
+
+def _first_save_disk(c: Ctx) -> None:
+    size = sum(p.stat().st_size for p in (c.fx.store / "good" / "checkpoints" / "1").rglob("*")
+               if p.is_file())
+    c.fx.mounts.tmpfs(c.runs, f"{2 * size // 1024 + 1}k")
+    c.state["size"] = size
+
+
+def _first_saved(c: Ctx, run: Run) -> list[str]:
+    ck = c.runs / "fs" / "checkpoints" / "1"
+    if not (ck / "_CHECKPOINT_METADATA").is_file():
+        return [f"no first checkpoint on a disk of twice its size ({2 * c.state['size']} B)"]
+    return []
+
+
+def first_save_cases() -> list[Case]:
+    """#47 point 3: the first save fits the disk it fits."""
+    return [Case("first-save/tmpfs-twice-the-checkpoint",
+                 lambda c: c.train(name="fs", steps="1"), setup=_first_save_disk,
+                 expect=(0,), post=_first_saved, skip=need_mount, needs=("store",),
+                 timeout=TRAIN_TIMEOUT)]
+
+
+def _overstated(c: Ctx) -> None:
+    _copy_store(c)
+    st = json.loads((c.runs / "dmg" / "status.json").read_text())
+    st.update(step=50)
+    write(c.runs / "dmg" / "status.json", json.dumps(st))
+
+
+def _odd_names(c: Ctx) -> None:
+    _copy_store(c)
+    ck = c.runs / "dmg" / "checkpoints"
+    shutil.copytree(ck / "2", ck / "07")
+    (ck / "\u00b2").mkdir()
+    (ck / "9").mkdir()
+    shutil.copytree(ck / "2", ck / "8")
+    (ck / "8" / "_CHECKPOINT_METADATA").unlink()
+    (ck / "8" / "rlctl-manifest.json").unlink(missing_ok=True)
+
+
+def _json_field(key: str, want: Any) -> Callable[[Ctx, Run], list[str]]:
+    def check(c: Ctx, run: Run) -> list[str]:
+        got = read_json_text(run.out)
+        value = got.get(key) if isinstance(got, dict) else None
+        ok = want(value) if callable(want) else value == want
+        return [] if ok else [f"status says {key}={value!r}"]
+
+    return check
+
+
+def _stale_aside(c: Ctx) -> None:
+    _copy_store(c)
+    d = c.runs / "dmg"
+    for n in ("1", "2"):
+        (d / "checkpoints" / n).rename(d / "checkpoints" / f"{n}.damaged")
+    _running_dead(d)
+
+
+def _stale_then_recover(c: Ctx, o: Outcome) -> None:
+    _stale_aside(c)
+    shown = c.run(["status", "dmg", "--runs-dir", str(c.runs), "-o", "json"])
+    o.take(shown)
+    _judge_into(o, shown, "status", (0,))
+    info = read_json_text(shown.out)
+    error = str(info.get("error")) if isinstance(info, dict) else ""
+    if "damaged" not in error or "--recover" not in error:
+        o.unclear.append(f"a stale run with its checkpoints set aside shows {error!r:.200}")
+    refused = c.run(["resume", "dmg", "--runs-dir", str(c.runs)], None, TRAIN_TIMEOUT)
+    _judge_into(o, refused, "resume", (4,), ("no intact checkpoint",))
+    fixed = c.run(["resume", "dmg", "--runs-dir", str(c.runs), "--recover"], None,
+                  TRAIN_TIMEOUT)
+    _judge_into(o, fixed, "resume --recover (the command status gave)", (0,))
+    o.lost += check_completed(c.runs / "dmg", 3)
+
+
+def _older_aside(c: Ctx) -> None:
+    _copy_store(c)
+    ck = c.runs / "dmg" / "checkpoints"
+    (ck / "1").rename(ck / "1.damaged")
+    c.state["store"] = snap(c.runs)
+
+
+def store_truth_cases() -> list[Case]:
+    """#47 point 4: the store's files are the truth."""
+    st = ["status", "dmg", "-o", "json"]
+    return [
+        Case("store-truth/status-json-overstates-step",
+             lambda c: [*st, "--runs-dir", str(c.runs)], setup=_overstated, expect=(0,),
+             check=_json_field("step", 2), needs=("store",)),
+        Case("store-truth/resume-hint-from-the-files",
+             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs), "--steps", "2"],
+             setup=_overstated, keywords=("--steps 3",), forbid=(r"--steps 51",),
+             needs=("store",), timeout=TRAIN_TIMEOUT),
+        Case("store-truth/odd-step-names-status",
+             lambda c: [*st, "--runs-dir", str(c.runs)], setup=_odd_names, expect=(0,),
+             check=_json_field("latest_checkpoint", 2), needs=("store",)),
+        Case("store-truth/odd-step-names-resume",
+             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs)], setup=_odd_names,
+             expect=(0,), ok_keywords=("checkpoint 9 is incomplete",),
+             post=lambda c, run: check_completed(c.runs / "dmg", 3), needs=("store",),
+             timeout=TRAIN_TIMEOUT),
+        Case("store-truth/odd-step-names-convert",
+             lambda c: ["checkpoint-convert", str(c.runs / "dmg"), str(c.p("export"))],
+             setup=_odd_names, expect=(0,), needs=("store",), timeout=120),
+        Case("store-truth/odd-step-names-delete-plan",
+             lambda c: ["delete", "run", "dmg", "--runs-dir", str(c.runs), "--dry-run"],
+             setup=_odd_names, expect=(0,), needs=("store",)),
+        Case("store-truth/stale-all-set-aside-then-recover", runner=_stale_then_recover,
+             needs=("store",), timeout=3 * TRAIN_TIMEOUT),
+        Case("store-truth/recover-with-nothing-newer",
+             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs), "--recover"],
+             setup=_older_aside, expect=(4,),
+             keywords=("not newer than the intact checkpoint 2",),
+             check=lambda c, run: [] if "resume without --recover" in run.err
+             else ["the hint does not say that a plain resume continues"],
+             post=_store_unchanged, needs=("store",), timeout=TRAIN_TIMEOUT),
+    ]
+
+
+ROWS = [{"question": f"What is {a} + 2?", "answer": a + 2} for a in range(8)]
+
+
+def _msgs(*extra: Any) -> str:
+    good = [{"messages": [{"role": "user", "content": f"{a} + 1?"},
+                          {"role": "assistant", "content": str(a + 1)}]} for a in range(6)]
+    return _jsonl([*good, *({"messages": m} for m in extra)])
+
+
+DATA_47: list[tuple[str, str, str, tuple]] = [
+    # slug, file name, content, keywords
+    ("long-line", "d.jsonl", _jsonl([*ROWS, {"question": "x" * 5_000_000, "answer": 3}]),
+     ("d.jsonl:9", "has at least")),
+    ("deep-jsonl", "d.jsonl", _jsonl(ROWS) + "[" * 100_000 + "]" * 100_000 + "\n",
+     ("d.jsonl:9", "nested")),
+    ("deep-json-value", "d.json", '[{"question": ' + "[" * 5000 + "]" * 5000 + ', "answer": 1}]',
+     ("d.json", "nested")),
+    ("csv-extra-field", "d.csv", "question,answer\nWhat is 1,000 + 2?,1002\n",
+     ("d.csv:2", "3 fields")),
+    ("csv-missing-field", "d.csv", "question,answer\na,1\nb\n", ("d.csv:3", "1 field")),
+    ("csv-unclosed-quote", "d.csv", 'question,answer\n"What is 1+1?,2\nb,4\n',
+     ("d.csv:2", "never closed")),
+    ("csv-quote-in-quoted", "d.csv", 'question,answer\n"What is "1+1"?",2\n', ("d.csv:2",)),
+    ("json-unequal-columns", "d.json", '{"question": ["a", "b"], "answer": [1]}',
+     ("unequal lengths",)),
+    ("chat-no-content", "d.jsonl", _msgs([{"role": "user"}]), ("d.jsonl:7", "'content'")),
+    ("chat-bad-role", "d.jsonl", _msgs([{"role": "bot", "content": "hi"}]), ("'bot'",)),
+    ("chat-content-number", "d.jsonl", _msgs([{"role": "user", "content": 5}]),
+     ("content is a number",)),
+    ("chat-empty", "d.jsonl", _msgs([]), ("empty conversation",)),
+    ("chat-one-message", "d.jsonl", _msgs({"role": "user", "content": "x"}),
+     ("one message",)),
+    ("chat-first-row-malformed", "d.jsonl", _jsonl([{"messages": [{"role": "user"}]}]),
+     ("d.jsonl:1", "'content'")),
+]
+
+
+def _write_data(name: str, text: str) -> Callable[[Ctx], None]:
+    return lambda c: write(c.p("data") / name, text) and None
+
+
+def _hub_home(c: Ctx) -> None:
+    from tests.fakes.hub_cache import write_gsm8k
+
+    write_gsm8k(c.p("hf"), train=6, test=4)
+
+
+def _hub_env(c: Ctx) -> dict[str, str | None]:
+    return {"HF_HOME": str(c.p("hf")), "HF_HUB_OFFLINE": "1"}
+
+
+def _damaged_ckpt(kind: str) -> Callable[[Ctx], None]:
+    def setup(c: Ctx) -> None:
+        _copy_store(c)
+        ck = c.runs / "good" / "checkpoints"
+        if kind == "aside":
+            for n in ("1", "2"):
+                (ck / n).rename(ck / f"{n}.damaged")
+            return
+        if kind == "no-metadata":
+            (ck / "2" / "default" / "_METADATA").unlink()
+            return
+        if kind == "cut-no-manifest":  # every data file cut: no array of it reads
+            (ck / "2" / "rlctl-manifest.json").unlink()
+            for f in (ck / "2" / "default").rglob("d/*"):
+                with f.open("r+b") as h:
+                    h.truncate(min(1000, f.stat().st_size))
+            return
+        truncate_largest(ck / "2")
+
+    return setup
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+GS_COMMANDS: list[tuple[str, list[str]]] = [
+    ("status", ["status", "--runs-dir", "gs://runs-bucket-47/runs"]),
+    ("status-run", ["status", "r", "--runs-dir", "gs://runs-bucket-47/runs"]),
+    ("resume", ["resume", "r", "--runs-dir", "gs://runs-bucket-47/runs"]),
+    ("logs", ["logs", "r", "--runs-dir", "gs://runs-bucket-47/runs"]),
+    ("delete", ["delete", "run", "r", "--runs-dir", "gs://runs-bucket-47/runs", "--yes"]),
+    ("convert", ["checkpoint-convert", "gs://runs-bucket-47/runs/r", "export"]),
+]
+
+
+def _within(secs: float) -> Callable[[Ctx, Run], list[str]]:
+    return lambda c, run: [] if run.secs < secs else [f"took {run.secs:.1f} s, more than {secs}"]
+
+
+def _silent_endpoint(argv: list[str]) -> Callable[[Ctx, Outcome], None]:
+    def runner(c: Ctx, o: Outcome) -> None:
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+            run = c.run(argv, {"STORAGE_EMULATOR_HOST": url})
+        o.take(run)
+        _judge_into(o, run, "silent endpoint", (7,), (url, "no answer in time"))
+        o.unclear += _within(10)(c, run)
+
+    return runner
+
+
+def messages_cases() -> list[Case]:
+    """#47 point 5: messages that tell the truth."""
+    out = [Case(f"messages/data-{slug}",
+                lambda c, name=name: c.train(override={"--data-path": str(c.p("data") / name)}),
+                setup=_write_data(name, text), keywords=kws, train=True, needs=("model",),
+                forbid=(r"max_prompt_tokens=\d{6,}",), timeout=120)
+           for slug, name, text, kws in DATA_47]
+    out += [
+        Case("messages/config-yaml-nested-deeply",
+             lambda c: c.train(extra=["--config", str(c.p("deep.yaml"))]),
+             setup=lambda c: write(c.p("deep.yaml"), "a: " + "[" * 50_000 + "]" * 50_000 + "\n")
+             and None, keywords=("deep.yaml", "nested"), train=True, needs=("model",)),
+        Case("messages/hub-offline-config-missing",
+             lambda c: ["train", "grpo", "--dataset", "openai/gsm8k", "--runs-dir", str(c.runs)],
+             setup=_hub_home, env=_hub_env, keywords=("main, socratic", "data.config"),
+             train=True, timeout=120),
+        Case("messages/hub-offline-config-unknown",
+             lambda c: ["train", "grpo", "--dataset", "openai/gsm8k", "--set",
+                        "data.config=nope", "--runs-dir", str(c.runs)],
+             setup=_hub_home, env=_hub_env, keywords=("nope", "main"), train=True,
+             timeout=120),
+    ]
+    conv = [("cut", ("checkpoint 2 is damaged", "--step")),
+            ("cut-no-manifest", (("cannot be read", "cannot be opened"),)),
+            ("no-metadata", ("checkpoint 2 is damaged", "_METADATA")),
+            ("aside", ("no intact checkpoint", "--recover"))]
+    out += [Case(f"messages/convert-damaged-{kind}",
+                 lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export"))],
+                 setup=_damaged_ckpt(kind), keywords=kws, forbid=(r"train it",),
+                 post=_no_export, needs=("store",), timeout=120)
+            for kind, kws in conv]
+    for slug, argv in GS_COMMANDS:
+        out += [
+            Case(f"messages/gs-closed-endpoint-{slug}", lambda c, a=argv: a,
+                 env=lambda c: {"STORAGE_EMULATOR_HOST": c.state.setdefault(
+                     "url", f"http://127.0.0.1:{_closed_port()}")},
+                 expect=(7,), keywords=("cannot reach Cloud Storage at http://127.0.0.1:",
+                                        "connection refused"),
+                 check=_within(10)),
+            Case(f"messages/gs-silent-endpoint-{slug}", runner=_silent_endpoint(argv)),
+            Case(f"messages/gs-wrong-bucket-{slug}",
+                 lambda c, a=argv: [x.replace("runs-bucket-47", "no-such-bucket-47") for x in a],
+                 env=lambda c: {"STORAGE_EMULATOR_HOST": c.fx.gcs_url},
+                 expect=(3,), keywords=("bucket 'no-such-bucket-47' does not exist",),
+                 check=_within(10), needs=("gcs",)),
+        ]
+    out.append(Case("messages/gs-missing-run-hint-names-the-store",
+                    lambda c: ["delete", "run", "r", "--runs-dir", "gs://runs-bucket-47/runs",
+                               "--yes"],
+                    env=lambda c: {"STORAGE_EMULATOR_HOST": c.fx.gcs_url}, expect=(3,),
+                    keywords=("rlctl status --runs-dir gs://runs-bucket-47/runs",),
+                    needs=("gcs",)))
+    return out
+
+
+def _noisy_log(c: Ctx, run: Run) -> list[str]:
+    log = c.runs / "noisy" / "train.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return [] if "printed: scoring" in text else ["the reward's print is not in train.log"]
+
+
+def _ro_home(c: Ctx) -> None:
+    c.state["home"] = ro_dir(c, "home")
+
+
+def _gold_exprs(c: Ctx) -> None:
+    golds = ["x^2+1", "{1,2}", "sqrt(2)", "2^{10}", "\\frac{1}{2}", "a+b"]
+    write(c.p("gold.jsonl"), _jsonl({"question": f"Q{i}?", "answer": g}
+                                    for i, g in enumerate(golds * 2)))
+
+
+# the shell named on the command line (typer's switch for tests), not detected from the
+# parent processes, which under a background harness are no shell
+NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+
+
+def guest_cases() -> list[Case]:
+    """#47 point 6: a reward is a guest."""
+    rw = {"needs": ("model",), "timeout": TRAIN_TIMEOUT}
+    return [
+        Case("reward-guest/prints-with-json-output",
+             lambda c: [*c.train(name="noisy", steps="1",
+                                 rewards='rewards=["./r.py:noisy"]'), "-o", "json"],
+             setup=_reward_file, expect=(0,), post=_noisy_log, **rw),
+        Case("reward-guest/exits-at-step-2", runner=_bad_then_fixed("exit"), **rw),
+        Case("reward-guest/exits-on-its-trial",
+             lambda c: c.train(rewards='rewards=["./r.py:exits_at_once"]'),
+             setup=_reward_file, keywords=("exits_at_once", "sys.exit(0)"), train=True, **rw),
+        Case("reward-guest/gold-answers-are-expressions",
+             lambda c: c.train(override={"--data-path": str(c.p("gold.jsonl"))},
+                               extra=["--print-prompt"]),
+             setup=_gold_exprs, expect=(0,), needs=("model",)),
+        Case("reward-guest/install-completion-read-only-home",
+             lambda c: ["--install-completion", "bash"], setup=_ro_home,
+             env=lambda c: {"HOME": str(c.p("home")), **NAMED_SHELL}, expect=(1,),
+             keywords=("cannot install shell completion", "Read-only"), skip=need_mount),
+        Case("reward-guest/install-completion-home-is-a-file",
+             lambda c: ["--install-completion", "bash"],
+             setup=lambda c: write(c.p("homefile"), "x") and None,
+             env=lambda c: {"HOME": str(c.p("homefile")), **NAMED_SHELL}, expect=(1,),
+             keywords=("cannot install shell completion",)),
+    ]
+
+
 FAMILIES: dict[str, Callable[[], list[Case]]] = {
     "names": names_cases,
     "hyperparams": hyper_cases,
@@ -3158,6 +3724,12 @@ FAMILIES: dict[str, Callable[[], list[Case]]] = {
     "concurrency": concurrency_cases,
     "signals": signals_cases,
     "status-width": width_cases,
+    "non-finite": nonfinite_cases,
+    "spec-roundtrip": spec_cases,
+    "first-save": first_save_cases,
+    "store-truth": store_truth_cases,
+    "messages": messages_cases,
+    "reward-guest": guest_cases,
 }
 
 
@@ -3307,6 +3879,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: reporting the cases run so far", file=sys.stderr)
     finally:
         fx.mounts.release_under(root)
+        fx.close()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     secs = time.monotonic() - t0

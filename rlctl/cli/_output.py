@@ -17,9 +17,10 @@ run names to ``grpo-202…``, and ``grep`` must find the whole row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import typer
@@ -130,6 +131,33 @@ class Output:
             )
         if not typer.confirm(question, default=False, err=True):
             raise typer.Exit(1)
+
+    @contextlib.contextmanager
+    def stdout_for_json_only(self) -> Iterator[None]:
+        """With ``-o json``, whatever else writes to stdout while the block runs (a
+        reward's ``print``, a library's, a child process it starts) goes to stderr,
+        so stdout carries the result's one document alone; a no-op otherwise. Both
+        Python's ``sys.stdout`` and file descriptor 1 are moved (a test runner's
+        stdout is not descriptor 1)."""
+        if not self.json:
+            yield
+            return
+        import os
+
+        sys.stdout.flush()
+        try:
+            saved = os.dup(1)
+            os.dup2(2, 1)
+        except OSError:  # no descriptor 1 or 2 (a daemon): Python's stream alone
+            saved = None
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                yield
+        finally:
+            sys.stdout.flush()
+            if saved is not None:
+                os.dup2(saved, 1)
+                os.close(saved)
 
     def live(self):
         """A rich Live display on stderr (``status --watch``); stdout stays clean."""

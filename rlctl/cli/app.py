@@ -99,9 +99,32 @@ def main() -> None:
         code = usage_error(e, sys.argv[1:])
     except SystemExit as e:
         code = e.code
+    except OSError as e:  # outside every command: typer's --install-completion writing
+        code = _outside_a_command(e, sys.argv[1:])  # a read-only or full home
     code = code if isinstance(code, int) else 0
     if code == 130:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
     sys.exit(code)
+
+
+def _outside_a_command(e: OSError, argv: list[str]) -> int:
+    """An OSError raised before any command ran (no ``@guarded`` around it): typer's
+    ``--install-completion`` cannot write the shell's startup file (a read-only or
+    full home; #47: a 53-line traceback). One line and a hint that works without
+    writing there; exit 1."""
+    from rlctl.cli._errors import unexpected_message
+    from rlctl.cli._output import Output
+
+    where = f"{e.filename}: " if e.filename else ""
+    why = e.strerror or unexpected_message(e)
+    out = Output("table")
+    if "--install-completion" in argv:
+        out.failure(f"cannot install shell completion: {where}{why}",
+                    "print the script with 'rlctl --show-completion' and add it to your "
+                    "shell's startup file yourself", 1)
+    else:
+        out.failure(f"unexpected error: {where}{why}",
+                    "run again with --debug for the traceback, and report it", 1)
+    return 1

@@ -30,6 +30,9 @@ DtypeOpt = Annotated[str | None, typer.Option(
 VerifyOpt = Annotated[bool, typer.Option(
     "--verify", help="Read DST back: count, names, shapes, dtypes, SHA-256 of each tensor.")]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace DST if it exists.")]
+AllowNonFiniteOpt = Annotated[bool, typer.Option(
+    "--allow-non-finite", help="Export tensors holding NaN or inf as they are (refused "
+    "otherwise: a model that diverged).")]
 
 
 @guarded
@@ -42,6 +45,7 @@ def checkpoint_convert(
     dtype: DtypeOpt = None,
     verify: VerifyOpt = False,
     overwrite: OverwriteOpt = False,
+    allow_non_finite: AllowNonFiniteOpt = False,
     runs_dir: RootOpt = None,
     output: OutputOpt = "table",
 ) -> None:
@@ -78,7 +82,8 @@ def checkpoint_convert(
 
         result = convert(src, dst, to=to.lower(), step=step,  # type: ignore[arg-type]
                          dtype=None if dtype is None else dtype.lower(), verify=verify,
-                         overwrite=overwrite, runs_dir=runs_dir, on_progress=on_progress)
+                         overwrite=overwrite, runs_dir=runs_dir, on_progress=on_progress,
+                         allow_non_finite=allow_non_finite)
     rate = result.bytes / result.seconds if result.seconds else 0.0
     human = (f"wrote {result.dst} ({result.to}, {result.family}, {result.dtype}): "
              f"{result.tensors} tensors, {human_bytes(result.bytes)} in {result.seconds:.1f} s "

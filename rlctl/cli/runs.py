@@ -390,7 +390,7 @@ def resume(
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import resume_local
 
-    with TrainProgress(out) as progress:
+    with out.stdout_for_json_only(), TrainProgress(out) as progress:
         record = resume_local(where.root, run, progress=progress.callback,
                               recover=recover, steps=steps)
     out.result(record.model_dump(mode="json"), progress.summary(record))

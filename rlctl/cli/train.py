@@ -175,7 +175,7 @@ def _run(
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import train_local
 
-    with TrainProgress(out) as progress:
+    with out.stdout_for_json_only(), TrainProgress(out) as progress:
         record = train_local(spec, progress=progress.callback)
     out.result(record.model_dump(mode="json"), progress.summary(record))
 

@@ -77,6 +77,13 @@ class DiskFullError(RlctlError):
     exit_code = 1
 
 
+class NonFiniteError(RlctlError):
+    """A step's loss or gradient norm is not a finite number: the run stopped at that
+    step, before saving it, its last finite checkpoint kept."""
+
+    exit_code = 1
+
+
 class OutOfMemoryError(RlctlError):
     """A step needs more memory than the device (or this machine) has free."""
 

@@ -162,5 +162,7 @@ def test_json_errors_are_one_json_object_on_stdout(tmp_path):
     out = _rlctl("status", "nope", "--runs-dir", str(tmp_path), "-o", "json")
     assert out.returncode == 3
     assert json.loads(out.stdout) == {"error": f"run 'nope' not found in {tmp_path}",
-                                      "hint": "list runs with 'rlctl status' or pass --runs-dir",
+                                      "hint": "list the runs there with 'rlctl status "
+                                              f"--runs-dir {tmp_path}', or pass the "
+                                              "--runs-dir that holds it",
                                       "exit_code": 3}

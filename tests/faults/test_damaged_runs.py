@@ -37,7 +37,8 @@ def test_a_phase_that_is_no_phase_is_shown_as_damaged(cli, store):
     r = cli("status", "--runs-dir", str(store), "-o", "json")
     assert r.returncode == 0, r.stderr
     rows = {row["name"]: row for row in json.loads(r.stdout)}
-    assert rows["odd"]["error"] == "damaged: status.json: phase 42 is not a phase"
+    assert rows["odd"]["error"] == ("damaged: status.json: phase 42 is not a phase; "
+                                    "continue with 'rlctl resume odd'")
     assert rows["ok"]["phase"] == "completed" and rows["ok"]["error"] is None
 
 
@@ -121,7 +122,7 @@ class TestResumeRepairs:
         (run / "checkpoints" / "2").mkdir()  # a folder Orbax never filled
         r = cli("resume", "ok", "--runs-dir", str(store))
         assert r.returncode == 0, r.stderr
-        assert "checkpoint 2 is damaged (its folder is empty)" in r.stderr
+        assert "checkpoint 2 is incomplete (its folder is empty)" in r.stderr
         assert sorted(os.listdir(run / "checkpoints")) == ["1", "2", "2.damaged"]
 
     @pytest.mark.parametrize("order", [[1, 1, 2], [2, 1], [1, 2, 2]])

@@ -68,6 +68,23 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def check_finite(source: Source, name: str, arr: np.ndarray) -> None:
+    """Refuse a tensor holding NaN or infinity: a run that diverged (an older rlctl's,
+    which trained on after its loss went NaN) must not reach an export unnoticed."""
+    if arr.dtype.kind not in "fcV" or arr.size == 0:  # "V": bfloat16 (ml_dtypes)
+        return
+    finite = np.isfinite(arr)
+    if finite.all():
+        return
+    bad = int(arr.size - np.count_nonzero(finite))
+    where = f"checkpoint {source.step} of " if source.step is not None else ""
+    raise ConfigError(
+        f"{where}{source.uri}: tensor {name!r} holds {bad} non-finite value"
+        f"{'s' if bad > 1 else ''} (NaN or inf) of {arr.size}: the model diverged",
+        hint="convert an earlier checkpoint (--step N), or pass --allow-non-finite to "
+             "export it as it is")
+
+
 def _cast(arr: np.ndarray, dtype: str | None) -> np.ndarray:
     if dtype is None or arr.dtype == hf.np_dtype(dtype) or arr.dtype.kind not in "fV":
         return arr
@@ -78,9 +95,10 @@ def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
             dtype: str | None = None, verify: bool = False, overwrite: bool = False,
             client: Any = None, runs_dir: str | None = None,
             on_progress: OnProgress | None = None, shard_bytes: int = hf.SHARD_BYTES,
-            ) -> ConvertResult:
+            allow_non_finite: bool = False) -> ConvertResult:
     """Convert SRC into DST (see the module docstring); with ``verify``, read DST
-    back and compare every tensor with SRC (verify.py)."""
+    back and compare every tensor with SRC (verify.py). A tensor holding NaN or inf
+    is refused (``check_finite``) unless ``allow_non_finite``."""
     started = time.monotonic()
     want = None if dtype is None else DTYPES.get(dtype)
     if dtype is not None and want is None:
@@ -95,14 +113,18 @@ def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
         raise ConfigError("SRC and DST are the same place")
     out = open_output(dst, overwrite, client)
     report = on_progress or (lambda *a: None)
+    check = (lambda name, arr: None) if allow_non_finite else (
+        lambda name, arr: check_finite(source, name, arr))
     try:
         if to == "hf":
-            n, nbytes, resumed, out_dtype = _to_hf(source, out, want, report, shard_bytes)
+            n, nbytes, resumed, out_dtype = _to_hf(source, out, want, report, shard_bytes,
+                                                   check)
         elif to == "peft":
             assert isinstance(source, LoraSource)
-            n, nbytes, resumed, out_dtype = _to_peft(source, out, want, report)
+            n, nbytes, resumed, out_dtype = _to_peft(source, out, want, report, check)
         else:
-            n, nbytes, resumed, out_dtype = _to_trainer(source, out, want, report, dst)
+            n, nbytes, resumed, out_dtype = _to_trainer(source, out, want, report, dst,
+                                                        check)
         for f in source.sidecar_files():
             if not out.done(f):
                 out.write_bytes(f, source.sidecars.read_bytes(f))
@@ -156,8 +178,11 @@ def _out_dtype(source: Source, want: str | None) -> str:
     return want or ("+".join(sorted(dtypes)) if len(dtypes) > 1 else dtypes.pop())
 
 
+Check = Callable[[str, np.ndarray], None]  # a tensor's name and values: raise to refuse
+
+
 def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
-           shard_bytes: int) -> tuple[int, int, int, str]:
+           shard_bytes: int, check: Check) -> tuple[int, int, int, str]:
     planned = []
     for name in source.names():
         shape, dt = source.shape_dtype(name)
@@ -180,6 +205,7 @@ def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
             f.write(hf.shard_header(shard))
             for t in shard:
                 arr = next(arrays)
+                check(t.name, arr)
                 if arr.shape != t.shape or arr.dtype != hf.np_dtype(t.dtype):
                     raise ConfigError(f"{source.uri}: tensor {t.name!r} is {arr.dtype}"
                                       f"{list(arr.shape)}, expected {t.dtype}{list(t.shape)}")
@@ -193,7 +219,7 @@ def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
 
 
 def _to_peft(source: LoraSource, out: Output, want: str | None,
-             report: OnProgress) -> tuple[int, int, int, str]:
+             report: OnProgress, check: Check) -> tuple[int, int, int, str]:
     """A PEFT adapter folder (adapter_config.json, adapter_model.safetensors; PEFT's
     save_pretrained layout) that ``PeftModel.from_pretrained`` loads onto the base."""
     from rlctl.core.checkpoints import lora
@@ -205,6 +231,8 @@ def _to_peft(source: LoraSource, out: Output, want: str | None,
         a2, b2 = lora.as_matrices(rule, rule.t_shape(source.base.shape_dtype(rule.hf[0])[0]),
                                   a, b)
         name_a, name_b = lora.peft_name(rule.hf[0])
+        check(name_a, a2)
+        check(name_b, b2)
         tensors += [(name_a, _cast(np.ascontiguousarray(a2.T), want)),
                     (name_b, _cast(np.ascontiguousarray(b2.T), want))]
     bf16 = hf.np_dtype("bfloat16")
@@ -225,7 +253,7 @@ def _to_peft(source: LoraSource, out: Output, want: str | None,
 
 
 def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgress,
-                dst: str) -> tuple[int, int, int, str]:
+                dst: str, check: Check) -> tuple[int, int, int, str]:
     from rlctl.core.checkpoints.orbax import CHECKPOINT, OrbaxWriter
 
     stage = out.staging_dir()
@@ -257,6 +285,7 @@ def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgres
             resumed += 1
         else:
             arr = next(arrays)
+            check(r.key, arr)
             writer.write(r.key, arr)
             del arr
             done.add(r.key)

@@ -79,9 +79,21 @@ class OrbaxReader:
         return tuple(int(x) for x in a.shape), str(np.dtype(a.dtype.numpy_dtype))
 
     def read(self, key: str) -> np.ndarray:
-        out = self._array(key).read().result()
-        self._open.pop(key, None)  # drop tensorstore's handle (and its cache)
+        try:
+            out = self._array(key).read().result()
+        except ValueError as e:  # a cut or garbled chunk: TensorStore's status as text
+            raise unreadable(self.step, key, e) from e
+        finally:
+            self._open.pop(key, None)  # drop tensorstore's handle (and its cache)
         return np.asarray(out)
+
+
+def unreadable(step: Path, key: str, e: BaseException) -> ConfigError:
+    """A read that failed inside a checkpoint (a file cut short or garbled, without a
+    manifest to have said so): one line naming the array, not "unexpected error"."""
+    first = (str(e).splitlines() or [type(e).__name__])[0][:160]
+    return ConfigError(f"{step}: array {key!r} cannot be read ({first})",
+                       hint="the checkpoint is damaged; pick another --step")
 
 
 def _zarr_dtype(dtype: np.dtype) -> str:

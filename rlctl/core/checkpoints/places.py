@@ -102,6 +102,9 @@ class GcsPlace(Place):
 
     def _listing(self) -> dict[str, int]:
         if self._sizes is None:
+            from rlctl.core.store.gcs import probe_bucket
+
+            probe_bucket(self.client, self.bucket, self.prefix)  # within 10 s, one line
             base = f"{self.prefix}/" if self.prefix else ""
             try:
                 self._sizes = {b.name[len(base):]: int(b.size or 0) for b in

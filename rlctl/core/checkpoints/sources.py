@@ -27,6 +27,7 @@ from rlctl.core.checkpoints import hf, layout
 from rlctl.core.checkpoints.hf import SIDECARS, SafetensorsReader, np_dtype
 from rlctl.core.checkpoints.places import GcsPlace, LocalPlace, Place, open_place
 from rlctl.core.errors import ConfigError
+from rlctl.core.store.base import step_number
 
 TRAINER_MARKER = "rlctl-trainer.json"  # written last into a trainer folder
 RUN_SPEC = "spec.yaml"
@@ -152,7 +153,13 @@ class TrainerSource(Source):
         if chunk is not None and chunk[0]:
             step = max(int(chunk[0]), step // int(chunk[0]) * int(chunk[0]))
         for a in range(0, shape[0], step):
-            band = np.asarray(arr[a:min(a + step, shape[0])].read().result()).reshape(-1, cols)
+            try:
+                part = arr[a:min(a + step, shape[0])].read().result()
+            except ValueError as e:  # a cut or garbled chunk
+                from rlctl.core.checkpoints.orbax import unreadable
+
+                raise unreadable(self.reader.step, rule.key, e) from e
+            band = np.asarray(part).reshape(-1, cols)
             layout.transpose_into(out, band, a * per_index)
         self.reader._open.pop(rule.key, None)
         return out
@@ -263,7 +270,7 @@ def _config(place: Place, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: no config.json", hint=_EXPECTED)
     try:
         config = json.loads(place.read_bytes("config.json"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ConfigError(f"{place.uri}/config.json: not valid JSON",
                           hint="copy or download the model again") from e
     if not isinstance(config, dict):
@@ -300,12 +307,22 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
 
     from rlctl.core.checkpoints.orbax import is_step_folder
     from rlctl.core.store import open_store
-    from rlctl.core.store.base import CHECKPOINTS, existing_run
+    from rlctl.core.store.base import CHECKPOINTS, existing_run, set_aside_checkpoints
+    from rlctl.core.store.manifest import verify
 
     store = open_store(root, client) if root.startswith("gs://") else open_store(root)
     run = existing_run(store, name)
     steps = sorted(run.checkpoint_steps())
     if not steps:
+        aside = set_aside_checkpoints(run)
+        if aside:  # never "train it": the run has trained, its checkpoints are damaged
+            where = "" if root.startswith("gs://") else f" --runs-dir {os.path.abspath(root)}"
+            raise ConfigError(
+                f"run {name!r} has no intact checkpoint: set aside as damaged: "
+                + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside),
+                hint=f"'rlctl resume {name}{where} --recover' reads them back and keeps "
+                     "the ones that are intact" if not root.startswith("gs://") else
+                     f"copy the run here and 'rlctl resume {name} --recover' it")
         raise ConfigError(f"run {name!r} has no complete checkpoint yet",
                           hint="train it for at least checkpoint.interval steps")
     if step is None:
@@ -315,13 +332,20 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
                           hint=f"complete checkpoints: {', '.join(map(str, steps))}")
     run.fetch_checkpoint(step)  # gs://: into the local staging folder
     step_dir = Path(run.path_for(f"{CHECKPOINTS}/{step}"))
+    others = ", ".join(str(s) for s in steps if s != step) or "none"
+    why = verify(step_dir)  # as resume judges it: every file against its manifest
+    if why is not None:
+        raise ConfigError(f"{uri}: checkpoint {step} is damaged ({why})",
+                          hint=f"convert another with --step N (its other checkpoints: "
+                               f"{others})")
     if not is_step_folder(step_dir):
         raise ConfigError(f"{uri}: checkpoint {step} has no Orbax metadata (damaged?)",
-                          hint="pick another step with --step")
+                          hint=f"convert another with --step N (its other checkpoints: "
+                               f"{others})")
     try:
         spec = yaml.safe_load(run.read_text(RUN_SPEC)) or {}
         model_source = str(spec.get("model", {}).get("source") or "")
-    except (yaml.YAMLError, AttributeError) as e:
+    except (yaml.YAMLError, AttributeError, RecursionError, UnicodeDecodeError) as e:
         raise ConfigError(f"{uri}/{RUN_SPEC}: unreadable") from e
     from rlctl.core.checkpoints.lora import LORA_FILE
     from rlctl.core.config.models import DEFAULT_MODEL
@@ -380,8 +404,9 @@ def _open_source(src: str, step: int | None, client: Any, runs_dir: str | None) 
         return TrainerSource(src, "trainer", p / CHECKPOINT, _config(place, src), place)
     if is_step_folder(p):  # <run>/checkpoints/<step>: the run's model tells the config
         run_dir = p.parent.parent
-        if (run_dir / RUN_SPEC).is_file() and p.name.isdigit():
-            return _run(src, str(run_dir.parent), run_dir.name, int(p.name), client)
+        step_name = step_number(p.name)
+        if (run_dir / RUN_SPEC).is_file() and step_name is not None:
+            return _run(src, str(run_dir.parent), run_dir.name, step_name, client)
         if (p / "config.json").is_file():
             place = LocalPlace(p)
             return TrainerSource(src, "orbax", p, _config(place, src), place)

@@ -43,6 +43,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}") from e
+    except RecursionError:  # nested deeper than the parser's stack
+        raise ConfigError(f"config file {str(p)!r} is nested too deeply to read",
+                          hint="pass a run spec YAML file") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
     return data

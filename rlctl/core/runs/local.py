@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlctl.core.config.load import build
-from rlctl.core.config.models import RunSpec
+from rlctl.core.config.models import MAX_STEPS, RunSpec
 from rlctl.core.errors import (
     ConfigError,
     ConflictError,
@@ -33,7 +33,7 @@ from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.run_log import RunLog
 from rlctl.core.runs.spec import check_name_free, local_paths_absolute, write_new_run
-from rlctl.core.runs.status import read_metrics, read_status
+from rlctl.core.runs.status import read_metrics, read_status, steps_done
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
@@ -42,6 +42,7 @@ from rlctl.core.store.base import (
     set_aside_checkpoints,
 )
 from rlctl.core.store.local import LocalRunDir
+from rlctl.core.store.records import read_spec, spec_text, status_text
 from rlctl.core.trainer import stops
 from rlctl.core.trainer.events import Stage
 from rlctl.core.trainer.events import phase as phase_event  # 'phase' names a Phase here
@@ -87,7 +88,7 @@ class StatusFile:
         ``StatusUpdate``) and ``updated``; the rest stay."""
         change = change if change is not None else StatusUpdate(**fields)
         self.data.update(change.fields(), updated=_now())
-        self.run.write_json(STATUS, self.data)
+        self.run.write_text(STATUS, status_text(self.data))  # checked by its reader
 
 
 def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
@@ -111,13 +112,16 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     with _sigterm_as_interrupt():
         run = write_new_run(store, spec)
         with run.lock():  # one writer per run, for this process's whole life
-            status = StatusFile(run, spec)
             try:
-                status.update(StatusUpdate(phase=Phase.PENDING, pid=os.getpid(),
-                                           host=socket.gethostname()))
+                # a stop in here waits until status.json says pending and the log is
+                # attached, then is recorded (one that landed in between left 'pending')
+                with stops.deferred():
+                    status = StatusFile(run, spec)
+                    status.update(StatusUpdate(phase=Phase.PENDING, pid=os.getpid(),
+                                               host=socket.gethostname()))
+                    log.attach(run)  # after status.json: 'logs -f' sees an active run
             except KeyboardInterrupt:
-                _record_interrupt(run, status, log)
-            log.attach(run)  # after status.json: 'logs -f' sees an active run, and waits
+                _record_interrupt(run, StatusFile(run, spec), log)
             return _execute(spec, run, status, log)
 
 
@@ -152,9 +156,12 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
     first = source.batch(0, 1)[0]
     trial = Sample(f"<answer>{first.answer}</answer>", first.question, first.answer,
                    first.columns, first.messages, [0])
+    def said(line: str) -> None:
+        emit({"event": "message", "message": line})
+
     for reward in resolve(spec.rewards):
         try:
-            score([reward], [trial])
+            score([reward], [trial], said)
         except ConfigError as e:  # no run exists yet, so there is nothing to resume
             raise ConfigError(e.message, hint="fix the reward function and run the same "
                               "'rlctl train' again (nothing was written)") from e
@@ -172,35 +179,15 @@ def _load_libraries(emit: Progress) -> None:
 
 
 def load_run_spec(run: LocalRunDir) -> RunSpec:
-    import yaml
-
+    """The run's spec.yaml, through the one reader its writers also pass it through
+    (``store/records.py``)."""
     where = f"{run.uri}/{SPEC}"
     try:
-        data = yaml.safe_load(run.read_text(SPEC))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{where} is not valid YAML",
+        text = run.read_text(SPEC)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where} is not valid YAML (not UTF-8 text)",
                           hint="restore the run's spec.yaml (its settings)") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} is empty or not a mapping",
-                          hint="restore the run's spec.yaml (its settings)")
-    try:
-        return build(RunSpec, _stored_before_26(data))
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e.message}", hint="fix or restore the run's spec.yaml"
-                          ) from e
-
-
-def _stored_before_26(data: dict[str, Any]) -> dict[str, Any]:
-    """A spec.yaml written before #26 as what its run trained on: with ``name:
-    arithmetic`` that trainer ignored ``path`` and ``eval_path`` (the generator ran),
-    so they are dropped rather than refused; the other old keys are DataSpec's
-    deprecated names."""
-    old = data.get("data")
-    if not isinstance(old, dict) or old.get("name") != "arithmetic":
-        return data
-    kept = {k: v for k, v in old.items()
-            if k not in ("path", "eval_path", "question_field", "answer_field")}
-    return {**data, "data": kept}
+    return read_spec(text, where)
 
 
 def resume_local(root: str, name: str, progress: Progress | None = None,
@@ -227,10 +214,9 @@ def resume_local(root: str, name: str, progress: Progress | None = None,
 
 
 def _done(run: LocalRunDir, status: StatusFile) -> int:
-    """Steps the run has done: status.json's, or its latest checkpoint's if more."""
-    step = status.data.get("step")
-    step = step if isinstance(step, int) and not isinstance(step, bool) else 0
-    return max(step, latest_checkpoint_step(run) or 0)
+    """Steps the run has done, as its files hold them (``status.steps_done``: its
+    complete checkpoints and metrics rows), never status.json's word alone."""
+    return steps_done(run)
 
 
 def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
@@ -239,7 +225,6 @@ def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
     every change of ``training.steps`` (by --steps, or by editing spec.yaml) said
     once and recorded in status.json's ``steps_changes``; a step count below what
     the run has done is refused, never silently taken."""
-    from rlctl.core.config.load import dump_yaml
     from rlctl.core.store.base import atomic_write
 
     done = _done(run, status)
@@ -258,9 +243,8 @@ def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
         if steps != spec.training.steps:
             changes.append({"from": spec.training.steps, "to": steps, "by": "--steps",
                             "at": _now()})
-            spec = spec.model_copy(update={"training": spec.training.model_copy(
-                update={"steps": steps})})
-            atomic_write(run.path / SPEC, dump_yaml(spec))
+            spec = _with_steps(spec, steps, done)  # bounded as 'train --steps' is
+            atomic_write(run.path / SPEC, spec_text(spec, f"{run.uri}/{SPEC}"))
             if progress:
                 progress({"event": "message", "message": f"training.steps {changes[-1]['from']}"
                           f" -> {steps} (written to {SPEC})"})
@@ -275,6 +259,19 @@ def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
             steps_changes=[*(history if isinstance(history, list) else []), *changes],
             total_steps=spec.training.steps))
     return spec
+
+
+def _with_steps(spec: RunSpec, steps: int, done: int) -> RunSpec:
+    """``spec`` with ``training.steps`` set to ``steps``, validated as ``train
+    --steps`` is (a ``model_copy`` is not: it wrote 10^20 into spec.yaml, #47)."""
+    data = spec.model_dump(mode="json")
+    data["training"]["steps"] = steps
+    try:
+        return build(RunSpec, data)
+    except ConfigError as e:
+        raise ConfigError(f"--steps {steps}: {e.message.removeprefix('invalid RunSpec: ')}",
+                          hint=f"pass --steps N with {done} < N <= {MAX_STEPS}; nothing "
+                               "was changed") from None
 
 
 def _resume(run: LocalRunDir, log: RunLog, recover: bool = False,
@@ -295,6 +292,12 @@ def _resume(run: LocalRunDir, log: RunLog, recover: bool = False,
         )
     step = latest_checkpoint_step(run)
     aside = set_aside_checkpoints(run)
+    if recover:  # nothing newer than the intact checkpoints: refused before any write
+        from rlctl.core.trainer.checkpointing import nothing_to_recover, recover_candidates
+
+        newest, newer = recover_candidates(run)
+        if not newer:
+            raise nothing_to_recover(run, newest, [])
     if step is None and aside and not recover:
         from rlctl.core.trainer.checkpointing import refusal
 
@@ -412,8 +415,8 @@ def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
         if stops.received() and not stops.deferring():
             raise KeyboardInterrupt
 
-    stops.reset()
     try:
+        stops.reset()
         status.update(StatusUpdate(phase=Phase.STARTING, pid=os.getpid(),
                                    host=socket.gethostname(), started=_now(), error=None))
         with _sigterm_as_interrupt():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlctl.core.errors import NotFoundError
 from rlctl.core.plan import ApplyResult, Change, Plan
-from rlctl.core.store.base import CHECKPOINTS, LOCK
+from rlctl.core.store.base import CHECKPOINTS, LOCK, step_number
 from rlctl.core.store.local import LocalRunDir, LocalRunStore, writing
 
 Event = Callable[[str, str, str], None]
@@ -63,7 +63,8 @@ def plan_delete_local(root: str, name: str) -> Plan:
         files, size = _size(entry)
         fields: dict[str, object] = {"path": str(entry), "files": files, "size": _human(size)}
         if entry.name == CHECKPOINTS:
-            fields["steps"] = sorted(int(n) for n in os.listdir(entry) if n.isdigit())
+            fields["steps"] = sorted(s for n in os.listdir(entry)
+                                     if (s := step_number(n)) is not None)
         changes.append(Change(kind="files", name=entry.name, action="delete", fields=fields))
     # the folder itself last: it holds the lock that keeps a trainer out meanwhile
     changes.append(Change(kind="folder", name=name, action="delete",

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlctl.core.config.load import build, dump_yaml, read_yaml
+from rlctl.core.config.load import build, read_yaml
 from rlctl.core.config.models import DEFAULT_MODEL, RunSpec
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError
 from rlctl.core.store.base import SPEC, RunDir, RunStore
+from rlctl.core.store.records import spec_text
 
 
 def resolve_run_spec(
@@ -155,7 +156,8 @@ def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
     run = store.run(spec.name)
     check_name_free(store, spec.name)
     try:
-        run.write_text(SPEC, dump_yaml(spec))  # exclusive: of two racing creators, one wins
+        # exclusive: of two racing creators, one wins; checked by its reader first
+        run.write_text(SPEC, spec_text(spec, f"{run.uri}/{SPEC}"))
     except ConflictError:
         raise _taken(store, spec.name) from None
     return run

@@ -22,29 +22,34 @@ from rlctl.core.store.base import (
     set_aside_checkpoints,
 )
 from rlctl.core.store.local import LocalRunDir
+from rlctl.core.store.records import parse_json, read_status_text
 
 
 def _read_json(run: RunDir, rel: str) -> tuple[Any, str | None]:
     """(the parsed file, None), or (None, why it cannot be read): a damaged file is
     described, never raised, so one bad run cannot break ``status`` for the others."""
     try:
-        return json.loads(run.read_text(rel)), None
+        return parse_json(run.read_text(rel)), None
     except UnicodeDecodeError:
         return None, f"{rel} is not UTF-8 text"
     except json.JSONDecodeError as e:
         return None, f"{rel} is not valid JSON (line {e.lineno})"
+    except ValueError as e:  # NaN, or nested too deeply
+        return None, f"{rel} is not valid JSON ({e})"
 
 
 def read_status(run: RunDir) -> dict[str, Any]:
-    """status.json as a dict; missing or damaged -> phase ``unknown`` (and ``damaged``
-    saying what is wrong, so ``resume`` can rebuild it)."""
+    """status.json as a dict, through the one reader its writers also pass it through
+    (``store/records.py``); missing -> phase ``unknown``; damaged -> the fields that
+    can be trusted, ``damaged`` saying what is wrong (so ``resume`` can rebuild it)."""
     if not run.exists(STATUS):
         return {"name": run.name, "phase": Phase.UNKNOWN}
-    data, why = _read_json(run, STATUS)
-    if why is None and not isinstance(data, dict):
-        why = f"{STATUS} holds a JSON {type(data).__name__}, not an object"
+    try:
+        data, why = read_status_text(run.read_text(STATUS))
+    except UnicodeDecodeError:
+        data, why = {}, f"{STATUS} is not UTF-8 text"
     if why is not None:
-        return {"name": run.name, "phase": Phase.UNKNOWN, "damaged": why}
+        return {"name": run.name, "phase": Phase.UNKNOWN, **data, "damaged": why}
     return data
 
 
@@ -73,6 +78,9 @@ def _metrics(run: RunDir) -> tuple[list[dict[str, Any]], int]:
             continue
         try:
             row = json.loads(line)
+        except RecursionError:  # bytes not ours, nested too deeply to read
+            skipped += 1
+            continue
         except json.JSONDecodeError:
             # a last line without its newline is a write in progress (or cut by a
             # kill): normal, not damage
@@ -190,25 +198,27 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     if aside:
         problems.append(f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
                         + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside))
-    damaged = status.get("damaged") or "; ".join(problems) or None
+    damaged = "; ".join([*filter(None, [status.get("damaged")]), *problems]) or None
     if not run.exists(SPEC):
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
-    elif "phase" in status and Phase.parse(status["phase"]) is Phase.UNKNOWN \
-            and status["phase"] != Phase.UNKNOWN:
-        damaged = f"{STATUS}: phase {status['phase']!r} is not a phase"
-    phase = _phase(status, run)
-    error = f"damaged: {damaged}" if damaged else _str(status.get("error"))
-    if phase is Phase.STALE:
-        error = (f"its process (pid {status.get('pid')}) ended without finishing: killed or "
-                 f"crashed; continue with 'rlctl resume {run.name}'")
     latest = latest_checkpoint_step(run)
+    done = steps_done(run, metrics, latest)
+    phase = _phase(status, run)
+    error = _str(status.get("error"))
+    if damaged or phase is Phase.STALE:
+        # what is wrong first, then the one command that helps (a stale run's plain
+        # 'resume' was refused when its checkpoints were all set aside, #47)
+        gone = (f"its process (pid {status.get('pid')}) ended without finishing: killed "
+                "or crashed" if phase is Phase.STALE else None)
+        error = "; ".join(filter(None, [f"damaged: {damaged}" if damaged else None, gone,
+                                        remedy(run, latest, aside, done, phase)]))
     checkpoint_bytes, disk_bytes = _sizes(run, latest)
     return RunInfo(
         name=run.name,
         path=run.uri,
         phase=phase,
         algorithm=_str(status.get("algorithm")),
-        step=_int(status.get("step")) or 0,
+        step=done,
         total_steps=_int(status.get("total_steps")),
         latest_checkpoint=latest,
         checkpoint_bytes=checkpoint_bytes,
@@ -225,6 +235,52 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         eval=RunEvals(**evals),
         curve=read_curve(run, metrics) if curve else None,
     )
+
+
+def steps_done(run: RunDir, rows: list[dict[str, Any]] | None = None,
+               latest: int | None = None) -> int:
+    """The steps the run's files hold: its latest complete checkpoint's step, or its
+    metrics rows' last step where later (steps done since, which a resume repeats);
+    never status.json's word alone (#47: a status.json saying 50 over files holding 2
+    made resume hint '--steps 51', dozens of extra steps). ``rows`` and ``latest``:
+    already read by the caller."""
+    if rows is None:
+        rows = read_metrics(run)
+    if latest is None:
+        latest = latest_checkpoint_step(run)
+    last = max((s for r in rows if (s := _int(r.get("step"))) is not None), default=0)
+    return max(latest or 0, last)
+
+
+def remedy(run: RunDir, latest: int | None, aside: list[str], done: int,
+           phase: Phase = Phase.UNKNOWN) -> str | None:
+    """The command that helps a damaged or stale run, as ``resume`` would judge it:
+    its spec is missing or unreadable, its checkpoints are all set aside, or its spec
+    asks for fewer steps than it has done; else plain resume (None for a completed
+    run: resume would refuse it, and its damage is in files no step rewrites)."""
+    name = run.name
+    if not run.exists(SPEC):
+        return f"restore its {SPEC} to resume it, or remove it with 'rlctl delete run {name}'"
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.store.records import read_spec
+
+    try:
+        spec = read_spec(run.read_text(SPEC), SPEC)
+    except (ConfigError, UnicodeDecodeError) as e:
+        why = e.message if isinstance(e, ConfigError) else f"{SPEC} is not UTF-8 text"
+        return f"fix its {SPEC} ({why[:160]}), then 'rlctl resume {name}'"
+    if latest is None and aside:
+        if isinstance(run, LocalRunDir):
+            return (f"'rlctl resume {name} --recover' reads the set-aside checkpoints back "
+                    f"and resumes from the newest intact one")
+        return (f"copy the run here and 'rlctl resume {name} --recover' it (the set-aside "
+                "checkpoints may be intact)")
+    if spec.training.steps < done:
+        return (f"its {SPEC} asks for {spec.training.steps} steps of the {done} done: "
+                f"'rlctl resume {name} --steps N' (N > {done})")
+    if phase is Phase.COMPLETED and spec.training.steps <= done:
+        return None
+    return f"continue with 'rlctl resume {name}'"
 
 
 def list_runs(store: RunStore) -> list[RunInfo]:

@@ -37,6 +37,7 @@ from rlctl.core.plan import Change
 from rlctl.core.runs.results import ClusterRunInfo, ResumeResult, SubmitResult
 from rlctl.core.runs.spec import write_new_run
 from rlctl.core.store.base import STATUS, RunDir, RunStore, latest_checkpoint_step
+from rlctl.core.store.records import status_text
 from rlctl.core.trainer.engines import Engine, pick
 
 RUN_FILES = "files"  # Change.kind of a run's folder in the run store
@@ -205,11 +206,11 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     name = spec.name
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     run = write_new_run(store, spec)
-    run.write_json(STATUS, {"name": name, "phase": Phase.PENDING, "algorithm": spec.algorithm,
-                            "total_steps": spec.training.steps, "step": 0,
-                            "latest_checkpoint": None, "backend": backend,
-                            "namespace": opts.namespace,
-                            "service_account": opts.service_account, **(record or {})})
+    run.write_text(STATUS, status_text({
+        "name": name, "phase": Phase.PENDING, "algorithm": spec.algorithm,
+        "total_steps": spec.training.steps, "step": 0, "latest_checkpoint": None,
+        "backend": backend, "namespace": opts.namespace,
+        "service_account": opts.service_account, **(record or {})}))
     applied = _apply(k8s_api, name, objs, hf_token)
     return SubmitResult(name=name, path=run.uri, backend=backend, applied=applied)
 

@@ -38,6 +38,14 @@ LOCK = ".lock"  # a local run's writer lock (holder: pid, host, since)
 # A folder holding any of these is a run (listed; shown damaged when spec.yaml is
 # missing): a folder with none of them is someone else's, left out of the listing.
 RUN_MARKERS = (SPEC, STATUS, METRICS)
+# In a checkpoint folder: Orbax's metadata, written when its save finished, and
+# rlctl's manifest of every file, written after it (trainer/checkpointing.py)
+ORBAX_METADATA = "_CHECKPOINT_METADATA"
+MANIFEST = "rlctl-manifest.json"
+# A step folder's name as Orbax names (and finds) one: ASCII digits, no leading zero.
+# "07", "٣" or "²" are no step to Orbax; counted by int() or str.isdigit() they made
+# a checkpoint no folder holds, and the run stuck on it (#47).
+STEP_NAME = re.compile(r"^(?:0|[1-9][0-9]*)$")
 
 
 class RunDir(Protocol):
@@ -131,9 +139,15 @@ def existing_run(store: RunStore, name: str) -> RunDir:
                 f"run with 'rlctl delete run {name}'")
         raise NotFoundError(
             f"run {name!r} not found in {store.uri}",
-            hint="list runs with 'rlctl status' or pass --runs-dir",
+            hint=f"list the runs there with 'rlctl status --runs-dir {store.uri}', or pass "
+                 "the --runs-dir that holds it",
         )
     return run
+
+
+def step_number(name: str) -> int | None:
+    """The step a checkpoint folder's name says, or None when it is no step name."""
+    return int(name) if STEP_NAME.match(name) else None
 
 
 def latest_checkpoint_step(run: RunDir) -> int | None:
@@ -143,7 +157,7 @@ def latest_checkpoint_step(run: RunDir) -> int | None:
     return max(steps) if steps else None
 
 
-SET_ASIDE = re.compile(r"^(\d+)\.damaged(?:-\d+)?$")  # checkpoints/<step>.damaged[-n]
+SET_ASIDE = re.compile(r"^([0-9]+)\.damaged(?:-[0-9]+)?$")  # checkpoints/<step>.damaged[-n]
 
 
 def set_aside_checkpoints(run: RunDir) -> list[str]:

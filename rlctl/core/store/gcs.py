@@ -43,13 +43,20 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError, RunInUseError
 from rlctl.core.names import validate_name
-from rlctl.core.store.base import CHECKPOINTS, RUN_MARKERS, SPEC, STATUS, existing_run
+from rlctl.core.store.base import (
+    CHECKPOINTS,
+    RUN_MARKERS,
+    SPEC,
+    STATUS,
+    existing_run,
+    step_number,
+)
 
 if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
     from rlctl.core.clients import StorageBucket as Bucket
@@ -73,6 +80,79 @@ def parse_gs_uri(uri: str) -> tuple[str, str]:
     if not bucket:
         raise ConfigError(f"{uri!r} names no bucket", hint="use gs://BUCKET/PREFIX")
     return bucket, prefix.strip("/")
+
+
+# (connect, read) seconds of the store's first request: a closed or wrong endpoint
+# fails within 10 s, naming it (#47)
+PROBE_TIMEOUT = (3.0, 5.0)
+
+
+def _first_line(e: BaseException, limit: int = 200) -> str:
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _unreachable(e: BaseException) -> bool:
+    """A transport failure (refused, timed out, unresolved), as requests or
+    google-auth raise it, not an answer from the service."""
+    import requests
+    from google.auth import exceptions as auth_exc
+
+    return isinstance(e, (requests.ConnectionError, requests.Timeout, ConnectionError,
+                          TimeoutError, auth_exc.TransportError))
+
+
+def _why_unreachable(e: BaseException) -> str:
+    """A transport failure in a few words (requests' own text runs to 300 characters
+    of pool and URL before it says why)."""
+    text = str(e)
+    for needle, said in (("Connection refused", "connection refused"),
+                         ("Name or service not known", "the host name does not resolve"),
+                         ("Temporary failure in name resolution",
+                          "the host name does not resolve"),
+                         ("timed out", "no answer in time"), ("Timeout", "no answer in time"),
+                         ("No route to host", "no route to the host"),
+                         ("Network is unreachable", "the network is unreachable")):
+        if needle in text:
+            return said
+    return _first_line(e, 120)
+
+
+def probe_bucket(client: Client, bucket: Bucket, prefix: str) -> None:
+    """One request, without retries and within ``PROBE_TIMEOUT`` seconds, before a
+    bucket is first used: the client's own retries spent two minutes in silence on a
+    closed endpoint, and a bucket that does not exist read as a missing object
+    (#47). Raises one line naming the endpoint or the bucket. It lists at most one
+    object (``storage.objects.list``, which roles/storage.objectUser grants; reading
+    the bucket's metadata would need more)."""
+    from google.api_core import exceptions as gexc
+
+    endpoint = getattr(getattr(client, "_connection", None), "API_BASE_URL",
+                       "https://storage.googleapis.com")
+    name = bucket.name
+    try:
+        list(client.list_blobs(bucket, prefix=f"{prefix}/" if prefix else None,
+                               max_results=1, timeout=PROBE_TIMEOUT, retry=None))
+    except gexc.NotFound as e:
+        raise NotFoundError(f"bucket {name!r} does not exist (Cloud Storage at {endpoint})",
+                            hint="check the bucket's name in gs://BUCKET/PREFIX") from e
+    except (gexc.Forbidden, gexc.Unauthorized) as e:
+        from rlctl.core.errors import PermissionDeniedError
+
+        raise PermissionDeniedError(
+            f"no access to bucket {name!r} (Cloud Storage at {endpoint}): {_first_line(e)}",
+            hint="check the bucket's name, and that these credentials hold "
+                 "roles/storage.objectUser on it") from e
+    except gexc.GoogleAPICallError as e:
+        raise CloudError(f"Cloud Storage at {endpoint}: {_first_line(e)}") from e
+    except Exception as e:  # a refused or silent endpoint, a name that does not resolve
+        if not _unreachable(e):
+            raise
+        raise CloudError(f"cannot reach Cloud Storage at {endpoint} (bucket {name!r}): "
+                         f"{_why_unreachable(e)}",
+                         hint="check the network, or the endpoint set by "
+                              "STORAGE_EMULATOR_HOST or RLCTL_API_ENDPOINT_OVERRIDES_STORAGE"
+                         ) from e
 
 
 def _translate(e: Exception, what: str) -> Exception:
@@ -288,8 +368,12 @@ class GcsRunDir:
     """One run's objects under ``gs://bucket/prefix/<name>/`` (same methods as LocalRunDir)."""
 
     def __init__(self, bucket: Bucket, prefix: str, name: str,
-                 staging_root: str | None = None, lease_ttl: float | None = None) -> None:
+                 staging_root: str | None = None, lease_ttl: float | None = None,
+                 reach: Callable[[], None] | None = None) -> None:
         self.name = name
+        # the store's probe (GcsRunStore.reachable), run before the first request: a
+        # run made but never read or written (a dry run's) asks nothing of the bucket
+        self._reach = reach or (lambda: None)
         self.bucket = bucket
         self.prefix = f"{prefix}/{name}" if prefix else name
         self.uri = f"gs://{bucket.name}/{self.prefix}"
@@ -302,6 +386,9 @@ class GcsRunDir:
 
     # --- objects -------------------------------------------------------------
     def _key(self, rel: str) -> str:
+        """The object name of ``rel``; every request starts here, so the bucket is
+        probed first (``reachable``)."""
+        self._reach()
         rel = rel.strip("/")
         return f"{self.prefix}/{rel}" if rel else self.prefix
 
@@ -508,9 +595,10 @@ class GcsRunDir:
         """Steps whose upload finished: only those with a COMMITTED marker."""
         steps = []
         for rel in self._list_recursive(CHECKPOINTS):
-            step, _, leaf = rel.partition("/")
-            if leaf == COMMITTED and step.isdigit():
-                steps.append(int(step))
+            name, _, leaf = rel.partition("/")
+            step = step_number(name)
+            if leaf == COMMITTED and step is not None:
+                steps.append(step)
         return sorted(steps)
 
     def publish_checkpoint(self, step: int) -> None:
@@ -525,8 +613,7 @@ class GcsRunDir:
         self.push(rel)
         marker = {"step": step, "files": sorted(self._list_recursive(rel))}
         self.write_json(f"{rel}/{COMMITTED}", marker)
-        kept = {int(p.name) for p in (self.staging_dir() / CHECKPOINTS).iterdir()
-                if p.name.isdigit()}
+        kept = {step_number(p.name) for p in (self.staging_dir() / CHECKPOINTS).iterdir()}
         for old in self.checkpoint_steps():
             if old not in kept:
                 self.delete(f"{CHECKPOINTS}/{old}")
@@ -561,12 +648,20 @@ class GcsRunStore:
         self.bucket = self.client.bucket(bucket)
         self.staging_root = staging_root
         self.lease_ttl = lease_ttl  # None: $RLCTL_LEASE_TTL_S or 120 s, read at lock()
+        self._reached = False  # reachable() answered once
+
+    def reachable(self) -> None:
+        """``probe_bucket`` once, before the store is first used."""
+        if not self._reached:
+            probe_bucket(self.client, self.bucket, self.prefix)
+            self._reached = True
 
     def run(self, name: str) -> GcsRunDir:
         return GcsRunDir(self.bucket, self.prefix, validate_name(name, "run"),
-                         self.staging_root, self.lease_ttl)
+                         self.staging_root, self.lease_ttl, reach=self.reachable)
 
     def list_runs(self) -> list[str]:
+        self.reachable()
         base = f"{self.prefix}/" if self.prefix else ""
         try:
             it = self.client.list_blobs(self.bucket, prefix=base, delimiter="/")

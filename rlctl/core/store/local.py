@@ -21,12 +21,15 @@ from rlctl.core.paths import kernel_fs
 from rlctl.core.store.base import (
     CHECKPOINTS,
     LOCK,
+    MANIFEST,
+    ORBAX_METADATA,
     RUN_MARKERS,
     SPEC,
     TENSORBOARD,
     atomic_write,
     create_exclusive,
     existing_run,
+    step_number,
 )
 
 
@@ -174,9 +177,18 @@ class LocalRunDir:
         pass
 
     def checkpoint_steps(self) -> list[int]:
-        """Orbax renames a finished save into a plain ``<step>`` folder, so temp
-        folders of a killed save never match."""
-        return sorted(int(n) for n in self.list(CHECKPOINTS) if n.isdigit())
+        """The complete checkpoints: a folder with a step's name (``STEP_NAME``) that
+        holds Orbax's metadata (written when its save finished) or rlctl's manifest.
+        Orbax renames a finished save into place, so temp folders of a killed save
+        never match; an empty or half-copied folder does not count either."""
+        steps = []
+        for name in self.list(CHECKPOINTS):
+            step = step_number(name)
+            folder = self.path / CHECKPOINTS / name
+            if step is not None and any((folder / m).is_file()
+                                        for m in (ORBAX_METADATA, MANIFEST)):
+                steps.append(step)
+        return sorted(steps)
 
     def publish_checkpoint(self, step: int) -> None:
         pass

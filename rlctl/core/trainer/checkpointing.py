@@ -9,7 +9,6 @@ alone writes, from arrays gathered whole.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -26,67 +25,30 @@ import numpy as np
 
 from rlctl.core.checkpoints.lora import LORA_FILE
 from rlctl.core.errors import ConflictError, DiskFullError
-from rlctl.core.store.base import CHECKPOINTS, SET_ASIDE, atomic_write, set_aside_checkpoints
+from rlctl.core.store.base import (
+    CHECKPOINTS,
+    MANIFEST,  # in each step folder, written after Orbax finished
+    ORBAX_METADATA,  # written by every Orbax save we make
+    SET_ASIDE,
+    atomic_write,
+    set_aside_checkpoints,
+    step_number,
+)
 from rlctl.core.store.local import LocalRunDir
+from rlctl.core.store.manifest import checkpoint_files as _files
+from rlctl.core.store.manifest import verify, write_manifest
+from rlctl.core.store.records import read_manifest
 from rlctl.core.trainer import stops
 from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
 from rlctl.core.trainer.memory import return_freed_memory
 from rlctl.core.units import human_bytes
 
-MANIFEST = "rlctl-manifest.json"  # in each step folder, written after Orbax finished
-ORBAX_METADATA = "_CHECKPOINT_METADATA"  # written by every Orbax save we make
 # Free space wanted before a save: the checkpoint's expected size (the last one's on
-# disk; for the first, the state's bytes in memory, which Orbax's compression only
-# shrinks) plus 10% and 16 MiB for Orbax's metadata and the file system's blocks.
+# disk; for the first, estimated from the state: checkpoint_size.py) plus 10% and
+# 256 KiB for Orbax's metadata files and the file system's blocks (a fixed 16 MiB
+# refused a small model's first save on a disk twice its checkpoint's size).
 HEADROOM = 1.1
-SLACK = 16 * 2**20
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-
-
-def write_manifest(folder: Path) -> int:
-    """Record every file's size and SHA-256 (written last, atomically): a checkpoint
-    that later loses or changes a byte is then known to be damaged. Its total size."""
-    files = {str(p.relative_to(folder)): [p.stat().st_size, _sha256(p)] for p in _files(folder)}
-    atomic_write(folder / MANIFEST, json.dumps({"files": files}, indent=1) + "\n")
-    return sum(size for size, _ in files.values())
-
-
-def verify(folder: Path) -> str | None:
-    """None when the checkpoint in ``folder`` is intact, else what is wrong with it.
-    One without a manifest (an older rlctl's, or killed just before writing it) is
-    trusted as Orbax left it: Orbax renames a save into place only when complete."""
-    manifest = folder / MANIFEST
-    if not manifest.exists():
-        if not folder.is_dir() or not any(folder.iterdir()):
-            return "its folder is empty"
-        if not (folder / ORBAX_METADATA).is_file():
-            return f"it has no {ORBAX_METADATA}"
-        return None
-    try:
-        files = json.loads(manifest.read_text())["files"]
-        expected = {rel: (int(size), str(digest)) for rel, (size, digest) in files.items()}
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return f"its {MANIFEST} is damaged"
-    for rel, (size, digest) in expected.items():
-        p = folder / rel
-        if not p.is_file():
-            return f"{rel} is missing"
-        if p.stat().st_size != size:
-            return f"{rel} has {p.stat().st_size} bytes, not {size}"
-        if _sha256(p) != digest:
-            return f"{rel} does not match its recorded SHA-256"
-    return None
+SLACK = 256 * 2**10
 
 
 def _size(folder: Path) -> int:
@@ -100,18 +62,12 @@ def checkpoint_bytes(folder: str | Path) -> int:
 
 def space_needed(last_checkpoint: int, state: int) -> int:
     """Free bytes to ask for before a save: from the last checkpoint's size on disk
-    when there is one (the real figure: Orbax compresses, so a checkpoint can be far
-    smaller than the state), else from the state's bytes in memory (an upper bound);
-    plus a margin. Asking for more than that refused saves that would have fit."""
+    when there is one, else from ``state``, the first checkpoint's size estimated from
+    the state (``checkpoint_size.estimate_bytes``: Orbax compresses, so a checkpoint
+    can be far smaller than the state's bytes in memory); plus a margin. Asking for
+    more than that refused saves that would have fit."""
     base = last_checkpoint or state
     return int(base * HEADROOM) + SLACK if base else 0
-
-
-def state_bytes(state: Any) -> int:
-    """Bytes of every array in a (model, optimizer) state tree."""
-    import jax
-
-    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
 
 
 def first_line(e: BaseException, limit: int = 200) -> str:
@@ -121,16 +77,18 @@ def first_line(e: BaseException, limit: int = 200) -> str:
 
 
 def _manifest_damaged(folder: Path) -> str | None:
-    """Why a set-aside checkpoint cannot be recovered, or None when only its manifest
-    is missing or unreadable (its data then gets checked by reading it back)."""
+    """Why a set-aside checkpoint cannot be recovered, or None when it may be: its
+    files match its manifest (intact as far as a manifest can tell: set aside when a
+    read failed, which recovering tries again), or only its manifest is missing or
+    unreadable (its data then gets checked by reading it back). Every file is read
+    and hashed to decide."""
     try:
-        json.loads((folder / MANIFEST).read_text())["files"].items()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        read_manifest((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
         pass  # missing or unreadable: only the manifest is lost
-    else:  # a manifest that reads: the set-aside data does not match it
+    else:  # a manifest that reads: the data must match it
         why = verify(folder)
-        return f"its data does not match its {MANIFEST} ({why})" if why else \
-            "its data matches its manifest but could not be read"
+        return f"its data does not match its {MANIFEST} ({why})" if why else None
     if not (folder / ORBAX_METADATA).is_file():
         return f"it has no {ORBAX_METADATA}"
     return None
@@ -235,6 +193,32 @@ class _QuietRestore:
         self.previous = None
 
 
+def recover_candidates(run: LocalRunDir) -> tuple[int, list[str]]:
+    """(the newest complete checkpoint's step or 0, the set-aside checkpoints newer
+    than it): what ``resume --recover`` may bring back, from a listing alone, so a
+    resume with nothing to recover is refused before it writes anything."""
+    newest = max(run.checkpoint_steps(), default=0)
+    newer = [n for n in set_aside_checkpoints(run)
+             if int(SET_ASIDE.match(n).group(1)) > newest]  # type: ignore[union-attr]
+    return newest, newer
+
+
+def nothing_to_recover(run: LocalRunDir, newest: int, refused: list[str]) -> ConflictError:
+    """The one line of a ``--recover`` with nothing to bring back: the set-aside
+    checkpoints it read and refused (their data does not match their manifest), or
+    why it had none to read, and what helps instead."""
+    older = [n for n in set_aside_checkpoints(run)
+             if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
+    what = "; ".join(refused) or (
+        f"{', '.join(f'{CHECKPOINTS}/{n}' for n in older)} "
+        f"{'is' if len(older) == 1 else 'are'} not newer than the intact "
+        f"checkpoint {newest}" if older else "no checkpoint is set aside")
+    hint = (f"resume without --recover: it continues from checkpoint {newest}"
+            if newest else f"nothing of it can be trained on: start over from step 0 with "
+            f"'rlctl delete run {run.name}' and train again")
+    return ConflictError(f"nothing to recover in {run.uri}: {what}", hint=hint)
+
+
 def _last_good(step: int | None) -> str:
     return f"the last good checkpoint is {step}" if step else "no checkpoint was saved yet"
 
@@ -323,6 +307,8 @@ class Checkpoints:
         self._warn = warn or (lambda message: None)
         self._quiet = _QuietRestore()
         self._recovered: set[int] = set()
+        if topo.is_writer:
+            self._set_aside_incomplete()
         if recover and topo.is_writer:
             self._recover()
         latest = agree(self._newest_intact(self._warn), topo)
@@ -372,6 +358,21 @@ class Checkpoints:
             self._refuse("no intact checkpoint")
         return 0
 
+    def _set_aside_incomplete(self) -> None:
+        """Move aside every folder named as a step that is no complete checkpoint (an
+        empty folder, one copied without its metadata, a file): never counted as the
+        latest (``checkpoint_steps``), but Orbax would take it for a step it has and
+        skip saving that step."""
+        folder = Path(self.folder)
+        complete = set(self.run.checkpoint_steps())
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+            step = step_number(entry.name)
+            if step is None or step in complete:
+                continue
+            why = verify(entry) if entry.is_dir() else "it is a file, not a folder"
+            self._warn(f"checkpoint {step} is incomplete ({why or 'not a checkpoint'}); "
+                       f"{self._set_aside(step)}")
+
     def _refuse(self, what: str, cause: BaseException | None = None) -> NoReturn:
         raise refusal(self.run, what) from cause
 
@@ -381,34 +382,32 @@ class Checkpoints:
         whose data does not match a manifest that reads stays aside). The manifest is
         dropped; restoring then reads every array (a failed read sets the checkpoint
         aside again) and a fresh manifest is written once it restored."""
-        newest = max(self.run.checkpoint_steps(), default=0)
+        newest, newer = recover_candidates(self.run)
         refused: list[str] = []
-        for name in set_aside_checkpoints(self.run):
+        for name in newer:
             step = int(SET_ASIDE.match(name).group(1))  # type: ignore[union-attr]
-            if step <= newest or step in self._recovered:
+            if step in self._recovered:
                 continue
             folder = Path(self.folder) / name
             why = _manifest_damaged(folder)
             if why is not None:
                 refused.append(f"{CHECKPOINTS}/{name}: {why}")
                 continue
-            (folder / MANIFEST).unlink(missing_ok=True)
+            if verify(folder) is not None:  # only the manifest is lost: drop it
+                (folder / MANIFEST).unlink(missing_ok=True)
             self.run.move(f"{CHECKPOINTS}/{name}", f"{CHECKPOINTS}/{step}")
             self._recovered.add(step)
             self._warn(f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
                        "its data is read back to check it")
         if not self._recovered:
-            raise ConflictError(
-                f"nothing to recover in {self.run.uri}: "
-                + ("; ".join(refused) or "no checkpoint set aside newer than the "
-                   f"latest intact one ({newest})"),
-                hint=f"resume without --recover, or start over from step 0 with "
-                     f"'rlctl delete run {self.run.name}' and train again")
+            raise nothing_to_recover(self.run, newest, refused)
 
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
         partial folder filling the disk and a wall of errors); see ``space_needed``."""
-        need = space_needed(self.latest_size, 0 if self.latest_size else state_bytes(state))
+        from rlctl.core.trainer.checkpoint_size import estimate_bytes
+
+        need = space_needed(self.latest_size, 0 if self.latest_size else estimate_bytes(state))
         if not need:
             return
         free = shutil.disk_usage(self.folder).free

@@ -36,11 +36,13 @@ def scalar_prefix(which: str) -> str:
 
 def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
              reward_fns: list[Reward], e: EvalSpec, which: str, step: int,
-             on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+             on_batch: Callable[[int, int], None] | None = None,
+             say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The eval record of ``model`` on ``problems`` (``eval/<which>.json``).
 
     ``on_batch(done, total)`` is called before the first batch and after each one:
-    an eval can take a minute (its first batch compiles), and a user sees it move."""
+    an eval can take a minute (its first batch compiles), and a user sees it move.
+    ``say``: where the lines a reward prints go (the run's log)."""
     rollout.sync(model)
     t0 = time.perf_counter()
     texts: list[str] = []
@@ -57,7 +59,7 @@ def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
         tokens.extend(out.tokens[: len(chunk)])
         if on_batch is not None:
             on_batch(i // e.batch_size + 1, batches)
-    scores = score(reward_fns, texts, problems, tokens)
+    scores = score(reward_fns, texts, problems, tokens, say)
     n = len(problems)
     return {
         "which": which,

@@ -24,7 +24,7 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.store.base import EVAL
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.trainer import evaluation, stops
+from rlctl.core.trainer import evaluation, finite, stops
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer import rollout as rollout_lib
 from rlctl.core.trainer.checkpointing import Checkpoints
@@ -187,6 +187,12 @@ class Trainer:
         self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info,
                                     warn=self._say, topology=self.topo)
 
+    def _latest(self) -> int | None:
+        """The latest checkpoint saved or restored (None before ``train`` opened them:
+        a benchmark drives ``step`` alone)."""
+        ckpt = getattr(self, "ckpt", None)
+        return ckpt.latest if ckpt is not None else None
+
     def _say(self, message: str) -> None:
         self.emit({"event": "message", "message": message})
 
@@ -197,7 +203,7 @@ class Trainer:
         result = evaluation.evaluate(
             self.rollout, self.model, self.source.eval_set, self.reward_fns, self.spec.eval,
             which, step, on_batch=lambda done, total: self.emit(
-                phase(Stage.EVALUATING, text, done, total, "batches")))
+                phase(Stage.EVALUATING, text, done, total, "batches")), say=self._say)
         if self.writer:
             self.run.write_json(f"{EVAL}/{which}.json", result)
         self.metrics.scalars(evaluation.scalar_prefix(which), evaluation.scalars(result), step)
@@ -222,12 +228,20 @@ class Trainer:
 
         # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
-        scores = score(self.reward_fns, out.text, group, out.tokens)
+        try:
+            scores = score(self.reward_fns, out.text, group, out.tokens, self._say)
+        except ConfigError as e:  # a reward failed, or gave a value out of its range
+            raise ConfigError(f"step {step + 1}: {e.message}: the run stopped before its "
+                              "update", hint=f"fix the reward, then "
+                              f"{finite.resume_hint(self.run.name, self._latest())}") from e
         batch = self.rollout.batch(out, scores)
         if stops.requested() and stops.deferring():  # the model is untouched yet: drop it
             raise stops.Abandoned
         losses, norms, aux = self.update.apply(self.model, self.optimizer, self.ref_model,
                                                batch, s.training.num_iterations)
+        # the values each step brings to the host anyway: a NaN or inf stops the run
+        # here, before this step's weights are saved or sampled from
+        finite.check_update(step + 1, losses, norms, self.run.name, self._latest())
         return StepMetrics.measure(step + 1, losses, norms, aux, scores, batch.mask,
                                    elapsed=time.perf_counter() - t0, rollout_seconds=t_roll,
                                    **engine)
@@ -273,11 +287,12 @@ class Trainer:
         self.create_steps()
         self.compile_update()  # before the optimizer's moments take their memory
         self.create_optimizer()
-        self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
-                        else NullMetrics())
+        # the checkpoints first: a resume they refuse leaves no new event file behind
         self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
                                 warn=lambda m: self.emit({"event": "message", "message": m}),
                                 recover=self.recover, lora=self.lora_record())
+        self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
+                        else NullMetrics())
         try:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.
@@ -353,7 +368,7 @@ def _is_record(text: str) -> bool:
 
     try:
         return isinstance(json.loads(text), dict)
-    except ValueError:
+    except (ValueError, RecursionError):  # garbled, or nested too deeply to read
         return False
 
 

@@ -52,7 +52,7 @@ class MetricsWriter:
         for line in self.path.read_text(errors="replace").splitlines():
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue  # torn last line of a killed writer, or bytes not ours
             if isinstance(row, dict) and isinstance(row.get("step"), int) \
                     and 1 <= row["step"] <= step:

@@ -56,6 +56,8 @@ def read_model_config(folder: Path) -> dict[str, Any]:
         data = json.loads(cfg.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{cfg}: not valid JSON ({_why(e)})", hint=_REFETCH) from e
+    except RecursionError:
+        raise ConfigError(f"{cfg}: nested too deeply to read", hint=_REFETCH) from None
     except OSError as e:
         raise ConfigError(f"cannot read {cfg} ({e.strerror or e})") from e
     if not isinstance(data, dict):

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
-from rlctl.core.config.models import PromptSpec, RolloutSpec
+from rlctl.core.config.models import MAX_PROMPT_TOKENS, PromptSpec, RolloutSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer.data import Problem
@@ -49,6 +50,16 @@ def prompt_width(probed: int, longest: int) -> int:
     buckets between the probe and ``rollout.max_prompt_tokens`` either way.
     """
     return max(probed, round_up(longest, BUCKET))
+
+
+def too_long_hint(tokens: int) -> str:
+    """What to do about a prompt of ``tokens`` tokens: raise the limit to fit it when
+    the spec allows that much, else shorten or drop the row (a hint of five million
+    tokens is no hint)."""
+    wanted = round_up(tokens, 64)
+    if wanted <= MAX_PROMPT_TOKENS:
+        return f"--set rollout.max_prompt_tokens={wanted}"
+    return f"shorten or drop that row: a prompt may have at most {MAX_PROMPT_TOKENS:,} tokens"
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -105,14 +116,16 @@ class Samples:
 
 
 def score(rewards: list[Reward], texts: list[str], problems: list[Problem],
-          tokens: list[np.ndarray] | None = None) -> Scores:
+          tokens: list[np.ndarray] | None = None,
+          say: Callable[[str], None] | None = None) -> Scores:
     """Each completion scored by the spec's rewards (TRL-style ones once for the whole
-    batch), and by the built-in answer checks whatever the rewards are."""
+    batch), and by the built-in answer checks whatever the rewards are. ``say``: where
+    the lines a reward prints go (``rewards.score``)."""
     ids = tokens if tokens is not None else [None] * len(texts)
     samples = [rewards_lib.Sample(t, p.question, p.answer, p.columns, p.messages,
                                   None if i is None else [int(x) for x in i])
                for t, p, i in zip(texts, problems, ids, strict=True)]
-    scored = rewards_lib.score(rewards, samples)
+    scored = rewards_lib.score(rewards, samples, say)
     correct = [rewards_lib.correct_reward(t, p.answer) for t, p in zip(texts, problems)]
     formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in zip(texts, problems)]
     return Scores(scored.total, np.array(correct, np.float32),
@@ -162,7 +175,15 @@ class Rollout:
         return prompt_text(self.tokenizer, problem, self.prompt)
 
     def prompt_lengths(self, problems: list[Problem]) -> list[int]:
-        return self.tokenizer.lengths([self.prompt_text(p) for p in problems])
+        """Each prompt's token count; for a prompt too long to fit at any width (more
+        characters than ``max_prompt_tokens`` tokens can stand for), a lower bound
+        found without tokenizing it (a line of megabytes took minutes, #47)."""
+        texts = [self.prompt_text(p) for p in problems]
+        per = max(1, getattr(self.tokenizer, "max_token_chars", 1))
+        cap = self.spec.max_prompt_tokens * per
+        short = [t for t in texts if len(t) <= cap]
+        counted = iter(self.tokenizer.lengths(short) if short else [])
+        return [next(counted) if len(t) <= cap else -(-len(t) // per) for t in texts]
 
     def probe(self, problems: list[Problem], complete: bool = False) -> None:
         """Fix the prompt width of every step (each new width recompiles the sampler
@@ -177,12 +198,20 @@ class Rollout:
         limit = self.spec.max_prompt_tokens
         over = [n for n in lengths if n > limit]
         if complete and over:
+            longest = max(range(len(lengths)), key=lengths.__getitem__)
+            where = problems[longest].where
             raise ConfigError(
                 f"{len(over)} of the data's {len(lengths)} prompts are longer than "
-                f"rollout.max_prompt_tokens={limit} (the longest has {max(over)} tokens)",
-                hint=f"--set rollout.max_prompt_tokens={round_up(max(over), 64)}",
-            )
+                f"rollout.max_prompt_tokens={limit} (the longest"
+                f"{f', {where},' if where else ''} has "
+                f"{'at least ' if self._bound(problems[longest]) else ''}"
+                f"{lengths[longest]:,} tokens)", hint=too_long_hint(lengths[longest]))
         self.probe_len = min(round_up(max(lengths), BUCKET), round_up(limit, BUCKET))
+
+    def _bound(self, problem: Problem) -> bool:
+        """Whether ``prompt_lengths`` gave ``problem`` a lower bound, not a count."""
+        per = max(1, getattr(self.tokenizer, "max_token_chars", 1))
+        return len(self.prompt_text(problem)) > self.spec.max_prompt_tokens * per
 
     def sync(self, model: Any) -> None:
         """Give the sampler the policy's current weights."""
@@ -191,13 +220,14 @@ class Rollout:
     def render(self, problems: list[Problem]) -> tuple[list[str], int]:
         """Chat prompts of ``problems`` and the width to pad them to."""
         prompts = [self.prompt_text(p) for p in problems]
-        longest = max(self.tokenizer.lengths(prompts))
+        lengths = self.prompt_lengths(problems)
+        longest = max(lengths)
         limit = self.spec.max_prompt_tokens
         if longest > limit:
+            where = problems[lengths.index(longest)].where
             raise ConfigError(
-                f"a prompt has {longest} tokens, more than rollout.max_prompt_tokens={limit}",
-                hint=f"--set rollout.max_prompt_tokens={round_up(longest, 64)}",
-            )
+                f"a prompt{f' ({where})' if where else ''} has {longest:,} tokens, more "
+                f"than rollout.max_prompt_tokens={limit}", hint=too_long_hint(longest))
         return prompts, prompt_width(self.probe_len, longest)
 
     def sample(self, prompts: list[str], width: int, seed: int,

@@ -12,6 +12,7 @@ that never appears in a chat: ``<|endoftext|>`` or another unused special token.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,14 @@ class ChatTokenizer:
     # --- the interface Tunix's TokenizerAdapter checks for ---------------------
     def encode(self, text: str, **_: Any) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token stands for (the longest vocabulary entry as
+        written, which is at least as long as its text): a text of more than ``n *
+        max_token_chars`` characters has more than ``n`` tokens, known without
+        tokenizing it."""
+        return max((len(t) for t in self._tok.get_vocab(with_added_tokens=True)), default=1)
 
     def lengths(self, texts: list[str]) -> list[int]:
         """Token counts of many texts at once (the Rust tokenizer batches them)."""

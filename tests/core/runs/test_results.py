@@ -40,6 +40,7 @@ class TestDumps:
         run = LocalRunStore(tmp_path).run("r1")
         run.write_text(SPEC, "name: r1\n")
         run.write_json(STATUS, {"phase": "interrupted", "step": 3, "total_steps": 5})
+        run.write_text("metrics.jsonl", "".join(f'{{"step": {k}}}\n' for k in (1, 2, 3)))
         run.write_json("eval/baseline.json", {"which": "baseline", "n": 2, "accuracy": 0.5,
                                               "format_rate": 1.0, "mean_reward": 0.25})
         info = describe_run(run)

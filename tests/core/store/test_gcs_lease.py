@@ -201,6 +201,8 @@ def test_a_bad_ttl_is_a_config_error(gstore, monkeypatch):
 def test_cloud_errors_are_translated(gcs):
     client, _ = gcs
     run = GcsRunStore("gs://no-such-bucket-here/runs", client=client).run("r1")
-    with pytest.raises(NotFoundError), run.lock():
+    # #47: said at the first request, naming the bucket
+    with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-here' does not exist"), \
+            run.lock():
         pass
     assert renewers() == []

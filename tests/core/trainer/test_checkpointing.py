@@ -245,3 +245,50 @@ def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
         aside.parent / "6")
     ckpt.close()
     assert (aside / "default" / "x").read_bytes() == b"data"
+
+
+class TestFirstCheckpointEstimate:
+    """#47: the first save's size is estimated from the state as Orbax writes it
+    (zstd-compressed arrays), checked against a real Orbax save."""
+
+    def _saved_bytes(self, tmp_path, state) -> int:
+        import orbax.checkpoint as ocp
+
+        with ocp.CheckpointManager(tmp_path / "c") as manager:
+            manager.save(1, args=ocp.args.StandardSave(state))
+            manager.wait_until_finished()
+        return sum(p.stat().st_size for p in (tmp_path / "c" / "1").rglob("*") if p.is_file())
+
+    def test_it_is_near_what_orbax_writes_for_every_kind_of_content(self, tmp_path):
+        import jax.numpy as jnp
+        import numpy as np
+
+        from rlctl.core.trainer.checkpoint_size import estimate_bytes
+
+        rng = np.random.default_rng(0)
+        state = {"params": jnp.asarray(rng.normal(size=(512, 768)).astype(np.float32)),
+                 "moments": {"mu": jnp.zeros((512, 768), jnp.float32),  # before a gradient
+                             "nu": jnp.asarray(rng.normal(size=(300_000,)).astype(np.float32))},
+                 "half": jnp.asarray(rng.normal(size=(256, 1024)), jnp.bfloat16),
+                 "steps": jnp.asarray(3, jnp.int32),
+                 "levels": jnp.asarray(rng.integers(0, 16, size=(1024, 512)) / 8.0, jnp.float32)}
+        in_memory = sum(int(x.nbytes) for x in jax_leaves(state))
+        saved = self._saved_bytes(tmp_path, state)
+        estimate = estimate_bytes(state)
+        assert saved < 0.8 * in_memory  # the zeros and the few levels compress
+        assert 0.9 * saved < estimate < 1.1 * saved, (estimate, saved, in_memory)
+
+    def test_a_state_of_zeros_asks_for_little(self):
+        import jax.numpy as jnp
+
+        from rlctl.core.trainer.checkpoint_size import estimate_bytes
+        from rlctl.core.trainer.checkpointing import space_needed
+
+        zeros = {"w": jnp.zeros((1024, 1024), jnp.float32)}  # 4 MiB in memory
+        assert space_needed(0, estimate_bytes(zeros)) < 2**20
+
+
+def jax_leaves(tree):
+    import jax
+
+    return jax.tree.leaves(tree)

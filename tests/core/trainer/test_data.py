@@ -1,5 +1,6 @@
 import csv
 import json
+import re
 
 import pytest
 
@@ -151,7 +152,7 @@ class TestFormats:
     def test_csv_rows_are_numbered_by_line(self, tmp_path):
         f = tmp_path / "d.csv"
         f.write_text("question,answer\na,1\n\nb,x\n")
-        with pytest.raises(ConfigError, match=r"d\.csv:4: answer 'x' is not a number"):
+        with pytest.raises(ConfigError, match=r"d\.csv:4: answer 'x' is neither a number"):
             read_problems(str(f), DataSpec(path=str(f)))
 
 
@@ -306,7 +307,7 @@ class TestBadRows:
             self.read(tmp_path, json.dumps(row))
 
     def test_plain_answer_that_is_not_a_number(self, tmp_path):
-        with pytest.raises(ConfigError, match=r"d\.jsonl:1: answer 'seven' is not a number"):
+        with pytest.raises(ConfigError, match=r"d\.jsonl:1: answer 'seven' is neither a number"):
             self.read(tmp_path, json.dumps({"question": "a", "answer": "seven"}))
 
     @pytest.mark.parametrize(("line", "kind"), [
@@ -366,12 +367,83 @@ class TestBadRows:
             load_source(spec, eval_size=1)
 
 
-class TestCsvExtraFields:
-    def test_a_line_longer_than_the_header_keeps_only_named_columns(self, tmp_path):
+class TestCsvFields:
+    """#47: a line with more or fewer fields than the header, or bad quoting, is one
+    line naming it (an unquoted comma shifted the answer into another column, or an
+    unclosed quote ran to the end of the file and its rows read as "empty")."""
+
+    @pytest.mark.parametrize(("text", "words"), [
+        ("question,answer\na,1,surplus\n", "d.csv:2: 3 fields, but the header names 2"),
+        ("question,answer\nWhat is 1,000 + 2?,1002\n", "d.csv:2: 3 fields"),
+        ("question,answer\na,1\nb\n", "d.csv:3: 1 field, but the header names 2"),
+        ('question,answer\n"a,1\nb,2\n', "d.csv:2: a quoted field opened on line 2 is "
+                                         "never closed"),
+        ('question,answer\n"a "b" c",1\n', "d.csv:2: not valid CSV"),
+    ])
+    def test_fields_that_do_not_match_the_header_are_named(self, tmp_path, text, words):
         f = tmp_path / "d.csv"
-        f.write_text("question,answer\na,1,surplus\n")
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(words)) as e:
+            read_problems(str(f), DataSpec(path=str(f)))
+        assert "quoted" in (e.value.hint or "")
+
+    def test_quoted_fields_with_commas_quotes_and_line_breaks_read(self, tmp_path):
+        f = tmp_path / "d.csv"
+        f.write_text('question,answer\n"What is 1,000 + ""2""\nplus 0?",1002\nb,3\n')
+        p, q = read_problems(str(f), DataSpec(path=str(f)))
+        assert p.question == 'What is 1,000 + "2"\nplus 0?' and p.answer == "1002"
+        assert p.where.endswith("d.csv:2") and q.where.endswith("d.csv:4")
+
+    def test_a_field_past_the_csv_modules_limit_is_read_whole(self, tmp_path):
+        f = tmp_path / "d.csv"
+        f.write_text(f"question,answer\n{'x' * 200_000},1\n")
         (p,) = read_problems(str(f), DataSpec(path=str(f)))
-        assert p.columns == {"question": "a", "answer": "1"}
+        assert len(p.question) == 200_000
+
+
+class TestDataMessages:
+    """#47: deeply nested JSON, columns of unequal length and malformed chat messages
+    are one line naming the row and what is wrong with it."""
+
+    @pytest.mark.parametrize("name", ["d.jsonl", "d.json"])
+    def test_json_nested_too_deeply(self, tmp_path, name):
+        f = tmp_path / name
+        deep = "[" * 100_000 + "]" * 100_000
+        f.write_text(deep + "\n" if name == "d.jsonl" else f'[{{"question": {deep}}}]')
+        with pytest.raises(ConfigError, match="nested more than 64 levels deep"):
+            read_problems(str(f), DataSpec(path=str(f)))
+
+    @pytest.mark.parametrize(("answer", "kind"), [({"n": 1}, "object"), ([1, 2], "array")])
+    def test_an_answer_that_is_no_text_nor_number(self, tmp_path, answer, kind):
+        f = tmp_path / "d.jsonl"
+        f.write_text(json.dumps({"question": "q?", "answer": answer}) + "\n")
+        with pytest.raises(ConfigError, match=f"d.jsonl:1: the answer \\('answer'\\) is a "
+                                              f"JSON {kind}, not text or a number"):
+            read_problems(str(f), DataSpec(path=str(f)))
+
+    def test_json_columns_of_unequal_length(self, tmp_path):
+        f = tmp_path / "d.json"
+        f.write_text('{"question": ["a", "b", "c"], "answer": [1, 2]}')
+        with pytest.raises(ConfigError, match=r"unequal lengths \(question: 3, answer: 2\)"):
+            read_problems(str(f), DataSpec(path=str(f)))
+
+    @pytest.mark.parametrize(("messages", "words"), [
+        ([{"role": "user"}], "'messages'[0] has no 'content'"),
+        ([{"role": "bot", "content": "hi"}], "'messages'[0] has role 'bot'"),
+        ([{"role": "user", "content": 5}], "'messages'[0]'s content is a number, not text"),
+        ([], "'messages' is an empty conversation"),
+        ([1, 2], "'messages'[0] is a number, not a message"),
+        ([{"role": "user", "content": "hi"}, {"role": "assistant"}],
+         "'messages'[1] has no 'content'"),
+        ({"role": "user", "content": "x"}, "'messages' holds one message, not a list"),
+    ])
+    def test_malformed_chat_messages(self, tmp_path, messages, words):
+        good = [{"messages": [{"role": "user", "content": f"{a}+1?"},
+                              {"role": "assistant", "content": str(a + 1)}]} for a in range(3)]
+        f = tmp_path / "d.jsonl"
+        f.write_text("".join(json.dumps(r) + "\n" for r in [*good, {"messages": messages}]))
+        with pytest.raises(ConfigError, match=re.escape(f"d.jsonl:4: {words}")):
+            read_problems(str(f), DataSpec(path=str(f)))
 
 
 def test_a_hub_dataset_without_the_datasets_package(monkeypatch):

@@ -1,4 +1,5 @@
 import math
+import re
 import signal
 import threading
 import time
@@ -279,3 +280,77 @@ class TestConfig:
     def test_bad_entries(self, rewards, words):
         with pytest.raises(ValueError, match=words):
             RunSpec(rewards=rewards)
+
+
+class TestGuest:
+    """#47: a reward's values are checked where they enter (finite, within
+    ``REWARD_LIMIT``), what it prints goes to ``say`` (the run's log), never to
+    stdout, and one that exits is named like one that raises."""
+
+    @pytest.mark.parametrize(("value", "words"), [
+        ("1e308", "returned 1e+308, outside the range ±1e+06"),
+        ("-2e6", "returned -2e+06, outside the range"),
+        ("float('nan')", "returned 'nan', not a finite number"),
+        ("float('inf')", "returned 'inf', not a finite number"),
+    ])
+    def test_a_value_out_of_range_or_not_finite_is_refused_with_the_rewards_name(
+            self, tmp_path, value, words):
+        path = _trl(tmp_path, f"def f(completion, gold):\n    return {value}\n")
+        with pytest.raises(ConfigError, match=re.escape(words)) as e:
+            score(resolve([f"{path}:f"]), SAMPLES)
+        assert f"reward '{path}:f'" in e.value.message
+
+    def test_the_range_itself_is_accepted(self, tmp_path):
+        path = _trl(tmp_path, "def f(completion, gold):\n    return -1e6\n")
+        assert score(resolve([f"{path}:f"]), SAMPLES).total.tolist() == [-1e6, -1e6]
+
+    def test_weights_that_overflow_the_total_name_the_reward(self, tmp_path):
+        path = _trl(tmp_path, "def f(completion, gold):\n    return 1e6\n")
+        entries = [RewardEntry(fn="correct"), RewardEntry(fn=f"{path}:f", weight=1e38)]
+        with pytest.raises(ConfigError, match=r"reward '.*:f' weighted 1e\+38 makes the total"):
+            score(resolve(entries), SAMPLES)
+
+    @pytest.mark.parametrize("body", ["import sys; sys.exit(3)", "raise SystemExit('bye')"])
+    def test_a_reward_that_exits_is_named(self, tmp_path, body):
+        path = _trl(tmp_path, f"def f(completion, gold):\n    {body}\n")
+        with pytest.raises(ConfigError, match=r"reward '.*:f' called sys.exit\("):
+            score(resolve([f"{path}:f"]), SAMPLES)
+
+    def test_a_stop_signal_inside_a_reward_stays_a_stop(self, tmp_path):
+        path = _trl(tmp_path, "def f(completion, gold):\n    raise KeyboardInterrupt\n")
+        with pytest.raises(KeyboardInterrupt):
+            score(resolve([f"{path}:f"]), SAMPLES)
+
+    def test_what_a_reward_prints_goes_to_say_never_to_stdout(self, tmp_path, capsys):
+        path = _trl(tmp_path, "def f(prompts, completions, **kw):\n"
+                    "    print('scoring', len(completions), end='')\n"
+                    "    print(' now')\n    print('partial', end='')\n"
+                    "    return [0.0 for _ in completions]\n")
+        said: list[str] = []
+        score(resolve([f"{path}:f"]), SAMPLES, said.append)
+        assert said == [f"reward '{path}:f' printed: scoring 2 now",
+                        f"reward '{path}:f' printed: partial"]
+        score(resolve([f"{path}:f"]), SAMPLES)  # no say: stderr, still not stdout
+        out = capsys.readouterr()
+        assert out.out == "" and "scoring 2 now" in out.err
+
+
+class TestExpressionGolds:
+    """#47: a gold answer may be any expression math-verify can parse, and a model's
+    answer in the same form is credited (math-verify's plain parse took the last
+    number of ``x^2 + 1`` or ``2^{10}``, and nothing of ``x^2+1``)."""
+
+    @pytest.mark.parametrize(("gold", "answer"), [
+        ("x^2+1", "1 + x^2"), ("x^2+1", "x^2 + 1"), ("{1,2}", "{2, 1}"),
+        ("sqrt(2)", "\\sqrt{2}"), ("2^{10}", "1024"), ("a+b", "b+a"), ("(1, 2)", "(1,2)")])
+    def test_an_expression_gold_is_accepted_and_matched(self, gold, answer):
+        assert gold_answer(gold) == gold
+        assert correct_reward(f"<answer>{answer}</answer>", gold) == 1.0
+
+    @pytest.mark.parametrize(("gold", "answer"), [
+        ("x^2+1", "x^2"), ("x^2+1", "1"), ("2^{10}", "2"), ("{1,2}", "{1,3}")])
+    def test_a_different_expression_is_not(self, gold, answer):
+        assert correct_reward(f"<answer>{answer}</answer>", gold) == 0.0
+
+    def test_words_are_still_no_gold(self):
+        assert gold_answer("seven") is None and gold_answer("pi") is None

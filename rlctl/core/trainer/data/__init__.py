@@ -140,8 +140,10 @@ def _problems(rows: list[tuple[str, Any]], source: str, spec: DataSpec) -> list[
     if not rows:
         raise ConfigError(f"{source} has no rows")
     columns = column_names(rows)
-    first = next((row for _, row in rows if isinstance(row, Mapping)), None)
+    where, first = next(((w, row) for w, row in rows if isinstance(row, Mapping)),
+                        (None, None))
     if first is None:  # no row is an object: say what the first one is
         raise not_a_mapping(*rows[0])
-    layout = choose(columns, first, source, spec.prompt_column, spec.answer_column)
+    layout = choose(columns, first, source, spec.prompt_column, spec.answer_column,
+                    where=where)
     return [to_problem(row, where, layout) for where, row in rows]

@@ -51,7 +51,7 @@ def column_names(rows: Iterable[tuple[str, Any]]) -> list[str]:
 
 
 def choose(columns: list[str], first: Any, source: str, prompt_column: str | None,
-           answer_column: str | None) -> Layout:
+           answer_column: str | None, where: str | None = None) -> Layout:
     """The layout of a dataset with ``columns`` whose first row is ``first``, or a
     ConfigError that names the columns it has and the settings that map them."""
     found = ", ".join(columns) if columns else "none"
@@ -68,6 +68,11 @@ def choose(columns: list[str], first: Any, source: str, prompt_column: str | Non
             f"{', '.join(PROMPT_COLUMNS)}): set data.prompt_column"
             + ("" if answer else " and data.answer_column"), hint=f"e.g. {FLAGS}")
     conversation = isinstance(first, Mapping) and _is_conversation(first.get(prompt))
+    if answer is None and not conversation and isinstance(first, Mapping):
+        # a conversation meant, but malformed: say that, not "no answer column"
+        bad = conversation_problem(first.get(prompt), prompt)
+        if bad is not None and where is not None:
+            raise ConfigError(f"{where}: {bad}", hint=CONVERSATION)
     if answer is None and not conversation:
         raise ConfigError(
             f"{source} has no answer column (its columns: {found}; looked for "
@@ -80,6 +85,38 @@ def choose(columns: list[str], first: Any, source: str, prompt_column: str | Non
 def _is_conversation(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(
         isinstance(m, Mapping) and "role" in m and "content" in m for m in value)
+
+
+ROLES = ("system", "user", "assistant", "tool")  # what chat templates render
+CONVERSATION = ('a conversation is a list of {"role": "system" | "user" | "assistant", '
+                '"content": TEXT} messages')
+
+
+def conversation_problem(value: Any, column: str) -> str | None:
+    """What is wrong with a prompt that is meant as a conversation (a list, or one
+    message alone), or None when it is a good one: ``'messages'[1] has no
+    'content'`` rather than "holds a array, not text or a conversation" (#47)."""
+    if isinstance(value, Mapping) and ("role" in value or "content" in value):
+        return (f"{column!r} holds one message, not a list of them: write "
+                '[{"role": ..., "content": ...}]')
+    if not isinstance(value, list):
+        return None
+    if not value:
+        return f"{column!r} is an empty conversation"
+    for i, m in enumerate(value):
+        at = f"{column!r}[{i}]"
+        if not isinstance(m, Mapping):
+            kind = _KINDS.get(type(m), type(m).__name__)
+            return f"{at} is a {kind}, not a message {{\"role\": ..., \"content\": ...}}"
+        for key in ("role", "content"):
+            if key not in m:
+                return f"{at} has no {key!r}"
+        if m["role"] not in ROLES:
+            return f"{at} has role {m['role']!r}, not one of {', '.join(ROLES)}"
+        if not isinstance(m["content"], str):
+            kind = _KINDS.get(type(m["content"]), type(m["content"]).__name__)
+            return f"{at}'s content is a {kind}, not text"
+    return None
 
 
 _KINDS = {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
@@ -102,6 +139,9 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
                               f"{where}: {col!r} is empty",
                               hint=f"every row needs its prompt and answer; {FLAGS}")
     value = row[layout.prompt]
+    bad = conversation_problem(value, layout.prompt)
+    if bad is not None:
+        raise ConfigError(f"{where}: {bad}", hint=CONVERSATION)
     messages: tuple[dict[str, str], ...] | None = None
     raw_answer = row.get(layout.answer) if layout.answer else None
     if _is_conversation(value):
@@ -124,14 +164,22 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
         kind = _KINDS.get(type(value), type(value).__name__)
         raise ConfigError(f"{where}: {layout.prompt!r} holds a {kind}, not text or a "
                           "conversation", hint="set data.prompt_column to the prompt's column")
+    if isinstance(raw_answer, (Mapping, list, tuple)):
+        # an object's text ("{'n': 1}") parses as math once expressions are golds
+        kind = _KINDS.get(type(raw_answer), "object")
+        raise ConfigError(f"{where}: the answer ({layout.answer or 'last turn'!r}) is a JSON "
+                          f"{'object' if isinstance(raw_answer, Mapping) else kind}, not text "
+                          "or a number", hint='write it as text, e.g. "#### 7", "7" or "{1, 2}"')
     raw = str(raw_answer)
     gold = gold_answer(raw)
     if gold is None:
         _, sep, tail = raw.rpartition("####")
         why = (f"no number after '####' in answer (got {tail.strip()[:40]!r})" if sep
-               else f"answer {raw[-40:]!r} is not a number")
+               else f"answer {raw[-40:]!r} is neither a number nor an expression "
+               "math-verify can parse")
         raise ConfigError(f"{where}: {why}",
-                          hint="GSM8K answers end in '#### N'; plain answers are one number")
+                          hint="GSM8K answers end in '#### N'; plain answers are a number or "
+                               "a math expression (x^2+1, \\frac{1}{2}, {1,2})")
     # str keys only: a CSV line with more fields than its header puts them under None
     columns = {k: v for k, v in row.items() if isinstance(k, str)}
-    return Problem(question, gold, columns=columns, messages=messages)
+    return Problem(question, gold, columns=columns, messages=messages, where=where)

@@ -81,6 +81,43 @@ def _text(data: bytes, path: str) -> str:
                           hint="save the file as UTF-8") from e
 
 
+# How deep a row's values may nest: a row holds text, numbers, lists of them and chat
+# messages (a list of mappings: depth 3). A line of 100,000 brackets ended in
+# "unexpected error: RecursionError" (#47), and a row just under Python's limit
+# would fail later, wherever it is printed or copied.
+MAX_DEPTH = 64
+
+
+def _depth_over(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists and mappings more than ``limit`` deep (counted
+    without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, tuple, dict)):
+            if depth > limit:
+                return True
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def _nested(where: str) -> ConfigError:
+    return ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep",
+                       hint="a data row holds text, numbers and chat messages "
+                            '([{"role": ..., "content": ...}])')
+
+
+def _parse(text: str, where: str) -> Any:
+    """One JSON value, bounded in depth (``MAX_DEPTH``)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise _nested(where) from None
+    if _depth_over(value):
+        raise _nested(where)
+    return value
+
+
 def _jsonl_rows(data: bytes, path: str) -> Rows:
     """(``path:line``, parsed value) per non-blank line.
 
@@ -100,7 +137,7 @@ def _jsonl_rows(data: bytes, path: str) -> Rows:
         if not line.strip():
             continue
         try:
-            rows.append((where, json.loads(line)))
+            rows.append((where, _parse(line, where)))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{where}: not valid JSON ({e.msg})") from e
     return rows
@@ -112,7 +149,7 @@ def _json_rows(data: bytes, path: str) -> Rows:
     holds JSON lines is read as such (the ``datasets`` json loader does the same)."""
     text = _text(data, path)
     try:
-        doc = json.loads(text)
+        doc = _parse(text, path)
     except json.JSONDecodeError as e:
         if text.lstrip().startswith("{") and e.msg == "Extra data":
             return _jsonl_rows(data, path)
@@ -125,25 +162,59 @@ def _json_rows(data: bytes, path: str) -> Rows:
             doc = next(iter(lists.values()))
         elif lists and len(lists) == len(doc) and len({len(v) for v in lists.values()}) == 1:
             doc = [dict(zip(lists, values)) for values in zip(*lists.values())]
+        elif lists and len(lists) == len(doc):  # columns, of unequal lengths
+            sizes = ", ".join(f"{k}: {len(v)}" for k, v in lists.items())
+            raise ConfigError(f"{path}: its columns have unequal lengths ({sizes})",
+                              hint="give every column one value per row, or write the rows "
+                                   'as [{"question": ..., "answer": ...}, ...]')
     if not isinstance(doc, list):
         raise ConfigError(f"{path}: a JSON document that is not a list of rows",
                           hint='write [{"question": ..., "answer": ...}, ...] or JSON lines')
     return [(f"{path}: row {n}", row) for n, row in enumerate(doc, 1)]
 
 
+_QUOTING = ('a field that holds the delimiter, a quote or a line break is quoted '
+            '("...") and each quote inside it doubled ("")')
+
+
 def _csv_rows(data: bytes, path: str, delimiter: str) -> Rows:
+    """Every row of a CSV (or TSV) file, each with exactly the header's fields.
+
+    Read strictly: Python's lenient reader took ``"a "b" c"`` as ``a b" c"`` and ran
+    an unclosed quote to the end of the file, whose rows then came out "empty"; a
+    row with more or fewer fields than the header had its extra fields dropped or
+    its last columns read as empty (#47). A long field is read whole (the prompt
+    length check names it), not cut at the csv module's 131,072 characters."""
     text = _text(data, path)
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     rows: Rows = []
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(text) + 1))
+    start = 1  # the line a record starts on (a quoted field may span lines)
     try:
-        for row in reader:
-            if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+        header = next(reader, None)
+        if header is None:
+            raise ConfigError(f"data file {path!r} is empty",
+                              hint="its first line names the columns")
+        start = reader.line_num + 1
+        for fields in reader:
+            where = f"{path}:{start}"
+            start = reader.line_num + 1
+            if not any(f.strip() for f in fields):
                 continue  # a blank line
-            rows.append((f"{path}:{reader.line_num}", row))
+            if len(fields) != len(header):
+                raise ConfigError(
+                    f"{where}: {len(fields)} field{'s' * (len(fields) != 1)}, but the "
+                    f"header names {len(header)} ({', '.join(header)[:120]})",
+                    hint=f"one field per column on every line; {_QUOTING}")
+            rows.append((where, dict(zip(header, fields))))
     except csv.Error as e:
-        raise ConfigError(f"{path}:{reader.line_num}: not valid CSV ({e})") from e
-    if reader.fieldnames is None:
-        raise ConfigError(f"data file {path!r} is empty", hint="its first line names the columns")
+        why = (f"a quoted field opened on line {start} is never closed"
+               if "unexpected end of data" in str(e) else f"not valid CSV ({e})")
+        line = start if "unexpected end of data" in str(e) else reader.line_num
+        raise ConfigError(f"{path}:{line}: {why}", hint=_QUOTING) from e
+    finally:
+        csv.field_size_limit(limit)
     return rows
 
 

@@ -117,15 +117,56 @@ def _snapshot(repo: str) -> str | None:
     return str(folder) if commit and folder.is_dir() else None
 
 
+def _named_configs(text: str) -> list[str]:
+    """The configs a ``datasets`` error lists, wherever in its message: "Config name is
+    missing." says them on its second line (#47: cut to its first, none were shown),
+    "There are multiple ... configurations in the cache: a, b" and "BuilderConfig 'x'
+    not found. Available: [...]" on their first."""
+    import re
+
+    m = (re.search(r"available configs: \[([^\]]*)\]", text, re.IGNORECASE)
+         or re.search(r"configurations in the cache: ([^\n]*)", text))
+    if not m:
+        return []
+    return [c.strip(" '\"") for c in m.group(1).split(",") if c.strip(" '\"")]
+
+
+def _cached_configs(repo: str) -> list[str]:
+    """The configs of ``repo`` a previous load left in the datasets cache
+    (``OWNER___NAME/CONFIG/``; see ``_in_datasets_cache``)."""
+    import os
+
+    from huggingface_hub import constants
+
+    cache = Path(os.environ.get("HF_DATASETS_CACHE") or Path(constants.HF_HOME) / "datasets")
+    owner = repo.split("/")[0]
+    folders = [p for p in cache.glob(f"{owner}___*") if p.is_dir()] if cache.is_dir() else []
+    if len(folders) != 1:
+        return []
+    return sorted(c.name for c in folders[0].iterdir() if c.is_dir() and c.name[0] != ".")
+
+
 def _one_line(e: Exception, repo: str, config: str | None, split: str) -> ConfigError:
     """A library error as one line: the first line of its message, which for a bad
-    config or split lists the ones the dataset has."""
+    config or split lists the ones the dataset has; for a missing or unknown config,
+    the configs the dataset has, wherever the library said them (or the cache holds
+    them), and the setting that picks one."""
     from datasets.exceptions import DatasetNotFoundError
 
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    text = str(e).strip()
+    first = (text.splitlines() or [type(e).__name__])[0][:300]
     if isinstance(e, DatasetNotFoundError):
         return ConfigError(f"cannot load {repo} from the hub: {first}",
                            hint="check the id; a gated or private dataset needs HF_TOKEN")
+    configs = _named_configs(text)
+    if not configs and "Couldn't find cache" in text:
+        configs = _cached_configs(repo)
+    if configs and ("Config name is missing" in text or "multiple" in text):
+        return ConfigError(f"{repo} has several configs ({', '.join(configs)}): name one",
+                           hint=f"--set data.config={configs[0]}")
+    if configs and config is not None and config not in configs:
+        return ConfigError(f"{repo} has no config {config!r} here (its configs: "
+                           f"{', '.join(configs)})", hint=f"--set data.config={configs[0]}")
     return ConfigError(f"cannot load {repo} (config {config or 'default'}, split {split}): "
                        f"{first}", hint="set data.config / data.split / data.eval_split")
 

@@ -26,3 +26,5 @@ class Problem:
                                                      hash=False)
     messages: tuple[Mapping[str, str], ...] | None = dataclasses.field(
         default=None, compare=False, hash=False)
+    # where the row came from (``path:line``, ``repo split: row N``): errors name it
+    where: str = dataclasses.field(default="", compare=False, hash=False)

@@ -5,13 +5,21 @@ TRL's convention; NaN here). The training reward of a completion is the weighted
 of the values that apply; each reward's own mean, over the completions it applies
 to, is what ``metrics.jsonl`` logs as ``rewards/<name>/mean``. A reward that fails,
 or returns anything but numbers and None, stops the run with its name: NaN would
-silently poison the advantages.
+silently poison the advantages. So does a value beyond ``REWARD_LIMIT``: 1e308 passed
+as a number, overflowed the float32 total to inf, and every weight became NaN (#47).
+
+A reward is a guest in the run: what it prints goes to the run's log (``say``), never
+to stdout, which ``-o json`` keeps for its one document; a reward that exits
+(``sys.exit``) is reported like one that raises, by its name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +30,16 @@ from rlctl.core.trainer.rewards.loading import Reward
 
 # what a TRL-style reward gets besides the data's columns (which cannot shadow them)
 _RESERVED = ("prompts", "completions", "completion_ids")
+# The range a reward's value must lie in. GRPO uses only the differences within each
+# group, normalized, so a reward's scale carries nothing; a value beyond a million is
+# a bug far more often than a scale, and values near float32's limit (3.4e38) make
+# the total infinite.
+REWARD_LIMIT = 1e6
+Say = Callable[[str], None]  # where a reward's printed lines go
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -51,16 +69,62 @@ class Scored:
         return out
 
 
-def score(rewards: Sequence[Reward], samples: Sequence[Sample]) -> Scored:
+def score(rewards: Sequence[Reward], samples: Sequence[Sample], say: Say | None = None
+          ) -> Scored:
+    """Every reward's values for ``samples`` and their weighted total. ``say``: where
+    the lines a reward prints go (the run's log; stderr when not given)."""
     n = len(samples)
     total = np.zeros(n, np.float64)
     per: dict[str, np.ndarray] = {}
     for r in rewards:
-        values = _batched(r, samples) if r.batched else np.array(
-            [_per_sample(r, s) for s in samples], np.float64)
+        with _guest(r, say or _to_stderr):
+            values = _batched(r, samples) if r.batched else np.array(
+                [_per_sample(r, s) for s in samples], np.float64)
         per[r.name] = values
         total += np.where(np.isnan(values), 0.0, r.weight * values)
-    return Scored(total.astype(np.float32), per)
+    with np.errstate(over="ignore"):  # an overflow is reported below, by name
+        total32 = total.astype(np.float32)
+    if not np.isfinite(total32).all():  # values in range, but weights beyond it
+        worst = max(rewards, key=lambda r: float(np.nanmax(np.abs(r.weight * per[r.name]),
+                                                           initial=0.0)))
+        raise ConfigError(f"reward {worst.label!r} weighted {worst.weight:g} makes the total "
+                          "reward of a completion overflow float32",
+                          hint="give the rewards weights such that their sum stays within "
+                               f"±{REWARD_LIMIT:g}")
+    return Scored(total32, per)
+
+
+class _Lines(io.TextIOBase):
+    """A text stream that hands each complete line to ``say``."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+        self.pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.say(line)
+        return len(text)
+
+    def rest(self) -> None:
+        if self.pending:
+            self.say(self.pending)
+            self.pending = ""
+
+
+@contextlib.contextmanager
+def _guest(r: Reward, say: Say) -> Iterator[None]:
+    """While ``r`` runs, its ``print``s are lines for ``say``, named by the reward."""
+    sink = _Lines(lambda line: say(f"reward {r.label!r} printed: {line}"))
+    try:
+        with contextlib.redirect_stdout(sink):
+            yield
+    finally:
+        sink.rest()
 
 
 def total_reward(rewards: Sequence[Reward], completion: str, gold: str) -> float:
@@ -68,9 +132,14 @@ def total_reward(rewards: Sequence[Reward], completion: str, gold: str) -> float
     return float(score(rewards, [Sample(completion, "", gold, {})]).total[0])
 
 
-def _failed(r: Reward, e: Exception) -> ConfigError:
-    return ConfigError(f"reward {r.label!r} raised {type(e).__name__}: "
-                       f"{(str(e).splitlines() or [''])[0][:160]}",
+def _failed(r: Reward, e: BaseException) -> ConfigError:
+    """A reward that raised, or exited (``sys.exit``, which would end rlctl with the
+    reward's exit code and no word of why), as one line naming it."""
+    if isinstance(e, KeyboardInterrupt):  # a stop signal, not the reward's fault
+        raise e
+    what = (f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else
+            f"raised {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}")
+    return ConfigError(f"reward {r.label!r} {what}",
                        hint="fix the reward function, then 'rlctl resume' the run")
 
 
@@ -81,18 +150,23 @@ def _number(r: Reward, value: object, allow_none: bool) -> float:
         number = math.nan if isinstance(value, (str, bytes)) else float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         number = math.nan
+    also = " or None" if allow_none else ""
     if not math.isfinite(number):
-        also = " or None" if allow_none else ""
         raise ConfigError(f"reward {r.label!r} returned {str(value)[:40]!r}, not a finite "
                           f"number{also}", hint=f"a reward returns a float such as 0.0 or "
                           f"1.0{also}")
+    if abs(number) > REWARD_LIMIT:
+        raise ConfigError(f"reward {r.label!r} returned {number:g}, outside the range "
+                          f"±{REWARD_LIMIT:g} a reward's value must lie in",
+                          hint="a reward returns a float such as 0.0 or 1.0 (GRPO uses only "
+                               "the differences within a group)")
     return number
 
 
 def _per_sample(r: Reward, s: Sample) -> float:
     try:
         value = r.fn(s.completion, s.gold)
-    except Exception as e:
+    except BaseException as e:  # SystemExit too: a reward that exits is named
         raise _failed(r, e) from e
     return _number(r, value, allow_none=False)
 
@@ -103,7 +177,7 @@ def _batched(r: Reward, samples: Sequence[Sample]) -> np.ndarray:
         kwargs = {k: v for k, v in kwargs.items() if k in r.accepts}
     try:
         values = r.fn(**kwargs)
-    except Exception as e:
+    except BaseException as e:  # SystemExit too: a reward that exits is named
         raise _failed(r, e) from e
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ConfigError(f"reward {r.label!r} returned a {type(values).__name__}, not a "

@@ -29,6 +29,7 @@ from typing import Any
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _NUMBER = re.compile(r"^[-+]?\d+(\.\d+)?$")
+_MATH_SIGN = re.compile(r"[0-9_^{}()\[\]+\-*/=<>|!]")  # text that is math, not words
 MAX_ANSWER_CHARS = 200  # longer answers are not parsed: not a match, not formatted
 _MAX_EXPONENT = 1000  # 2^1000 is fine to compare; 123456789^987654321 is not
 
@@ -89,15 +90,22 @@ def parse_math(text: str) -> tuple[Any, ...]:
     costly to compare. A pure function of the text: cached, as each gold answer is
     compared once per completion of its group.
 
-    Text with a LaTeX command (``\\frac12``) is also tried as inline math (``$...$``);
-    other text is not, since in math mode any word parses, as a product of symbols."""
+    A number (``7``, ``-0.5``, ``14/2``) is parsed as it is. Other text with a LaTeX
+    command or a mathematical sign (an operator, a bracket) is parsed as inline math
+    (``$...$``) first: math-verify's plain parse returns nothing for ``x^2+1`` or
+    ``{1,2}`` and the last number of others (``2`` for ``2^{10}``, ``3`` for ``x=3``,
+    ``1`` for ``x^2 + 1``), so such a gold answer could never be matched (#47). Words
+    alone are never read as math, where any word parses, as a product of symbols."""
     text = text.strip()
     if not text or len(text) > MAX_ANSWER_CHARS:
         return ()
     mv = _math_verify()
-    parsed = mv.parse(text, parsing_timeout=None)
-    if not parsed and "\\" in text:
+    numberish = normalize_number(text) is not None or bool(_FRACTION.match(text))
+    parsed: list[Any] = []
+    if not numberish and ("\\" in text or _MATH_SIGN.search(text)):
         parsed = mv.parse(f"${text}$", parsing_timeout=None)
+    if not parsed:
+        parsed = mv.parse(text, parsing_timeout=None)
     return tuple(parsed) if parsed and _tame(parsed) else ()
 
 

@@ -1,0 +1,102 @@
+"""#47 point 4, the store's files are the truth: the steps done come from complete
+checkpoints and metrics rows, never status.json alone; only complete, properly
+numbered checkpoint folders count; a stale run shows its damage and the command that
+helps; ``resume --recover`` reads what it was given."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import metrics, one_error
+
+pytestmark = pytest.mark.trainer
+
+
+def _status(run: Path, **fields) -> None:
+    data = json.loads((run / "status.json").read_text())
+    data.update(fields)
+    (run / "status.json").write_text(json.dumps(data))
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_status_json_that_overstates_the_steps_is_not_believed(cli, store):
+    run = store / "ok"
+    _status(run, step=50, phase="interrupted")
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert shown["step"] == 2  # checkpoint 2 and metrics rows 1-2, not status.json's 50
+    r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "2")
+    one_error(r, 2, "--steps 2 must be more than the 2 steps")
+    assert "pass --steps 3 or more" in r.stderr  # not 51
+    r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "3")
+    assert r.returncode == 0, r.stderr
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+
+
+def test_only_complete_properly_numbered_checkpoints_count(cli, store, tmp_path):
+    ckpts = store / "ok" / "checkpoints"
+    shutil.copytree(ckpts / "2", ckpts / "07")  # no step name to Orbax: ignored
+    (ckpts / "²").mkdir()  # str.isdigit() says yes, int() says no: ignored
+    (ckpts / "9").mkdir()  # empty: no checkpoint, set aside when the run reopens
+    shutil.copytree(ckpts / "2", ckpts / "8")
+    (ckpts / "8" / "_CHECKPOINT_METADATA").unlink()  # copied without its metadata
+    (ckpts / "8" / "rlctl-manifest.json").unlink()
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert shown["latest_checkpoint"] == 2 and shown["step"] == 2
+    plan = cli("delete", "run", "ok", "--runs-dir", str(store), "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    r = cli("checkpoint-convert", str(store / "ok"), str(tmp_path / "hf"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())
+    r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "3")
+    assert r.returncode == 0, r.stderr
+    assert "checkpoint 9 is incomplete (its folder is empty); moved to checkpoints/9.damaged" \
+        in r.stderr
+    assert "checkpoint 8 is incomplete" in r.stderr
+    assert [m["step"] for m in metrics(store / "ok")] == [1, 2, 3]
+    assert {"07", "²", "9.damaged", "8.damaged", "3"} <= {p.name for p in ckpts.iterdir()}
+
+
+def _set_aside_all(run: Path) -> None:
+    for n in ("1", "2"):
+        (run / "checkpoints" / n).rename(run / "checkpoints" / f"{n}.damaged")
+
+
+def test_a_stale_run_shows_its_damage_and_the_command_that_helps(cli, store):
+    run = store / "ok"
+    _set_aside_all(run)  # intact, but set aside (an earlier read failed)
+    _status(run, phase="running", pid=_dead_pid(), step=2)
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert shown["phase"] == "stale"
+    error = shown["error"]
+    assert error.startswith("damaged: checkpoints set aside: checkpoints/2.damaged, "
+                            "checkpoints/1.damaged"), error
+    assert "ended without finishing" in error and "'rlctl resume ok --recover'" in error
+    table = cli("status", "--runs-dir", str(store), env={"COLUMNS": "120"})
+    assert "stale (damaged)" in table.stdout, table.stdout
+    one_error(cli("resume", "ok", "--runs-dir", str(store)), 4, "no intact checkpoint")
+    # the command status gave works: --recover reads the intact set-aside checkpoint
+    r = cli("resume", "ok", "--runs-dir", str(store), "--recover", "--steps", "3")
+    assert r.returncode == 0, r.stderr
+    assert "recovering checkpoint 2 from checkpoints/2.damaged" in r.stderr
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+
+
+def test_recover_refuses_only_after_reading_and_says_what_helps(cli, store):
+    run = store / "ok"
+    (run / "checkpoints" / "1").rename(run / "checkpoints" / "1.damaged")
+    _status(run, phase="interrupted")
+    r = cli("resume", "ok", "--runs-dir", str(store), "--recover")
+    line = one_error(r, 4, "nothing to recover", "checkpoints/1.damaged is not newer than "
+                     "the intact checkpoint 2")
+    assert "resume without --recover: it continues from checkpoint 2" in r.stderr, line
+    assert "delete run" not in r.stderr
