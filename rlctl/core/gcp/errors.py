@@ -44,6 +44,28 @@ def is_quota(text: str) -> bool:
     return bool(_QUOTA.search(text)) and not _RATE.search(text)
 
 
+# a connection that cannot be made at all: no server on the port, no such host, no
+# route. Retrying for minutes (the retry's deadline) would only hide it; a reset during
+# a server's restart stays transient.
+_UNREACHABLE = re.compile(r"Connection refused|Failed to resolve|Name or service not known|"
+                          r"nodename nor servname|Temporary failure in name resolution|"
+                          r"No route to host|Network is unreachable")
+_HOST = re.compile(r"host='([^']+)', port=(\d+)")
+
+
+def unreachable(e: BaseException) -> str | None:
+    """``host:port (why)`` when ``e`` is a connection that could not be made, else None."""
+    if type(e).__name__ not in ("ConnectionError", "NewConnectionError", "MaxRetryError"):
+        return None
+    text = str(e)
+    why = _UNREACHABLE.search(text)
+    if not why:
+        return None
+    host = _HOST.search(text)
+    return f"{host.group(1)}:{host.group(2)} ({why.group(0).lower()})" if host \
+        else why.group(0).lower()
+
+
 def is_transient(e: BaseException) -> bool:
     """429 and 5xx, except quota/stockout, which waiting seconds will not fix."""
     from google.api_core import exceptions as gx
@@ -55,8 +77,9 @@ def is_transient(e: BaseException) -> bool:
     if isinstance(e, transient):
         text = _text(e)
         return not (is_stockout(text) or is_quota(text))
-    # requests' connection errors during a server restart
-    return type(e).__name__ in ("ConnectionError", "ChunkedEncodingError")
+    # requests' connection errors during a server restart; not one never made
+    return type(e).__name__ in ("ConnectionError", "ChunkedEncodingError") and \
+        unreachable(e) is None
 
 
 def stockout(what: str, detail: str) -> QuotaExceededError:
@@ -78,6 +101,11 @@ def translate(e: BaseException, what: str) -> RlctlError:
     """Map one exception raised while doing ``what`` to a user-facing error."""
     if isinstance(e, RlctlError):
         return e
+    if where := unreachable(e):
+        return CloudError(f"cannot reach {where} for {what}",
+                          hint="check this machine's network and proxy; if an "
+                          "RLCTL_API_ENDPOINT_OVERRIDES_* variable is set, check that "
+                          "endpoint is up")
     text = _text(e)
     try:
         from google.api_core import exceptions as gx

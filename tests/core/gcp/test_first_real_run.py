@@ -177,3 +177,30 @@ def test_train_apis(fake, clients):
         preflight.require_apis(clients, "p", preflight.TRAIN_APIS)
     (line,) = e.value.lines
     assert "storage.googleapis.com is not enabled" in line
+
+
+def test_an_endpoint_nobody_answers_on_fails_at_once_naming_it():
+    """A connection refused (no server on the port, an override pointing nowhere) is
+    not a transient error: it was retried for the whole retry deadline (minutes of
+    silence), then called 'Google Cloud may be degraded'."""
+    import socket
+    import time
+
+    from rlctl.core.clients import Clients
+    from rlctl.core.config.infra import build_infra_spec
+    from rlctl.core.errors import CloudError
+    from rlctl.core.gcp import network
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free again once closed: nobody listens there
+    clients = Clients.local(f"http://127.0.0.1:{port}", retry_deadline=300)
+    spec = build_infra_spec(flags={"project": "p", "region": "us-central1", "cluster": "rl",
+                                   "accelerators": ["v6e-16 x2"], "dcn": {"count": 1}},
+                            env={})
+    t0 = time.monotonic()
+    with pytest.raises(CloudError) as e:
+        network.plan(clients, spec)
+    assert time.monotonic() - t0 < 10
+    assert e.value.message.startswith(f"cannot reach 127.0.0.1:{port} (connection refused)")
+    assert "RLCTL_API_ENDPOINT_OVERRIDES_" in e.value.hint
