@@ -15,6 +15,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rlctl.core.paths import cache_dir
 
@@ -174,17 +175,23 @@ UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_DOT"
 NARROW_UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 
 
-def update_options(compute_dtype: str = "float32") -> dict[str, str] | None:
+def update_options(compute_dtype: str = "float32",
+                   numerics: Any = None) -> dict[str, str] | None:
     """Compiler options of the update: on the CPU, YNNPACK runs its dots but not its
     reductions, which XLA's own loops fuse with their neighbours instead (jax 0.10's
     default gives YNNPACK both). Measured on the default update, taking turns in one
     process (bench/bench_update.py --against ynn-reduce, 2-core Zen 3 EPYC): 0.94x
     the time. The sampler keeps the default: its vocabulary-wide reductions need
     YNNPACK's threads. A user's own ``--xla_cpu_experimental_ynn_fusion_type`` in
-    ``XLA_FLAGS`` wins."""
+    ``XLA_FLAGS`` wins. Only where ``numerics`` (the numerics table's row; this
+    backend's when None) has ``xla_cpu_options``, and only on the CPU."""
     import jax
 
-    if jax.default_backend() != "cpu" or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
+    from rlctl.core.trainer import numerics as numerics_lib
+
+    row = numerics or numerics_lib.current()
+    if (not row.xla_cpu_options or jax.default_backend() != "cpu"
+            or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", "")):
         return None
     fusions = UPDATE_YNN_FUSIONS if compute_dtype == "float32" else NARROW_UPDATE_YNN_FUSIONS
     return {"xla_cpu_experimental_ynn_fusion_type": fusions}

@@ -79,6 +79,12 @@ class Trainer:
         self._say(f"precision: {self.precision.why}")
         if self.precision.warning:
             self._say(self.precision.warning)
+        from rlctl.core.trainer import numerics
+
+        # which of the CPU's tricks run here, and whether layers are scanned: one row of
+        # numerics.TABLE, given to the sampler and the update
+        self.numerics = numerics.current()
+        self._say(f"numerics: {self.numerics.describe()}")
         self.emit(phase(Stage.LOADING, f"loading model {s.model.source}"))
         folder = resolve_model_dir(s.model.source)
         self.tokenizer = ChatTokenizer(folder)
@@ -121,6 +127,7 @@ class Trainer:
                 s.rollout, self.model, self.tokenizer, self.info,
                 replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
                 prompt=s.prompt, compute_dtype=self.precision.sampling,
+                numerics=self.numerics,
             )
 
     def create_data(self) -> None:
@@ -185,7 +192,8 @@ class Trainer:
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""
         self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info,
-                                    warn=self._say, topology=self.topo)
+                                    warn=self._say, topology=self.topo,
+                                    numerics=self.numerics)
 
     def _say(self, message: str) -> None:
         self.emit({"event": "message", "message": message})

@@ -48,9 +48,10 @@ runpy.run_module("rlctl", run_name="__main__")
 """
 
 
-def counted(args: list[str], cache: Path, out: Path) -> list[tuple[str, str, bool]]:
+def counted(args: list[str], cache: Path, out: Path,
+            env_extra: dict[str, str] | None = None) -> list[tuple[str, str, bool]]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_COMPILE_CACHE": str(cache),
-           "PROBE_OUT": str(out)}
+           "PROBE_OUT": str(out), **(env_extra or {})}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     r = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=600)
@@ -93,6 +94,30 @@ def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model
     assert [c for c in second if not c[2]] == [], "the second run compiled"
     assert ("setup", "jit(step)", True) in second  # loaded from the persistent cache
     assert any(cache.iterdir())
+
+
+def test_the_accelerators_row_compiles_one_update_and_one_sampler(tiny_model_dir, tmp_path):
+    """In the accelerators' row of the numerics table (RLCTL_NUMERICS=gpu: what a GPU
+    runs, here on the CPU) a whole run compiles one update and one sampler program,
+    its evals included: every row is prefilled, so an eval batch of P x G prompts is
+    the rollout's shape, and greedy is a traced value."""
+    from tests.core.trainer.test_train import tiny_args
+
+    args = tiny_args(tiny_model_dir, tmp_path, "gpu-row", "grpo", "--steps", "4",
+                     "--set", "eval.batch_size=8", "--set", "eval.interval=2",
+                     "--set", "checkpoint.interval=2")
+    seen = counted(args, tmp_path / "xla", tmp_path / "gpu-row.json",
+                   {"RLCTL_NUMERICS": "gpu"})
+    compiled = [(phase, fun) for phase, fun, hit in seen if not hit]
+    per_program = Counter(fun for _, fun in compiled)
+    assert per_program["jit(step)"] == 1  # the update
+    assert per_program["jit(sample_groups)"] == 1  # rollout and evals: one program
+    assert ("setup", "jit(sample_groups)") in compiled  # by the baseline eval
+    late = [c for c in compiled if c[0] not in ("setup", "step-1")]
+    assert late == [], f"compiled after the first step: {late}"
+    log = (tmp_path / "gpu-row" / "train.log").read_text()
+    assert "numerics: gpu row: none of the CPU's tricks; layers scanned (one layer body " \
+        "compiled)" in log, log
 
 
 def test_a_late_compilation_is_reported_with_its_reason(monkeypatch):
