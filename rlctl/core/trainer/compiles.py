@@ -6,6 +6,9 @@ compiling it takes tens of seconds; a run that compiles again at step 2 or 7
 run's shapes are fixed up front (rollout.py, step.py), compiled programs go to a
 persistent cache that a second run or a ``resume`` reads instead of compiling,
 and any compilation after the first step is reported with JAX's own reason.
+Before that, each compilation of the run's own programs (and any other that takes
+a second or more) says what it compiled and how long it took, tracing and lowering
+included: a line of the run's log, and ``compiles`` in status.json.
 """
 
 from __future__ import annotations
@@ -24,6 +27,32 @@ CACHE_MAX_BYTES = 4 * 2**30  # least recently used entries go beyond this
 _OFF = {"off", "0", "false", "no", "none"}
 # where JAX explains a cache miss (jax_explain_cache_misses) and a persistent-cache miss
 _EXPLAINERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit", "jax._src.compiler")
+# The run's programs, by the function JAX compiles (step.py, sampler.py), as a log line
+# names them; any other is named by its function when it takes REPORT_SECONDS or more.
+PROGRAMS = {"step": "the update", "sample_groups": "the sampler",
+            "policy_logps": "the log-probs (reference or rollout policy)"}
+REPORT_SECONDS = 1.0
+# JAX's three stages of a compilation, each timed under the function's name
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_BACKEND = "/jax/core/compile/backend_compile_duration"
+
+
+def program_name(fun_name: str) -> str:
+    """The function's own name from any stage's spelling of it: ``jit(step)`` (the
+    backend's), ``jit_step`` (the lowered module's) or ``step`` (the trace's)."""
+    name = fun_name
+    if name.startswith("jit(") and name.endswith(")"):
+        name = name[4:-1]
+    elif name.startswith("jit_"):
+        name = name[4:]
+    return name
+
+
+def program_label(fun_name: str) -> str:
+    """What a log line calls a compiled function: ``the update (jit(step))``."""
+    name = program_name(fun_name)
+    return f"{PROGRAMS[name]} (jit({name}))" if name in PROGRAMS else f"jit({name})"
 
 
 def compile_cache_dir() -> Path | None:
@@ -84,11 +113,18 @@ class CompileWatch:
     _active: CompileWatch | None = None
     _registered = False
 
-    def __init__(self, report: Callable[[str], None] | None = None) -> None:
+    def __init__(self, report: Callable[[str], None] | None = None,
+                 on_compile: Callable[[dict[str, float]], None] | None = None) -> None:
         self.report = report or (lambda message: None)
+        # called with ``seconds`` after each compilation of a run's program (status.json)
+        self.on_compile = on_compile or (lambda seconds: None)
         self.compiled: Counter[str] = Counter()  # fun_name -> compilations
         self.hits: Counter[str] = Counter()  # fun_name -> loaded from the persistent cache
         self.late: list[str] = []  # what compiled after warm-up
+        # a run's program (``PROGRAMS``' key) -> seconds its latest compilation took,
+        # tracing and lowering included (a load from the persistent cache: its time)
+        self.seconds: dict[str, float] = {}
+        self._staged: Counter[str] = Counter()  # program -> its trace and lowering so far
         self._warm = False
         self._hit = False
         self._why = _Explanations()
@@ -141,21 +177,41 @@ class CompileWatch:
     @staticmethod
     def _on_duration(event: str, duration: float, **kw: object) -> None:
         watch = CompileWatch._active
-        if watch is None or event != "/jax/core/compile/backend_compile_duration":
+        if watch is None:
             return
         name = str(kw.get("fun_name", "?"))
+        if event in (_TRACE, _LOWER):
+            watch._staged[program_name(name)] += duration
+            return
+        if event != _BACKEND:
+            return
+        total = watch._staged.pop(program_name(name), 0.0) + duration
         if watch._hit:
             watch._hit = False
             watch.hits[name] += 1
+            watch._said(name, total, "loaded {what} from the compilation cache in {s:.1f} s")
             return
         watch.compiled[name] += 1
-        if watch._warm:
+        if not watch._warm:
+            watch._said(name, total, "compiled {what} in {s:.1f} s")
+        else:
             why = _reason(watch._why.last)
             watch._why.last = ""
             line = f"compiled {name} again after warm-up ({duration:.1f} s)" + (
                 f": {why}" if why else "")
             watch.late.append(line)
             watch.report(line)
+
+    def _said(self, fun_name: str, seconds: float, line: str) -> None:
+        """Report a compilation (or a load) of a run's program, or of any other that
+        took ``REPORT_SECONDS`` or more, and keep a program's seconds for status."""
+        name = program_name(fun_name)
+        if name in PROGRAMS:
+            self.seconds[name] = round(seconds, 1)
+            self.on_compile(dict(self.seconds))
+        elif seconds < REPORT_SECONDS:
+            return
+        self.report(line.format(what=program_label(fun_name), s=seconds))
 
 
 def _reason(text: str) -> str:

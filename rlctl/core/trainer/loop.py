@@ -53,6 +53,9 @@ class Trainer:
         self.writer = self.topo.is_writer
         self.mesh = make_mesh()  # None on one device
         self.recover = recover  # resume --recover: try the checkpoints set aside
+        from rlctl.core.trainer.memory import DevicePeak
+
+        self.device_peak = DevicePeak()  # the allocator's peak, read after each step
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
@@ -238,7 +241,7 @@ class Trainer:
                                                batch, s.training.num_iterations)
         return StepMetrics.measure(step + 1, losses, norms, aux, scores, batch.mask,
                                    elapsed=time.perf_counter() - t0, rollout_seconds=t_roll,
-                                   **engine)
+                                   peak_device_bytes=self.device_peak.read(), **engine)
 
     # --- the whole run -----------------------------------------------------------
     def _stop(self, done: int, on_status: OnStatus) -> None:
@@ -276,6 +279,8 @@ class Trainer:
         s = self.spec
         if not self.writer:
             on_status = lambda update: None  # noqa: E731 - process 0 keeps status.json
+        # each program's compile seconds in status.json as it compiles (status shows them)
+        self.compiles.on_compile = lambda seconds: on_status(StatusUpdate(compiles=seconds))
         self.create_model()
         self.create_data()
         self.create_steps()
@@ -334,8 +339,10 @@ class Trainer:
                     if done % s.checkpoint.interval == 0 or done == s.training.steps:
                         self.ckpt.save(done, self.model, self.optimizer)
                         saved = done
+                    peak = row.get("peak_device_bytes")
                     on_status(StatusUpdate(phase=Phase.RUNNING, step=done,
-                                           **({"latest_checkpoint": saved} if saved else {})))
+                                           **({"latest_checkpoint": saved} if saved else {}),
+                                           **({"peak_device_bytes": peak} if peak else {})))
                     if stops.requested() and stops.deferring():
                         self._stop(done, on_status)
                 if s.eval.interval and s.eval.size and done % s.eval.interval == 0 \

@@ -346,11 +346,11 @@ class Update:
         from rlctl.core.trainer.tunix_adapter.lora import base_only
 
         if self._logps is None:
-            def fn(graphdef, state, prompt_ids, completion_ids):
+            def policy_logps(graphdef, state, prompt_ids, completion_ids):
                 return self._logps_fn(nnx.merge(graphdef, state), prompt_ids, completion_ids,
                                       self.group)[0]
 
-            self._logps = jax.jit(fn, static_argnums=0)
+            self._logps = jax.jit(policy_logps, static_argnums=0)
         graphdef, state = nnx.split(model)
         if base:
             state = base_only(state)
@@ -436,12 +436,15 @@ class StepMetrics:
     # seconds the weight push into the engine took
     engine_logp_diff: float | None = None
     weight_push_seconds: float | None = None
+    # the device allocator's peak so far (memory.DevicePeak); absent on a CPU
+    peak_device_bytes: int | None = None
 
     @classmethod
     def measure(cls, step: int, losses: list[float], norms: list[float],
                 aux: dict[str, Any], scores: Scores, mask: np.ndarray, elapsed: float,
                 rollout_seconds: float, engine_logp_diff: float | None = None,
-                weight_push_seconds: float | None = None) -> StepMetrics:
+                weight_push_seconds: float | None = None,
+                peak_device_bytes: int | None = None) -> StepMetrics:
         comp_tokens = int(mask.sum())
         rewards = scores.reward
         return cls(
@@ -466,13 +469,14 @@ class StepMetrics:
             engine_logp_diff=engine_logp_diff,
             weight_push_seconds=(None if weight_push_seconds is None
                                  else round(weight_push_seconds, 3)),
+            peak_device_bytes=peak_device_bytes,
         )
 
     def row(self) -> dict[str, Any]:
         """The metrics.jsonl row, and the ``metrics`` of the progress ``step`` event."""
         row = dataclasses.asdict(self)
         means = row.pop("reward_means")
-        for key in ("engine_logp_diff", "weight_push_seconds"):
+        for key in ("engine_logp_diff", "weight_push_seconds", "peak_device_bytes"):
             if row[key] is None:
                 del row[key]
         row.update({f"rewards/{name}/mean": mean for name, mean in means.items()})

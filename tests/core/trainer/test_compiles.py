@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -90,10 +91,21 @@ def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model
     assert Counter(fun for phase, fun in compiled if phase == "step-1") == {
         "jit(sample_groups)": 1}
 
+    # each compile of the run's programs said what it compiled and how long it took
+    log = (tmp_path / "first" / "train.log").read_text()
+    for what in ("the update (jit(step))", "the sampler (jit(sample_groups))"):
+        assert re.search(rf"compiled {re.escape(what)} in \d+\.\d s", log), (what, log)
+    status = json.loads((tmp_path / "first" / "status.json").read_text())
+    assert set(status["compiles"]) == {"step", "sample_groups"}, status
+    assert all(v > 0 for v in status["compiles"].values())
+    assert "peak_device_bytes" not in status  # a CPU keeps no allocator statistics
+
     second = run("second")
     assert [c for c in second if not c[2]] == [], "the second run compiled"
     assert ("setup", "jit(step)", True) in second  # loaded from the persistent cache
     assert any(cache.iterdir())
+    log = (tmp_path / "second" / "train.log").read_text()
+    assert "loaded the update (jit(step)) from the compilation cache in " in log, log
 
 
 def test_the_accelerators_row_compiles_one_update_and_one_sampler(tiny_model_dir, tmp_path):
@@ -145,6 +157,36 @@ def test_a_late_compilation_is_reported_with_its_reason(monkeypatch):
     assert len(lines) == 1
     assert lines[0].startswith("compiled jit(double) again after warm-up")
     assert "different input types: at x, now f32[5] and before f32[3]" in lines[0], lines[0]
+
+
+def test_each_compile_of_a_run_program_says_what_and_how_long(monkeypatch):
+    """A run's program (here one named as the update's function is) is reported with
+    its seconds, tracing and lowering included, and kept for status; another program
+    only when it takes a second or more."""
+    import jax
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer.compiles import CACHE_ENV, CompileWatch, enable_persistent_cache
+
+    monkeypatch.setenv(CACHE_ENV, "off")
+    enable_persistent_cache(print)
+    lines: list[str] = []
+    recorded: list[dict[str, float]] = []
+
+    @jax.jit
+    def step(x):
+        return jnp.sin(x) * 3
+
+    @jax.jit
+    def tiny(x):
+        return x + 1
+
+    with CompileWatch(report=lines.append, on_compile=recorded.append) as watch:
+        step(jnp.ones(7))
+        tiny(jnp.ones(7))
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"compiled the update \(jit\(step\)\) in \d+\.\d s", lines[0]), lines
+    assert set(watch.seconds) == {"step"} and recorded == [watch.seconds]
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
