@@ -246,14 +246,33 @@ class Trainer:
     # --- the whole run -----------------------------------------------------------
     def _stop(self, done: int, on_status: OnStatus) -> None:
         """Stop after ``done`` steps: checkpoint them unless the latest checkpoint
-        already holds them (a second signal cuts this save short), then raise."""
+        already holds them (a second signal cuts this save short), then raise. A save
+        in flight is waited for first, and so is the stop's own."""
+        if self.ckpt.in_flight() is not None:
+            self._say(f"stopping: waiting for checkpoint {self.ckpt.in_flight()} to be "
+                      "written (press Ctrl-C again to skip it)")
+        self.ckpt.wait()
+        self._saves_done()
         saved = self.ckpt.latest
         if done and done != saved:
             self._say(f"stopping: saving checkpoint {done} (press Ctrl-C again to skip it)")
             self.ckpt.save(done, self.model, self.optimizer)
+            self.ckpt.wait()
+            self._saves_done()
             saved = done
         on_status(StatusUpdate(step=done, latest_checkpoint=saved))
         raise stops.StopRequested(done, saved)
+
+    def _saves_done(self) -> int | None:
+        """Say each save completed since the last call (a background one once it is
+        written and committed), and return the newest one's step, if any."""
+        newest = None
+        for saved in self.ckpt.finished():
+            how = (f"in the background in {saved.write_s:.1f} s (the step waited "
+                   f"{saved.held_s:.2f} s)" if saved.background else f"in {saved.held_s:.1f} s")
+            self._say(f"checkpoint {saved.step} saved {how}")
+            newest = saved.step
+        return newest
 
     def _readable(self, rel: str) -> bool:
         """``rel`` exists and holds a JSON object (a cut or garbled file is re-made)."""
@@ -290,7 +309,8 @@ class Trainer:
                         else NullMetrics())
         self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
                                 warn=lambda m: self.emit({"event": "message", "message": m}),
-                                recover=self.recover, lora=self.lora_record())
+                                recover=self.recover, lora=self.lora_record(),
+                                background=self.numerics.background_saves)
         try:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.
@@ -335,10 +355,10 @@ class Trainer:
                     # The step line first: a user sees the result before a save that may
                     # take seconds, and a checkpoint on disk implies its line was printed.
                     self.emit({"event": "step", "step": done, "metrics": row})
-                    saved = None
                     if done % s.checkpoint.interval == 0 or done == s.training.steps:
+                        # in the background, only once complete is it the latest
                         self.ckpt.save(done, self.model, self.optimizer)
-                        saved = done
+                    saved = self._saves_done()
                     peak = row.get("peak_device_bytes")
                     on_status(StatusUpdate(phase=Phase.RUNNING, step=done,
                                            **({"latest_checkpoint": saved} if saved else {}),
@@ -357,6 +377,9 @@ class Trainer:
                                 self._stop(done, on_status)
                         raise
             final = self.evaluate("final", s.training.steps) if s.eval.size else None
+            self.ckpt.wait()  # the last save, written while the final eval ran
+            if saved := self._saves_done():
+                on_status(StatusUpdate(latest_checkpoint=saved))
             return {"baseline": baseline, "final": final}
         finally:
             self.metrics.close()

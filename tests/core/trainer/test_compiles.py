@@ -129,7 +129,7 @@ def test_the_accelerators_row_compiles_one_update_and_one_sampler(tiny_model_dir
     assert late == [], f"compiled after the first step: {late}"
     log = (tmp_path / "gpu-row" / "train.log").read_text()
     assert "numerics: gpu row: none of the CPU's tricks; layers scanned (one layer body " \
-        "compiled)" in log, log
+        "compiled); saves in the background" in log, log
 
 
 def test_a_late_compilation_is_reported_with_its_reason(monkeypatch):

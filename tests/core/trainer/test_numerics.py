@@ -23,8 +23,9 @@ def test_the_cpus_tricks_are_on_for_the_cpu_only():
     assert all(getattr(TABLE["cpu"], t) for t in tricks)
     for row in ("gpu", "tpu"):
         assert not any(getattr(TABLE[row], t) for t in tricks), row
-        assert TABLE[row].scan_layers
+        assert TABLE[row].scan_layers and TABLE[row].background_saves
     assert not TABLE["cpu"].scan_layers  # unrolled: the faster there (MEASURED says how)
+    assert not TABLE["cpu"].background_saves  # a copy of the state in the same RAM
 
 
 @pytest.mark.parametrize(("platform", "row"), [("cpu", "cpu"), ("gpu", "gpu"), ("cuda", "gpu"),
@@ -45,9 +46,10 @@ def test_describe_names_what_is_on():
     assert TABLE["cpu"].describe() == (
         "cpu row: packed MLP rows, packed head, own MLP gradient, weights-first decode, "
         "prefill once per group, XLA:CPU options, 3/4 of the layers recomputed; layers "
-        "unrolled")
+        "unrolled; saves in the step")
     assert TABLE["gpu"].describe() == (
-        "gpu row: none of the CPU's tricks; layers scanned (one layer body compiled)")
+        "gpu row: none of the CPU's tricks; layers scanned (one layer body compiled); "
+        "saves in the background")
 
 
 def test_the_update_takes_no_cpu_compiler_options_in_an_accelerators_row():
