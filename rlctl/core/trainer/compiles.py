@@ -6,6 +6,14 @@ compiling it takes tens of seconds; a run that compiles again at step 2 or 7
 run's shapes are fixed up front (rollout.py, step.py), compiled programs go to a
 persistent cache that a second run or a ``resume`` reads instead of compiling,
 and any compilation after the first step is reported with JAX's own reason.
+A run whose store is on gs:// (a cluster's) keeps that cache beside it, in
+``xla/`` of the run: each pod pulls it into its staging folder before its first
+compile and pushes what it added, so a restarted pod or a resumed run loads its
+programs instead of compiling them (JAX 0.10's cache needs a file system with
+file locks for its eviction, which gs:// is not; the store's copy is a mirror).
+Pitfall: JAX's cache key holds the cache folder's path (its GPU autotuning cache
+lives under it and is a compile option), so the local copy must have the same path
+in every pod: ``xla-runs/<run>`` under rlctl's cache, not the random staging folder.
 Before that, each compilation of the run's own programs (and any other that takes
 a second or more) says what it compiled and how long it took, tracing and lowering
 included: a line of the run's log, and ``compiles`` in status.json.
@@ -64,16 +72,36 @@ def compile_cache_dir() -> Path | None:
     return Path(value).expanduser() if value else cache_dir() / "xla"
 
 
-def enable_persistent_cache(warn: Callable[[str], None]) -> Path | None:
+STORE_CACHE = "xla"  # a gs:// run's own compilation cache, beside its checkpoints
+
+
+def in_store(run: Any) -> bool:
+    """Whether ``run`` keeps its compilation cache in its store: a gs:// run, unless
+    ``$RLCTL_COMPILE_CACHE`` or ``JAX_COMPILATION_CACHE_DIR`` names the cache."""
+    return (run is not None and str(getattr(run, "uri", "")).startswith("gs://")
+            and not os.environ.get(CACHE_ENV, "").strip()
+            and not os.environ.get("JAX_COMPILATION_CACHE_DIR"))
+
+
+def enable_persistent_cache(warn: Callable[[str], None], run: Any = None) -> Path | None:
     """Point JAX's persistent compilation cache at ``compile_cache_dir()``, caching
-    every program whatever its compile time. A user's own ``JAX_COMPILATION_CACHE_DIR``
-    wins. A folder that cannot be made is a warning: the cache only saves time."""
+    every program whatever its compile time; for a ``run`` on gs:// (``in_store``), at
+    its staging copy of the store's ``xla/``, pulled first. A user's own
+    ``JAX_COMPILATION_CACHE_DIR`` wins. A folder that cannot be made, or a store that
+    cannot be read, is a warning: the cache only saves time."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache as cc
 
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     folder = compile_cache_dir()
+    if in_store(run):
+        folder = _run_cache(run)
+        try:
+            run.pull(STORE_CACHE)  # through the staging link, into ``folder``
+        except Exception as e:  # the store's cache only saves time
+            warn(f"compilation cache: could not read {run.uri}/{STORE_CACHE} "
+                 f"({type(e).__name__}: {str(e)[:160]}); compiling afresh")
     if folder is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -87,6 +115,33 @@ def enable_persistent_cache(warn: Callable[[str], None]) -> Path | None:
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     cc.reset_cache()  # read the folder anew, whatever this process did before
     return folder
+
+
+def _run_cache(run: Any) -> Path:
+    """A gs:// run's local cache folder, the same path in every pod of the run (see the
+    module's pitfall), linked from the run's staging folder as its ``xla/`` so that the
+    store's pull and push of ``xla/`` read and write it."""
+    folder = cache_dir() / "xla-runs" / run.name
+    folder.mkdir(parents=True, exist_ok=True)
+    link = Path(run.path_for(STORE_CACHE))
+    if not link.exists() and not link.is_symlink():
+        link.symlink_to(folder, target_is_directory=True)
+    return folder
+
+
+def push_cache(run: Any, warn: Callable[[str], None]) -> bool:
+    """Upload what this process added to a gs:// run's compilation cache (files that
+    changed since they were pulled or last pushed). False, with a warning, where the
+    store refused: the run goes on, its restarts compile again."""
+    if not in_store(run):
+        return False
+    try:
+        run.push(STORE_CACHE)
+    except Exception as e:
+        warn(f"compilation cache: could not write {run.uri}/{STORE_CACHE} "
+             f"({type(e).__name__}: {str(e)[:160]})")
+        return False
+    return True
 
 
 class _Explanations(logging.Handler):

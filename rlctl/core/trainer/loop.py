@@ -56,6 +56,7 @@ class Trainer:
         from rlctl.core.trainer.memory import DevicePeak
 
         self.device_peak = DevicePeak()  # the allocator's peak, read after each step
+        self._cache_pushed = -1  # compilations when a gs:// run's cache was last pushed
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
@@ -274,6 +275,15 @@ class Trainer:
             newest = saved.step
         return newest
 
+    def _push_cache(self) -> None:
+        """A gs:// run's compilation cache pushed to its store when this process
+        compiled something since the last push (after step 1; after a late compile)."""
+        from rlctl.core.trainer.compiles import push_cache
+
+        if self.writer and self.compiles.total != self._cache_pushed:
+            push_cache(self.run, self._say)  # a failure is said once, not every step
+            self._cache_pushed = self.compiles.total
+
     def _readable(self, rel: str) -> bool:
         """``rel`` exists and holds a JSON object (a cut or garbled file is re-made)."""
         if not self.run.exists(rel):
@@ -287,7 +297,8 @@ class Trainer:
         from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache
         from rlctl.core.trainer.distributed import using_mesh
 
-        enable_persistent_cache(self._say)  # before the first program compiles
+        # before the first program compiles; a gs:// run's cache is pulled from its store
+        enable_persistent_cache(self._say, self.run)
         self.compiles = CompileWatch(report=self._say)
         with using_mesh(self.mesh), self.compiles:
             return self._train(on_status)
@@ -350,6 +361,7 @@ class Trainer:
                     except stops.Abandoned:
                         self._stop(step, on_status)
                     self.compiles.warm()  # the run's programs exist: later compiles are news
+                    self._push_cache()
                     self.metrics.write(row)
                     done = step + 1
                     # The step line first: a user sees the result before a save that may

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -187,6 +188,64 @@ def test_each_compile_of_a_run_program_says_what_and_how_long(monkeypatch):
     assert len(lines) == 1, lines
     assert re.fullmatch(r"compiled the update \(jit\(step\)\) in \d+\.\d s", lines[0]), lines
     assert set(watch.seconds) == {"step"} and recorded == [watch.seconds]
+
+
+# One pod of a cluster run, as far as its compilation cache goes: the cache enabled for
+# the run on gs:// (pulled), one program compiled or loaded, pushed; prints
+# [compiled, loaded, cache folder].
+POD = r"""
+import json, sys
+import jax, jax.numpy as jnp
+from rlctl.core.store.gcs import GcsRunStore
+from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache, push_cache
+from tests.fakes.gcs import storage_client
+bucket, staging = sys.argv[1:]
+run = GcsRunStore(f"gs://{bucket}/runs", client=storage_client(), staging_root=staging).run("r")
+folder = enable_persistent_cache(print, run)
+step = jax.jit(lambda x: jnp.cos(x) * 5 + 1)
+with CompileWatch() as watch:
+    step(jnp.ones(11))
+assert push_cache(run, print)
+print(json.dumps([watch.total, sum(watch.hits.values()), str(folder)]))
+"""
+
+
+def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_path,
+                                                                    monkeypatch):
+    """A cluster run's pods (each a process with its own staging folder) share the cache
+    through the run's ``xla/`` in its gs:// store: the first compiles and pushes, a
+    restarted pod loads the program instead. A local run keeps the local cache."""
+    from rlctl.core.store.local import LocalRunStore
+    from rlctl.core.trainer.compiles import CACHE_ENV, enable_persistent_cache, push_cache
+
+    client, bucket = gcs
+    env = {k: v for k, v in os.environ.items()
+           if k not in (CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
+    env["PYTHONPATH"] = str(REPO)
+
+    env["RLCTL_CACHE"] = str(tmp_path / "home-cache")  # a pod's ~/.cache/rlctl
+    folder = tmp_path / "home-cache" / "xla-runs" / "r"
+
+    def pod(n: int) -> list:
+        """A pod's process: its own staging folder, and (a fresh container) nothing
+        in its local cache."""
+        shutil.rmtree(folder, ignore_errors=True)
+        r = subprocess.run([sys.executable, "-c", POD, bucket, str(tmp_path / f"pod{n}")],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    compiled, loaded, where = pod(1)
+    assert compiled >= 1 and loaded == 0 and where == str(folder)
+    names = [b.name for b in client.list_blobs(bucket, prefix="runs/r/xla/")]
+    assert any(n.endswith("-cache") for n in names), names
+    assert pod(2)[:2] == [0, compiled], "every program loaded from the store's copy"
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("RLCTL_CACHE", str(tmp_path / "local"))
+    local = LocalRunStore(tmp_path / "runs").run("r")
+    assert enable_persistent_cache(print, local) == tmp_path / "local" / "xla"
+    assert not push_cache(local, print)
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
