@@ -135,7 +135,7 @@ _PROGRAMS = {"step": "update", "sample_groups": "sampler", "policy_logps": "log-
 
 
 def _compiles(seconds: dict[str, float]) -> str:
-    """'update 41.2 s, sampler 12.0 s': each program's latest compile."""
+    """'update 41.2 s, sampler 12.0 s': each program's compiles this attempt, summed."""
     return ", ".join(f"{_PROGRAMS.get(k, k)} {v:.1f} s" for k, v in seconds.items())
 
 

@@ -176,8 +176,10 @@ class CompileWatch:
         self.compiled: Counter[str] = Counter()  # fun_name -> compilations
         self.hits: Counter[str] = Counter()  # fun_name -> loaded from the persistent cache
         self.late: list[str] = []  # what compiled after warm-up
-        # a run's program (``PROGRAMS``' key) -> seconds its latest compilation took,
-        # tracing and lowering included (a load from the persistent cache: its time)
+        # a run's program (``PROGRAMS``' key) -> seconds its compilations took, summed
+        # (the CPU's sampler compiles one program for the evals and one for the
+        # rollout), tracing and lowering included (a load from the persistent cache:
+        # its time)
         self.seconds: dict[str, float] = {}
         self._staged: Counter[str] = Counter()  # program -> its trace and lowering so far
         self._warm = False
@@ -262,7 +264,7 @@ class CompileWatch:
         took ``REPORT_SECONDS`` or more, and keep a program's seconds for status."""
         name = program_name(fun_name)
         if name in PROGRAMS:
-            self.seconds[name] = round(seconds, 1)
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 1)
             self.on_compile(dict(self.seconds))
         elif seconds < REPORT_SECONDS:
             return

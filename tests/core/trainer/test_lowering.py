@@ -24,6 +24,12 @@ pytestmark = pytest.mark.trainer
 
 from tests.fakes.tiny_model import write_tiny_llama  # noqa: E402
 
+
+def compute(row: str) -> str:
+    """What the matmuls read in ``row``'s configuration: ``model.compute_dtype=auto``
+    picks bfloat16 on a GPU or TPU (precision.py), float32 on this CPU."""
+    return "float32" if row == "cpu" else "bfloat16"
+
 PLATFORMS = ("cuda", "tpu")
 G, N = 4, 8  # completions per prompt, new tokens
 
@@ -63,6 +69,9 @@ def _update_texts(model, info, row: str, platform: str) -> tuple[str, str]:
 
     spec = RunSpec(rollout={"num_generations": G, "max_new_tokens": N},
                    training={"prompts_per_step": 2})
+    import dataclasses
+
+    info = dataclasses.replace(info, compute_dtype=compute(row))
     u = Update(spec, pad_id=0, info=info, numerics=TABLE[row])
     rows = 2 * G
 
@@ -83,7 +92,8 @@ def _sampler_text(model, info, row: str, platform: str, group: int) -> str:
     from rlctl.core.trainer.numerics import TABLE
     from rlctl.core.trainer.sampler import Sampler, sample_groups
 
-    s = Sampler(model, info, pad_id=0, eos_ids=[1], max_new_tokens=N, numerics=TABLE[row])
+    s = Sampler(model, info, pad_id=0, eos_ids=[1], max_new_tokens=N, numerics=TABLE[row],
+                compute_dtype=compute(row))
     prompts = np.zeros((16 // group, 16), np.int32)  # rollout 4 x G, eval 16 x 1
     traced = sample_groups.trace(
         s.graphdef, s.state, prompts, np.uint32(0), np.float32(1.0), np.float32(1.0),
