@@ -23,6 +23,14 @@ _real_connect = socket.socket.connect
 # its own torch), never in the main test venv: there the folder is not collected at all
 # (not skipped, which CI=true would fail)
 collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm"]
+# tests/ray_image runs in the environment .ci/ray-image makes from a cluster image's exact
+# lock (RLCTL_IMAGE_LOCK names it), never in the main test venv
+if not os.environ.get("RLCTL_IMAGE_LOCK"):
+    collect_ignore.append("ray_image")
+# tests/dev checks the package against the developers' reference copies in ../shared,
+# which only their checkouts have: elsewhere it is not collected (not skipped)
+if not (Path(__file__).resolve().parents[1].parent / "shared").is_dir():
+    collect_ignore.append("dev")
 
 
 def in_ci() -> bool:

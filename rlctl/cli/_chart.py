@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = "_.-:=+*#"  # where the output's encoding has no block characters
-LABELS = {"reward_mean": "reward", "accuracy": "accuracy", "loss": "loss"}
+LABELS = {"reward_mean": "reward", "accuracy": "accuracy", "loss": "loss",
+          "entropy": "entropy", "kl": "kl", "clip_fraction": "clipped"}
 LABEL_WIDTH = 10  # "accuracy" plus a space, and "held-out"
 REWARD_LABEL = 9  # a reward's name under "reward", indented one: longer ones are cut
 INDENT = "  "
@@ -79,7 +80,9 @@ def _eval_lines(curve: Curve, width: int, arrow: str, more: str) -> list[str]:
     if not curve.eval:
         return []
     head = f"{INDENT}{'held-out':<{LABEL_WIDTH}}"
-    parts = [f"{p.which} {num(p.accuracy)}" for p in curve.eval]
+    # the run's headline: accuracy where it scores with 'correct', else its reward
+    value = (lambda p: p.accuracy) if curve.scores_accuracy else (lambda p: p.reward)
+    parts = [f"{p.which} {num(value(p))}" for p in curve.eval]
     for keep in range(len(parts) - 1, 0, -1):
         shown = parts if keep == len(parts) - 1 else \
             [*parts[:1], more, *parts[len(parts) - keep:]]
@@ -108,12 +111,16 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
     ``ascii_only`` draws with ASCII marks and arrows, for an output whose encoding
     cannot print the block characters.
     """
-    from rlctl.core.runs.curve import SERIES
+    from rlctl.core.runs.curve import POLICY
 
     blocks = ASCII_BLOCKS if ascii_only else BLOCKS
     arrow, more = (" -> ", "...") if ascii_only else (" → ", "…")
-    # each reward's own mean under the summed reward, so a reader sees which one moved
-    keys = [SERIES[0], *curve.reward_keys(), *SERIES[1:]]
+    # each reward's own mean under the summed reward, so a reader sees which one moved;
+    # accuracy where the run scores with 'correct'; the policy's entropy, KL and clip
+    # fraction where they say something, not the loss (near zero by construction)
+    keys = ["reward_mean", *curve.reward_keys(),
+            *(["accuracy"] if curve.scores_accuracy else []),
+            *(k for k in POLICY if curve.informative(k))]
     labels = {**LABELS, **{f"rewards/{name}/mean": " " + _cut(name, REWARD_LABEL - 1, more)
                            for name in curve.rewards}}
     n = len(curve.step)

@@ -80,3 +80,37 @@ def backends(incomplete: str) -> Suggestions:
     from rlctl.core.k8s import backends as registry
 
     return [(b.name, b.help) for b in registry.registered() if b.name.startswith(incomplete)]
+
+
+def spec_keys(model: type) -> list[str]:
+    """Every ``--set`` key of a spec model, as ``section.field=`` (its schema, walked)."""
+    from rlctl.core.config.load import _section
+
+    out: list[str] = []
+
+    def is_list(annotation: object) -> bool:
+        import typing
+
+        if typing.get_origin(annotation) is list:
+            return True
+        return any(is_list(a) for a in typing.get_args(annotation)
+                   if typing.get_origin(a) is not None or a is list)
+
+    def walk(m: type, prefix: str) -> None:
+        for name, field in m.model_fields.items():
+            inner = _section(field.annotation)
+            if isinstance(inner, type) and not is_list(field.annotation):
+                walk(inner, f"{prefix}{name}.")
+            else:
+                out.append(f"{prefix}{name}=")
+
+    walk(model, "")
+    return out
+
+
+@_quiet
+def run_spec_keys(ctx: typer.Context, incomplete: str) -> Suggestions:
+    """``rlctl train grpo --set mo<TAB>``: the run spec's keys (model.source=, ...)."""
+    from rlctl.core.config.models import RunSpec
+
+    return _starting(spec_keys(RunSpec), incomplete)

@@ -31,6 +31,37 @@ def clients_for(ctx: typer.Context, project: str, region: str) -> Any:
     return Clients(project, region)
 
 
+# Where a dry run without credentials, project or region plans: placeholders it says it
+# assumed (the project is never read: it is empty by assumption)
+ASSUMED_PROJECT, ASSUMED_REGION = "my-project", "us-east5"
+
+
+def assumed_location(ctx: typer.Context, dry_run: bool, config: str | None,
+                     project: str | None, region: str | None) -> tuple[str, str] | None:
+    """(project, region) when this ``--dry-run`` plans against an empty project: no
+    injected clients and no Google Cloud credentials on this machine (the way
+    ``terraform plan`` plans with no state). None: plan against the real project."""
+    if not dry_run or state(ctx).clients is not None:
+        return None
+    from rlctl.core.clients import credentials_available
+
+    if credentials_available():
+        return None
+    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.errors import ConfigError
+
+    try:  # flags, config, RLCTL_*/CLOUDSDK_* env, gcloud's config: never ADC's network
+        return resolve_location(config, project, region)
+    except ConfigError:
+        return project or ASSUMED_PROJECT, region or ASSUMED_REGION
+
+
+def assumed_note(project: str, region: str) -> str:
+    return (f"no Google Cloud credentials: this plan assumes an empty project {project} "
+            f"in {region} with every API enabled and no quota short (nothing was read or "
+            "changed); 'gcloud auth application-default login' plans against the real one")
+
+
 def existing_cluster(ctx: typer.Context, name: str | None, config: str | None,
                      project: str | None, region: str | None) -> tuple[str, str, str, Any]:
     """(name, project, region, clients) of a cluster named by argument or --config."""

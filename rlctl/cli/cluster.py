@@ -8,7 +8,15 @@ import typer
 
 from rlctl.cli._complete import accelerators
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import adc_project, build_spec, clients_for, existing_cluster, run_plan
+from rlctl.cli._infra import (
+    adc_project,
+    assumed_location,
+    assumed_note,
+    build_spec,
+    clients_for,
+    existing_cluster,
+    run_plan,
+)
 from rlctl.cli._options import (
     CidrOpt,
     ClusterNameArg,
@@ -93,11 +101,15 @@ def create(
     Shows the plan with an hourly cost estimate, asks, then applies; re-running is safe.
     Autopilot is refused: runs need one TPU/GPU node pool per slice.
 
-    Example: rlctl cluster create rl --region us-east5 -a 'v6e-16 x2' --dcn-networks 2 --bucket b
+    Example: rlctl cluster create rl -a 'v6e-16 x2' --dcn-networks 2 --bucket rl-runs --dry-run
     """
     from rlctl.core.runs import readiness as core
 
     out = make_output(ctx, output, yes)
+    assumed = assumed_location(ctx, dry_run, config, project, region)
+    if assumed:
+        project, region = assumed
+        out.info(assumed_note(project, region))
     spec = build_spec(
         config, name, project=project, region=region, zone=zone, accelerators=accelerator,
         num_slices=num_slices, spot=spot, reservation=reservation, dcn_networks=dcn_networks,
@@ -105,9 +117,16 @@ def create(
         namespace=namespace, service_account=service_account, release_channel=release_channel,
         version=cluster_version, autopilot=autopilot, overrides=set_,
     )
-    clients = clients_for(ctx, spec.project, spec.region)
+    if assumed:
+        from rlctl.core.clients import EmptyProject
+
+        clients = EmptyProject(spec.project, spec.region)
+    else:
+        clients = clients_for(ctx, spec.project, spec.region)
     out.info(f"planning cluster {spec.cluster} in {spec.project}/{spec.region} ...")
     plan = core.plan_create(clients, spec)
+    if assumed:
+        plan = plan.model_copy(update={"notes": [assumed_note(*assumed), *plan.notes]})
     run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
              f"cluster {spec.cluster} is ready "
              f"(next: gcloud container clusters get-credentials {spec.cluster} "

@@ -7,7 +7,13 @@ from typing import Annotated
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import adc_project, clients_for, run_plan
+from rlctl.cli._infra import (
+    adc_project,
+    assumed_location,
+    assumed_note,
+    clients_for,
+    run_plan,
+)
 from rlctl.cli._options import (
     DryRunOpt,
     OutputOpt,
@@ -75,8 +81,27 @@ def build(
         from rlctl.core.image.local import find_engine
 
         engine = find_engine()
-    project, region = _where(project, region)
-    clients = clients_for(ctx, project, region)
+    assumed = assumed_location(ctx, dry_run, None, project, region)
+    if assumed:  # no credentials: plan against an empty project (and the cluster's bucket)
+        from rlctl.core.clients import EmptyProject
+        from rlctl.core.runs.cluster import assumed_bucket
+
+        project, region = assumed
+        clients = EmptyProject(project, region)
+        if bucket:  # the bucket named is assumed to exist (and to be empty)
+            clients.buckets[bucket] = {}
+        if cluster:
+            from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL
+
+            clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL,
+                                                                 CLUSTER_LABEL: cluster}
+        out.info(assumed_note(project, region) + ("" if accelerator or not cluster else
+                 f"; cluster {cluster}'s accelerator is not known: a tpu image (-a gpu for "
+                 "the other)"))
+        accelerator = accelerator or "tpu"
+    else:
+        project, region = _where(project, region)
+        clients = clients_for(ctx, project, region)
     out.info("packing the build context ...")
     target, context, plan = core.prepare(clients, project, region, accelerator, cluster,
                                          bucket, tag, engine)

@@ -106,7 +106,9 @@ class TrainProgress:
         assert self._bar is not None
         eta = self._lines.eta(step)
         total = self._lines.total
-        self._info = (f"reward {m.get('reward_mean', 0):.3f}  loss {m.get('loss', 0):+.4f}  "
+        from rlctl.core.runs.headline import step_parts
+
+        self._info = (f"{'  '.join(step_parts(m))}  loss {m.get('loss', 0):+.4f}  "
                       f"{m.get('step_seconds', 0):.1f}s/step")
         self._bar.update(self._task, completed=step, count=f"{step}/{total}", info=self._info,
                          eta="" if eta is None else f"eta {duration(eta)}")
@@ -115,9 +117,8 @@ class TrainProgress:
         lines = [f"run {record.name}: {record.phase} at step {record.step}"]
         base, final = record.baseline, record.final
         if base and final:
-            lines.append(
-                f"held-out accuracy {base.accuracy:.3f} -> {final.accuracy:.3f} "
-                f"(n={final.n}); format {base.format_rate:.2f} -> {final.format_rate:.2f}"
-            )
+            from rlctl.core.runs.headline import held_out
+
+            lines.append(held_out(base.model_dump(), final.model_dump()))
         lines.append(f"files: {record.path}")
         return "\n".join(lines)

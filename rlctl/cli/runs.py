@@ -166,14 +166,18 @@ def _run_view(r: RunInfo) -> str:
     if r.error:
         lines.append(f"  error       {r.error}")
     m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's
-    if m:
-        keys = ("loss", "reward_mean", "format_rate", "kl", "grad_norm", "step_seconds")
-        lines.append("  last step   " + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys))
+    if m:  # the run's own rewards lead; accuracy only where it scores with 'correct'
+        from rlctl.core.runs.headline import step_parts
+
+        keys = ("loss", "kl", "grad_norm", "step_seconds")
+        lines.append("  last step   " + "  ".join(p.replace(" ", "=", 1)
+                                                  for p in step_parts(m))
+                     + "  " + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys))
     for which, e in r.eval.present():
-        lines.append(
-            f"  eval/{which:<8} accuracy={_fmt(e.accuracy)} "
-            f"format={_fmt(e.format_rate)} n={e.n}"
-        )
+        from rlctl.core.runs.headline import eval_parts
+
+        shown = " ".join(p.replace(" ", "=", 1) for p in eval_parts(e.model_dump()))
+        lines.append(f"  eval/{which:<8} {shown} n={e.n}")
     if r.curve is not None:
         lines += [f"  {line}" for line in _chart_lines(r.curve)]
     return "\n".join(lines)
@@ -424,11 +428,13 @@ def logs(
 
     A run trained on this machine (./runs or --runs-dir PATH; or a gs:// store it
     wrote to from here) prints its train.log: every attempt's phase, step and eval
-    lines with their times. A cluster run (a gs:// --runs-dir or --cluster) prints its
-    trainer's log from its leading pod. -f polls every --interval seconds and stops
-    when the run (or its workload) has ended; Ctrl-C exits with 130. With -o json
-    (not with -f): {"run": ..., "log": ..., "lines": [...]}, or for a cluster run
-    {"pod": ..., "lines": [...]}.
+    lines with their times. A cluster run (a gs:// --runs-dir or --cluster) prints the
+    same file, which its trainer writes into the run store whatever the backend; before
+    it has written one, the log of its leading pod (JobSet: process 0; Pathways: the
+    head; Ray: the job submitter). -f polls every --interval seconds and stops when the
+    run (or its workload) has ended; Ctrl-C exits with 130. With -o json (not with -f):
+    {"run": ..., "log": ..., "lines": [...]}, or {"run": ..., "pod": ..., "lines": [...]}
+    from a pod.
 
     Example: rlctl logs my-first-run -f
     """
@@ -449,12 +455,12 @@ def logs(
     from rlctl.core.runs import cluster as core
 
     if not follow:
-        pod, text = core.logs(where.clients, where.ref, run, tail)
-        out.info(pod)
+        got = core.logs(where.clients, where.ref, run, tail)
+        out.info(got.source)
         if out.json:
-            out.result({"pod": pod, "lines": text.splitlines()})
+            out.result(got.model_dump(mode="json", exclude_none=True))
         else:
-            for line in text.splitlines():
+            for line in got.lines:
                 out.line(line)
         return
     for line in core.follow_logs(where.clients, where.ref, run, tail, interval):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rlctl.cli._complete import accelerators
+from rlctl.cli._complete import accelerators, run_spec_keys
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import (
     BackendOpt,
@@ -19,7 +19,6 @@ from rlctl.cli._options import (
     OutputOpt,
     ProjectOpt,
     RegionOpt,
-    SetOpt,
     TrainClusterOpt,
     TrainImageOpt,
     TrainRootOpt,
@@ -92,8 +91,39 @@ HostCpuOpt = Annotated[
                  "(default: what a node of its pool offers pods, after threads per core; "
                  "checked before submitting)."),
 ]
+RewardOpt = Annotated[
+    list[str] | None,
+    typer.Option("--reward", help="A reward function, repeatable (they are summed, each "
+                 "weighted): correct, format, package.module:function or "
+                 "file.py:function (TRL's signature or fn(completion, gold)), with :WEIGHT "
+                 "to weigh it (default 1, format 0.1), e.g. --reward my_rewards.py:length:0.5. "
+                 "Replaces the default correct + format."),
+]
+LoraRankOpt = Annotated[
+    int | None, typer.Option("--lora-rank", help="Train LoRA adapters of this rank instead "
+                             "of every weight (as TRL's peft_config r).")]
+LoraAlphaOpt = Annotated[
+    float | None, typer.Option("--lora-alpha", help="LoRA scale numerator (default 2 x "
+                               "--lora-rank).")]
+TrainSetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", autocompletion=run_spec_keys,
+                 help="Override any spec field: --set training.steps=5 (repeatable; "
+                 "keys complete with TAB)."),
+]
+# the flag that sets each spec path, for --print-config's "where it came from"
+FLAG_OF = {"name": "--name", "training.steps": "--steps", "model.source": "--model",
+           "data.dataset": "--dataset", "data.path": "--data-path",
+           "training.learning_rate": "--lr", "rollout.num_generations": "--num-generations",
+           "training.prompts_per_step": "--prompts-per-step",
+           "rollout.max_new_tokens": "--max-new-tokens", "training.beta": "--beta",
+           "training.seed": "--seed", "eval.size": "--eval-size", "rewards": "--reward",
+           "training.lora_rank": "--lora-rank", "training.lora_alpha": "--lora-alpha",
+           "output.root": "--runs-dir"}
+
 PrintOpt = Annotated[
-    bool, typer.Option("--print-config", help="Print the resolved spec and exit.")
+    bool, typer.Option("--print-config", help="Print the resolved spec and exit, each value "
+                       "set by a flag, --set, RLCTL_SET or --config marked with its source.")
 ]
 PrintPromptOpt = Annotated[
     bool, typer.Option("--print-prompt",
@@ -128,7 +158,15 @@ def _run(
         _print_prompts(out, spec)
         return
     if print_config or (dry_run and local):
-        out.result(spec.model_dump(mode="json"), dump_yaml(spec))
+        from rlctl.cli._sources import annotated_yaml
+        from rlctl.core.config.load import env_overrides
+        from rlctl.core.runs.spec import spec_sources
+
+        given = {k: FLAG_OF.get(k, k) for k, v in flags.items() if v is not None}
+        if local and where.root is None:
+            given.pop("output.root", None)
+        sources = spec_sources(config, overrides, given, env_overrides())
+        out.result(spec.model_dump(mode="json"), annotated_yaml(dump_yaml(spec), sources))
         return
     if not local:
         _no_reward_files(spec)
@@ -170,10 +208,20 @@ def _no_reward_files(spec) -> None:
 
 def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_run: bool,
             resources: dict[str, object]) -> None:
+    from rlctl.core.clients import EmptyProject
     from rlctl.core.runs import cluster as core
     from rlctl.core.runs.results import SubmitPreview
 
     clients = where.clients
+    if isinstance(clients, EmptyProject):  # a dry run without credentials
+        import shlex
+
+        from rlctl.cli._infra import assumed_note
+
+        name = where.ref.cluster
+        out.info(f"{assumed_note(clients.project, clients.region)}; cluster {name} as "
+                 f"\"rlctl cluster create {name} -a {shlex.quote(where.ref.accelerator or '')} "
+                 f"--bucket {core.assumed_bucket(clients.project, name)}\" makes it")
     out.info(f"looking up cluster {where.ref.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
     result = core.submit(clients, where.ref, spec, backend, image,
@@ -203,7 +251,7 @@ def _command(algorithm: str):
     def command(
         ctx: typer.Context,
         config: ConfigOpt = None,
-        set_: SetOpt = None,
+        set_: TrainSetOpt = None,
         name: NameOpt = None,
         steps: StepsOpt = None,
         model: ModelOpt = None,
@@ -216,6 +264,9 @@ def _command(algorithm: str):
         beta: BetaOpt = None,
         seed: SeedOpt = None,
         eval_size: EvalOpt = None,
+        reward: RewardOpt = None,
+        lora_rank: LoraRankOpt = None,
+        lora_alpha: LoraAlphaOpt = None,
         runs_dir: TrainRootOpt = None,
         cluster: TrainClusterOpt = None,
         backend: BackendOpt = "jobset",
@@ -245,12 +296,26 @@ def _command(algorithm: str):
             "training.beta": beta,
             "training.seed": seed,
             "eval.size": eval_size,
+            "training.lora_rank": lora_rank,
+            "training.lora_alpha": lora_alpha,
         }
-        from rlctl.cli._infra import clients_for
+        if reward:
+            from rlctl.core.runs.spec import reward_flag
+
+            flags["rewards"] = [reward_flag(r) for r in reward]
+        from rlctl.cli._infra import assumed_location, clients_for
         from rlctl.core.runs.where import locate_new
 
-        where = locate_new(runs_dir, cluster, project, region, accelerator,
-                           lambda: clients_for(ctx, project, region))
+        assumed = assumed_location(ctx, dry_run, None, project, region) if cluster else None
+        if assumed:  # no credentials: plan against the cluster 'cluster create' would make
+            from rlctl.core.runs.cluster import assumed_cluster
+
+            project, region = assumed
+            where = locate_new(runs_dir, cluster, project, region, accelerator,
+                               lambda: assumed_cluster(project, region, cluster, accelerator))
+        else:
+            where = locate_new(runs_dir, cluster, project, region, accelerator,
+                               lambda: clients_for(ctx, project, region))
         _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
              image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu},
              print_prompt)

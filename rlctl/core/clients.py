@@ -13,7 +13,8 @@ From the environment, as gcloud's ``api_endpoint_overrides`` and
 still without I/O; explicit ``endpoints=``/``credentials=`` arguments win):
 
 * ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>`` (SERVICE in COMPUTE, CONTAINER, TPU,
-  SERVICEUSAGE, STORAGE, CLOUDBUILD, ARTIFACTREGISTRY) sends that service's calls to
+  SERVICEUSAGE, STORAGE, CLOUDBUILD, ARTIFACTREGISTRY, CLOUDRESOURCEMANAGER,
+  CLOUDQUOTAS) sends that service's calls to
   another endpoint, for users behind Private Service Connect or regional endpoints,
   and for CI against a local fake. The value is ``https://HOST[:PORT]`` without a path:
   the client libraries add the API path themselves (gcloud's values include it).
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kubernetes.client import ApiClient
 
 SERVICES = ("compute", "container", "tpu", "serviceusage", "storage", "cloudbuild",
-            "artifactregistry", "cloudresourcemanager")
+            "artifactregistry", "cloudresourcemanager", "cloudquotas")
 USER_AGENT = f"rlctl/{__version__}"
 ENDPOINT_ENV_PREFIX = "RLCTL_API_ENDPOINT_OVERRIDES_"
 DISABLE_CREDENTIALS_ENV = "RLCTL_AUTH_DISABLE_CREDENTIALS"
@@ -269,6 +270,10 @@ class Clients:
     def service_usage(self) -> Any:
         return self._gapic("google.cloud.service_usage_v1", "ServiceUsageClient", "serviceusage")
 
+    @cached_property
+    def cloud_quotas(self) -> Any:
+        return self._gapic("google.cloud.cloudquotas_v1", "CloudQuotasClient", "cloudquotas")
+
     # --- Cloud Build, Artifact Registry (rlctl image) ---------------------
     @cached_property
     def cloudbuild(self) -> Any:
@@ -371,3 +376,181 @@ def adc_project() -> str | None:
         return project
     except Exception:
         return None
+
+
+# --- no credentials: a dry run plans against an empty project ----------------------------
+def credentials_available(env: Mapping[str, str] | None = None) -> bool:
+    """Whether Application Default Credentials could be found, judged without I/O beyond
+    local files: what ``google.auth.default()`` looks at before it asks the metadata
+    server (``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's ADC file, a GCE machine), or
+    anonymous mode. ``--dry-run`` without them plans against an empty project."""
+    env = os.environ if env is None else env
+    if credentials_disabled(env) or env.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return True
+    if env.get("GCE_METADATA_HOST") or env.get("GCE_METADATA_IP"):
+        return True
+    config = env.get("CLOUDSDK_CONFIG") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".config", "gcloud")
+    if os.path.isfile(os.path.join(config, "application_default_credentials.json")):
+        return True
+    try:  # google.auth's own test for a GCE machine: its DMI product name
+        with open("/sys/class/dmi/id/product_name") as f:
+            return f.read().strip().startswith("Google")
+    except OSError:
+        return False
+
+
+class _Absent:
+    """A Google Cloud client of an empty project, for planning only: every get is the
+    API's 404 (google.api_core NotFound, which rlctl translates as the real one), every
+    list is empty, every write is refused (a plan never writes)."""
+
+    def __init__(self, what: str, answers: Mapping[str, Any] | None = None) -> None:
+        self._what = what
+        self._answers = dict(answers or {})
+
+    def __getattr__(self, method: str) -> Any:
+        if method in self._answers:
+            answer = self._answers[method]
+            return lambda *a, **kw: answer(*a, **kw) if callable(answer) else answer
+        if method.startswith(("get", "lookup")):
+            def missing(*_a: Any, **_kw: Any) -> Any:
+                from google.api_core.exceptions import NotFound
+
+                raise NotFound(f"{self._what}: not in the empty project of this dry run")
+            return missing
+        if method.startswith("list"):
+            return lambda *_a, **_kw: []
+        raise ConfigError(f"{self._what}.{method}: a dry run without credentials changes "
+                          "nothing", hint="run 'gcloud auth application-default login'")
+
+
+class EmptyProject(Clients):
+    """Clients of a project with nothing in it, every API enabled and no quota known:
+    what ``--dry-run`` plans against without credentials (as ``terraform plan`` with no
+    state, or ``helm template``). ``clusters`` and ``buckets`` add what a dry run of
+    ``train --cluster`` assumes ``cluster create`` made (a GKE Cluster message each;
+    bucket name -> labels). No call leaves this process."""
+
+    NUMBER = "PROJECT_NUMBER"  # the project number, unknown: shown in IAM members
+
+    def __init__(self, project: str, region: str, clusters: Mapping[str, Any] | None = None,
+                 buckets: Mapping[str, Mapping[str, str]] | None = None) -> None:
+        super().__init__(project, region, endpoints={})
+        self.clusters = dict(clusters or {})
+        self.buckets = {k: dict(v) for k, v in (buckets or {}).items()}
+
+    @property
+    def credentials(self) -> Any:
+        _require("google.auth", "gcp")
+        from google.auth.credentials import AnonymousCredentials
+
+        return AnonymousCredentials()
+
+    def _empty(self, what: str, **answers: Any) -> Any:
+        return _Absent(what, answers)
+
+    @cached_property
+    def networks(self) -> Any:
+        return self._empty("networks")
+
+    @cached_property
+    def subnetworks(self) -> Any:
+        return self._empty("subnetworks")
+
+    @cached_property
+    def firewalls(self) -> Any:
+        return self._empty("firewalls")
+
+    @cached_property
+    def projects(self) -> Any:
+        from types import SimpleNamespace
+
+        return self._empty("projects", get=SimpleNamespace(id=self.NUMBER, name=self.project))
+
+    @cached_property
+    def machine_types(self) -> Any:  # offered in every zone: not known, so not refused
+        return self._empty("machineTypes", get=lambda **kw: kw)
+
+    @cached_property
+    def regions(self) -> Any:  # no quota known: nothing is refused for it
+        from types import SimpleNamespace
+
+        return self._empty("regions", get=SimpleNamespace(quotas=[]))
+
+    @cached_property
+    def resource_manager(self) -> Any:
+        from types import SimpleNamespace
+
+        return self._empty("projects", get_iam_policy=SimpleNamespace(bindings=[], etag=b""))
+
+    @cached_property
+    def service_usage(self) -> Any:
+        from types import SimpleNamespace
+
+        def enabled(request: Mapping[str, Any], **_kw: Any) -> Any:
+            return SimpleNamespace(services=[
+                SimpleNamespace(name=n, state=SimpleNamespace(name="ENABLED"))
+                for n in request.get("names", [])])
+        return self._empty("services", batch_get_services=enabled)
+
+    @cached_property
+    def tpu(self) -> Any:  # every type of the catalog offered: zones are not known
+        from types import SimpleNamespace
+
+        from rlctl.core.config.catalog import all_types
+
+        types = [SimpleNamespace(type_=a.name, name=a.name) for a in all_types()
+                 if a.kind == "tpu"]
+        return self._empty("acceleratorTypes", list_accelerator_types=types)
+
+    @cached_property
+    def container(self) -> Any:
+        from types import SimpleNamespace
+
+        def cluster(name: str, **_kw: Any) -> Any:
+            short = name.rsplit("/", 1)[-1]
+            if short not in self.clusters:
+                from google.api_core.exceptions import NotFound
+
+                raise NotFound(f"cluster {short}: not in the empty project of this dry run")
+            return self.clusters[short]
+        config = SimpleNamespace(valid_master_versions=[], channels=[],
+                                 default_cluster_version="")
+        return self._empty("clusters", get_cluster=cluster, get_server_config=config,
+                           list_clusters=SimpleNamespace(clusters=list(self.clusters.values())))
+
+    @cached_property
+    def cloud_quotas(self) -> Any:
+        return self._empty("quotaInfos")
+
+    @cached_property
+    def cloudbuild(self) -> Any:
+        return self._empty("builds")
+
+    @cached_property
+    def artifactregistry(self) -> Any:
+        return self._empty("repositories")
+
+    @cached_property
+    def storage(self) -> Any:
+        _require("google.cloud.storage", "gcp")
+        from types import SimpleNamespace
+
+        from google.cloud import storage
+
+        real = storage.Client(project=self.project, credentials=self.credentials)
+        listed = [SimpleNamespace(name=n, labels=labels) for n, labels in self.buckets.items()]
+
+        def lookup(name: str, *_a: Any, **_kw: Any) -> Any:  # an assumed bucket is empty
+            return _Absent(f"bucket {name}", {"get_blob": None, "list_blobs": []}) \
+                if name in self.buckets else None
+        return self._empty("buckets", lookup_bucket=lookup, list_buckets=listed,
+                           bucket=real.bucket)
+
+    def access_token(self) -> str | None:
+        return None
+
+    def kubernetes(self, endpoint: str, ca_cert_b64: str | None) -> ApiClient:
+        raise ConfigError("a dry run without credentials reaches no cluster",
+                          hint="run 'gcloud auth application-default login'")

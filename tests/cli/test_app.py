@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -109,6 +110,48 @@ class TestBadInput:
         assert out.stdout == ""
         assert not (tmp_path / "runs").exists()
         assert [p.name for p in tmp_path.iterdir()] == []
+
+    def test_reward_and_lora_flags_set_what_trl_users_set(self, runner, tmp_path):
+        r = runner.invoke(app, ["train", "grpo", "--print-config", "-o", "json", "--reward",
+                                "correct", "--reward", "my_rewards.py:length:0.5", "--reward",
+                                "pkg.mod:brevity", "--lora-rank", "8"])
+        assert r.exit_code == 0, r.output
+        spec = json.loads(r.stdout)
+        assert [(e["fn"], e["weight"], e["name"]) for e in spec["rewards"]] == [
+            ("correct", 1.0, "correct"),
+            (str(Path.cwd() / "my_rewards.py") + ":length", 0.5, "length"),
+            ("pkg.mod:brevity", 1.0, "brevity")]
+        assert spec["training"]["lora_rank"] == 8 and spec["training"]["lora_alpha"] == 16.0
+
+    @pytest.mark.parametrize(("args", "says"), [
+        (["--reward", "x.py:f:inf"], "--reward 'x.py:f:inf': the weight 'inf' is not a finite"),
+        (["--reward", " "], "--reward is empty"),
+        (["--lora-rank", "0"], "training.lora_rank: Input should be greater than or equal to 1"),
+        (["--lora-alpha", "4"], "training.lora_alpha needs training.lora_rank"),
+        (["--reward", "a:1", "--reward", "b.a:2"], "two rewards are named 'a'"),
+    ])
+    def test_bad_reward_and_lora_flags_are_one_line(self, runner, args, says):
+        r = runner.invoke(app, ["train", "grpo", "--print-config", *args])
+        assert r.exit_code == 2
+        (err,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert says in err
+
+    def test_print_config_marks_where_each_value_came_from(self, runner, tmp_path,
+                                                           monkeypatch):
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text("training:\n  learning_rate: 3.0e-6\nrollout:\n  top_p: 0.9\n")
+        monkeypatch.setenv("RLCTL_SET", "eval.size=8")
+        r = runner.invoke(app, ["train", "grpo", "--print-config", "--config", str(cfg),
+                                "--set", "rollout.top_p=0.95", "--steps", "7", "--reward",
+                                "correct"])
+        assert r.exit_code == 0, r.output
+        lines = r.stdout.splitlines()
+        assert "  steps: 7  # from --steps" in lines
+        assert f"  learning_rate: 3.0e-06  # from config {cfg}" in lines
+        assert "  top_p: 0.95  # from --set" in lines  # the later source wins
+        assert "  size: 8  # from RLCTL_SET" in lines
+        assert "rewards:  # from --reward" in lines
+        assert "  max_new_tokens: 48" in lines  # a default: unmarked
 
     def test_print_config_json(self, runner):
         r = runner.invoke(app, ["train", "gspo", "--print-config", "-o", "json", "--steps", "3"])

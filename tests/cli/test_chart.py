@@ -16,7 +16,8 @@ EVALS = {"baseline": {"which": "baseline", "step": 0, "accuracy": 0.219},
 
 
 def rows(n: int) -> list[dict]:
-    return [{"step": i, "reward_mean": 0.1 + i / n, "accuracy": i / n, "loss": -1e-5 * i}
+    return [{"step": i, "reward_mean": 0.1 + i / n, "accuracy": i / n, "loss": -1e-5 * i,
+             "entropy": 1.5 - i / n, "kl": 0.0, "clip_fraction": 0.0}
             for i in range(1, n + 1)]
 
 
@@ -70,21 +71,40 @@ class TestCurveLines:
 
     def test_nan_and_missing_values_are_gaps_not_errors(self):
         data = rows(6)
-        data[2]["loss"] = math.nan
+        data[2]["entropy"] = math.nan
         data[3]["reward_mean"] = None
         del data[4]["accuracy"]
-        data[5]["loss"] = "oops"
+        data[5]["entropy"] = "oops"
         curve = build_curve(data, {})
-        assert curve.loss[2] is None and curve.reward_mean[3] is None
-        assert curve.accuracy[4] is None and curve.loss[5] is None
+        assert curve.entropy[2] is None and curve.reward_mean[3] is None
+        assert curve.accuracy[4] is None and curve.entropy[5] is None
         lines = curve_lines(curve, 80)
-        loss = next(x for x in lines if x.strip().startswith("loss"))
-        spark = loss[len("  loss      "):][:6]
+        entropy = next(x for x in lines if x.strip().startswith("entropy"))
+        spark = entropy[len("  entropy   "):][:6]
         assert [c == " " for c in spark] == [False, False, True, False, False, True], spark
 
     def test_a_series_with_no_value_at_all(self):
         lines = curve_lines(build_curve([{"step": 1, "reward_mean": 0.5}], {}), 80)
-        assert any(x.split()[:3] == ["loss", "last", "-"] for x in lines), lines
+        assert any(x.split()[:3] == ["accuracy", "last", "-"] for x in lines), lines
+
+    def test_no_loss_and_the_policys_series_only_where_they_say_something(self):
+        """GRPO's loss is near zero by construction: not drawn. KL without a KL term
+        and the clip fraction of one update per rollout are all 0: not drawn either."""
+        labels = [x.split()[0] for x in curve_lines(build_curve(rows(5), {}), 80)[1:-1]]
+        assert labels == ["reward", "accuracy", "entropy"]
+        data = [{**r, "kl": 0.01 * r["step"], "clip_fraction": 0.1} for r in rows(5)]
+        labels = [x.split()[0] for x in curve_lines(build_curve(data, {}), 80)[1:-1]]
+        assert labels == ["reward", "accuracy", "entropy", "kl", "clipped"]
+
+    def test_a_run_on_its_own_reward_draws_it_and_no_accuracy(self):
+        data = [{**r, "rewards/length/mean": r["reward_mean"]} for r in rows(5)]
+        evals = {"baseline": {"step": 0, "accuracy": 0.0, "mean_reward": 0.2,
+                              "rewards": {"length": 0.2}},
+                 "final": {"step": 5, "accuracy": 0.0, "mean_reward": 0.7,
+                           "rewards": {"length": 0.7}}}
+        lines = curve_lines(build_curve(data, evals), 80)
+        assert [x.split()[0] for x in lines[1:-2]] == ["reward", "length", "entropy"]
+        assert lines[-1] == "  held-out  baseline 0.200 → final 0.700"
 
     def test_no_eval_no_held_out_line(self):
         assert not any("held-out" in x for x in curve_lines(build_curve(rows(3), {}), 80))
@@ -140,4 +160,4 @@ class TestPerRewardLines:
 
     def test_no_reward_keys_no_extra_lines(self):
         lines = curve_lines(build_curve(rows(5), {}), 80)
-        assert [x.split()[0] for x in lines[1:4]] == ["reward", "accuracy", "loss"]
+        assert [x.split()[0] for x in lines[1:4]] == ["reward", "accuracy", "entropy"]

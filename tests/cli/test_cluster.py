@@ -32,6 +32,16 @@ class TestClusterCreate:
         assert "Estimated node cost (spot)" in r.stdout and "estimate from public list" in r.stdout
         assert "dry run" in r.stderr and fake.mutations() == []
 
+    @pytest.mark.parametrize("flags", [["-a", "v6e-8 x2"], ["-a", "v6e-8", "--num-slices", "2"]])
+    def test_several_single_host_slices_are_one_line_and_nothing_is_called(self, cli, fake,
+                                                                           flags):
+        r = cli("cluster", "create", "rl", *BASE, *flags, "--dry-run")
+        assert r.exit_code == 2
+        (err,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert "2 slices of v6e-8 cannot train as one job" in err
+        assert "use one v6e-8 or one v6e-16 slice" in err
+        assert "Traceback" not in r.stderr and fake.requests == []
+
     def test_num_slices(self, cli):
         r = cli("cluster", "create", "rl", *BASE, "-a", "v6e-16", "--num-slices", "2",
                 "--dry-run", "-o", "json")

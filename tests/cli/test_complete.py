@@ -73,6 +73,14 @@ class TestValues:
         assert complete("rlctl train grpo --backend ", tmp_path) == ["jobset", "pathways", "ray"]
         assert complete("rlctl train grpo --backend pa", tmp_path) == ["pathways"]
 
+    def test_set_keys_from_the_run_specs_schema(self, tmp_path):
+        assert complete("rlctl train grpo --set mo", tmp_path) == [
+            "model.source=", "model.dtype=", "model.compute_dtype="]
+        got = complete("rlctl train gspo --set training.lo", tmp_path)
+        assert got == ["training.loss_aggregation=", "training.lora_rank=",
+                       "training.lora_alpha=", "training.lora_target_modules="]
+        assert "rewards=" in complete("rlctl train grpo --set re", tmp_path)
+
     def test_clusters_rlctl_remembered(self, tmp_path):
         from rlctl.core.gcp import known
 

@@ -148,3 +148,33 @@ def test_data_flags_that_disagree_are_refused_before_the_run(tmp_path, monkeypat
     r = runner.invoke(app, ["train", "grpo", *args])
     assert r.exit_code == 2 and words in r.output, r.output
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.trainer
+def test_a_run_on_its_own_reward_shows_that_reward_not_accuracy(tiny_model_dir, tmp_path,
+                                                                 monkeypatch, runner):
+    """Trained only on digit_count, a run's step lines, summary, log, status and -o json
+    lead with digit_count, held out before and after and per step; the built-in
+    accuracy (a reward it was not trained for) is nowhere in them."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["train", "grpo", "--name", "own", "--model", str(tiny_model_dir),
+                            "--steps", "2", *TINY])
+    assert r.exit_code == 0, r.output
+    steps = [x for x in r.stderr.splitlines() if x.startswith("step 2/2  ")]
+    assert steps and "  digit_count " in steps[0] and "accuracy" not in steps[0]
+    (held,) = [x for x in r.stdout.splitlines() if x.startswith("held-out ")]
+    assert held.startswith("held-out digit_count ") and held.endswith("(n=2)")
+    log = (tmp_path / "runs" / "own" / "train.log").read_text()
+    assert "eval/final: reward " in log and " digit_count " in log
+    assert "accuracy" not in log
+
+    r = runner.invoke(app, ["status", "own"])
+    assert r.exit_code == 0, r.output
+    shown = [x.strip() for x in r.stdout.splitlines()]
+    assert any(x.startswith("eval/final") and " digit_count=" in x for x in shown)
+    assert any(x.startswith("last step") and "digit_count=" in x for x in shown)
+    assert not any("accuracy" in x for x in shown if x.startswith(("eval/", "last step")))
+    r = runner.invoke(app, ["status", "own", "-o", "json"])
+    info = json.loads(r.stdout)
+    assert set(info["eval"]["final"]["rewards"]) == {"digit_count"}
+    assert "rewards/digit_count/mean" in info["latest_metrics"]

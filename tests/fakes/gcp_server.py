@@ -110,6 +110,8 @@ class FakeGCP:
         # Compute regions.get quotas[] per region: metric -> (limit, usage); a metric not
         # listed is not reported, as for TPU v6e/v5p (kept in the Cloud Quotas API)
         self.quotas: dict[str, dict[str, tuple[float, float]]] = {}
+        # Cloud Quotas' QuotaInfo JSON per service (quota_info() builds one): none by default
+        self.quota_infos: dict[str, list[dict[str, Any]]] = {}
         self.tpu_types: dict[str, list[str]] = {}
         self.machine_types: dict[str, set[str]] = {}
         self.default_tpu_types = list(DEFAULT_TPU_TYPES)
@@ -303,6 +305,15 @@ class FakeGCP:
         m = re.fullmatch(r"/compute/v1/projects/([^/]+)(/.*)?", p)
         if m:
             return self._compute(r, m.group(2) or "")
+        m = re.fullmatch(r"/v1/projects/([^/]+)/locations/global/services/([^/]+)/quotaInfos",
+                         p)
+        if m and r.method == "GET":
+            # Cloud Quotas v1 projects.locations.services.quotaInfos.list (one page): the
+            # QuotaInfo resources of docs/quotas/reference/rest/v1/...quotaInfos, camelCase
+            return 200, {"quotaInfos": [
+                {"name": f"projects/{self.number}/locations/global/services/{m.group(2)}/"
+                         f"quotaInfos/{q['quotaId']}", "service": m.group(2), **q}
+                for q in self.quota_infos.get(m.group(2), [])]}
         m = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)(/.*)?", p)
         if m:
             return self._gke(r, m.group(2), m.group(3) or "")
@@ -792,3 +803,17 @@ class _Later:
 
     def __init__(self, fn: Any) -> None:
         self.wait_for = fn
+
+
+def quota_info(quota_id: str, display_name: str, values: dict[tuple[tuple[str, str], ...], int],
+               dimensions: tuple[str, ...] = ("region",)) -> dict[str, Any]:
+    """A Cloud Quotas QuotaInfo as its REST API returns it (camelCase; int64 values as
+    strings): one dimensions entry per key of ``values``, e.g.
+    ``{(("region", "us-central1"), ("tpu_family", "CT6E")): 64}``."""
+    return {"quotaId": quota_id, "quotaDisplayName": display_name, "metric":
+            f"compute.googleapis.com/{quota_id.lower()}", "dimensions": list(dimensions),
+            "metricUnit": "1", "isPrecise": True, "containerType": "PROJECT",
+            "dimensionsInfos": [{"dimensions": dict(k), "details": {"value": str(v)},
+                                 "applicableLocations": [dict(k).get("region", "global")]}
+                                for k, v in values.items()]}
+

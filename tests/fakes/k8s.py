@@ -15,7 +15,8 @@ With ``FakeKube.nodes`` set (the cluster's node pools, ``nodes_of_cluster``), a
 workload that is created or applied becomes pods as the controllers rlctl relies on
 make and admit them (``rlctl.core.k8s.admission``: JobSet v0.12.0's exclusive
 placement, pathways-job v0.1.4's head sidecars and host network, KubeRay's probe
-injection for ``kuberay_version``, GKE's GCS FUSE sidecar; each cited there), placed
+injection for ``kuberay_version``, GKE's GCS FUSE sidecar; each cited there), named and
+labelled as those controllers name and label them (``tests.fakes.controllers``), placed
 on the nodes as kube-scheduler's filters would (``rlctl.core.k8s.fit``). A pod that no
 node can take is stored Pending with an ``Unschedulable`` condition, as the scheduler
 reports it, and listed in ``FakeKube.unschedulable``: fixtures fail a test that leaves
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import re
 import threading
 import uuid
@@ -79,6 +81,8 @@ class FakeKube:
         self.nodes: list[Any] | None = None  # config.nodes.NodePool; None: no pods made
         self.kuberay_version: tuple[int, ...] = (1, 5, 2)  # exec wget probes (pod.go)
         self.unschedulable: list[str] = []  # 'pod: reason' of pods left Pending
+        # the random tails of generated pod names, repeatable from one test run to the next
+        self.rng = random.Random(0)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -133,9 +137,17 @@ class FakeKube:
     # --- what controllers and the scheduler do with a workload -------------------------
     def admit(self, obj: dict[str, Any], locked: bool = False) -> None:
         """Create the pods the workload's controller makes, as admitted and scheduled
-        (``locked``: the caller holds ``self.lock``, as the request handler does)."""
+        (``locked``: the caller holds ``self.lock``, as the request handler does).
+
+        Their specs are ``rlctl.core.k8s.admission``'s model (pinned to its sources by
+        tests/core/k8s/test_upstream.py); their names, labels and annotations are the
+        controllers' own (``tests.fakes.controllers``, each citing its upstream file):
+        JobSet's RUN-RJOB-J-I-xxxxx with the pod template's labels and JobSet's, the
+        Pathways head with JobSet's labels only, KubeRay's CLUSTER-head-xxxxx,
+        CLUSTER-GROUP-worker-xxxxx and the submitter RUN-xxxxx."""
         from rlctl.core.k8s.admission import pod_groups
         from rlctl.core.k8s.fit import check
+        from tests.fakes.controllers import pod_identities
 
         if self.nodes is None or obj.get("kind") not in ("JobSet", "PathwaysJob", "RayJob"):
             return
@@ -143,38 +155,47 @@ class FakeKube:
         report = check(groups, self.nodes)
         ns = obj["metadata"].get("namespace", "default")
         run = obj["metadata"]["name"]
-        # the JobSet controller labels every pod with its JobSet's name; pathways-job's
-        # pods carry nothing of the PathwaysJob's own labels (it has no pod template)
-        labels = {} if obj["kind"] == "PathwaysJob" else dict(
-            obj["metadata"].get("labels") or {})
-        for g, placed in zip(groups, report.placements, strict=True):
-            for j in range(g.jobs):
-                for i in range(g.pods):
-                    name = f"{run}-{g.role}-{j}-{i}"
-                    pod: dict[str, Any] = {
-                        "metadata": {"name": name, "namespace": ns, "labels": {
-                            **labels, "jobset.sigs.k8s.io/jobset-name": run},
-                            # owned through Jobs/RayClusters in reality; deleting the
-                            # workload removes its pods (garbage collection, cascading)
-                            "ownerReferences": [{"uid": obj["metadata"].get("uid", ""),
-                                                 "kind": obj["kind"], "name": run}]},
-                        "spec": copy.deepcopy(g.pod)}
-                    if placed.fits:
-                        pod["spec"]["nodeName"] = f"{placed.pools[0]}-node"
-                        pod["status"] = {"phase": "Running"}
-                    else:
-                        msg = f"0/{sum(p.nodes for p in self.nodes)} nodes are available: " \
-                              f"{placed.detail}"
-                        pod["status"] = {"phase": "Pending", "conditions": [{
-                            "type": "PodScheduled", "status": "False",
-                            "reason": "Unschedulable", "message": msg}]}
-                        self.unschedulable.append(f"{name}: {placed.reason}: {placed.detail}")
-                    if locked:
-                        pod.update(kind="Pod", apiVersion="v1")
-                        pod["metadata"]["uid"] = str(uuid.uuid4())
-                        self.objects[("v1", "pods", ns, name)] = pod
-                    else:
-                        self.put("v1", "pods", pod)
+        worker_vms = groups[-1].pods if obj["kind"] == "PathwaysJob" else 1
+        identities = pod_identities(obj, self.rng, worker_vms)
+        for g, placed, ids in zip(groups, report.placements, identities, strict=True):
+            assert len(ids) == g.jobs * g.pods, (g.name, len(ids))
+            for ident in ids:
+                name = ident["name"]
+                pod: dict[str, Any] = {
+                    "metadata": {"name": name, "namespace": ns, "labels": ident["labels"],
+                                 "annotations": ident["annotations"],
+                                 # owned through Jobs/RayClusters in reality; deleting the
+                                 # workload removes its pods (garbage collection, cascading)
+                                 "ownerReferences": [{"uid": obj["metadata"].get("uid", ""),
+                                                      "kind": obj["kind"], "name": run}]},
+                    "spec": copy.deepcopy(g.pod)}
+                if placed.fits:
+                    pod["spec"]["nodeName"] = f"{placed.pools[0]}-node"
+                    pod["status"] = {"phase": "Running"}
+                else:
+                    msg = f"0/{sum(p.nodes for p in self.nodes)} nodes are available: " \
+                          f"{placed.detail}"
+                    pod["status"] = {"phase": "Pending", "conditions": [{
+                        "type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": msg}]}
+                    self.unschedulable.append(f"{name}: {placed.reason}: {placed.detail}")
+                if locked:
+                    pod.update(kind="Pod", apiVersion="v1")
+                    pod["metadata"]["uid"] = str(uuid.uuid4())
+                    self.objects[("v1", "pods", ns, name)] = pod
+                else:
+                    self.put("v1", "pods", pod)
+
+    def pods_of(self, run: str, **labels: str) -> list[dict[str, Any]]:
+        """The pods a controller made for ``run``'s workload with these labels, by name
+        (how a test finds them: their names end in random characters, as on GKE)."""
+        with self.lock:
+            return sorted((o for (_, p, _, _), o in self.objects.items() if p == "pods"
+                           and any(r.get("name") == run for r in
+                                   o["metadata"].get("ownerReferences") or [])
+                           and all(o["metadata"].get("labels", {}).get(k) == v
+                                   for k, v in labels.items())),
+                          key=lambda o: o["metadata"]["name"])
 
     def mutations(self) -> list[tuple[str, str]]:
         return [(r["method"], r["path"]) for r in self.requests if r["method"] != "GET"]

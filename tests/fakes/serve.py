@@ -7,8 +7,8 @@ It seeds a RUNNING GKE cluster shaped as ``rlctl cluster create`` would have mad
 it (``tests/fakes/seed.py``), prints its URL (``http://127.0.0.1:PORT``) as one
 line on stdout, writes it to ``--url-file`` (atomically, so a script polling for
 the file never reads half a line), and serves until SIGTERM or SIGINT. Point the
-CLI at it with ``RLCTL_API_ENDPOINT_OVERRIDES_{COMPUTE,CONTAINER,TPU,SERVICEUSAGE,
-STORAGE}=URL`` and ``RLCTL_AUTH_DISABLE_CREDENTIALS=true``.
+CLI at it with ``RLCTL_API_ENDPOINT_OVERRIDES_<SERVICE>=URL`` for every service of
+``rlctl.core.clients.SERVICES`` and ``RLCTL_AUTH_DISABLE_CREDENTIALS=true``.
 
 Cloud Storage is only served with ``--gcs`` (or ``--bucket``): then a
 fake-gcs-server (test extra) runs behind the fake. ``train --cluster --dry-run

@@ -25,7 +25,7 @@ STEP = re.compile(r"^step (\d+)/(\d+)  .*")
 
 def _in_a_terminal(cli, args: list[str], limit: float = 300) -> tuple[str, float | None, int]:
     """Run ``rlctl ARGS`` with stdin, stdout and stderr on a pseudo-terminal of 160
-    columns; (everything it wrote without escape codes, seconds until "starting run"
+    columns; (everything it wrote without escape codes, seconds until "preparing run"
     appeared, exit code)."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
@@ -50,7 +50,7 @@ def _in_a_terminal(cli, args: list[str], limit: float = 300) -> tuple[str, float
             if not chunk:
                 break
             raw += chunk
-            if first is None and "starting run" in ANSI.sub("", raw.decode(errors="replace")):
+            if first is None and "preparing run" in ANSI.sub("", raw.decode(errors="replace")):
                 first = time.monotonic() - t0
     finally:
         if p.poll() is None:
@@ -78,7 +78,7 @@ def test_a_terminal_shows_a_line_at_once_and_an_eta_on_every_step(cli, tiny_args
     assert "-:--:--" not in text
     assert any(re.search(r"\b[123]/3\b.*eta \d", x) for x in lines), lines
     # each phase before step 1 stays behind as a line with its duration
-    for phase in ("starting run tty", "loading model", "evaluating baseline"):
+    for phase in ("preparing run tty", "loading model", "evaluating baseline"):
         assert any(x.startswith(phase) and re.search(r"\(\d+s\)$", x) for x in lines), phase
 
 
@@ -88,7 +88,7 @@ def test_without_a_terminal_each_phase_is_a_line_in_order_and_the_log_keeps_them
     r = cli(*tiny_args(root, "pipe", "--steps", "2"))
     assert r.returncode == 0, r.stderr
     err = r.stderr.splitlines()
-    order = ["starting run pipe", "loading libraries", "loading model",
+    order = ["preparing run pipe", "loading libraries", "loading model",
              "evaluating baseline on 2 held-out prompts (0/1 batches)",
              "evaluating baseline on 2 held-out prompts (1/1 batches)", "eval/baseline: ",
              "training pipe: steps 1..2", "step 1: compiling and running", "step 1/2  ",

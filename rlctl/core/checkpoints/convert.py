@@ -215,9 +215,10 @@ def _to_peft(source: LoraSource, out: Output, want: str | None,
         f.write(hf.shard_header(planned))
         for _, x in tensors:
             f.write(memoryview(x.reshape(-1).view(np.uint8)))
-    base = str(source.record.get("base", {}).get("source") or "")
+    base, hub_id = lora.peft_base(str(source.record.get("base", {}).get("source") or ""))
     config = lora.peft_config(source.record, base)
     out.write_bytes("adapter_config.json", (json.dumps(config, indent=1) + "\n").encode())
+    out.write_bytes("README.md", lora.model_card(base, hub_id).encode())
     report(len(planned), len(planned), total, total)
     dtypes = {t.dtype for t in planned}
     return len(planned), total, 0, dtypes.pop() if len(dtypes) == 1 else "+".join(dtypes)

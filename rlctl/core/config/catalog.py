@@ -106,17 +106,16 @@ _EVICTION_GIB = 100 / 1024
 
 
 class Machine(BaseModel):
-    """A Compute Engine machine type as its documentation lists it (two threads per core)."""
+    """A Compute Engine machine type as its documentation lists it (two threads per core).
+
+    ``memory_gib``: what Compute Engine calls GB of machine memory, which are GiB (its
+    API's ``memoryMb`` counts MiB: 131072 for n2-standard-32's "128 GB")."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     vcpus: int
-    memory_gb: float
-
-    @property
-    def memory_gib(self) -> float:
-        return self.memory_gb * 1e9 / 2**30
+    memory_gib: float
 
 
 def _tiered(total: float, tiers: tuple[tuple[float, float], ...]) -> float:
@@ -156,6 +155,25 @@ def ray_accelerator_type(gke_accelerator: str) -> str | None:
     """Ray's accelerator type of a GKE TPU accelerator label (tpu-v6e-slice -> TPU-V6E)."""
     return next((a.ray_accelerator_type for a in _load().values()
                  if a.gke_accelerator == gke_accelerator), None)
+
+
+def multislice_refusal(acc: Accelerator, count: int) -> str | None:
+    """Why ``count`` slices of ``acc`` cannot run as one job, or None.
+
+    GKE's Multislice joins multi-host slices only ("Multislice only supports multi-host
+    TPU slice node pools", cloud.google.com/tpu/docs/tpu-gke-multislice): its webhook
+    injects TPU_WORKER_HOSTNAMES and the megascale coordinates only into jobs of more than
+    one pod, so single-host slices (v6e-8, v5litepod-4, v4-8, ...) never join each other.
+    """
+    if acc.kind != "tpu" or acc.multi_host or count <= 1:
+        return None
+    bigger = next((a.name for a in sorted(_load().values(), key=lambda a: a.chips)
+                   if a.family == acc.family and a.multi_host
+                   and a.chips >= acc.chips * count), None)
+    alt = f" or one {bigger} slice" if bigger else ""
+    return (f"{count} slices of {acc.name} cannot train as one job: a {acc.name} slice is a "
+            f"single host, and GKE's Multislice joins multi-host slices only; use one "
+            f"{acc.name}{alt}")
 
 
 _SLICES = re.compile(r"^\s*(?P<name>[A-Za-z0-9-]+)\s*(?:\s[xX*]\s*(?P<n>\d+))?\s*$")

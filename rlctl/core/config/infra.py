@@ -71,6 +71,14 @@ class SliceSpec(Spec):
         except ConfigError as e:
             raise ValueError(f"{e.message}; {e.hint}") from None
 
+    @model_validator(mode="after")
+    def _joinable(self) -> SliceSpec:
+        from rlctl.core.config.catalog import lookup, multislice_refusal
+
+        if why := multislice_refusal(lookup(self.type), self.count):
+            raise ValueError(why)
+        return self
+
 
 class CapacitySpec(Spec):
     kind: Annotated[
@@ -162,6 +170,14 @@ class InfraSpec(Spec):
         bool, Field(description="with TPU slices: a CPU pool for Pathways heads "
                     "(n2-standard-64, 0 nodes until a --backend pathways run asks for one)")
     ] = True
+
+    def wants_pathways_pool(self) -> bool:
+        """A Standard cluster with TPU slices gets the Pathways head's pool (--backend
+        pathways runs on TPUs only); ``pathways_pool: false`` in the config leaves it out."""
+        from rlctl.core.config.catalog import lookup
+
+        return (self.mode == "standard" and self.pathways_pool
+                and any(lookup(s.type).kind == "tpu" for s in self.accelerators))
 
     @model_validator(mode="after")
     def _zone(self) -> InfraSpec:

@@ -187,10 +187,8 @@ def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
 
 
 def wants_pathways_pool(spec: InfraSpec) -> bool:
-    """A Standard cluster with TPU slices gets the Pathways head's pool (--backend pathways
-    runs on TPUs only); ``pathways_pool: false`` in the config leaves it out."""
-    return (spec.mode == "standard" and spec.pathways_pool
-            and any(lookup(s.type).kind == "tpu" for s in spec.accelerators))
+    """Whether the cluster gets the Pathways head's pool (``InfraSpec.wants_pathways_pool``)."""
+    return spec.wants_pathways_pool()
 
 
 def pathways_pool_body(spec: InfraSpec) -> dict[str, Any]:
@@ -300,6 +298,23 @@ def _pool_fields(spec: InfraSpec, acc: Accelerator | None, nodes: int, machine: 
 def _parent(spec_or_project: Any, location: str) -> str:
     project = getattr(spec_or_project, "project", spec_or_project)
     return f"projects/{project}/locations/{location}"
+
+
+def planned_cluster(clients: GcpClients, spec: InfraSpec, endpoint: str = "0.0.0.0") -> Any:
+    """The cluster ``cluster create`` makes of ``spec``, as GKE reports it once RUNNING:
+    its own request body with every pool it adds (``desired_pools``, the Pathways pool).
+    What a dry run of ``train --cluster`` without credentials places its pods on."""
+    ct = clients.container_types
+    body = cluster_body(spec)
+    body["node_pools"] = [*body.get("node_pools", []), *(b for *_, b in desired_pools(spec)),
+                          *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else [])]
+    cur = ct.Cluster(body)
+    cur.status = ct.Cluster.Status.RUNNING
+    cur.endpoint = endpoint
+    cur.location = spec.location
+    for pool in cur.node_pools:
+        pool.status = ct.NodePool.Status.RUNNING
+    return cur
 
 
 def get_cluster(clients: GcpClients, project: str, location: str, name: str) -> Any | None:

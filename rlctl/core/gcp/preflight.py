@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from rlctl.core.config.catalog import lookup
 from rlctl.core.config.infra import InfraSpec
@@ -99,18 +100,34 @@ def require_apis(clients: GcpClients, project: str, apis: Sequence[str]) -> None
         raise PreflightError(lines)
 
 
-# Compute Engine regional quota metrics (regions.get -> quotas[]) of the accelerators
-# GKE node pools draw on: GPUs by type, and TPU v5e ("TPU_LITE_PODSLICE_V5"); spot
-# capacity has its PREEMPTIBLE_ twin. TPU v4/v5p/v6e/tpu7x quota is kept in the Cloud
-# Quotas API (TPUS-PER-TPU-FAMILY-per-project-region), which the plan names as a note.
+# Compute Engine regional quota metrics (regions.get -> quotas[], with usage) of what the
+# node pools draw on: GPUs by type, TPU v5e ("TPU_LITE_PODSLICE_V5"), and the N2 vCPUs of
+# the Pathways head's n2-standard-64 (made when a --backend pathways run asks for it);
+# spot capacity has its PREEMPTIBLE_ twin for accelerators. A reservation needs no quota.
 GPU_QUOTA = {"nvidia-tesla-a100": "NVIDIA_A100_GPUS", "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
              "nvidia-h100-80gb": "NVIDIA_H100_GPUS", "nvidia-h100-mega-80gb":
              "NVIDIA_H100_MEGA_GPUS", "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
              "nvidia-b200": "NVIDIA_B200_GPUS", "nvidia-l4": "NVIDIA_L4_GPUS"}
 TPU_QUOTA = {"v5e": "TPU_LITE_PODSLICE_V5"}
+CPU_QUOTA = {"n2": "N2_CPUS"}  # by machine family
+
+
+def _pathways_vcpus(spec: InfraSpec) -> dict[str, float]:
+    """{quota metric: vCPUs} of the Pathways pool's largest size (its node is made on
+    demand, so nothing is drawn until a Pathways run asks; then all of it at once)."""
+    from rlctl.core.config.catalog import machine
+    from rlctl.core.config.nodes import PATHWAYS_MACHINE_TYPE, PATHWAYS_MAX_NODES
+
+    m = machine(PATHWAYS_MACHINE_TYPE)
+    metric = CPU_QUOTA.get(PATHWAYS_MACHINE_TYPE.split("-")[0])
+    if not spec.wants_pathways_pool() or m is None or metric is None:
+        return {}
+    return {metric: float(m.vcpus * PATHWAYS_MAX_NODES)}
 
 
 def _quota_needs(spec: InfraSpec) -> dict[str, float]:
+    if spec.capacity.kind == "reservation":
+        return _pathways_vcpus(spec)
     spot = "PREEMPTIBLE_" if spec.capacity.kind == "spot" else ""
     needs: dict[str, float] = {}
     for s in spec.accelerators:
@@ -119,40 +136,126 @@ def _quota_needs(spec: InfraSpec) -> dict[str, float]:
                   else TPU_QUOTA.get(acc.family or ""))
         if metric:
             needs[spot + metric] = needs.get(spot + metric, 0) + acc.chips * s.count
-    return needs
+    return {**needs, **_pathways_vcpus(spec)}
 
 
 def check_quota(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> tuple[list[str],
                                                                                    list[str]]:
-    """(failures, notes): the region's accelerator quota against what the pools need."""
+    """(failures, notes): the region's quota against what the pools need: Compute
+    Engine's regional metrics (limit and usage), then the TPU generations Compute Engine
+    meters in Cloud Quotas only (``check_tpu_quota``)."""
     if "compute.googleapis.com" not in enabled or not spec.accelerators:
         return [], []
+    out, notes = check_tpu_quota(clients, spec)
     needs = _quota_needs(spec)
-    unchecked = sorted({lookup(s.type).family or "" for s in spec.accelerators
-                        if lookup(s.type).kind == "tpu"
-                        and lookup(s.type).family not in TPU_QUOTA})
-    notes = [f"TPU {', '.join(unchecked)} quota is not checked (it is kept in the Cloud "
-             f"Quotas API): see 'gcloud alpha quotas info list --service=tpu.googleapis.com "
-             f"--project={spec.project}'"] if unchecked else []
     if not needs:
-        return [], notes
+        return out, notes
     region = call(clients, f"reading region {spec.region}", clients.regions.get,
                   project=spec.project, region=spec.region)
     quotas = {q.metric: q for q in region.quotas}
-    out = []
     for metric, need in needs.items():
         q = quotas.get(metric)
         if q is None:
             continue
         free = q.limit - q.usage
         if free < need:
+            what = ("the Pathways head's node needs" if metric in CPU_QUOTA.values()
+                    else "the node pools need")
+            alt = (" (or, if no run uses --backend pathways, '--set pathways_pool=false')"
+                   if metric in CPU_QUOTA.values() else "")
             out.append(
                 f"quota {metric} in {spec.region} has {free:g} free (limit {q.limit:g}, "
-                f"{q.usage:g} in use); the node pools need {need:g}: ask for more with "
+                f"{q.usage:g} in use); {what} {need:g}: ask for more with "
                 f"'gcloud alpha quotas preferences create --service=compute.googleapis.com "
                 f"--quota-id={metric} --preferred-value={q.usage + need:g} "
-                f"--project={spec.project}' or the console's Quotas page")
+                f"--project={spec.project}' or the console's Quotas page{alt}")
     return out, notes
+
+
+# The TPU generations whose Compute Engine (and so GKE) quota is kept in Cloud Quotas
+# only, by the names and dimensions GKE documents for on-demand TPU slice node pools
+# (GKE docs, "Troubleshoot TPUs in GKE", Insufficient quota: v4 "TPU v4 PodSlice chips",
+# v5p "TPU v5p chips", v6e and tpu7x "TPUs per TPU family" with tpu_family CT6E /
+# tpu7x). The quota's id is discovered from its display name, never assumed. Cloud
+# Quotas gives limits, not usage: a limit below the need fails; room within a limit is
+# not proven (other pools may use it), which the note says.
+TPU_FAMILY_QUOTA: dict[str, tuple[str, dict[str, str]]] = {
+    "v4": ("TPU v4 PodSlice chips", {}),
+    "v5p": ("TPU v5p chips", {}),
+    "v6e": ("TPUs per TPU family", {"tpu_family": "CT6E"}),
+    "tpu7x": ("TPUs per TPU family", {"tpu_family": "tpu7x"}),
+}
+COMPUTE = "compute.googleapis.com"
+
+
+def _limit(info: Any, region: str, dims: dict[str, str]) -> int | None:
+    """The value of ``info`` that applies to ``region`` (and ``dims``): the most specific
+    dimensions entry naming the region; None when no entry names it."""
+    best: tuple[int, int] | None = None
+    for d in info.dimensions_infos:
+        have = dict(d.dimensions)
+        if have.get("region") != region:
+            continue
+        if any(have.get(k, v).lower() != v.lower() for k, v in dims.items()):
+            continue
+        score = len(have)
+        if best is None or score > best[0]:
+            best = (score, int(d.details.value))
+    return None if best is None else best[1]
+
+
+def check_tpu_quota(clients: GcpClients, spec: InfraSpec) -> tuple[list[str], list[str]]:
+    """(failures, notes) of the on-demand TPU quota Cloud Quotas keeps (TPU_FAMILY_QUOTA),
+    read with its API (``projects.locations.services.quotaInfos.list``)."""
+    needs: dict[str, int] = {}
+    for s in spec.accelerators:
+        acc = lookup(s.type)
+        if acc.kind == "tpu" and acc.family in TPU_FAMILY_QUOTA:
+            needs[acc.family] = needs.get(acc.family, 0) + acc.chips * s.count
+    if not needs:
+        return [], []
+    if spec.capacity.kind != "on-demand":
+        return [], [f"TPU {', '.join(sorted(needs))} {spec.capacity.kind} capacity: its "
+                    "quota is not checked"]
+    try:
+        infos = call(clients, "listing Compute Engine quotas (Cloud Quotas)",
+                     lambda **kw: list(clients.cloud_quotas.list_quota_infos(**kw)),
+                     parent=f"projects/{spec.project}/locations/global/services/{COMPUTE}")
+    except RlctlError as e:  # an API not enabled or no permission: say so, do not block
+        return [], [f"TPU {', '.join(sorted(needs))} quota is not checked ({e.message}): "
+                    f"see 'gcloud alpha quotas info list --service={COMPUTE} "
+                    f"--project={spec.project}'"]
+    out, notes = [], []
+    for family, need in sorted(needs.items()):
+        name, dims = TPU_FAMILY_QUOTA[family]
+        found = [i for i in infos if (i.quota_display_name or "").lower() == name.lower()
+                 and all(k in list(i.dimensions) for k in dims)]
+        limits = [v for i in found if (v := _limit(i, spec.region, dims)) is not None]
+        if not limits:
+            notes.append(f"TPU {family} quota ('{name}'{_dims(dims)}) has no value for "
+                         f"{spec.region} in Cloud Quotas, so it is not checked: see 'gcloud "
+                         f"alpha quotas info list --service={COMPUTE} --project={spec.project}'")
+            continue
+        limit = min(limits)
+        if 0 <= limit < need:
+            quota_id = found[0].quota_id
+            dim_flag = ",".join(f"{k}={v}" for k, v in {"region": spec.region, **dims}.items())
+            out.append(
+                f"quota '{name}'{_dims(dims)} in {spec.region} is {limit} TPU chips; the node "
+                f"pools need {need}: ask for more with 'gcloud alpha quotas preferences "
+                f"create --service={COMPUTE} --quota-id={quota_id} --preferred-value={need} "
+                f"--dimensions={dim_flag} --project={spec.project}' or the console's Quotas "
+                f"page")
+        else:
+            notes.append(f"TPU {family} quota in {spec.region}: limit "
+                         f"{'unlimited' if limit < 0 else limit} chips, {need} asked "
+                         "(Cloud Quotas gives no usage: chips other pools hold are not "
+                         "counted)")
+    return out, notes
+
+
+def _dims(dims: dict[str, str]) -> str:
+    return "".join(f", {k}={v}" for k, v in dims.items())
 
 
 def check_accelerators(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:

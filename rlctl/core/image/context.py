@@ -32,6 +32,8 @@ from rlctl.core.install import self_install_command
 
 Accelerator = Literal["tpu", "gpu"]
 ACCELERATORS: tuple[Accelerator, ...] = ("tpu", "gpu")
+# The images' user and group (not root): the workloads' GCS FUSE mounts are owned by them
+IMAGE_UID = 1000
 # What a wheel of rlctl holds: its modules, templates and data, nothing else.
 _PACKAGE_SUFFIXES = (".py", ".j2", ".yaml", ".json", ".md", ".txt")  # .txt: the locks
 _EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry can carry
@@ -202,7 +204,7 @@ def render_dockerfile(accelerator: str) -> str:
                              keep_trailing_newline=True)
     d = {"base": pins().base, "wheel": wheel_name(), "lock": "requirements.txt",
          "formats": install_format_args(), "build_tools": pins().build_tools,
-         "version": __version__, "accelerator": accelerator}
+         "version": __version__, "accelerator": accelerator, "uid": IMAGE_UID}
     return env.get_template(f"Dockerfile.{accelerator}.j2").render(d=d)
 
 

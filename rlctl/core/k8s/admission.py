@@ -16,7 +16,9 @@ Every behaviour below names the upstream file and version it follows:
   with ``nodeSelector[topologyKey]`` = the leader node's value: every pod of a job
   lands in the leader's domain).
 - pathways-job v0.1.4 (commit c0cc7594), ``internal/controller/pathwaysjob_controller.go``:
-  the head pod is the user's controller template plus two native sidecars,
+  the head pod is the user's controller template's spec (its metadata is dropped: the
+  pod's annotations are the PathwaysJob's own, ``MakePathwaysHeadReplicatedJob``) plus
+  two native sidecars,
   ``pathways-rm`` (limits cpu 8, memory 32000000000) and ``pathways-proxy`` (limits cpu
   16, memory 100000000000), with ``hostNetwork: true``; in ``default`` mode the head
   job is exclusive on ``kubernetes.io/hostname`` and gets no node selector or
@@ -238,12 +240,12 @@ def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
                 for n, limits in PATHWAYS_SIDECARS.items()]
     head_spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet",
                      initContainers=[*(head_spec.get("initContainers") or []), *sidecars])
+    # MakePathwaysHeadReplicatedJob: the head pod's metadata is the PathwaysJob's own
+    # annotations (plus exclusive placement in default mode), nothing of the template's
     head_ann = {**(md.get("annotations") or {})}
     if controller.get("deploymentMode", "default") == "default":
         head_ann[EXCLUSIVE_KEY] = "kubernetes.io/hostname"
-    head_meta = {**(user.get("metadata") or {}),
-                 "annotations": {**((user.get("metadata") or {}).get("annotations") or {}),
-                                 **head_ann}}
+    head_meta = {"annotations": head_ann}
     worker_spec = {
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {**(worker.get("nodeSelector") or {}),

@@ -321,19 +321,23 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
     return diagnose(workload, pods, events, last_lines)
 
 
-def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100) -> tuple[str, str]:
-    """(pod, text): the last lines of the run's leading trainer process.
+def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100, backend: str | None = None
+                 ) -> tuple[str, str]:
+    """(pod, text): the last lines of the run's leading trainer process, from its pod.
 
-    The leader is the first pod by name that runs a trainer container (JobSet:
-    ``RUN-slice-0-0-…``; Pathways: the controller pod; Ray: the head, where the
-    driver runs). ``rlctl logs RUN`` prints this; ``-f`` polls it.
+    ``rlctl logs`` reads the run store's train.log first (every backend's trainer writes
+    it); this is its fallback, before the trainer has written any. The pods are found as
+    the controllers label them (``run_pods``: JobSet and KubeRay copy the template's
+    labels, pathways-job's head carries only JobSet's), and the leader is the first by
+    name that runs the backend's ``leader_container``: JobSet ``RUN-slice-0-0-…``
+    (process 0), Pathways the head, Ray the submitter, where the driver's output lands.
     """
-    pods = sorted(api.list("v1", "Pod", run_selector(run)),
-                  key=lambda p: p["metadata"]["name"])
-    leaders = dict.fromkeys(b.leader_container for b in backends.registered())
-    for p in pods:
-        names = [c.get("name") for c in (p.get("spec") or {}).get("containers") or []]
-        for c in leaders:
+    pods = sorted(run_pods(api, run, backend), key=lambda p: p["metadata"]["name"])
+    leaders = ([backends.get(backend).leader_container] if backend
+               else list(dict.fromkeys(b.leader_container for b in backends.registered())))
+    for c in leaders:
+        for p in pods:
+            names = [x.get("name") for x in (p.get("spec") or {}).get("containers") or []]
             if c in names:
                 return p["metadata"]["name"], api.log(p["metadata"]["name"], c, tail_lines)
     raise NotFoundError(f"no trainer pod for run {run!r} yet",

@@ -36,7 +36,8 @@ class Backend:
     dcn_claim: bool = True
     # Extra files for the run's ConfigMap (mounted at /etc/rlctl): file name -> template.
     config_files: Mapping[str, str] = field(default_factory=dict)
-    leader_container: str = "trainer"  # the container whose log 'rlctl logs' shows
+    # the container whose log 'rlctl logs' shows when the run store has no train.log yet
+    leader_container: str = "trainer"
     template_dir: Path | None = None
 
     def __post_init__(self) -> None:
@@ -108,4 +109,6 @@ register(Backend("pathways", "pathways.yaml.j2", "pathways-job.pathways.domain/v
 register(Backend("ray", "rayjob.yaml.j2", "ray.io/v1", "RayJob",
                  help="a KubeRay RayJob, elastic over slices",
                  config_files={"ray_driver.py": "ray_driver.py.j2"},
-                 leader_container="ray-head"))
+                 # the driver's output, the trainer's lines with it, goes to the submitter
+                 # ('ray job logs --follow', KubeRay's K8sJobMode), not to the head's log
+                 leader_container="ray-job-submitter"))

@@ -73,6 +73,9 @@ class WorkloadView(BaseModel):
     metrics_export_port: int = Field(8080, ge=1, le=65535)
     ray_version: str = Field(default_factory=lambda: image_ray_version(),
                              description="RayJob rayVersion: the Ray the image pins.")
+    pathways_version: str = Field(default_factory=lambda: image_pathways_version(),
+                                  description="PathwaysJob pathwaysVersion: the server "
+                                  "images' tag of the JAX the TPU image pins.")
     rollout_engine: str = Field("vanilla", pattern=r"^(auto|vanilla|vllm)$",
                                 description="The engine the pods' trainer samples with "
                                 "(runs/submit.py cluster_engine), shown on the workload.")
@@ -171,6 +174,26 @@ class WorkloadView(BaseModel):
         return bool(backends.get(self.backend).config_files)
 
     @property
+    def gcs_mount_options(self) -> str:
+        """The GCS FUSE mounts' options: the image runs as a non-root user, for whom the
+        CSI driver's docs require uid/gid and file/dir modes (docs/authentication.md,
+        gcs-fuse-csi-driver 5fcdc04a); the values are seed 001's."""
+        from rlctl.core.image.context import IMAGE_UID
+
+        return (f"implicit-dirs,uid={IMAGE_UID},gid={IMAGE_UID},file-mode=664,"
+                "dir-mode=775")
+
+    @property
+    def gcsfuse_annotations(self) -> dict[str, str]:
+        """What asks GKE's GCS FUSE webhook for its sidecar (none without gs:// inputs):
+        its limits lifted ("0": none), as the seed's pods do, so a large checkpoint read
+        is not throttled or OOM-killed in the sidecar while the trainer has memory."""
+        if not self.gcs_buckets:
+            return {}
+        return {"gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "0",
+                "gke-gcsfuse/memory-limit": "0", "gke-gcsfuse/ephemeral-storage-limit": "0"}
+
+    @property
     def dcn_claim(self) -> str:
         return f"{self.run}-dcn"
 
@@ -222,6 +245,20 @@ def image_ray_version() -> str:
             if m:
                 return m.group(2)
     raise ConfigError("rlctl/data/images.yaml pins no ray version")
+
+
+def image_pathways_version() -> str:
+    """The Pathways server images' tag for the TPU image's JAX (``jax[tpu]==X`` in
+    rlctl/data/images.yaml): ``jax-X``, as Google publishes them
+    (us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0, ...). The proxy and
+    the client's JAX must be one release: the trainer's IFRT proxy client is that JAX."""
+    from rlctl.core.image.context import image_pins
+
+    for req in image_pins("tpu").requirements:
+        m = re.fullmatch(r"jax(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
+        if m:
+            return f"jax-{m.group(2)}"
+    raise ConfigError("rlctl/data/images.yaml pins no jax for the tpu image")
 
 
 def make_view(**fields: Any) -> WorkloadView:

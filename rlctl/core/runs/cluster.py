@@ -14,6 +14,7 @@ region, image, accelerator, backend, namespace), so later commands need only
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlctl.core.config.catalog import lookup
+from rlctl.core.config.catalog import lookup, multislice_refusal, parse_slices
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE, KSA_LABEL, NAMESPACE_LABEL
 from rlctl.core.config.models import RunSpec
 from rlctl.core.config.nodes import NodePool
@@ -87,16 +88,36 @@ class ClusterTarget:
     service_account: str | None = None
 
     def shape(self, accelerator: str | None = None) -> tuple[str, SliceShape]:
-        """(catalog name, shape) of the accelerator pools to run on."""
+        """(catalog name, shape) of the accelerator pools to run on; several single-host
+        TPU pools are refused (``catalog.multislice_refusal``)."""
+        key, shape = self._shape(accelerator)
+        if why := multislice_refusal(lookup(key), shape.num_slices):
+            raise ConfigError(f"cluster {self.name!r}: {why}",
+                              hint=f"remove the extra {key} pools with 'rlctl cluster "
+                              f"create {self.name} -a {key}' (it plans the change first)")
+        return key, shape
+
+    def _shape(self, accelerator: str | None = None) -> tuple[str, SliceShape]:
         if not self.shapes:
             raise ConfigError(f"cluster {self.name!r} has no TPU or GPU node pool",
                               hint=f"add one with 'rlctl cluster create {self.name} -a v6e-16'")
         if accelerator:
-            key = lookup(accelerator).name
+            name, count = parse_slices(accelerator)
+            key = lookup(name).name
             if key not in self.shapes:
                 raise ConfigError(f"cluster {self.name!r} has no {key} node pool",
                                   hint=f"it has: {', '.join(sorted(self.shapes))}")
-            return key, self.shapes[key]
+            shape = self.shapes[key]
+            if not re.search(r"\s[xX*]\s*\d", accelerator):  # no count: all of them
+                return key, shape
+            have = shape.num_slices if shape.kind == "tpu" else shape.hosts_per_slice
+            if count > have:
+                what = "slice" if shape.kind == "tpu" else "machine"
+                raise ConfigError(f"cluster {self.name!r} has {have} {key} {what}"
+                                  f"{'s' if have != 1 else ''}, not {count}",
+                                  hint=f"pass -a '{key} x{have}' or fewer")
+            field = "num_slices" if shape.kind == "tpu" else "hosts_per_slice"
+            return key, shape.model_copy(update={field: count})
         if len(self.shapes) > 1:
             raise ConfigError(f"cluster {self.name!r} has several accelerator types: "
                               f"{', '.join(sorted(self.shapes))}",
@@ -127,6 +148,33 @@ def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> C
                          unmodelled=unmodelled,
                          namespace=labels.get(NAMESPACE_LABEL),
                          service_account=labels.get(KSA_LABEL))
+
+
+def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | None
+                    ) -> GcpClients:
+    """What a dry run of ``train --cluster`` without credentials plans against: an empty
+    project holding only the cluster ``rlctl cluster create CLUSTER -a ACCELERATOR
+    --bucket PROJECT-CLUSTER-runs`` would make, RUNNING, and that bucket."""
+    from rlctl.core.clients import EmptyProject
+    from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, InfraSpec
+    from rlctl.core.gcp.cluster import planned_cluster
+
+    if not accelerator:
+        raise ConfigError(f"without Google Cloud credentials rlctl cannot read the node "
+                          f"pools of cluster {cluster}",
+                          hint="pass -a TYPE[ xN] to plan against the cluster 'rlctl cluster "
+                          f"create {cluster} -a TYPE' would make, e.g. -a 'v6e-16 x2'")
+    spec = InfraSpec(project=project, region=region, cluster=cluster,
+                     accelerators=[accelerator])
+    clients = EmptyProject(project, region)
+    clients.clusters[cluster] = planned_cluster(clients, spec)
+    clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL,
+                                                         CLUSTER_LABEL: cluster}
+    return clients
+
+
+def assumed_bucket(project: str, cluster: str) -> str:
+    return f"{project}-{cluster}-runs"
 
 
 def kube_api(clients: GcpClients, target: ClusterTarget, namespace: str) -> KubeApi:
@@ -328,10 +376,33 @@ def list_store(clients: GcpClients, ref: ClusterRef) -> tuple[str, list[RunInfo]
     return store.uri, list_runs(store)
 
 
-def logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100) -> tuple[str, str]:
-    """(pod, text): the last ``tail`` lines of the run's leading trainer container."""
+class LogTail(BaseModel):
+    """The last lines of a cluster run's log, and where they were read."""
+
+    run: str
+    log: str | None = None  # the run store's train.log, when the trainer has written one
+    pod: str | None = None  # else the leading pod they came from (the fallback)
+    lines: list[str]
+
+    @property
+    def source(self) -> str:
+        return self.log or f"pod {self.pod}"
+
+
+def logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100) -> LogTail:
+    """The last ``tail`` lines of the run's own log (train.log in its run store, which
+    the pods' trainer appends to whatever the backend); before the trainer has written
+    one, those of its leading pod (``trainer_logs``)."""
+    from rlctl.core.runs.run_log import read_log, tail_lines
+    from rlctl.core.store.base import LOG
+
     o = open_run(clients, ref, name)
-    return trainer_logs(_require_cluster(o, "logs"), name, tail)
+    api = _require_cluster(o, "logs")
+    text = read_log(o.run)
+    if text is not None:
+        return LogTail(run=name, log=f"{o.run.uri}/{LOG}", lines=tail_lines(text, tail))
+    pod, text = trainer_logs(api, name, tail, o.backend)
+    return LogTail(run=name, pod=pod, lines=text.splitlines())
 
 
 def _new_lines(seen: list[str], lines: list[str]) -> list[str]:
@@ -349,22 +420,41 @@ def follow_logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100
                 interval: float = 2.0, sleep: Callable[[float], None] | None = None,
                 window: int = 1000) -> Iterator[str]:
     """Yield log lines as they appear, polling every ``interval`` seconds, until the
-    workload has finished (completed, failed, gone). Ctrl-C is the caller's."""
+    workload has finished (completed, failed, gone). The run store's train.log once the
+    trainer has written one (its whole lines, by offset), the leading pod's log until
+    then. The workload's phase is read before the log each round, so every line written
+    before the end is shown. Ctrl-C is the caller's."""
+    from rlctl.core.runs.run_log import read_log
+
     o = open_run(clients, ref, name)
     api = _require_cluster(o, "logs")
-    seen: list[str] = []
+    seen: list[str] = []  # pod lines shown (the fallback)
+    shown: int | None = None  # characters of train.log shown; None: not read yet
     first = True
     while True:
-        try:
-            _, text = trainer_logs(api, name, tail if first else window)
-        except NotFoundError:
-            text = ""  # no pod yet (pending) or already gone
-        lines = text.splitlines()
-        new = lines if first else _new_lines(seen, lines)
+        ended = describe_workload(api, name, o.backend).phase.finished
+        text = read_log(o.run)
+        if text is not None:
+            if shown is None or len(text) < shown:  # first sight, or the file restarted
+                lines = text[:text.rfind("\n") + 1].splitlines()
+                new = lines[-tail:] if first and tail else lines
+                shown = text.rfind("\n") + 1
+            else:
+                cut = len(text) if ended else text.rfind("\n", shown) + 1
+                new = text[shown:cut].splitlines() if cut > shown else []
+                shown = max(shown, cut)
+            yield from new
+        else:
+            try:
+                _, pod_text = trainer_logs(api, name, tail if first else window, o.backend)
+            except NotFoundError:
+                pod_text = ""  # no pod yet (pending) or already gone
+            lines = pod_text.splitlines()
+            new = lines if first else _new_lines(seen, lines)
+            yield from new
+            seen = (seen + new)[-window:]
         first = False
-        yield from new
-        seen = (seen + new)[-window:]
-        if describe_workload(api, name, o.backend).phase.finished:
+        if ended:
             return
         (sleep or time.sleep)(interval)  # looked up per call, so tests can stub it
 

@@ -15,7 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-SERIES = ("reward_mean", "accuracy", "loss")  # what the curve draws, in this order
+SERIES = ("reward_mean", "accuracy", "loss")  # every step's headline series
+# the policy's state per step: what a GRPO run's loss does not say (it is near zero by
+# construction), each drawn only where it carries information (not all zero)
+POLICY = ("entropy", "kl", "clip_fraction")
+SMOOTHING = 0.6  # TensorBoard's default weight of the exponential moving average
 _STEP_EVAL = re.compile(r"^step-(\d+)$")
 _REWARD_KEY = re.compile(r"^rewards/(.+)/mean$")  # each reward's per-step mean (TRL's key)
 
@@ -26,6 +30,8 @@ class EvalPoint(BaseModel):
     which: str  # baseline, step-N, final
     step: int
     accuracy: float | None = None
+    reward: float | None = None  # the weighted total's mean (mean_reward)
+    rewards: dict[str, float | None] = Field(default_factory=dict)  # each reward's mean
 
 
 class Curve(BaseModel):
@@ -35,6 +41,9 @@ class Curve(BaseModel):
     reward_mean: list[float | None] = Field(default_factory=list)
     accuracy: list[float | None] = Field(default_factory=list)
     loss: list[float | None] = Field(default_factory=list)
+    entropy: list[float | None] = Field(default_factory=list)
+    kl: list[float | None] = Field(default_factory=list)
+    clip_fraction: list[float | None] = Field(default_factory=list)
     # each reward's mean per step (metrics ``rewards/<name>/mean``), in the run's order
     rewards: dict[str, list[float | None]] = Field(default_factory=dict)
     eval: list[EvalPoint] = Field(default_factory=list)
@@ -48,6 +57,35 @@ class Curve(BaseModel):
 
     def reward_keys(self) -> list[str]:
         return [f"rewards/{name}/mean" for name in self.rewards]
+
+    @property
+    def scores_accuracy(self) -> bool:
+        """Whether accuracy is one of the run's rewards (the built-in ``correct``, or a
+        run whose rows name no reward): else it is not drawn (``headline``)."""
+        from rlctl.core.runs.headline import scores_accuracy
+
+        names = list(self.rewards) or [n for e in self.eval for n in e.rewards]
+        return scores_accuracy(names)
+
+    def informative(self, key: str) -> bool:
+        """Whether a series says anything: some value other than 0 (a run without a
+        KL term logs kl 0, one update per rollout logs clip_fraction 0)."""
+        return any(v not in (None, 0.0) for v in self.series(key))
+
+
+def smooth(values: list[float | None], weight: float = SMOOTHING) -> list[float | None]:
+    """TensorBoard's smoothing: an exponential moving average, debiased so the first
+    values are not pulled toward 0; a gap stays a gap and does not break the average."""
+    out: list[float | None] = []
+    avg, norm = 0.0, 0.0
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        avg = avg * weight + (1 - weight) * v
+        norm = norm * weight + (1 - weight)
+        out.append(avg / norm)
+    return out
 
 
 def number(value: Any) -> float | None:
@@ -83,11 +121,14 @@ def build_curve(rows: list[dict[str, Any]], evals: dict[str, dict[str, Any]]) ->
     for which, record in evals.items():
         at = eval_step(which, record)
         if at is not None:
-            points.append(EvalPoint(which=which, step=at, accuracy=number(record.get("accuracy"))))
+            each = record.get("rewards") if isinstance(record.get("rewards"), dict) else {}
+            points.append(EvalPoint(which=which, step=at, accuracy=number(record.get("accuracy")),
+                                    reward=number(record.get("mean_reward")),
+                                    rewards={str(k): number(v) for k, v in each.items()}))
     order = {"baseline": 0, "final": 2}
     points.sort(key=lambda p: (p.step, order.get(p.which, 1)))
     names = dict.fromkeys(m.group(1) for s in steps for k in by_step[s]
                           if isinstance(k, str) and (m := _REWARD_KEY.match(k)))
     rewards = {n: [number(by_step[s].get(f"rewards/{n}/mean")) for s in steps] for n in names}
     return Curve(step=steps, eval=points, rewards=rewards,
-                 **{k: [number(by_step[s].get(k)) for s in steps] for k in SERIES})
+                 **{k: [number(by_step[s].get(k)) for s in steps] for k in (*SERIES, *POLICY)})

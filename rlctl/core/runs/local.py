@@ -32,7 +32,7 @@ from rlctl.core.names import generate_run_name
 from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.run_log import RunLog
-from rlctl.core.runs.spec import local_paths_absolute, write_new_run
+from rlctl.core.runs.spec import check_name_free, local_paths_absolute, write_new_run
 from rlctl.core.runs.status import read_metrics, read_status
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
@@ -98,9 +98,12 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     require_extra("tunix", "train")
     name = spec.name or generate_run_name(spec.algorithm)
     log = RunLog("train", progress)
-    log(phase_event(Stage.STARTING, f"starting run {name}"))
     spec = local_paths_absolute(spec.model_copy(update={"name": name}))
     store = open_store(spec.output.root)
+    check_name_free(store, name)  # a taken name is refused before any line says "run"
+    # what follows can still refuse the run (its data, model, rewards): the first line
+    # says it is being prepared, not that it started
+    log(phase_event(Stage.STARTING, f"preparing run {name}"))
     _preflight(spec, log)
     _quiet_closed_loops()
     # SIGTERM is Ctrl-C from the moment the run exists: a stop right after spec.yaml
@@ -201,13 +204,15 @@ def _stored_before_26(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def resume_local(root: str, name: str, progress: Progress | None = None,
-                 recover: bool = False, steps: int | None = None) -> TrainResult:
+                 recover: bool = False, steps: int | None = None,
+                 command: str = "resume") -> TrainResult:
     """Continue a run from its latest intact checkpoint. ``recover``: first bring back
     the checkpoints set aside as damaged whose data may be intact (see
     ``Checkpoints._recover``); a local run store only. ``steps``: train to that many
-    steps in all (more than the run has done), a completed run included."""
+    steps in all (more than the run has done), a completed run included. ``command``:
+    what the attempt's line in train.log says started it (a cluster pod: "pod")."""
     require_extra("tunix", "train")
-    log = RunLog("resume", progress)
+    log = RunLog(command, progress)
     run = open_store(root).existing(name)
     local = isinstance(run, LocalRunDir)
     if recover and not local:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlctl.core.runs.headline import eval_parts, step_parts
 from rlctl.core.trainer.events import parse_phase
 
 PACE_WINDOW = 10  # steady-state pace: the mean of this many recent steps
@@ -26,11 +27,11 @@ def duration(seconds: float) -> str:
 
 
 def step_line(step: int, total: int, metrics: dict[str, Any], eta_seconds: float | None) -> str:
-    """The plain one-line form of a finished step."""
+    """The plain one-line form of a finished step: the reward total, the run's own
+    rewards by name, accuracy where the run scores with ``correct`` (``headline``)."""
     parts = [
         f"step {step}/{total}",
-        f"reward {metrics.get('reward_mean', 0):.3f}",
-        f"accuracy {metrics.get('accuracy', 0):.3f}",
+        *step_parts(metrics),
         f"loss {metrics.get('loss', 0):+.4f}",
         f"{metrics.get('step_seconds', 0):.1f} s/step",
     ]
@@ -40,7 +41,7 @@ def step_line(step: int, total: int, metrics: dict[str, Any], eta_seconds: float
 
 
 def eval_line(which: str, r: dict[str, Any]) -> str:
-    return (f"eval/{which}: accuracy {r['accuracy']:.3f}  format {r['format_rate']:.3f}  "
+    return (f"eval/{which}: {'  '.join(eval_parts(r))}  "
             f"(n={r['n']}, {r.get('seconds', 0):.0f}s)")
 
 

@@ -10,8 +10,10 @@ In a multi-host workload every pod runs this entrypoint: it first joins the
 other processes (``distributed.initialize``); process 0 then keeps the run's
 status and files while the others train in lockstep and write nothing.
 
-Progress goes to stdout as one JSON object per line (what ``rlctl logs`` tails);
-no environment value (the HF token in particular) is ever printed.
+Progress goes to stdout as one JSON object per line (the pod's log) and, from the
+process that keeps the run's files, as plain lines to the run store's ``train.log``
+(what ``rlctl logs`` reads, whatever the backend); no environment value (the HF token
+in particular) is ever printed.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ def _resume_when_free(root: str, name: str) -> Any:
     deadline = time.monotonic() + lease_ttl_s() + 30
     while True:
         try:
-            return resume_local(root, name, progress=_log)
+            # its lines go to the run store's train.log too (RunLog), which 'rlctl logs'
+            # reads for every backend; stdout (the pod's log) is the fallback
+            return resume_local(root, name, progress=_log, command="pod")
         except RunInUseError as e:
             if time.monotonic() > deadline:
                 raise

@@ -32,6 +32,7 @@ class EvalSummary(BaseModel):
     accuracy: float | None = None
     format_rate: float | None = None
     mean_reward: float | None = None
+    rewards: dict[str, float | None] | None = None  # each reward's mean, by name
     n: int | None = None
 
 

@@ -47,7 +47,8 @@ class RunLog:
     held: a run refused before it is created leaves no file behind."""
 
     def __init__(self, command: str, downstream: Progress | None = None) -> None:
-        self.command = command  # "train" | "resume": named in the attempt's marker
+        # "train" | "resume" | "pod" (a cluster pod's trainer): named in the attempt's marker
+        self.command = command
         self.downstream = downstream
         self.lines = PlainLines()
         self._held: list[str] = []
@@ -75,7 +76,9 @@ class RunLog:
             except (OSError, RlctlError) as e:
                 self._stop(e)
                 return
-            marker = (f"{MARKER} {attempt}: rlctl {self.command} {run.name} "
+            what = (f"{run.name} in a cluster pod" if self.command == "pod"
+                    else f"rlctl {self.command} {run.name}")
+            marker = (f"{MARKER} {attempt}: {what} "
                       f"(pid {os.getpid()} on {socket.gethostname()}) ====")
             held, self._held = self._held, []
             self._append(f"{self._started}  {marker}\n" + "".join(held), upload=True)

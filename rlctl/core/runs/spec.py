@@ -32,6 +32,58 @@ def resolve_run_spec(
     return spec.model_copy(update={"output": spec.output.model_copy(update={"root": root})})
 
 
+def reward_flag(text: str) -> dict[str, Any]:
+    """``--reward REF[:WEIGHT]`` -> a rewards entry: REF is a built-in name (correct,
+    format), ``package.module:function`` or ``path/to/file.py:function``; a last ``:``
+    part that is a number is its weight (``my_rewards.py:length:0.5``)."""
+    ref, sep, last = text.strip().rpartition(":")
+    if sep and ref:
+        try:
+            weight = float(last)
+        except ValueError:
+            return {"fn": text.strip()}
+        import math
+
+        if not math.isfinite(weight):
+            raise ConfigError(f"--reward {text!r}: the weight {last!r} is not a finite number",
+                              hint="e.g. --reward my_rewards.py:length:0.5")
+        return {"fn": ref, "weight": weight}
+    if not text.strip():
+        raise ConfigError("--reward is empty",
+                          hint="name a reward: correct, format, module:function or "
+                          "file.py:function, with :WEIGHT if you like")
+    return {"fn": text.strip()}
+
+
+def spec_sources(config: str | None, overrides: list[str] | None,
+                 flags: dict[str, str], env_set: list[str]) -> dict[str, str]:
+    """Where each value a user set came from, by dotted path (later sources win):
+    ``config FILE``, ``RLCTL_SET``, ``--set``, then a flag's name (``flags``: path ->
+    flag). Paths not listed are the spec's defaults. Pure: reads the config file only."""
+    from rlctl.core.config.load import parse_override
+
+    out: dict[str, str] = {"algorithm": "the command"}
+
+    def leaves(node: Any, prefix: str) -> list[str]:
+        if isinstance(node, dict) and node:
+            return [p for k, v in node.items() for p in leaves(v, f"{prefix}{k}.")]
+        return [prefix.rstrip(".")]
+
+    if config:
+        for path in leaves(read_yaml(config), ""):
+            out[path] = f"config {config}"
+    for source, items in (("RLCTL_SET", env_set), ("--set", overrides or [])):
+        for item in items:
+            path, value = parse_override(item)
+            for leaf in leaves(value, ".".join(path) + "."):
+                out[leaf] = source
+    for path, flag in flags.items():
+        for known in [k for k in out if k == path or k.startswith(path + ".")]:
+            del out[known]
+        out[path] = flag
+    return out
+
+
 def absolute_root(root: str) -> str:
     """A local run store root as an absolute path (``~`` expanded); ``gs://`` unchanged.
 
@@ -74,26 +126,36 @@ def _yaml_scalar(v: Any) -> str:
     return json.dumps(v)
 
 
+def _taken(store: RunStore, name: str) -> AlreadyExistsError:
+    return AlreadyExistsError(
+        f"run {name!r} already exists in {store.uri}",
+        hint=f"continue it with 'rlctl resume {name}', remove it with 'rlctl delete "
+        f"run {name}', or choose another --name",
+    )
+
+
+def check_name_free(store: RunStore, name: str) -> None:
+    """Refuse a name already in use (before anything is loaded or printed as started);
+    ``write_new_run`` claims it atomically later, so a race is still refused there."""
+    run = store.run(name)
+    if run.exists(SPEC):
+        raise _taken(store, name)
+    if any(not n.startswith(".") for n in run.list("")):  # a lock or lease is no run
+        # checkpoints without a spec: a damaged run a new spec would silently resume
+        raise AlreadyExistsError(
+            f"run folder {run.uri} exists without its {SPEC}",
+            hint=f"restore its {SPEC}, remove it with 'rlctl delete run {name}', or "
+            "choose another --name")
+
+
 def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:
     """Claim ``spec.name`` in ``store`` by writing its spec.yaml. A spec is written
     once: a name already in use is refused, since continuing a run is resume's job."""
     assert spec.name is not None
     run = store.run(spec.name)
-    taken = AlreadyExistsError(
-        f"run {spec.name!r} already exists in {store.uri}",
-        hint=f"continue it with 'rlctl resume {spec.name}', remove it with 'rlctl delete "
-        f"run {spec.name}', or choose another --name",
-    )
-    if run.exists(SPEC):
-        raise taken
-    if any(not n.startswith(".") for n in run.list("")):  # a lock or lease is no run
-        # checkpoints without a spec: a damaged run a new spec would silently resume
-        raise AlreadyExistsError(
-            f"run folder {run.uri} exists without its {SPEC}",
-            hint=f"restore its {SPEC}, remove it with 'rlctl delete run {spec.name}', or "
-            "choose another --name")
+    check_name_free(store, spec.name)
     try:
         run.write_text(SPEC, dump_yaml(spec))  # exclusive: of two racing creators, one wins
     except ConflictError:
-        raise taken from None
+        raise _taken(store, spec.name) from None
     return run

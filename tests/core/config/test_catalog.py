@@ -97,3 +97,55 @@ class TestPrices:
     def test_unknown_price_is_none_and_caveat_is_dated(self):
         assert prices.pool_hour(catalog.lookup("tpu7x-128"), 16) is None
         assert "estimate" in prices.caveat() and prices.table()["as_of"] in prices.caveat()
+
+
+class TestMachineMemory:
+    """Compute Engine's "GB" of machine memory are GiB: its machineTypes API gives
+    memoryMb in MiB, 131072 for n2-standard-32's "128 GB". Read as decimal GB, every
+    node was about 7% smaller to the fit check than it is (issue #43 point 9)."""
+
+    @pytest.mark.parametrize(("name", "mib"), [
+        ("n2-standard-32", 131072), ("n2-standard-64", 262144), ("e2-standard-8", 32768),
+        ("ct6e-standard-4t", 737280), ("a3-highgpu-8g", 1916928)])
+    def test_the_catalog_holds_what_the_api_reports(self, name, mib):
+        from rlctl.core.config.catalog import machine
+
+        assert machine(name).memory_gib * 1024 == mib
+
+    def test_allocatable_memory_is_reserved_from_gib(self):
+        from rlctl.core.config.catalog import allocatable, machine
+
+        # GKE keeps back 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8,
+        # 6% of the next 112, 2% of the rest and 100 MiB: 4 + ... of 128 GiB
+        _, mem = allocatable(machine("n2-standard-32"))
+        kept = 4 * 0.25 + 4 * 0.20 + 8 * 0.10 + 112 * 0.06 + 100 / 1024
+        assert mem == pytest.approx(128 - kept)
+
+
+class TestMultisliceOfOneHostSlices:
+    """GKE's Multislice joins multi-host slices only (cloud.google.com/tpu/docs/
+    tpu-gke-multislice): two single-host slices never become one job."""
+
+    @pytest.mark.parametrize("text", ["v6e-8 x2", "v5litepod-4 x3", "v4-8 x2", "v6e-1 x2"])
+    def test_several_single_host_slices_are_refused_with_the_way_out(self, text):
+        from pydantic import ValidationError
+
+        from rlctl.core.config.infra import SliceSpec
+
+        with pytest.raises(ValidationError) as e:
+            SliceSpec.model_validate(text)
+        msg = str(e.value)
+        assert "single host" in msg and "multi-host slices only" in msg
+        assert f"use one {text.split()[0]}" in msg
+
+    @pytest.mark.parametrize("text", ["v6e-8", "v6e-16 x2", "v5p-128 x3", "a3-highgpu-8g x4"])
+    def test_one_slice_multi_host_slices_and_gpus_are_kept(self, text):
+        from rlctl.core.config.infra import SliceSpec
+
+        SliceSpec.model_validate(text)
+
+    def test_the_refusal_names_a_multi_host_slice_that_holds_them(self):
+        from rlctl.core.config.catalog import lookup, multislice_refusal
+
+        assert "or one v6e-16 slice" in multislice_refusal(lookup("v6e-8"), 2)
+        assert multislice_refusal(lookup("v6e-16"), 2) is None

@@ -104,9 +104,64 @@ class TestQuota:
                                       "PREEMPTIBLE_NVIDIA_H100_GPUS": (8, 0)}
         cluster.plan_create(clients, spec)  # fits the spot quota
 
-    def test_tpu_v6e_quota_is_named_as_unchecked(self, fake, clients, spec):
+    def test_tpu_v6e_quota_without_a_value_for_the_region_is_named_as_unchecked(
+            self, fake, clients, spec):
         plan = cluster.plan_create(clients, spec)
-        assert any("TPU v6e quota is not checked" in n for n in plan.notes)
+        (note,) = [n for n in plan.notes if "TPU v6e quota" in n]
+        assert "('TPUs per TPU family', tpu_family=CT6E) has no value for us-central1" in note
+        assert "not checked" in note
+
+    def test_tpu_v6e_family_quota_below_the_slices_fails_naming_its_id(self, fake, clients,
+                                                                       spec):
+        """v6e's on-demand quota is Compute Engine's 'TPUs per TPU family' with
+        tpu_family=CT6E, found by its documented name in Cloud Quotas; its id is the
+        project's own (read, never assumed)."""
+        from tests.fakes.gcp_server import quota_info
+
+        fake.quota_infos["compute.googleapis.com"] = [
+            quota_info("TPUS-PER-TPU-FAMILY-per-project-region", "TPUs per TPU family", {
+                (("region", "us-central1"), ("tpu_family", "CT6E")): 16,
+                (("region", "us-central1"), ("tpu_family", "CT5P")): 4096,  # not v6e's
+                (("region", "us-east5"), ("tpu_family", "CT6E")): 4096},  # not this region
+                dimensions=("region", "tpu_family"))]
+        before = len(fake.mutations())
+        with pytest.raises(PreflightError) as e:
+            cluster.plan_create(clients, spec)
+        (line,) = e.value.lines
+        assert "quota 'TPUs per TPU family', tpu_family=CT6E in us-central1 is 16 TPU " \
+            "chips; the node pools need 32" in line
+        assert "--quota-id=TPUS-PER-TPU-FAMILY-per-project-region" in line
+        assert "--dimensions=region=us-central1,tpu_family=CT6E" in line
+        assert len(fake.mutations()) == before
+
+    def test_tpu_v5p_quota_that_fits_is_a_note_with_its_limit(self, fake, clients, spec):
+        from tests.fakes.gcp_server import quota_info
+
+        spec.accelerators = ["v5p-128"]
+        fake.default_tpu_types = [*fake.default_tpu_types, "v5p-128"]
+        fake.quota_infos["compute.googleapis.com"] = [quota_info(
+            "TPU-V5P-per-project-region", "TPU v5p chips", {(("region", "us-central1"),): 64})]
+        plan = cluster.plan_create(clients, spec)
+        assert any("TPU v5p quota in us-central1: limit 64 chips, 64 asked" in n
+                   for n in plan.notes)
+
+    def test_spot_tpu_quota_is_named_as_unchecked(self, fake, clients, spec):
+        spec.capacity = {"kind": "spot"}
+        plan = cluster.plan_create(clients, spec)
+        assert any("TPU v6e spot capacity: its quota is not checked" in n for n in plan.notes)
+
+    def test_the_pathways_heads_n2_vcpus(self, fake, clients, spec):
+        """The Pathways pool's one n2-standard-64 is made when a Pathways run asks: 64 N2
+        vCPUs of regional quota, or the head stays Pending while the slices wait."""
+        fake.quotas["us-central1"] = {"N2_CPUS": (24, 0)}
+        with pytest.raises(PreflightError) as e:
+            cluster.plan_create(clients, spec)
+        (line,) = e.value.lines
+        assert "quota N2_CPUS in us-central1 has 24 free" in line
+        assert "the Pathways head's node needs 64" in line
+        assert "'--set pathways_pool=false'" in line
+        spec.pathways_pool = False
+        cluster.plan_create(clients, spec)  # no Pathways pool, no N2 vCPUs asked
 
     def test_v5e_quota(self, fake, clients, spec):
         spec.accelerators = ["v5litepod-16 x2"]

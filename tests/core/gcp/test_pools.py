@@ -48,7 +48,8 @@ ACCELERATORS = [
     ["v5p-128 x3"],
     ["v5litepod-16 x2"],
     ["tpu7x-128"],
-    ["v6e-4 x2"],                        # single-host slices: no placement policy
+    ["v6e-4"],                           # a single-host slice: no placement policy
+    ["v6e-4", "v5litepod-8"],            # two single-host types, one slice each
     ["v5p-8"],
     ["a3-highgpu-8g x2"],                # GPU: one pool of two machines
     ["g2-standard-8 x3"],
@@ -94,11 +95,11 @@ class TestPoolsToSpecAndBack:
     @pytest.mark.parametrize("pools", [
         [pool("tpu-a", "ct6e-standard-4t", 4, "4x4"), pool("tpu-b", "ct6e-standard-4t", 4, "4x4")],
         [pool("big", "ct5p-hightpu-4t", 16, "4x4x4")],
-        [pool("small", "ct6e-standard-4t", 1), pool("small2", "ct6e-standard-4t", 1)],
+        [pool("small", "ct6e-standard-4t", 1)],
         [pool("ironwood", "tpu7x-standard-4t", 4, "2x2x4"), pool("h100", "a3-highgpu-8g", 2)],
         [pool("v6e-16-0", "ct6e-standard-4t", 4, "4x4"), pool("v6e-16-1", "ct6e-standard-4t", 4,
                                                               "4x4")],
-    ], ids=["v6e-16 x2", "v5p-128", "v6e-4 x2", "tpu7x-32 + a3", "rlctl names"])
+    ], ids=["v6e-16 x2", "v5p-128", "v6e-4", "tpu7x-32 + a3", "rlctl names"])
     def test_pools_give_back_the_same_pools(self, pools):
         slices, _ = slices_from_pools(pools)
         again = node_pools(spec([f"{x.accelerator.name} x{x.count}" for x in slices]))

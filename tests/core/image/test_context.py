@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import zipfile
 
@@ -97,7 +98,7 @@ def test_tpu_and_gpu_differ_in_their_pins():
     assert any(r.startswith("pathwaysutils==") for r in pins().images["tpu"].requirements)
     assert any(r.startswith("jax[tpu]==") for r in pins().images["tpu"].requirements)
     assert any(r.startswith("jax[cuda12]==") for r in pins().images["gpu"].requirements)
-    assert all(any(r.startswith("ray[train]==") for r in p.requirements)
+    assert all(any(r.startswith("ray[default,train]==") for r in p.requirements)
                for p in pins().images.values())
     with pytest.raises(ConfigError, match="tpu or gpu"):
         build_context("cpu")
@@ -105,7 +106,8 @@ def test_tpu_and_gpu_differ_in_their_pins():
 
 def test_the_test_extra_and_constraints_pin_the_images_ray():
     """tests/core/runs/test_ray_driver.py runs the Ray backend's driver on the Ray of the
-    test extra; it must be the Ray the images install (extras and version), and CI's
+    test extra; it must be the Ray the images install (version; the images add
+    ray[default], which .ci/ray-image checks in the image's own lock), and CI's
     constraints.txt must hold the same version."""
     from pathlib import Path
 
@@ -122,7 +124,8 @@ def test_the_test_extra_and_constraints_pin_the_images_ray():
     want = ray(extras["test"])
     assert "train" in want[1] and want[2].startswith("==")  # Ray Train, pinned
     for acc in ACCELERATORS:
-        assert ray(pins().images[acc].requirements) == want, acc
+        name, extras, version = ray(pins().images[acc].requirements)
+        assert (name, version) == (want[0], want[2]) and extras >= want[1] | {"default"}, acc
     lines = (repo / "constraints.txt").read_text().splitlines()
     assert ray([x for x in lines if x.lower().startswith("ray")])[2] == want[2]
 
@@ -138,3 +141,62 @@ def test_what_vllm_each_image_installs_comes_from_its_lock(monkeypatch):
     monkeypatch.setattr(context, "read_lock",
                         lambda acc: "# vllm==9 in a comment\njax==0.10.2\nvllm_tpu==0.24.0\n")
     assert context.image_vllm("tpu") == "0.24.0"
+
+
+def test_the_images_ray_serves_the_rayjobs_probes_and_submitter():
+    """KubeRay probes the head and workers over HTTP on the dashboard (8265) and its agent
+    (52365), and its submitter runs 'ray job submit': all three exist only with
+    ray[default] (dashboard, agent, job SDK: aiohttp, opencensus, ...). Without it the
+    head never gets Ready and the RayJob never starts (.ci/ray-image runs it for real)."""
+    from rlctl.core.image.lock import parse_lock
+
+    for acc in ACCELERATORS:
+        (req,) = [r for r in pins().images[acc].requirements if r.startswith("ray[")]
+        assert "default" in req.split("]")[0], acc
+        locked = parse_lock(read_lock(acc))
+        for dist in ("aiohttp", "aiohttp-cors", "colorful", "opencensus", "py-spy",
+                     "smart-open", "virtualenv", "prometheus-client"):
+            assert dist in locked, (acc, dist)
+
+
+class TestTheGpuImageFindsTheNodesDriver:
+    """GKE's device plugin mounts the driver at /usr/local/nvidia and sets no environment
+    (container-engine-accelerators, cmd/nvidia_gpu); the image must put its libraries on
+    the dynamic linker's path or JAX's CUDA plugin finds no libcuda.so.1."""
+
+    def env(self, acc):
+        from dockerfile_parse import DockerfileParser
+
+        return DockerfileParser(fileobj=io.BytesIO(render_dockerfile(acc).encode())).envs
+
+    def test_the_gpu_image_sets_the_library_path_and_the_tpu_image_does_not(self):
+        path = self.env("gpu")["LD_LIBRARY_PATH"].split(":")
+        assert path == ["/usr/local/nvidia/lib", "/usr/local/nvidia/lib64"]
+        assert "/usr/local/nvidia/bin" in self.env("gpu")["PATH"].split(":")
+        assert "LD_LIBRARY_PATH" not in self.env("tpu")
+
+    def test_a_driver_mounted_there_loads_by_its_soname(self, tmp_path):
+        """The real loader: a stand-in libcuda.so.1 in <root>/usr/local/nvidia/lib64 loads
+        by name with the image's LD_LIBRARY_PATH (rooted at <root>), not without it."""
+        import shutil
+        import subprocess
+        import sys
+
+        gcc = shutil.which("gcc") or shutil.which("cc")
+        if gcc is None:
+            pytest.skip("no C compiler to build the stand-in driver")
+        lib = tmp_path / "usr/local/nvidia/lib64"
+        lib.mkdir(parents=True)
+        (tmp_path / "cuda.c").write_text("int cuInit(unsigned int flags) { return 0; }\n")
+        subprocess.run([gcc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                        str(lib / "libcuda.so.1"), str(tmp_path / "cuda.c")], check=True)
+        probe = "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))"
+        rooted = ":".join(str(tmp_path) + p for p in
+                          self.env("gpu")["LD_LIBRARY_PATH"].split(":"))
+        base = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                               env={**base, "LD_LIBRARY_PATH": rooted})
+        assert (found.returncode, found.stdout.strip()) == (0, "0"), found.stderr
+        missing = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                 text=True, env=base)
+        assert missing.returncode != 0 and "libcuda.so.1" in missing.stderr

@@ -116,7 +116,7 @@ class TestAFourthBackend:
         pod = objs[-1]["spec"]["template"]["spec"]
         assert objs[-1]["spec"]["parallelism"] == 4  # v6e-16: 4 hosts
         assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": 4,
-                                                               "memory": "585Gi"}
+                                                               "memory": "628Gi"}
 
     def test_its_entry_decides_what_else_is_rendered(self, job):
         objs = render_workload(view(dcn_networks=["dcn-a"]))  # dcn_claim=False: no claim

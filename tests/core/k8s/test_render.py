@@ -49,7 +49,7 @@ def pod_specs(node) -> list[dict]:
 
 
 def env(container: dict) -> dict:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
 
 
 @pytest.mark.parametrize(("backend", "kind", "slices"), CASES)
@@ -69,6 +69,10 @@ class TestEveryBackendValidates:
         # the pods read the spec from the run store; only Ray has files to mount
         assert ("ConfigMap" in by_kind(objs)) == (backend == "ray")
         workload = objs[-1]
+        if backend == "ray":  # KubeRay's submitter only talks to the Ray dashboard: no
+            # KSA (no bucket access), no volumes, no token; its own test is test_upstream
+            submitter = workload["spec"].pop("submitterPodTemplate")["spec"]
+            assert "serviceAccountName" not in submitter and "volumes" not in submitter
         for pod in pod_specs(workload):
             assert pod["serviceAccountName"] == "rlctl"
             assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
@@ -96,7 +100,7 @@ class TestJobSet:
         assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
                                        "cloud.google.com/gke-tpu-topology": "4x4"}
         c = pod["containers"][0]
-        assert c["resources"]["limits"] == {"google.com/tpu": 4, "memory": "585Gi"}
+        assert c["resources"]["limits"] == {"google.com/tpu": 4, "memory": "628Gi"}
         assert c["resources"]["requests"]["google.com/tpu"] == 4
         e = env(c)
         assert e["MEGASCALE_NUM_SLICES"] == "2" and e["MEGASCALE_PORT"] == "9915"
@@ -114,7 +118,7 @@ class TestJobSet:
         assert rj["template"]["spec"]["parallelism"] == 4  # 2 slices x 2 hosts
         assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
         assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8,
-                                                               "memory": "1531Gi"}
+                                                               "memory": "1644Gi"}
         assert env(pod["containers"][0])["JAX_NUM_PROCESSES"] == "4"
 
 
@@ -130,6 +134,28 @@ class TestPathways:
     def test_gpu_is_refused(self):
         with pytest.raises(ConfigError, match="TPU slices only"):
             view("pathways", "gpu", 1)
+
+    def test_the_server_images_are_the_release_of_the_trainers_jax(self, crds):
+        """Without pathwaysVersion the controller pulls ':latest' (pathways-job v0.1.4,
+        MakeComponentImage), whatever JAX the trainer's IFRT proxy client runs."""
+        from rlctl.core.image.context import read_lock
+        from rlctl.core.image.lock import parse_lock
+
+        pj = render_workload(view("pathways", "tpu", 2))[-1]
+        validate_manifests([pj], crds)
+        assert pj["spec"]["pathwaysVersion"] == f"jax-{parse_lock(read_lock('tpu'))['jax']}"
+
+    def test_what_the_head_pod_needs_is_on_the_pathwaysjob_itself(self):
+        """The controller builds the head pod's metadata from the PathwaysJob's annotations
+        only: the GCS FUSE webhook's go there, and the template carries no metadata."""
+        pj = render_workload(view("pathways", "tpu", 2, gcs_buckets=["models-b"]))[-1]
+        assert pj["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+        tmpl = pj["spec"]["controller"]["template"]
+        assert "metadata" not in tmpl
+        (vol,) = [v for v in tmpl["spec"]["volumes"] if v["name"] == "gcs-0"]
+        assert vol["csi"]["volumeAttributes"]["hostNetworkPodKSA"] == "true"
+        no_gcs = render_workload(view("pathways", "tpu", 2))[-1]
+        assert not any(k.startswith("gke-gcsfuse/") for k in no_gcs["metadata"]["annotations"])
 
 
 class TestRay:

@@ -64,7 +64,8 @@ class TestJson:
         one = describe_run(run, curve=True).model_dump(mode="json")
         assert list(one)[-1] == "curve"
         assert one["curve"]["step"] == [1, 2, 3]
-        assert one["curve"]["eval"][0] == {"which": "baseline", "step": 0, "accuracy": 0.0}
+        assert one["curve"]["eval"][0] == {"which": "baseline", "step": 0, "accuracy": 0.0,
+                                           "reward": None, "rewards": {}}
         assert "curve" not in describe_run(run).model_dump(mode="json")
         assert all("curve" not in r.model_dump(mode="json")
                    for r in list_runs(LocalRunStore(tmp_path)))

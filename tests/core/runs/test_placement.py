@@ -27,7 +27,7 @@ def test_what_fits_is_placed_and_nothing_is_raised():
 
 @pytest.mark.parametrize(("flag", "value", "hint"), [
     ("cpu", "100", "pass --cpu 80 (or leave --cpu out)"),
-    ("memory", "700Gi", "pass --memory 585Gi (or leave --memory out)")])
+    ("memory", "700Gi", "pass --memory 628Gi (or leave --memory out)")])
 def test_host_pods_larger_than_a_node_name_the_flag_and_its_largest_value(flag, value, hint):
     (line,) = _lines(objs_for("jobset", "v6e-16", 2, **{flag: value}),
                      cluster_pools("v6e-16", 2))
@@ -70,3 +70,22 @@ def test_every_line_is_one_line():
     pools = [nodes.node_pool("cpu", "e2-standard-8", 1)]  # no accelerator pool at all
     for line in _lines(objs_for("jobset", "v6e-16", 2), pools):
         assert "\n" not in line
+
+
+def test_a_cluster_of_several_single_host_pools_is_refused_before_rendering():
+    """Two v6e-8 pools (made by hand, or by an older rlctl) are no Multislice job: GKE
+    joins multi-host slices only; train --cluster says so and how to fix the cluster."""
+    from rlctl.core.config.catalog import lookup
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.k8s.shapes import slice_shape
+    from rlctl.core.runs.cluster import ClusterTarget
+
+    target = ClusterTarget(name="rl", project="p", region="us-east5", endpoint="1.2.3.4",
+                           ca_cert=None, shapes={"v6e-8": slice_shape(lookup("v6e-8"), 2)})
+    with pytest.raises(ConfigError) as e:
+        target.shape()
+    assert "2 slices of v6e-8 cannot train as one job" in e.value.message
+    assert "rlctl cluster create rl -a v6e-8" in e.value.hint
+    one = ClusterTarget(name="rl", project="p", region="us-east5", endpoint="1.2.3.4",
+                        ca_cert=None, shapes={"v6e-8": slice_shape(lookup("v6e-8"), 1)})
+    assert one.shape()[0] == "v6e-8"

@@ -54,7 +54,7 @@ class TestDumps:
         # no checkpoint yet: its size is null; the folder's is what is there
         assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0
         assert doc["eval"] == {"baseline": {"accuracy": 0.5, "format_rate": 1.0,
-                                            "mean_reward": 0.25, "n": 2}}
+                                            "mean_reward": 0.25, "rewards": None, "n": 2}}
 
     def test_compiles_and_the_device_peak_are_read_back_and_shown(self, tmp_path):
         """What the trainer records in status.json: each program's compile seconds and
