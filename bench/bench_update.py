@@ -1,6 +1,8 @@
 """The update alone, rlctl's against a yardstick, taking turns in one process.
 
-Both updates are compiled for the same batch (one rollout of the default run's first
+Each yardstick is the run's row of the numerics table (rlctl/core/trainer/numerics.py)
+with one choice changed, passed to a second ``Update``. Both updates are compiled for
+the same batch (one rollout of the default run's first
 prompts) and then called in turn, ``--repeats`` times each, on the same model and
 optimizer, so the machine's drift (here +-20% from minute to minute) falls on both
 alike. Prints each one's median seconds after its first call and the ratio.
@@ -9,6 +11,10 @@ alike. Prints each one's median seconds after its first call and the ratio.
                           (tunix_adapter/mlp_grad.py is what rlctl runs)
   --against ynn-reduce    XLA:CPU's default YNNPACK fusions, reductions included
                           (compiles.update_options is what rlctl compiles with)
+  --against scan-layers   the layers as one scanned body (tunix_adapter/layers.py: the
+                          accelerators' choice; the CPU's row unrolls them)
+  --against accelerator   the GPU's whole row of the numerics table (numerics.TABLE):
+                          scanned layers, none of the CPU's tricks
   --against whole-grid    the MLPs and the head on every completion position, pads
                           included (tunix_adapter/compaction.py skips them)
   --against whole-head    the vocabulary head alone on every completion position
@@ -41,42 +47,43 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_efficiency import rollout_batch, trainer
 
+# what each yardstick changes in the run's row of the numerics table
+CHANGES: dict[str, dict[str, Any]] = {
+    "jax-mlp-grad": {"own_mlp_gradient": False},
+    "ynn-reduce": {"xla_cpu_options": False},
+    "whole-grid": {"pack_mlp_rows": False, "pack_head": False},
+    "whole-head": {"pack_head": False},
+    "scan-layers": {"scan_layers": True},
+}
+
+
+def yardstick_numerics(row: Any, against: str) -> Any:
+    """The numerics row the yardstick ``against`` compiles with."""
+    from rlctl.core.trainer.numerics import TABLE
+
+    if against == "accelerator":
+        return TABLE["gpu"]
+    return dataclasses.replace(row, **CHANGES.get(against, {}))
+
 
 def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     """A second ``Update`` of the run, compiled as ``against`` says."""
-    from rlctl.core.trainer import compiles, step
     from rlctl.core.trainer.step import Update
-    from rlctl.core.trainer.tunix_adapter import logprobs
 
     info = dataclasses.replace(t.info, compute_dtype="float32") if against == "float32" else (
         t.info)
-    u = Update.create(t.spec, t.tokenizer.pad_id(), info)
+    u = Update.create(t.spec, t.tokenizer.pad_id(), info,
+                      numerics=yardstick_numerics(t.update.numerics, against))
     if against in ("no-remat", "remat-all"):  # the whole batch, so that only this differs
         u.remat, u.micro = against == "remat-all", int(batch.completion_ids.shape[0])
-    saved = (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
-             logprobs.PACK_HEAD)
-    try:
-        if against == "jax-mlp-grad":
-            logprobs.OWN_MLP_GRADIENT = False
-        elif against == "whole-grid":
-            step.SKIP_PADS = False
-        elif against == "whole-head":
-            logprobs.PACK_HEAD = False
-        elif against in ("float32", "no-remat", "remat-all"):
-            pass  # its info or its settings say so
-        else:
-            compiles.update_options = lambda *a: None  # type: ignore[assignment]
-        u.program(t.model, t.optimizer, batch)  # traced and compiled now, as set
-    finally:
-        (logprobs.OWN_MLP_GRADIENT, compiles.update_options, step.SKIP_PADS,
-         logprobs.PACK_HEAD) = saved
+    u.program(t.model, t.optimizer, batch)  # traced and compiled now
     return u
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", choices=["jax-mlp-grad", "ynn-reduce", "whole-grid",
-                                          "whole-head", "float32", "no-remat", "remat-all"],
+    ap.add_argument("--against", choices=[*CHANGES, "accelerator", "float32", "no-remat",
+                                          "remat-all"],
                     required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -24,6 +24,7 @@ micro-batches of ``--lora-micro`` sequences (the same activations):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -184,7 +185,6 @@ def main() -> None:
 
     from rlctl.core.config.models import RunSpec, micro_batch_sizes
     from rlctl.core.trainer import memory
-    from rlctl.core.trainer import tunix_adapter as ta
     from rlctl.core.trainer.step import Update
     from rlctl.core.units import human_bytes
 
@@ -195,8 +195,10 @@ def main() -> None:
     spec = RunSpec(rollout={"num_generations": a.group, "max_new_tokens": a.new_tokens},
                    training={"prompts_per_step": a.prompts, "remat": remat})
     update = Update(spec, pad_id=0, info=info)
+    # the baseline: the log-softmax in one piece (the program before it was chunked)
     plain = Update(spec.model_copy(update={"training": spec.training.model_copy(
-        update={"remat": False})}), pad_id=0, info=info)
+        update={"remat": False})}), pad_id=0, info=info,
+        numerics=dataclasses.replace(update.numerics, logits_chunk_bytes=2**62))
     sizes = ([int(x) for x in a.sizes.split(",")] if a.sizes
              else [s for s in micro_batch_sizes(a.prompts, a.group) if s >= min(8, rows)])
     have, where = memory.update_budget()
@@ -205,10 +207,7 @@ def main() -> None:
           f"{human_bytes(have)} {where}")
     print(f"{'update':44} {'temporaries':>12} {'x baseline':>10} {'compile s':>9}")
 
-    real_chunk = ta.LOGITS_CHUNK_BYTES
-    ta.LOGITS_CHUNK_BYTES = 2**62  # the log-softmax in one piece: the program before
     base, _, secs = temporaries(plain, graphdef, state, batch, rows)
-    ta.LOGITS_CHUNK_BYTES = real_chunk
     print(f"{'baseline: whole batch and logits':44} {human_bytes(base):>12} {1.0:10.2f} "
           f"{secs:9.1f}")
     auto_marked = False

@@ -130,6 +130,15 @@ def _disk(r: RunInfo) -> str:
     return text
 
 
+# status's words for the trainer's programs (status.json's ``compiles`` keys)
+_PROGRAMS = {"step": "update", "sample_groups": "sampler", "policy_logps": "log-probs"}
+
+
+def _compiles(seconds: dict[str, float]) -> str:
+    """'update 41.2 s, sampler 12.0 s': each program's compiles this attempt, summed."""
+    return ", ".join(f"{_PROGRAMS.get(k, k)} {v:.1f} s" for k, v in seconds.items())
+
+
 def _run_view(r: RunInfo) -> str:
     lines = [
         f"{r.name}  ({r.path})",
@@ -148,6 +157,12 @@ def _run_view(r: RunInfo) -> str:
         sampling = r.sampling_precision
         lines.append(f"  precision   {r.precision} matmuls" + (
             f" (sampling {sampling})" if sampling and sampling != r.precision else ""))
+    if r.compiles:
+        lines.append("  compiled    " + _compiles(r.compiles))
+    if r.peak_device_bytes is not None:
+        from rlctl.core.units import human_bytes
+
+        lines.append(f"  device mem  {human_bytes(r.peak_device_bytes)} at its peak")
     if r.error:
         lines.append(f"  error       {r.error}")
     m = r.latest_metrics  # one metrics.jsonl row: its keys are the trainer's

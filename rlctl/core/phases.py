@@ -89,6 +89,12 @@ class StatusUpdate(BaseModel):
     engine: str | None = None  # what samples the completions: vanilla or vllm
     precision: str | None = None  # what the update's matmuls read: float32 or bfloat16
     sampling_precision: str | None = None  # what the sampler's read (None: vLLM samples)
+    # each of the run's programs ("step", "sample_groups", ...) -> seconds its
+    # compilations took this attempt, summed (tracing and lowering included; a cache
+    # load's time where it was loaded)
+    compiles: dict[str, float] | None = None
+    # the device allocator's peak so far (JAX's peak_bytes_in_use); None on a CPU
+    peak_device_bytes: int | None = None
     finished: str | None = None
     total_steps: int | None = None
     steps_changes: list[dict[str, Any]] | None = None  # each {from, to, by, at}

@@ -97,9 +97,37 @@ def test_a_run_on_the_cpu_with_the_tiny_model(tiny_model_dir, tmp_path):
     # no device count on the CPU: host peak RSS stands in, and says so
     assert run["peak_device_bytes"] is None and "host peak RSS" in run["peak_memory_source"]
     assert run["peak_memory_bytes"] == run["peak_host_rss_bytes"] > 100 * 2**20
+    # where the time went, from the run's own log: one update and one sampler compiled,
+    # no eval, the final save in the step (the CPU's row saves in the step)
+    p = run["phases"]
+    assert p["update_compiles"] >= 1 and p["update_compile_s"] > 0
+    assert p["sampler_compiles"] == 1 and p["sampler_compile_s"] > 0
+    assert (p["evals"], p["evals_s"]) == (0, 0.0)
+    assert p["saves"] == 1 and p["saves_in_steps_s"] > 0 == p["saves_in_background_s"]
     table = bg.report(result)
     assert "rlctl" in table and "2x2x8" in table
     assert "* host peak RSS: no device memory count on the CPU" in table
+    assert "rlctl phases: update compile " in table
+
+
+def test_phases_are_read_from_the_runs_log_and_eval_records(tmp_path):
+    (tmp_path / "eval").mkdir()
+    for which, seconds in (("baseline", 14.5), ("final", 3.25)):
+        (tmp_path / "eval" / f"{which}.json").write_text(json.dumps({"seconds": seconds}))
+    stamp = "2026-11-27T10:00:00Z  "
+    (tmp_path / "train.log").write_text("\n".join(stamp + x for x in [
+        "==== attempt 1: rlctl train r (pid 1)",
+        "compiled the update (jit(step)) in 41.2 s",
+        "compiled the sampler (jit(sample_groups)) in 12.5 s",
+        "compiled jit(step) again after warm-up (2.1 s): different input types",
+        "loaded the sampler (jit(sample_groups)) from the compilation cache in 0.5 s",
+        "checkpoint 2 saved in the background in 4.9 s (the step waited 0.05 s)",
+        "checkpoint 4 saved in 3.0 s",
+    ]) + "\n")
+    assert bg.phases(tmp_path) == {
+        "update_compile_s": 41.2, "update_compiles": 1, "sampler_compile_s": 13.0,
+        "sampler_compiles": 2, "evals_s": 17.75, "evals": 2, "saves_in_steps_s": 3.05,
+        "saves_in_background_s": 4.9, "saves": 2}
 
 
 class TestTheTrlSide:

@@ -227,8 +227,8 @@ class TestDamageNeverCostsData:
             assert status["latest_checkpoint"] is None, (attempt, status)
             # one line per fallback: no TensorStore or asyncio dump (index cut: 257
             # lines, all cut: 907, before they were silenced); the phase lines aside
-            phases = ("loading libraries", "precision: ", "compiling the update",
-                      "restoring checkpoint 1")
+            phases = ("loading libraries", "precision: ", "numerics: ", "compiling the update",
+                      "compiled ", "loaded ", "restoring checkpoint 1")
             assert len([x for x in r.stderr.splitlines() if not x.startswith(phases)]
                        ) <= 6, r.stderr
             assert "Event loop is closed" not in r.stderr, r.stderr

@@ -72,6 +72,10 @@ class RunInfo(BaseModel):
     engine: str | None = None  # the rollout engine (rollout.engine resolved)
     precision: str | None = None  # what the update's matmuls read (model.compute_dtype)
     sampling_precision: str | None = None  # the sampler's (rollout.compute_dtype resolved)
+    # program -> seconds its compilations took this attempt, summed ("step": the update,
+    # "sample_groups": the sampler), as the trainer recorded them
+    compiles: dict[str, float] | None = None
+    peak_device_bytes: int | None = None  # the device allocator's peak (None on a CPU)
     created: str | None = None
     updated: str | None = None
     error: str | None = None

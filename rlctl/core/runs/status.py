@@ -122,6 +122,14 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _seconds(value: Any) -> dict[str, float] | None:
+    """A ``{program: seconds}`` record as status.json holds it; a damaged one, None."""
+    if not isinstance(value, dict):
+        return None
+    return {str(k): float(v) for k, v in value.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)} or None
+
+
 def process_alive(pid: Any, host: Any) -> bool:
     """Whether ``pid`` on ``host`` (as status.json records them) still runs. Only this
     machine's processes can be checked: another host's is assumed alive."""
@@ -228,6 +236,8 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         engine=_str(status.get("engine")),
         precision=_str(status.get("precision")),
         sampling_precision=_str(status.get("sampling_precision")),
+        compiles=_seconds(status.get("compiles")),
+        peak_device_bytes=_int(status.get("peak_device_bytes")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
         error=error,

@@ -4,6 +4,14 @@ Those two are all a step depends on besides (seed, step), so a run resumed from
 its latest complete checkpoint continues exactly as if it had never stopped. In a
 multi-host run every process restores the step process 0 chose, and process 0
 alone writes, from arrays gathered whole.
+
+Where the numerics table says so (an accelerator's row: ``background_saves``) a save
+does not stall the steps: the state is copied on the device (the next update donates
+the model's own buffers) and a thread writes that copy, its manifest and the store's
+commit marker while the next steps run. At most one save is in flight: the next one,
+a stop and the end of the run wait for it. A process killed meanwhile leaves only
+Orbax's temporary folder, removed on the next open, so resume restores the previous
+complete checkpoint; nothing half-written is ever restored.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -279,6 +289,17 @@ def signals_deferred() -> Iterator[None]:
         signal.raise_signal(signum)
 
 
+def _device_copy(x: Any) -> Any:
+    """A copy of ``x`` in its own device buffer, where it is (a background save's): a
+    transfer, not a compiled program, so a save after the first step is no late
+    compile (``compiles.CompileWatch``)."""
+    import jax
+
+    if not isinstance(x, jax.Array):
+        return x
+    return jax.device_put(x, x.sharding, may_alias=False)
+
+
 # Bytes of the state Orbax may have copied at once while saving. Its default, 96 GB,
 # copies the whole state first: measured on the default run, the save then raised the
 # process's resident memory by 0.8-1.3 GB (its peak); 256 MB in flight holds that to
@@ -286,14 +307,42 @@ def signals_deferred() -> Iterator[None]:
 SAVE_IN_FLIGHT = 256 * 2**20
 
 
+@dataclass
+class Saved:
+    """One save: its step, the seconds it held the step up (the copy, or the whole
+    save in the step) and the seconds its write took, in the background or not."""
+
+    step: int
+    held_s: float
+    write_s: float = 0.0
+    background: bool = False
+
+
+@dataclass
+class _Flight:
+    """The save a thread is writing: its thread, what it reports, its failure."""
+
+    thread: threading.Thread
+    saved: Saved
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class Checkpoints:
-    """The run's checkpoint folder, brought up to date from the run store on open."""
+    """The run's checkpoint folder, brought up to date from the run store on open.
+
+    ``background``: saves written by a thread while the run goes on (one process
+    only; ``numerics.Numerics.background_saves``); ``latest`` is always the newest
+    complete checkpoint, and ``finished()`` hands over the saves completed since."""
 
     def __init__(self, run: LocalRunDir, topo: Topology, keep: int,
                  warn: Callable[[str], None] | None = None, recover: bool = False,
-                 lora: dict[str, Any] | None = None) -> None:
+                 lora: dict[str, Any] | None = None, background: bool = False) -> None:
         import orbax.checkpoint as ocp
 
+        self.background = background and not topo.multi_process
+        self._flight: _Flight | None = None
+        self._finished: list[Saved] = []  # complete, not yet handed over (finished())
         self.run = run
         self.lora = lora  # a LoRA run: what each checkpoint records of its base
         self.topo = topo
@@ -422,10 +471,12 @@ class Checkpoints:
 
     def save(self, step: int, model: Any, optimizer: Any) -> None:
         """Checkpoint ``step``, holding at most ``SAVE_IN_FLIGHT`` bytes (or the
-        largest array) of host copies at once."""
+        largest array) of host copies at once; in the background, the state's device
+        copy is handed to a thread and this returns once it is made."""
         import jax
-        import orbax.checkpoint as ocp
 
+        self.wait()  # at most one save in flight: the previous one is complete first
+        t0 = time.perf_counter()
         state = _state(model, optimizer, self.lora is not None)
         if self.topo.multi_process:
             state = to_host(state, self.topo)  # a collective: every process takes part
@@ -438,29 +489,88 @@ class Checkpoints:
             self._in_flight = in_flight
             self.manager.close()
             self.manager = self._new_manager()
-        # Ctrl-C / SIGTERM land after the save, not inside it (under the run driver's
-        # handler a second one cuts it short: the user asked twice)
+        # Ctrl-C / SIGTERM land after the save (or its copy), not inside it (under the
+        # run driver's handler a second one cuts it short: the user asked twice)
         with stops.deferred() if stops.is_installed() else signals_deferred():
-            try:
-                self.manager.save(step, args=ocp.args.StandardSave(state))
-                self.manager.wait_until_finished()
-            except Exception as e:  # Orbax wraps ENOSPC in its own errors: find it by text
-                remove_partial(self.folder)  # a partial save would keep the disk full
-                if "No space left" not in str(e) and "RESOURCE_EXHAUSTED" not in str(e):
-                    raise
-                raise DiskFullError(
-                    f"disk full while saving checkpoint {step} in {self.folder}; "
-                    f"{_last_good(self.manager.latest_step())}",
-                    hint=f"free some space, then 'rlctl resume {self.run.name}'") from None
-            if self.lora is not None:  # covered by the manifest, written next
-                atomic_write(Path(self.folder) / str(step) / LORA_FILE,
-                             json.dumps(self.lora, indent=1) + "\n")
-            self.latest_size = write_manifest(Path(self.folder) / str(step))
-            self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
-            self.latest = step
+            if self.background:
+                # the save's own arrays: the next update donates (reuses) the model's
+                copies = jax.block_until_ready(jax.tree.map(_device_copy, state))
+                saved = Saved(step, time.perf_counter() - t0, background=True)
+                flight = _Flight(threading.Thread(target=self._write_in_background,
+                                                  args=(step, copies), daemon=True,
+                                                  name=f"rlctl-save-{step}"), saved)
+                self._flight = flight
+                flight.thread.start()
+                return
+            self._write(step, state)
+            held = time.perf_counter() - t0
+            self._finished.append(Saved(step, held, held))
         # the save's host copies and TensorStore's buffers, freed in its threads' heaps:
         # kept there, they raised the default run's peak by 0.6 GB at the next update
         return_freed_memory()
+
+    def _write(self, step: int, state: Any) -> None:
+        """Orbax's save of ``state`` as ``step``, then the LoRA record and the manifest,
+        then the run store's commit (gs://: upload, then its marker)."""
+        import orbax.checkpoint as ocp
+
+        try:
+            self.manager.save(step, args=ocp.args.StandardSave(state))
+            self.manager.wait_until_finished()
+        except Exception as e:  # Orbax wraps ENOSPC in its own errors: find it by text
+            remove_partial(self.folder)  # a partial save would keep the disk full
+            if "No space left" not in str(e) and "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            raise DiskFullError(
+                f"disk full while saving checkpoint {step} in {self.folder}; "
+                f"{_last_good(self.manager.latest_step())}",
+                hint=f"free some space, then 'rlctl resume {self.run.name}'") from None
+        if self.lora is not None:  # covered by the manifest, written next
+            atomic_write(Path(self.folder) / str(step) / LORA_FILE,
+                         json.dumps(self.lora, indent=1) + "\n")
+        self.latest_size = write_manifest(Path(self.folder) / str(step))
+        self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
+        self.latest = step
+
+    def _write_in_background(self, step: int, copies: Any) -> None:
+        """The thread of a background save: its failure is kept for ``wait``."""
+        flight = self._flight
+        assert flight is not None and flight.saved.step == step
+        t0 = time.perf_counter()
+        try:
+            self._write(step, copies)
+        except BaseException as e:  # raised on the run's thread by wait()
+            flight.error = e
+        finally:
+            del copies  # the device copy's memory, as soon as it is written
+            flight.saved.write_s = time.perf_counter() - t0
+            flight.done.set()
+            return_freed_memory()
+
+    def in_flight(self) -> int | None:
+        """The step a background save is writing now, or None."""
+        flight = self._flight
+        return None if flight is None or flight.done.is_set() else flight.saved.step
+
+    def wait(self) -> None:
+        """Until the save in flight (if any) is complete: its manifest written and
+        the store committed. Its failure is raised here, on the run's thread."""
+        flight, self._flight = self._flight, None
+        if flight is None:
+            return
+        flight.thread.join()
+        if flight.error is not None:
+            raise flight.error
+        self._finished.append(flight.saved)
+
+    def finished(self) -> list[Saved]:
+        """The saves completed since the last call (a background one once it is
+        complete and committed: ``latest`` is then its step)."""
+        flight = self._flight
+        if flight is not None and flight.done.is_set():
+            self.wait()
+        out, self._finished = self._finished, []
+        return out
 
     def restore_latest(self, model: Any, optimizer: Any) -> int:
         """Load the latest checkpoint into ``model`` and ``optimizer`` in place; its
@@ -559,9 +669,19 @@ class Checkpoints:
         self._refuse("no readable checkpoint", last)
 
     def close(self) -> None:
-        """Wait for nothing more (saves are synchronous) and drop any save an
-        interrupt cut short."""
-        self.manager.close()
-        if self.topo.is_writer:
-            remove_partial(self.folder)
-        self._quiet.remove()
+        """Wait for the save in flight (a second stop signal cuts that wait short;
+        its temporary folder then goes at the next open), then drop any save an
+        interrupt cut short. A background save's failure is not raised here: the run
+        raised it already (``wait`` before it completed) or is failing for another
+        reason, which stays the one reported."""
+        flight = self._flight
+        try:
+            if flight is not None:
+                flight.thread.join()
+        finally:
+            self._flight = None
+            if flight is None or flight.done.is_set():
+                self.manager.close()
+                if self.topo.is_writer:
+                    remove_partial(self.folder)
+            self._quiet.remove()

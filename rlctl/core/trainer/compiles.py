@@ -6,6 +6,17 @@ compiling it takes tens of seconds; a run that compiles again at step 2 or 7
 run's shapes are fixed up front (rollout.py, step.py), compiled programs go to a
 persistent cache that a second run or a ``resume`` reads instead of compiling,
 and any compilation after the first step is reported with JAX's own reason.
+A run whose store is on gs:// (a cluster's) keeps that cache beside it, in
+``xla/`` of the run: each pod pulls it into its staging folder before its first
+compile and pushes what it added, so a restarted pod or a resumed run loads its
+programs instead of compiling them (JAX 0.10's cache needs a file system with
+file locks for its eviction, which gs:// is not; the store's copy is a mirror).
+Pitfall: JAX's cache key holds the cache folder's path (its GPU autotuning cache
+lives under it and is a compile option), so the local copy must have the same path
+in every pod: ``xla-runs/<run>`` under rlctl's cache, not the random staging folder.
+Before that, each compilation of the run's own programs (and any other that takes
+a second or more) says what it compiled and how long it took, tracing and lowering
+included: a line of the run's log, and ``compiles`` in status.json.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rlctl.core.paths import cache_dir
 
@@ -23,6 +35,32 @@ CACHE_MAX_BYTES = 4 * 2**30  # least recently used entries go beyond this
 _OFF = {"off", "0", "false", "no", "none"}
 # where JAX explains a cache miss (jax_explain_cache_misses) and a persistent-cache miss
 _EXPLAINERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit", "jax._src.compiler")
+# The run's programs, by the function JAX compiles (step.py, sampler.py), as a log line
+# names them; any other is named by its function when it takes REPORT_SECONDS or more.
+PROGRAMS = {"step": "the update", "sample_groups": "the sampler",
+            "policy_logps": "the log-probs (reference or rollout policy)"}
+REPORT_SECONDS = 1.0
+# JAX's three stages of a compilation, each timed under the function's name
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_BACKEND = "/jax/core/compile/backend_compile_duration"
+
+
+def program_name(fun_name: str) -> str:
+    """The function's own name from any stage's spelling of it: ``jit(step)`` (the
+    backend's), ``jit_step`` (the lowered module's) or ``step`` (the trace's)."""
+    name = fun_name
+    if name.startswith("jit(") and name.endswith(")"):
+        name = name[4:-1]
+    elif name.startswith("jit_"):
+        name = name[4:]
+    return name
+
+
+def program_label(fun_name: str) -> str:
+    """What a log line calls a compiled function: ``the update (jit(step))``."""
+    name = program_name(fun_name)
+    return f"{PROGRAMS[name]} (jit({name}))" if name in PROGRAMS else f"jit({name})"
 
 
 def compile_cache_dir() -> Path | None:
@@ -34,16 +72,36 @@ def compile_cache_dir() -> Path | None:
     return Path(value).expanduser() if value else cache_dir() / "xla"
 
 
-def enable_persistent_cache(warn: Callable[[str], None]) -> Path | None:
+STORE_CACHE = "xla"  # a gs:// run's own compilation cache, beside its checkpoints
+
+
+def in_store(run: Any) -> bool:
+    """Whether ``run`` keeps its compilation cache in its store: a gs:// run, unless
+    ``$RLCTL_COMPILE_CACHE`` or ``JAX_COMPILATION_CACHE_DIR`` names the cache."""
+    return (run is not None and str(getattr(run, "uri", "")).startswith("gs://")
+            and not os.environ.get(CACHE_ENV, "").strip()
+            and not os.environ.get("JAX_COMPILATION_CACHE_DIR"))
+
+
+def enable_persistent_cache(warn: Callable[[str], None], run: Any = None) -> Path | None:
     """Point JAX's persistent compilation cache at ``compile_cache_dir()``, caching
-    every program whatever its compile time. A user's own ``JAX_COMPILATION_CACHE_DIR``
-    wins. A folder that cannot be made is a warning: the cache only saves time."""
+    every program whatever its compile time; for a ``run`` on gs:// (``in_store``), at
+    its staging copy of the store's ``xla/``, pulled first. A user's own
+    ``JAX_COMPILATION_CACHE_DIR`` wins. A folder that cannot be made, or a store that
+    cannot be read, is a warning: the cache only saves time."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache as cc
 
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     folder = compile_cache_dir()
+    if in_store(run):
+        folder = _run_cache(run)
+        try:
+            run.pull(STORE_CACHE)  # through the staging link, into ``folder``
+        except Exception as e:  # the store's cache only saves time
+            warn(f"compilation cache: could not read {run.uri}/{STORE_CACHE} "
+                 f"({type(e).__name__}: {str(e)[:160]}); compiling afresh")
     if folder is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -57,6 +115,33 @@ def enable_persistent_cache(warn: Callable[[str], None]) -> Path | None:
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     cc.reset_cache()  # read the folder anew, whatever this process did before
     return folder
+
+
+def _run_cache(run: Any) -> Path:
+    """A gs:// run's local cache folder, the same path in every pod of the run (see the
+    module's pitfall), linked from the run's staging folder as its ``xla/`` so that the
+    store's pull and push of ``xla/`` read and write it."""
+    folder = cache_dir() / "xla-runs" / run.name
+    folder.mkdir(parents=True, exist_ok=True)
+    link = Path(run.path_for(STORE_CACHE))
+    if not link.exists() and not link.is_symlink():
+        link.symlink_to(folder, target_is_directory=True)
+    return folder
+
+
+def push_cache(run: Any, warn: Callable[[str], None]) -> bool:
+    """Upload what this process added to a gs:// run's compilation cache (files that
+    changed since they were pulled or last pushed). False, with a warning, where the
+    store refused: the run goes on, its restarts compile again."""
+    if not in_store(run):
+        return False
+    try:
+        run.push(STORE_CACHE)
+    except Exception as e:
+        warn(f"compilation cache: could not write {run.uri}/{STORE_CACHE} "
+             f"({type(e).__name__}: {str(e)[:160]})")
+        return False
+    return True
 
 
 class _Explanations(logging.Handler):
@@ -83,11 +168,20 @@ class CompileWatch:
     _active: CompileWatch | None = None
     _registered = False
 
-    def __init__(self, report: Callable[[str], None] | None = None) -> None:
+    def __init__(self, report: Callable[[str], None] | None = None,
+                 on_compile: Callable[[dict[str, float]], None] | None = None) -> None:
         self.report = report or (lambda message: None)
+        # called with ``seconds`` after each compilation of a run's program (status.json)
+        self.on_compile = on_compile or (lambda seconds: None)
         self.compiled: Counter[str] = Counter()  # fun_name -> compilations
         self.hits: Counter[str] = Counter()  # fun_name -> loaded from the persistent cache
         self.late: list[str] = []  # what compiled after warm-up
+        # a run's program (``PROGRAMS``' key) -> seconds its compilations took, summed
+        # (the CPU's sampler compiles one program for the evals and one for the
+        # rollout), tracing and lowering included (a load from the persistent cache:
+        # its time)
+        self.seconds: dict[str, float] = {}
+        self._staged: Counter[str] = Counter()  # program -> its trace and lowering so far
         self._warm = False
         self._hit = False
         self._why = _Explanations()
@@ -140,21 +234,41 @@ class CompileWatch:
     @staticmethod
     def _on_duration(event: str, duration: float, **kw: object) -> None:
         watch = CompileWatch._active
-        if watch is None or event != "/jax/core/compile/backend_compile_duration":
+        if watch is None:
             return
         name = str(kw.get("fun_name", "?"))
+        if event in (_TRACE, _LOWER):
+            watch._staged[program_name(name)] += duration
+            return
+        if event != _BACKEND:
+            return
+        total = watch._staged.pop(program_name(name), 0.0) + duration
         if watch._hit:
             watch._hit = False
             watch.hits[name] += 1
+            watch._said(name, total, "loaded {what} from the compilation cache in {s:.1f} s")
             return
         watch.compiled[name] += 1
-        if watch._warm:
+        if not watch._warm:
+            watch._said(name, total, "compiled {what} in {s:.1f} s")
+        else:
             why = _reason(watch._why.last)
             watch._why.last = ""
             line = f"compiled {name} again after warm-up ({duration:.1f} s)" + (
                 f": {why}" if why else "")
             watch.late.append(line)
             watch.report(line)
+
+    def _said(self, fun_name: str, seconds: float, line: str) -> None:
+        """Report a compilation (or a load) of a run's program, or of any other that
+        took ``REPORT_SECONDS`` or more, and keep a program's seconds for status."""
+        name = program_name(fun_name)
+        if name in PROGRAMS:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 1)
+            self.on_compile(dict(self.seconds))
+        elif seconds < REPORT_SECONDS:
+            return
+        self.report(line.format(what=program_label(fun_name), s=seconds))
 
 
 def _reason(text: str) -> str:
@@ -174,17 +288,23 @@ UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_DOT"
 NARROW_UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 
 
-def update_options(compute_dtype: str = "float32") -> dict[str, str] | None:
+def update_options(compute_dtype: str = "float32",
+                   numerics: Any = None) -> dict[str, str] | None:
     """Compiler options of the update: on the CPU, YNNPACK runs its dots but not its
     reductions, which XLA's own loops fuse with their neighbours instead (jax 0.10's
     default gives YNNPACK both). Measured on the default update, taking turns in one
     process (bench/bench_update.py --against ynn-reduce, 2-core Zen 3 EPYC): 0.94x
     the time. The sampler keeps the default: its vocabulary-wide reductions need
     YNNPACK's threads. A user's own ``--xla_cpu_experimental_ynn_fusion_type`` in
-    ``XLA_FLAGS`` wins."""
+    ``XLA_FLAGS`` wins. Only where ``numerics`` (the numerics table's row; this
+    backend's when None) has ``xla_cpu_options``, and only on the CPU."""
     import jax
 
-    if jax.default_backend() != "cpu" or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
+    from rlctl.core.trainer import numerics as numerics_lib
+
+    row = numerics or numerics_lib.current()
+    if (not row.xla_cpu_options or jax.default_backend() != "cpu"
+            or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", "")):
         return None
     fusions = UPDATE_YNN_FUSIONS if compute_dtype == "float32" else NARROW_UPDATE_YNN_FUSIONS
     return {"xla_cpu_experimental_ynn_fusion_type": fusions}

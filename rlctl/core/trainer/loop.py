@@ -53,6 +53,10 @@ class Trainer:
         self.writer = self.topo.is_writer
         self.mesh = make_mesh()  # None on one device
         self.recover = recover  # resume --recover: try the checkpoints set aside
+        from rlctl.core.trainer.memory import DevicePeak
+
+        self.device_peak = DevicePeak()  # the allocator's peak, read after each step
+        self._cache_pushed = -1  # compilations when a gs:// run's cache was last pushed
 
     # --- setup: small create_* steps ---------------------------------------------
     def create_model(self) -> None:
@@ -79,6 +83,12 @@ class Trainer:
         self._say(f"precision: {self.precision.why}")
         if self.precision.warning:
             self._say(self.precision.warning)
+        from rlctl.core.trainer import numerics
+
+        # which of the CPU's tricks run here, and whether layers are scanned: one row of
+        # numerics.TABLE, given to the sampler and the update
+        self.numerics = numerics.current()
+        self._say(f"numerics: {self.numerics.describe()}")
         self.emit(phase(Stage.LOADING, f"loading model {s.model.source}"))
         folder = resolve_model_dir(s.model.source)
         self.tokenizer = ChatTokenizer(folder)
@@ -121,6 +131,7 @@ class Trainer:
                 s.rollout, self.model, self.tokenizer, self.info,
                 replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
                 prompt=s.prompt, compute_dtype=self.precision.sampling,
+                numerics=self.numerics,
             )
 
     def create_data(self) -> None:
@@ -185,7 +196,8 @@ class Trainer:
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""
         self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info,
-                                    warn=self._say, topology=self.topo)
+                                    warn=self._say, topology=self.topo,
+                                    numerics=self.numerics)
 
     def _latest(self) -> int | None:
         """The latest checkpoint saved or restored (None before ``train`` opened them:
@@ -244,19 +256,47 @@ class Trainer:
         finite.check_update(step + 1, losses, norms, self.run.name, self._latest())
         return StepMetrics.measure(step + 1, losses, norms, aux, scores, batch.mask,
                                    elapsed=time.perf_counter() - t0, rollout_seconds=t_roll,
-                                   **engine)
+                                   peak_device_bytes=self.device_peak.read(), **engine)
 
     # --- the whole run -----------------------------------------------------------
     def _stop(self, done: int, on_status: OnStatus) -> None:
         """Stop after ``done`` steps: checkpoint them unless the latest checkpoint
-        already holds them (a second signal cuts this save short), then raise."""
+        already holds them (a second signal cuts this save short), then raise. A save
+        in flight is waited for first, and so is the stop's own."""
+        if self.ckpt.in_flight() is not None:
+            self._say(f"stopping: waiting for checkpoint {self.ckpt.in_flight()} to be "
+                      "written (press Ctrl-C again to skip it)")
+        self.ckpt.wait()
+        self._saves_done()
         saved = self.ckpt.latest
         if done and done != saved:
             self._say(f"stopping: saving checkpoint {done} (press Ctrl-C again to skip it)")
             self.ckpt.save(done, self.model, self.optimizer)
+            self.ckpt.wait()
+            self._saves_done()
             saved = done
         on_status(StatusUpdate(step=done, latest_checkpoint=saved))
         raise stops.StopRequested(done, saved)
+
+    def _saves_done(self) -> int | None:
+        """Say each save completed since the last call (a background one once it is
+        written and committed), and return the newest one's step, if any."""
+        newest = None
+        for saved in self.ckpt.finished():
+            how = (f"in the background in {saved.write_s:.1f} s (the step waited "
+                   f"{saved.held_s:.2f} s)" if saved.background else f"in {saved.held_s:.1f} s")
+            self._say(f"checkpoint {saved.step} saved {how}")
+            newest = saved.step
+        return newest
+
+    def _push_cache(self) -> None:
+        """A gs:// run's compilation cache pushed to its store when this process
+        compiled something since the last push (after step 1; after a late compile)."""
+        from rlctl.core.trainer.compiles import push_cache
+
+        if self.writer and self.compiles.total != self._cache_pushed:
+            push_cache(self.run, self._say)  # a failure is said once, not every step
+            self._cache_pushed = self.compiles.total
 
     def _readable(self, rel: str) -> bool:
         """``rel`` exists and holds a JSON object (a cut or garbled file is re-made)."""
@@ -271,7 +311,8 @@ class Trainer:
         from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache
         from rlctl.core.trainer.distributed import using_mesh
 
-        enable_persistent_cache(self._say)  # before the first program compiles
+        # before the first program compiles; a gs:// run's cache is pulled from its store
+        enable_persistent_cache(self._say, self.run)
         self.compiles = CompileWatch(report=self._say)
         with using_mesh(self.mesh), self.compiles:
             return self._train(on_status)
@@ -282,6 +323,8 @@ class Trainer:
         s = self.spec
         if not self.writer:
             on_status = lambda update: None  # noqa: E731 - process 0 keeps status.json
+        # each program's compile seconds in status.json as it compiles (status shows them)
+        self.compiles.on_compile = lambda seconds: on_status(StatusUpdate(compiles=seconds))
         self.create_model()
         self.create_data()
         self.create_steps()
@@ -290,7 +333,8 @@ class Trainer:
         # the checkpoints first: a resume they refuse leaves no new event file behind
         self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
                                 warn=lambda m: self.emit({"event": "message", "message": m}),
-                                recover=self.recover, lora=self.lora_record())
+                                recover=self.recover, lora=self.lora_record(),
+                                background=self.numerics.background_saves)
         self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
                         else NullMetrics())
         try:
@@ -332,17 +376,20 @@ class Trainer:
                     except stops.Abandoned:
                         self._stop(step, on_status)
                     self.compiles.warm()  # the run's programs exist: later compiles are news
+                    self._push_cache()
                     self.metrics.write(row)
                     done = step + 1
                     # The step line first: a user sees the result before a save that may
                     # take seconds, and a checkpoint on disk implies its line was printed.
                     self.emit({"event": "step", "step": done, "metrics": row})
-                    saved = None
                     if done % s.checkpoint.interval == 0 or done == s.training.steps:
+                        # in the background, only once complete is it the latest
                         self.ckpt.save(done, self.model, self.optimizer)
-                        saved = done
+                    saved = self._saves_done()
+                    peak = row.get("peak_device_bytes")
                     on_status(StatusUpdate(phase=Phase.RUNNING, step=done,
-                                           **({"latest_checkpoint": saved} if saved else {})))
+                                           **({"latest_checkpoint": saved} if saved else {}),
+                                           **({"peak_device_bytes": peak} if peak else {})))
                     if stops.requested() and stops.deferring():
                         self._stop(done, on_status)
                 if s.eval.interval and s.eval.size and done % s.eval.interval == 0 \
@@ -357,6 +404,9 @@ class Trainer:
                                 self._stop(done, on_status)
                         raise
             final = self.evaluate("final", s.training.steps) if s.eval.size else None
+            self.ckpt.wait()  # the last save, written while the final eval ran
+            if saved := self._saves_done():
+                on_status(StatusUpdate(latest_checkpoint=saved))
             return {"baseline": baseline, "final": final}
         finally:
             self.metrics.close()

@@ -84,6 +84,33 @@ def update_budget(state_bytes: int = 0) -> tuple[int, str]:
     return int(m.free * UPDATE_SHARE), f"the update may use (half of what is free on {m.where})"
 
 
+class DevicePeak:
+    """The device allocator's peak so far, read from JAX's statistics
+    (``peak_bytes_in_use``, what TRL reports as torch's ``max_memory_allocated``).
+
+    None on a CPU, whose client keeps no such count. Read during the run, after each
+    step: a bench's probe at the process's exit read 0 on an H200 (GPU.md), so the
+    largest ``bytes_in_use`` seen counts as well, and the figure never falls."""
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+
+    def read(self) -> int | None:
+        import jax
+
+        dev = jax.local_devices()[0]
+        if dev.platform == "cpu":
+            return None
+        try:
+            stats = dev.memory_stats() or {}
+        except Exception:  # a backend without statistics
+            return self.peak
+        now = max(int(stats.get("peak_bytes_in_use", 0)), int(stats.get("bytes_in_use", 0)))
+        if now:
+            self.peak = max(self.peak or 0, now)
+        return self.peak
+
+
 def _total_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 

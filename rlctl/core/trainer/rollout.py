@@ -160,14 +160,15 @@ class Rollout:
     @classmethod
     def create(cls, spec: RolloutSpec, model: Any, tokenizer: Any, info: Any,
                replicate_over: Any = None, prompt: PromptSpec | None = None,
-               compute_dtype: str | None = None) -> Rollout:
+               compute_dtype: str | None = None, numerics: Any = None) -> Rollout:
         """``compute_dtype``: what the sampler's matmuls read (precision.choose), when
-        not ``info``'s (the update's)."""
+        not ``info``'s (the update's); ``numerics``: the backend's row of the numerics
+        table (this backend's when None)."""
         from rlctl.core.trainer.sampler import Sampler
 
         sampler = Sampler(model, info, pad_id=tokenizer.pad_id(), eos_ids=tokenizer.eos_ids,
                           max_new_tokens=spec.max_new_tokens, replicate_over=replicate_over,
-                          compute_dtype=compute_dtype)
+                          compute_dtype=compute_dtype, numerics=numerics)
         return cls(spec, tokenizer, sampler, prompt)
 
     def prompt_text(self, problem: Problem) -> str:

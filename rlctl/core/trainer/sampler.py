@@ -27,7 +27,10 @@ import numpy as np
 from flax import nnx
 
 from rlctl.core.trainer import tunix_adapter as ta
+from rlctl.core.trainer.numerics import Numerics
 from rlctl.core.trainer.tunix_adapter import decode
+from rlctl.core.trainer.tunix_adapter import layers as layers_lib
+from rlctl.core.trainer.tunix_adapter.kv_cache import repeat_rows
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt
 
 
@@ -120,18 +123,21 @@ def _choose(key: jax.Array, logits: jax.Array, temperature: jax.Array, top_p: ja
 
 
 @partial(jax.jit, static_argnames=("graphdef", "info", "group", "max_new_tokens", "pad_id",
-                                   "eos_ids", "weights_first"))
+                                   "eos_ids", "weights_first", "scan"))
 def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Array,
                   temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, *,
                   info: ta.ModelInfo, group: int, max_new_tokens: int, pad_id: int,
-                  eos_ids: tuple[int, ...], weights_first: bool = True,
+                  eos_ids: tuple[int, ...], weights_first: bool = True, scan: bool = False,
                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``group`` completions of each left-padded prompt of ``prompt_ids`` [P, Lp].
 
     Llama-family models decode through ``tunix_adapter.decode`` (its weights laid
-    out for a few rows: about 2x faster on CPU), unless ``weights_first`` is False
-    (the benchmark's and tests' yardstick) or the model has LoRA adapters; the
-    others through Tunix's own layers. Both draw the same tokens (tested).
+    out for a few rows: about 2x faster on CPU) where ``weights_first`` (the numerics
+    table's CPU choice) and the model has no LoRA adapters; else through the model's
+    layers. Both draw the same tokens (tested). ``scan``: a plain Llama's layers run
+    as one scanned body in the prefill and that decode (``tunix_adapter.layers``),
+    so the program holds one layer whatever the depth, the decode's products reading
+    the sampler's compute dtype; unrolled, they are Tunix's own layers.
 
     Returns (tokens [P*G, N], log-probs [P*G, N], decode iterations run). A row's
     stop token is kept; after it come ``pad_id`` and log-prob 0. The PRNG key of
@@ -147,7 +153,9 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
     positions = jnp.maximum(jnp.cumsum(pmask, axis=-1) - 1, 0)
     causal = jnp.tril(jnp.ones((Lp, Lp), jnp.bool_))
     mask = jnp.pad(pmask[:, None, :] & causal[None], ((0, 0), (0, 0), (0, N)))
-    hidden, cache = ta.trunk(model, prompt_ids, positions, ta.kv_cache(info, P, S), mask)
+    scanning = scan and layers_lib.scans(model, info)
+    hidden, cache = ta.trunk(model, prompt_ids, positions,
+                             ta.kv_cache(info, P, S, stacked=scanning), mask, scan=scanning)
     decodes = weights_first and decode.fits(model, info)  # Llama: weights first (decode.py)
     # laid out once per call; the prompts' first tokens are projected by the same head
     # (converting the 49152 x 576 embedding to bfloat16 twice cost 30-75 ms a call)
@@ -200,14 +208,20 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
 
         cache = decode.row_cache(prefix[0], B, N)
     else:
-        cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+        cache = repeat_rows(cache, group, stacked=scanning)
+        # scanned: the layers stacked once, outside the loop, their matrices narrow
+        stacked = None
+        if scanning:
+            layer_def, states = layers_lib.stack(model.layers)
+            stacked = (layer_def, layers_lib.narrowed(states, info.compute_dtype))
 
         def step(carry):
             t, tokens, logps, done, cache = carry
             last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)
             m = nnx.merge(graphdef, state)  # in the loop's trace: Qwen/Gemma sow into it
             hidden, cache = ta.trunk(m, last, (start + t - 1)[:, None], cache,
-                                     attends(t)[:, None, :])
+                                     attends(t)[:, None, :], scan=scanning,
+                                     dtype=info.compute_dtype, stacked=stacked)
             logits = _logits(m, hidden, info.compute_dtype)
             return (t + 1, *record(t, tokens, logps, done, logits), cache)
 
@@ -225,11 +239,17 @@ class Sampler:
 
     ``compute_dtype`` (``rollout.compute_dtype`` resolved), when given, replaces what
     ``info`` says the matmuls read: a float32 update can sample in bfloat16. The
-    weights stay the policy's; the decode casts them once per call."""
+    weights stay the policy's; the decode casts them once per call.
+
+    ``numerics`` (the backend's row of ``numerics.TABLE``; this backend's when None)
+    says how it decodes: weights first (the CPU's) or through the layers, unrolled or
+    scanned."""
 
     def __init__(self, model: nnx.Module, info: ta.ModelInfo, *, pad_id: int,
                  eos_ids: list[int], max_new_tokens: int, replicate_over: Any = None,
-                 compute_dtype: str | None = None) -> None:
+                 compute_dtype: str | None = None, numerics: Numerics | None = None) -> None:
+        from rlctl.core.trainer import numerics as numerics_lib
+
         if compute_dtype is not None and info.dtype != "bfloat16":
             info = dataclasses.replace(info, compute_dtype=compute_dtype)
         self.info = info
@@ -237,7 +257,13 @@ class Sampler:
         self.eos_ids = tuple(int(i) for i in eos_ids)
         self.max_new_tokens = max_new_tokens
         self.replicate_over = replicate_over
-        self.weights_first = True  # False: Llama decodes through Tunix's layers (benchmarks)
+        row = numerics or numerics_lib.current()  # the backend's row of the numerics table
+        # weights first: the CPU's decode; False: through the layers (a benchmark sets it)
+        self.weights_first = row.weights_first_decode
+        self.scan = row.scan_layers  # a plain Llama's layers as one scanned body
+        # False: every row prefilled (its prompt repeated), as an eval's rows are, so the
+        # rollout and an eval batch of as many rows share one program
+        self.prefill_once_per_group = row.prefill_once_per_group
         self.sync(model)
 
     def sync(self, model: nnx.Module) -> None:
@@ -249,13 +275,18 @@ class Sampler:
     def __call__(self, prompt_ids: np.ndarray, *, group: int, seed: int,
                  temperature: float, top_p: float = 1.0, top_k: int | None = None) -> Drawn:
         """``group`` completions of each row of ``prompt_ids`` [P, Lp] (left-padded);
-        ``temperature`` 0 decodes greedily."""
+        ``temperature`` 0 decodes greedily. The rows are grouped by prompt either way:
+        prefilled once per group, or each its own (the same tokens: a row's draws
+        depend on its place and the seed alone)."""
+        prompt_ids = np.asarray(prompt_ids, np.int32)
+        if not self.prefill_once_per_group and group > 1:
+            prompt_ids, group = np.repeat(prompt_ids, group, axis=0), 1
         tokens, logps, steps = sample_groups(
-            self.graphdef, self.state, np.asarray(prompt_ids, np.int32),
+            self.graphdef, self.state, prompt_ids,
             np.uint32(seed), np.float32(temperature), np.float32(top_p),
             np.int32(top_k or 0), info=self.info, group=group,
             max_new_tokens=self.max_new_tokens, pad_id=self.pad_id, eos_ids=self.eos_ids,
-            weights_first=self.weights_first)
+            weights_first=self.weights_first, scan=self.scan)
         tokens, logps, steps = _to_host((tokens, logps, steps))
         stopped = np.isin(tokens, self.eos_ids)
         lengths = np.where(stopped.any(-1), stopped.argmax(-1), tokens.shape[1])

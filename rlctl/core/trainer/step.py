@@ -20,10 +20,6 @@ from rlctl.core.trainer.loss import LossConfig, policy_loss
 from rlctl.core.trainer.rollout import Batch, Scores
 from rlctl.core.units import human_bytes
 
-# Whether the update's MLPs skip the completions' pads
-# (tunix_adapter/compaction.py); a benchmark sets it False for its yardstick.
-SKIP_PADS = True
-
 
 def make_optimizer(model: Any, t: TrainingSpec) -> Any:
     """AdamW behind global-norm clipping, with an optional linear warmup, fused so the
@@ -97,7 +93,12 @@ class Update:
     """
 
     def __init__(self, spec: RunSpec, pad_id: int, info: Any,
-                 warn: Callable[[str], None] | None = None, topology: Any = None) -> None:
+                 warn: Callable[[str], None] | None = None, topology: Any = None,
+                 numerics: Any = None) -> None:
+        from rlctl.core.trainer import numerics as numerics_lib
+
+        # the backend's row of the numerics table (a benchmark passes a variant)
+        self.numerics: numerics_lib.Numerics = numerics or numerics_lib.current()
         self.cfg = loss_config(spec)
         self.group = spec.rollout.num_generations
         self.temperature = spec.rollout.temperature
@@ -116,8 +117,9 @@ class Update:
 
     @classmethod
     def create(cls, spec: RunSpec, pad_id: int, info: Any,
-               warn: Callable[[str], None] | None = None, topology: Any = None) -> Update:
-        return cls(spec, pad_id, info, warn, topology)
+               warn: Callable[[str], None] | None = None, topology: Any = None,
+               numerics: Any = None) -> Update:
+        return cls(spec, pad_id, info, warn, topology, numerics)
 
     # --- the traced functions ------------------------------------------------------
     def _wrt(self) -> Any:
@@ -132,15 +134,16 @@ class Update:
 
         return ta.shared_prefix_logps(
             model, prompt_ids, completion_ids, group=group, pad_id=self.pad_id,
-            temperature=self.temperature, info=self.info, remat=remat,
-            mask=mask if SKIP_PADS else None)
+            temperature=self.temperature, info=self.info, remat=remat, mask=mask,
+            numerics=self.numerics)
 
     def _remat_levels(self) -> list[bool | int]:
         """The recomputations to try, in order (``logprobs.recomputed``): the first
         whose update fits the budget is compiled.
 
         ``training.remat`` when set. By default none on an accelerator, where the
-        recomputation costs time and the batch usually fits. On the CPU, first all
+        recomputation costs time and the batch usually fits (the numerics table's
+        ``partial_remat`` off). On the CPU (``partial_remat``), first all
         layers but a quarter, then all: on the default update (SmolLM2, a 2-core Zen 4
         EPYC, float32) XLA's temporaries are 0.70 GiB with every layer recomputed,
         +0.08 GiB for each layer kept (3.12 GiB with none), and its time 6.27 s with
@@ -153,9 +156,7 @@ class Update:
             return [False]
         if self.remat is not None:
             return [self.remat]
-        import jax
-
-        if jax.default_backend() != "cpu":
+        if not self.numerics.partial_remat:
             return [False]
         layers = self.info.num_layers
         return [layers - layers // 4, True] if layers >= 4 else [True]
@@ -299,7 +300,8 @@ class Update:
                 tried = size
                 compiled = jax.jit(self._step_fn(graphdef, size, level), donate_argnums=0,
                                    out_shardings=keep).lower(state, batch).compile(
-                    compiler_options=compiles.update_options(self.info.compute_dtype))
+                    compiler_options=compiles.update_options(self.info.compute_dtype,
+                                                             self.numerics))
                 memory.return_freed_memory()  # the compiler's working memory
                 need = memory.compiled_need(compiled)
                 measured = measured or (size, need)
@@ -318,6 +320,21 @@ class Update:
                 "training.prompts_per_step")
         raise memory.too_big(need, have, where, what, hint)
 
+    def lower(self, model: Any, optimizer: Any, batch: Batch,
+              platforms: tuple[str, ...]) -> Any:
+        """The update of ``batch`` (its whole batch, the first recomputation level)
+        lowered, not compiled, for ``platforms`` (``("cuda",)``, ``("tpu",)``): what an
+        accelerator would compile, read on a machine without one (CI counts its
+        operations; tests/core/trainer/test_lowering.py). ``optimizer`` may be
+        abstract (``nnx.eval_shape``)."""
+        import jax
+        from flax import nnx
+
+        graphdef, state = nnx.split((model, optimizer))
+        step = self._step_fn(graphdef, batch.completion_ids.shape[0], self._remat())
+        return jax.jit(step, donate_argnums=0).trace(state, batch).lower(
+            lowering_platforms=platforms)
+
     def logps(self, model: Any, prompt_ids: Any, completion_ids: Any,
               base: bool = False) -> Any:
         """Per-token log-probs under ``model`` (the reference, or the rollout policy
@@ -329,11 +346,11 @@ class Update:
         from rlctl.core.trainer.tunix_adapter.lora import base_only
 
         if self._logps is None:
-            def fn(graphdef, state, prompt_ids, completion_ids):
+            def policy_logps(graphdef, state, prompt_ids, completion_ids):
                 return self._logps_fn(nnx.merge(graphdef, state), prompt_ids, completion_ids,
                                       self.group)[0]
 
-            self._logps = jax.jit(fn, static_argnums=0)
+            self._logps = jax.jit(policy_logps, static_argnums=0)
         graphdef, state = nnx.split(model)
         if base:
             state = base_only(state)
@@ -419,12 +436,15 @@ class StepMetrics:
     # seconds the weight push into the engine took
     engine_logp_diff: float | None = None
     weight_push_seconds: float | None = None
+    # the device allocator's peak so far (memory.DevicePeak); absent on a CPU
+    peak_device_bytes: int | None = None
 
     @classmethod
     def measure(cls, step: int, losses: list[float], norms: list[float],
                 aux: dict[str, Any], scores: Scores, mask: np.ndarray, elapsed: float,
                 rollout_seconds: float, engine_logp_diff: float | None = None,
-                weight_push_seconds: float | None = None) -> StepMetrics:
+                weight_push_seconds: float | None = None,
+                peak_device_bytes: int | None = None) -> StepMetrics:
         comp_tokens = int(mask.sum())
         rewards = scores.reward
         return cls(
@@ -449,13 +469,14 @@ class StepMetrics:
             engine_logp_diff=engine_logp_diff,
             weight_push_seconds=(None if weight_push_seconds is None
                                  else round(weight_push_seconds, 3)),
+            peak_device_bytes=peak_device_bytes,
         )
 
     def row(self) -> dict[str, Any]:
         """The metrics.jsonl row, and the ``metrics`` of the progress ``step`` event."""
         row = dataclasses.asdict(self)
         means = row.pop("reward_means")
-        for key in ("engine_logp_diff", "weight_push_seconds"):
+        for key in ("engine_logp_diff", "weight_push_seconds", "peak_device_bytes"):
             if row[key] is None:
                 del row[key]
         row.update({f"rewards/{name}/mean": mean for name, mean in means.items()})

@@ -49,13 +49,33 @@ class TestDumps:
         assert list(doc) == ["name", "path", "phase", "algorithm", "step", "total_steps",
                              "latest_checkpoint", "checkpoint_bytes", "disk_bytes",
                              "processes", "devices", "engine", "precision",
-                             "sampling_precision", "created", "updated", "error",
-                             "latest_metrics", "eval"]
+                             "sampling_precision", "compiles", "peak_device_bytes",
+                             "created", "updated", "error", "latest_metrics", "eval"]
         assert doc["phase"] == "interrupted" and doc["step"] == 3
         # no checkpoint yet: its size is null; the folder's is what is there
         assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0
         assert doc["eval"] == {"baseline": {"accuracy": 0.5, "format_rate": 1.0,
                                             "mean_reward": 0.25, "rewards": None, "n": 2}}
+
+    def test_compiles_and_the_device_peak_are_read_back_and_shown(self, tmp_path):
+        """What the trainer records in status.json: each program's compile seconds and
+        the allocator's peak; ``status`` shows both, a damaged record is left out."""
+        from rlctl.cli.runs import _run_view
+
+        run = LocalRunStore(tmp_path).run("r1")
+        run.write_text(SPEC, "name: r1\n")
+        run.write_json(STATUS, {"phase": "running", "step": 1,
+                                "compiles": {"step": 41.2, "sample_groups": 3, "x": "?"},
+                                "peak_device_bytes": 3 * 2**30})
+        info = describe_run(run)
+        assert info.compiles == {"step": 41.2, "sample_groups": 3.0}
+        doc = info.model_dump(mode="json")
+        assert doc["peak_device_bytes"] == 3 * 2**30
+        view = _run_view(info)
+        assert "  compiled    update 41.2 s, sampler 3.0 s" in view, view
+        assert "  device mem  3.00 GiB at its peak" in view, view
+        run.write_json(STATUS, {"phase": "running", "compiles": [1, 2]})
+        assert describe_run(run).compiles is None
 
     def test_a_missing_status_is_unknown(self, tmp_path):
         run = LocalRunStore(tmp_path).run("r1")

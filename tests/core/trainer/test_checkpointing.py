@@ -292,3 +292,87 @@ def jax_leaves(tree):
     import jax
 
     return jax.tree.leaves(tree)
+
+
+class TestBackgroundSaves:
+    """A save written by a thread from a device copy of the state (an accelerator's
+    row of the numerics table): the run goes on at once, the checkpoint is complete
+    and committed only when the thread is done, and it holds the state as it was."""
+
+    @pytest.fixture
+    def parts(self, tiny_model_dir, tmp_path):
+        from rlctl.core.config.models import TrainingSpec
+        from rlctl.core.store.local import LocalRunDir
+        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.step import make_optimizer
+
+        model, _ = ta.load_model(tiny_model_dir)
+        return model, make_optimizer(model, TrainingSpec()), LocalRunDir(tmp_path, "bg")
+
+    def test_the_saved_state_is_the_one_at_the_save_though_the_update_donates_it(
+            self, parts, tiny_model_dir):
+        """The next update donates the model's buffers (deleted, then reused) while the
+        thread writes: the thread writes its own copy, and the restored checkpoint is
+        the state at the save, not after."""
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from flax import nnx
+
+        from rlctl.core.trainer import checkpointing
+        from rlctl.core.trainer.distributed import current
+
+        model, optimizer, run = parts
+        ckpt = checkpointing.Checkpoints(run, current(), keep=2, background=True)
+        # device copies: a numpy view (which JAX keeps on the array) would be an
+        # external reference, and a buffer with one is copied, not donated
+        before = [jnp.array(x, copy=True)
+                  for x in jax.tree.leaves(checkpointing._state(model, optimizer))]
+        ckpt.save(3, model, optimizer)
+        # what a step does next: a jitted update whose input state is donated
+        state = nnx.state((model, optimizer))
+        bump = jax.jit(lambda s: jax.tree.map(lambda x: x + 1 if x.dtype.kind == "f" else x,
+                                              s), donate_argnums=0)
+        bumped = bump(state)
+        # donated indeed: the floats' buffers are gone (the counts pass through)
+        assert all(x.is_deleted() for x in jax.tree.leaves(state) if x.dtype.kind == "f")
+        nnx.update((model, optimizer), bumped)
+        ckpt.wait()
+        assert ckpt.latest == 3 and checkpointing.verify(run.path / "checkpoints" / "3") is None
+        (saved,) = ckpt.finished()
+        assert (saved.step, saved.background) == (3, True) and saved.write_s > 0
+        ckpt.close()
+        again = checkpointing.Checkpoints(run, current(), keep=2)
+        assert again.restore_latest(model, optimizer) == 3
+        again.close()
+        after = jax.tree.leaves(checkpointing._state(model, optimizer))
+        for a, b in zip(before, after, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    def test_one_save_in_flight_and_a_failed_write_is_raised_on_the_run_thread(
+            self, parts, monkeypatch):
+        """The next save waits for the one in flight; a write that fails in the thread
+        is raised by the next wait, and no checkpoint of it is left or counted."""
+        import os
+
+        from rlctl.core.trainer import checkpointing
+        from rlctl.core.trainer.distributed import current
+
+        model, optimizer, run = parts
+        ckpt = checkpointing.Checkpoints(run, current(), keep=3, background=True)
+        ckpt.save(1, model, optimizer)
+        ckpt.save(2, model, optimizer)  # waited for 1 first
+        assert [s.step for s in ckpt.finished()] in ([1], [1, 2])
+        ckpt.wait()
+        assert ckpt.latest == 2
+
+        def full(step, args):  # the disk is full when the thread writes
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(ckpt.manager, "save", full)
+        ckpt.save(3, model, optimizer)
+        with pytest.raises(checkpointing.DiskFullError, match="saving checkpoint 3"):
+            ckpt.wait()
+        assert ckpt.latest == 2
+        assert sorted(os.listdir(run.path / "checkpoints")) == ["1", "2"]
+        ckpt.close()

@@ -139,9 +139,13 @@ def test_loss_and_gradients_are_tunixs_with_the_pads_skipped(padded, remat):
 
 
 def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatch):
-    """The update passes the batch's mask, so the completions' MLPs run packed;
-    ``step.SKIP_PADS`` off, the yardstick computes the whole grid."""
+    """The update passes the batch's mask; with the CPU's row of the numerics table the
+    completions' MLPs and the head run packed, with packing off (the whole-grid
+    yardstick, and the accelerators' row) the whole grid."""
+    import dataclasses
+
     from rlctl.core.trainer import step
+    from rlctl.core.trainer.numerics import TABLE
     from rlctl.core.trainer.tunix_adapter import logprobs
 
     model, info, prompts, comps, mask, *_ = padded
@@ -156,8 +160,10 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
     u = object.__new__(step.Update)
     u.pad_id, u.temperature, u.info = 0, 1.0, info
     layers = len(model.layers)
-    for skip in (True, False):
-        monkeypatch.setattr(step, "SKIP_PADS", skip)
+    whole = dataclasses.replace(TABLE["cpu"], pack_mlp_rows=False, pack_head=False)
+    for row in (TABLE["cpu"], whole, TABLE["gpu"]):
+        u.numerics = row
         u._logps_fn(model, prompts, comps, 3, False, mask)
-    assert seen == [False, True] * layers + [False, False] * layers
-    assert heads == [1]  # the head packed once: with SKIP_PADS, not without
+    # the accelerators' row scans its layers: one layer body traced for the pair
+    assert seen == [False, True] * layers + [False, False] * layers + [False, False]
+    assert heads == [1]  # the head packed once: with the CPU's row only

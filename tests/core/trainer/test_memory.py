@@ -389,3 +389,29 @@ def test_the_need_of_smaller_micro_batches_is_predicted_from_one_compile():
     whole, grads = int(2.32 * gib), gib // 2
     assert 1.6 * gib < predicted_need(16, whole, 8, grads) < 2.0 * gib
     assert 1.2 * gib < predicted_need(16, whole, 4, grads) < 1.5 * gib
+
+
+def test_the_device_peak_is_none_on_a_cpu_and_never_falls_elsewhere(monkeypatch):
+    """On the CPU (this machine) JAX keeps no allocator statistics: no figure. On a
+    GPU, ``Device.memory_stats()`` (jaxlib's PJRT client: ``bytes_in_use``,
+    ``peak_bytes_in_use``, ``bytes_limit``) is read after each step; a peak of 0 (as
+    the H200 bench's probe read at exit) falls back to what is in use, and the figure
+    is the largest seen."""
+    import jax
+
+    from rlctl.core.trainer.memory import DevicePeak
+
+    assert DevicePeak().read() is None
+
+    class Gpu:  # the statistics a CUDA device's client reports, in turn
+        platform = "gpu"
+        reads = iter([{"bytes_in_use": 5, "peak_bytes_in_use": 0},
+                      {"bytes_in_use": 6, "peak_bytes_in_use": 9},
+                      {"bytes_in_use": 2, "peak_bytes_in_use": 4}])
+
+        def memory_stats(self):
+            return next(self.reads)
+
+    monkeypatch.setattr(jax, "local_devices", lambda: [Gpu()])
+    peak = DevicePeak()
+    assert [peak.read(), peak.read(), peak.read()] == [5, 9, 9]

@@ -194,6 +194,80 @@ class TestResume:
               for n in ("killed", "whole")]
         assert ev[0] == ev[1]
 
+    def test_sigkill_during_a_background_save_resumes_from_the_previous_checkpoint(
+            self, tmp_path):
+        """The accelerators' row saves in the background (RLCTL_NUMERICS=gpu, here on
+        the CPU): killed while checkpoint 4 is being written (its temporary folder on
+        disk, the run already at step 5), the run resumes from checkpoint 2, the
+        complete one, and ends with the uninterrupted run's metrics."""
+        from tests.fakes.tiny_model import write_tiny_llama
+
+        # wide enough that a save takes a moment to write (about 50 MB of state)
+        model = write_tiny_llama(tmp_path / "wide", hidden=256, ffn=1024, layers=4)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_NUMERICS": "gpu"}
+        common = ("--steps", "6", "--set", "checkpoint.interval=2", "--seed", "3")
+
+        def run(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=REPO, env=env,
+                                  capture_output=True, text=True, timeout=600)
+
+        whole = run(*tiny_args(model, tmp_path, "whole", "grpo", *common))
+        assert whole.returncode == 0, whole.stderr
+        assert "checkpoint 4 saved in the background in " in whole.stderr, whole.stderr
+        ckpts = tmp_path / "killed" / "checkpoints"
+
+        def writing_4() -> bool:
+            names = [p.name for p in ckpts.iterdir()] if ckpts.is_dir() else []
+            return any(n.startswith("4.orbax-checkpoint-tmp") for n in names)
+
+        kill_when(tiny_args(model, tmp_path, "killed", "grpo", *common), writing_4, env)
+        assert not (ckpts / "4").exists()
+        resumed = run("resume", "killed", "--runs-dir", str(tmp_path), "-o", "json")
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resumed from checkpoint 2" in resumed.stderr, resumed.stderr
+        assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
+        ev = [json.loads((tmp_path / n / "eval" / "final.json").read_text())["accuracy"]
+              for n in ("killed", "whole")]
+        assert ev[0] == ev[1]
+        assert sorted(p.name for p in ckpts.iterdir()) == ["4", "6"]  # keep: 2
+
+    def test_ctrl_c_during_a_background_save_waits_for_it(self, tmp_path):
+        """Ctrl-C while checkpoint 4 is being written in the background: the stop waits
+        for it (complete, its manifest intact), checkpoints the last completed step,
+        exits 130, and resume completes the run as an uninterrupted one would."""
+        from rlctl.core.trainer.checkpointing import verify
+        from tests.fakes.tiny_model import write_tiny_llama
+
+        model = write_tiny_llama(tmp_path / "wide", hidden=256, ffn=1024, layers=4)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_NUMERICS": "gpu"}
+        common = ("--steps", "8", "--set", "checkpoint.interval=4", "--seed", "5")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlctl", *tiny_args(model, tmp_path, "bg", "grpo", *common)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        ckpts = tmp_path / "bg" / "checkpoints"
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not (
+                ckpts.is_dir() and any(p.name.startswith("4.orbax-checkpoint-tmp")
+                                       for p in ckpts.iterdir())):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 130, err
+        assert "stopping: waiting for checkpoint 4 to be written" in err, err
+        assert verify(ckpts / "4") is None
+        done = json.loads((tmp_path / "bg" / "status.json").read_text())["step"]
+        assert sorted(p.name for p in ckpts.iterdir()) == sorted({"4", str(done)})
+        resumed = subprocess.run([sys.executable, "-m", "rlctl", "resume", "bg", "--runs-dir",
+                                  str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                                 text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr
+        whole = subprocess.run([sys.executable, "-m", "rlctl",
+                                *tiny_args(model, tmp_path, "whole", "grpo", *common)],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert whole.returncode == 0, whole.stderr
+        assert metrics(tmp_path / "bg") == metrics(tmp_path / "whole")
+
     @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
     def test_ctrl_c_or_sigterm_stops_cleanly_and_resumes(self, tiny_model_dir, tmp_path, sig):
         """SIGTERM (kill, systemd, docker stop) is handled as Ctrl-C: exit 130, status

@@ -12,6 +12,7 @@ of training: it lives in tests/core/trainer/yardsticks.py.
   weights.py   loading a model from a Hugging Face or trainer folder
   kv_cache.py  the sampler's KV cache and replicated weights
   decode.py    Llama's decode step with its weights laid out for a few rows
+  layers.py    Llama's layers as one scanned body (the program holds one layer)
   logprobs.py  log-probs of completions (prefix-shared, chunked, rematerialised)
   mixed.py     matmuls in the run's compute dtype, summed in float32 (mixed precision)
   mlp_grad.py  Llama's decoder layer for the update, its MLP's gradient spelled out
@@ -21,28 +22,21 @@ of training: it lives in tests/core/trainer/yardsticks.py.
 
 from __future__ import annotations
 
-# Logits of this many bytes (float32) at most are live at once: above it, the
-# vocabulary-sized log-softmax runs in chunks of tokens, each recomputed in the
-# backward pass instead of kept (256 MB: the default run's 16 x 48 x 49152 logits,
-# 151 MB, stay one chunk and pay no recomputation). Read at call time from here,
-# so a benchmark or test can set it.
-LOGITS_CHUNK_BYTES = 256 * 2**20
-
-from rlctl.core.trainer.tunix_adapter import shim  # noqa: E402  (first: Tunix's import)
-from rlctl.core.trainer.tunix_adapter.families import build_config, check_family  # noqa: E402
-from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, whole_weights  # noqa: E402
-from rlctl.core.trainer.tunix_adapter.logprobs import (  # noqa: E402
+from rlctl.core.trainer.tunix_adapter import shim  # first: Tunix's import
+from rlctl.core.trainer.tunix_adapter.families import build_config, check_family
+from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, whole_weights
+from rlctl.core.trainer.tunix_adapter.logprobs import (
     chunk_tokens,
     head_weight,
     shared_prefix_logps,
     token_logps,
     trunk,
 )
-from rlctl.core.trainer.tunix_adapter.shim import patch_llama3_rope_theta  # noqa: E402
-from rlctl.core.trainer.tunix_adapter.weights import ModelInfo, load_model  # noqa: E402
+from rlctl.core.trainer.tunix_adapter.shim import patch_llama3_rope_theta
+from rlctl.core.trainer.tunix_adapter.weights import ModelInfo, load_model
 
 __all__ = [
-    "LOGITS_CHUNK_BYTES", "ModelInfo", "build_config", "check_family", "chunk_tokens",
+    "ModelInfo", "build_config", "check_family", "chunk_tokens",
     "head_weight", "kv_cache", "load_model", "patch_llama3_rope_theta",
     "shared_prefix_logps", "shim", "token_logps", "trunk", "whole_weights",
 ]

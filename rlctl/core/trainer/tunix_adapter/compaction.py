@@ -42,6 +42,10 @@ import jax.numpy as jnp
 
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt, dtype_of, narrow
 
+# What the lowered programs call these switches (their operations' named scopes), so
+# a test can tell that an accelerator's program holds none of them.
+ROWS_SCOPE = "packed_mlp_rows"
+HEAD_SCOPE = "packed_head"
 BUCKETS = 6  # packed sizes: T/6, 2T/6, ... T (each one more branch to compile)
 # the head's: one switch in the whole update (the MLPs have one per layer), so finer
 # steps cost little compile time and waste fewer rows (the default run's ~390 real
@@ -121,7 +125,8 @@ def packed(fn: Callable[[jax.Array], jax.Array], x: jax.Array,
             return jnp.pad(out, [(0, T - m)] + [(0, 0)] * (out.ndim - 1))
         return run
 
-    out = jax.lax.switch(packing.branch, [branch(m) for m in sizes(T)], xs)
+    with jax.named_scope(ROWS_SCOPE):
+        out = jax.lax.switch(packing.branch, [branch(m) for m in sizes(T)], xs)
     return permute(out, packing.inverse, packing.order)
 
 
@@ -168,8 +173,9 @@ def _head_forward(temperature, dtype, h, w, targets, keep, order, inverse, branc
                     jnp.pad(probs, ((0, T - m), (0, 0))))
         return fn
 
-    logp, ent, probs = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
-                                      hp, tp)
+    with jax.named_scope(HEAD_SCOPE):
+        logp, ent, probs = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
+                                          hp, tp)
     # the packed size's extra rows were computed too: 0 there as elsewhere
     out = (jnp.where(keep, jnp.take(logp, inverse), 0.0),
            jax.lax.stop_gradient(jnp.where(keep, jnp.take(ent, inverse), 0.0)))
@@ -197,8 +203,9 @@ def _head_backward(temperature, dtype, saved, grads):
             return jnp.pad(dh, ((0, T - m), (0, 0))), dw.astype(w_mark.dtype)
         return fn
 
-    dh, dw = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
-                            hp, tp, probs, g)
+    with jax.named_scope(HEAD_SCOPE):
+        dh, dw = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
+                                hp, tp, probs, g)
     return jnp.take(dh, inverse, axis=0), dw, None, None, None, None, None
 
 

@@ -46,6 +46,9 @@ from flax import nnx
 
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dtype_of, narrow, settle
 
+# the named scope of a weights-first decode step's operations in a lowered program
+SCOPE = "weights_first_decode"
+
 
 def fits(model: Any, info: Any) -> bool:
     """Whether ``model`` can decode here: a plain Llama-family model (LoRA adapters
@@ -91,9 +94,13 @@ def prefix_layout(cache: dict[str, Any], layers: int,
                   slots: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The first ``slots`` slots of Tunix's prefill cache (``layer_i: {k, v}`` as
     [P, S, K, H]), one per prompt, as ``step`` reads them: the keys and values of
-    each layer as [P, K, slots, H] (transposed once, after prefill)."""
-    ks = tuple(jnp.swapaxes(cache[f"layer_{i}"]["k"][:, :slots], 1, 2) for i in range(layers))
-    vs = tuple(jnp.swapaxes(cache[f"layer_{i}"]["v"][:, :slots], 1, 2) for i in range(layers))
+    each layer as [P, K, slots, H] (transposed once, after prefill). A stacked cache
+    (``kv_cache(stacked=True)``, from scanned layers) is read layer by layer."""
+    def layer(i: int) -> Any:
+        return jax.tree.map(lambda x: x[i], cache) if "k" in cache else cache[f"layer_{i}"]
+
+    ks = tuple(jnp.swapaxes(layer(i)["k"][:, :slots], 1, 2) for i in range(layers))
+    vs = tuple(jnp.swapaxes(layer(i)["v"][:, :slots], 1, 2) for i in range(layers))
     return ks, vs
 
 
@@ -133,6 +140,17 @@ def step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Array
          values: tuple[Any, ...], slot: jax.Array, prefix_mask: jax.Array,
          mask: jax.Array, dtype: str = "float32",
          ) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
+    """``_step`` under its named scope (``SCOPE``)."""
+    with jax.named_scope(SCOPE):
+        return _step(w, config, tokens, positions, prefix, keys, values, slot, prefix_mask,
+                     mask, dtype)
+
+
+def _step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Array,
+          prefix: tuple[tuple[Any, ...], tuple[Any, ...]], keys: tuple[Any, ...],
+          values: tuple[Any, ...], slot: jax.Array, prefix_mask: jax.Array,
+          mask: jax.Array, dtype: str = "float32",
+          ) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
     """Float32 logits [B, V] of the next token after ``tokens`` [B] at ``positions``
     [B]. ``prefix`` holds each layer's prompt keys and values [P, K, Lp, H], shared
     by the B / P rows of each prompt (rows grouped by prompt, as ``jnp.repeat``

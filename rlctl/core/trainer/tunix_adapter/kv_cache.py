@@ -13,14 +13,33 @@ from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 
 # rlctl samples with its own prefix-shared sampler (sampler.py); Tunix's sampler is
 # the yardstick bench/bench_rollout.py measures it against (tests/.../yardsticks.py).
-def kv_cache(info: ModelInfo, batch: int, size: int) -> Any:
+def kv_cache(info: ModelInfo, batch: int, size: int, stacked: bool = False) -> Any:
     """An empty KV cache of ``size`` slots per row in the layout Tunix's attention
     layers write (``layer_i: {k, v, end_index}``); the model's dtype, as
-    ``shared_prefix_logps`` makes it."""
+    ``shared_prefix_logps`` makes it. ``stacked``: one ``{k, v, end_index}`` whose
+    arrays have a leading layer axis, as scanned layers read and write it
+    (``layers.scan_trunk``)."""
+    if stacked:
+        one = layer_cache(info, batch, size)
+        return jax.tree.map(lambda x: jnp.zeros((info.num_layers, *x.shape), x.dtype), one)
     from tunix.generate import sampler as sampler_lib
 
     return sampler_lib._init_cache(info.num_layers, size, batch, info.num_kv_heads,
                                    info.head_dim, jnp.dtype(info.dtype))
+
+
+def layer_cache(info: ModelInfo, batch: int, size: int) -> Any:
+    """One layer's empty cache (``kv_cache``'s ``layer_0``)."""
+    from tunix.generate import sampler as sampler_lib
+
+    return sampler_lib._init_cache(1, size, batch, info.num_kv_heads, info.head_dim,
+                                   jnp.dtype(info.dtype))["layer_0"]
+
+
+def repeat_rows(cache: Any, times: int, stacked: bool = False) -> Any:
+    """Each row of ``cache`` repeated ``times`` times in place (a group's rows after
+    its prompt's); a stacked cache's rows are its second axis."""
+    return jax.tree.map(lambda x: jnp.repeat(x, times, axis=1 if stacked else 0), cache)
 
 
 def whole_weights(state: Any, mesh: Any) -> Any:

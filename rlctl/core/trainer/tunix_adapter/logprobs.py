@@ -10,24 +10,26 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rlctl.core.trainer import numerics as numerics_lib
+from rlctl.core.trainer.numerics import Numerics
+from rlctl.core.trainer.tunix_adapter import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.compaction import head_logps, needed_positions, plan
 from rlctl.core.trainer.tunix_adapter.decode import fits
-from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache
+from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, layer_cache, repeat_rows
 from rlctl.core.trainer.tunix_adapter.mixed import mm
 from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 
-# Whether plain Llama models take their MLP's gradient from ``mlp_grad`` (a benchmark
-# sets it False for JAX's own differentiation of Tunix's layer, the yardstick).
-OWN_MLP_GRADIENT = True
-# Whether the update's vocabulary head runs on the masked-in positions only
-# (``compaction.head_logps``; a benchmark sets it False for its yardstick).
-PACK_HEAD = True
 
-
-def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
+def trunk(model, tokens, positions, cache, mask, scan: bool = False,
+          dtype: str = "float32", stacked: Any = None) -> tuple[jax.Array, Any]:
     """The model's final-norm hidden states [B, L, D] and its new cache: everything
     but the vocabulary projection, which ``token_logps`` does in chunks.
+
+    ``scan``: the layers run as one scanned body (``layers.scan_trunk``, a plain
+    Llama only, ``layers.scans``), the cache stacked (``kv_cache(stacked=True)``),
+    their products reading ``dtype``, ``stacked`` the layers as ``layers.stack``
+    gave them (once, outside a loop); unrolled, Llama's layers are Tunix's own.
 
     Qwen and Gemma 3 models sow these states when asked (Gemma scales its embeddings
     by sqrt(D) inside the call, so it must run whole); the logits they also compute are then
@@ -38,6 +40,8 @@ def trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
         _, new_cache = model(tokens, positions, cache, mask, output_hidden_states=True)
         sown = nnx.pop(model, nnx.Intermediate)
         return sown["all_hidden_states"].get_value()[-1], new_cache
+    if scan:
+        return layers_lib.scan_trunk(model, tokens, positions, cache, mask, dtype, stacked)
     new_cache = None if cache is None else {}
     x = model.embedder.encode(tokens)
     for i, layer in enumerate(model.layers):
@@ -56,23 +60,22 @@ def head_weight(model) -> jax.Array:
 
 
 def chunk_tokens(vocab_size: int, limit_bytes: int | None = None) -> int:
-    """Tokens per chunk of the log-softmax: ``LOGITS_CHUNK_BYTES`` of logits (read at
-    call time, so a benchmark can set it)."""
-    import rlctl.core.trainer.tunix_adapter as package  # where a benchmark sets it
-
-    limit = package.LOGITS_CHUNK_BYTES if limit_bytes is None else limit_bytes
+    """Tokens per chunk of the log-softmax: ``limit_bytes`` of float32 logits (the
+    numerics table's ``logits_chunk_bytes`` by default)."""
+    limit = Numerics.logits_chunk_bytes if limit_bytes is None else limit_bytes
     return max(16, limit // (4 * vocab_size))
 
 
 def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
                 chunk: int, keep: jax.Array | None = None,
-                dtype: str = "float32") -> tuple[jax.Array, jax.Array]:
+                dtype: str = "float32", pack_head: bool = True) -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target token and the entropy of its predicted distribution,
     from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
 
     The projection reads ``dtype`` and sums in float32 (``mixed.mm``).
-    Given ``keep`` [N, L] and a batch that is one chunk, only the kept targets are
-    projected (``compaction.head_logps``); the others' log-prob and entropy are 0.
+    Given ``keep`` [N, L], ``pack_head`` and a batch that is one chunk, only the kept
+    targets are projected (``compaction.head_logps``); the others' log-prob and
+    entropy are 0.
 
     With more than one chunk, each chunk's logits are recomputed in the backward
     pass (``jax.checkpoint``), so at most one chunk of [chunk, V] logits is live:
@@ -93,7 +96,7 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
         return logp, jax.lax.stop_gradient(entropy)
 
     h, t = hidden.reshape(T, D), targets.reshape(T)
-    if chunk >= T and keep is not None and PACK_HEAD:
+    if chunk >= T and keep is not None and pack_head:
         logp, ent = head_logps(h, t, w, temperature, keep.reshape(T).astype(bool), dtype)
     elif chunk >= T:
         logp, ent = piece(h, t)
@@ -109,7 +112,7 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
 def shared_prefix_logps(
     model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
     info: ModelInfo, chunk: int | None = None, remat: bool | int = False,
-    mask: jax.Array | None = None,
+    mask: jax.Array | None = None, numerics: Numerics | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs of completions, computing each group's prompt once.
 
@@ -124,12 +127,14 @@ def shared_prefix_logps(
     each layer (``_layer_pair``); with ``remat`` each layer keeps only its inputs
     for the backward pass and recomputes the rest there (``_recomputed_pair``); an
     int ``remat`` recomputes that many layers, the first ones (``recomputed``).
-    Without LoRA adapters their MLP's gradient is rlctl's own (``mlp_grad``).
-    Qwen and Gemma models run whole, prompt then completions, without remat.
-    Given the loss's ``mask``, plain Llama's MLPs skip the completion positions
-    that no masked-in log-prob reads, and every family's vocabulary head the
-    positions not masked in (``compaction``): the log-probs where the mask is set
-    are unchanged, the others are 0 and not meant to be read.
+    Without LoRA adapters each layer is rlctl's (``mlp_grad.decoder_layer``), and
+    ``numerics`` (the backend's row of ``numerics.TABLE``) says whether its MLP's
+    gradient is rlctl's own and whether the layers run scanned (one compiled body)
+    or unrolled. Qwen and Gemma models run whole, prompt then completions, without
+    remat. Given the loss's ``mask`` and the row's packing, plain Llama's MLPs skip
+    the completion positions that no masked-in log-prob reads, and every family's
+    vocabulary head the positions not masked in (``compaction``): the log-probs
+    where the mask is set are unchanged, the others are 0 and not meant to be read.
 
     Args:
       prompt_ids: [P, Lp] left-padded prompts (one per group).
@@ -141,11 +146,11 @@ def shared_prefix_logps(
     """
     from tunix.generate import utils as gen_utils
 
+    n = numerics or numerics_lib.current()
     P, Lp = prompt_ids.shape
     _, Lc = completion_ids.shape
     S = Lp + Lc
     pmask = prompt_ids != pad_id
-    cache = kv_cache(info, P, S)  # the layout the sampler decodes with
     p_positions = gen_utils.build_positions_from_mask(pmask)
     p_mask = gen_utils.make_causal_attn_mask(pmask, S)
     pmask_b = jnp.repeat(pmask, group, axis=0)
@@ -157,27 +162,41 @@ def shared_prefix_logps(
     keys = jnp.concatenate([pmask_b, cmask], axis=-1)
     c_mask = keys[:, None, :] & causal[None]
     if _runs_whole(model):
+        cache = kv_cache(info, P, S)  # the layout the sampler decodes with
         p_hidden, cache = trunk(model, prompt_ids, p_positions, cache, p_mask)
-        cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
-        c_hidden, _ = trunk(model, completion_ids, positions, cache, c_mask)
+        c_hidden, _ = trunk(model, completion_ids, positions, repeat_rows(cache, group),
+                            c_mask)
     else:
-        again = recomputed(remat, len(model.layers))
-        own = OWN_MLP_GRADIENT and fits(model, info)
-        how = (group, own, info.compute_dtype)
-        packing = plan(needed_positions(mask)) if own and mask is not None else None
+        layers = len(model.layers)
+        again = recomputed(remat, layers)
+        mine = fits(model, info)  # rlctl's layer, else Tunix's (a LoRA model's)
+        how = (group, mine, n.own_mlp_gradient, info.compute_dtype)
+        packing = (plan(needed_positions(mask)) if mine and n.pack_mlp_rows
+                   and mask is not None else None)
         xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
-        for i, layer in enumerate(model.layers):
-            graphdef, state = nnx.split(layer)
-            masks = (p_positions, p_mask, positions, c_mask, cache[f"layer_{i}"], packing)
-            pair = _recomputed_pair if i < again else _layer_pair
-            xs = pair(graphdef, how, state, xs, masks)
+        # each layer's cache starts empty: one empty layer cache serves every layer
+        empty = layer_cache(info, P, S)
+        masks = (p_positions, p_mask, positions, c_mask, empty, packing)
+        if n.scan_layers and layers_lib.scans(model, info):
+            graphdef, states = layers_lib.stack(model.layers)
+            # the first ``again`` layers recomputed in the backward pass, then the rest
+            for pair, lo, hi in ((_recomputed_pair, 0, again), (_layer_pair, again, layers)):
+                if hi > lo:
+                    xs = layers_lib.scan(
+                        functools.partial(_scanned_pair, pair, graphdef, how, masks), xs,
+                        layers_lib.part(states, lo, hi))
+        else:
+            for i, layer in enumerate(model.layers):
+                graphdef, state = nnx.split(layer)
+                pair = _recomputed_pair if i < again else _layer_pair
+                xs = pair(graphdef, how, state, xs, masks)
         p_hidden, c_hidden = model.final_norm(xs[0]), model.final_norm(xs[1])
     # token j is predicted by position j-1: the first one by the prompt's last position
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
     hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
     return token_logps(hidden, completion_ids, head_weight(model), temperature,
-                       chunk or chunk_tokens(info.vocab_size), keep=mask,
-                       dtype=info.compute_dtype)
+                       chunk or chunk_tokens(info.vocab_size, n.logits_chunk_bytes),
+                       keep=mask, dtype=info.compute_dtype, pack_head=n.pack_head)
 
 
 def recomputed(remat: bool | int, layers: int) -> int:
@@ -199,23 +218,30 @@ def _runs_whole(model) -> bool:
     return hasattr(model.config, "use_tied_embedding") or hasattr(model.config, "num_embed")
 
 
-def _layer_pair(graphdef, how: tuple[int, bool, str], state, xs, masks):
+def _scanned_pair(pair, graphdef, how, masks, xs, state):
+    """``pair`` as a scanned layer body: (carried hidden states, one layer's state)."""
+    return pair(graphdef, how, state, xs, masks)
+
+
+def _layer_pair(graphdef, how: tuple[int, bool, bool, str], state, xs, masks):
     """One decoder layer over the prompts [P, Lp, D], then over their P*G
     completions [P*G, Lc, D], which attend to the prompts' keys and values
     (repeated ``group`` times): the two hidden states after the layer. ``how`` is
-    (group, whether the layer runs as ``mlp_grad.decoder_layer``, the dtype its
-    matmuls read there); the completions' MLP runs on the positions of ``masks``'
-    packing, if any."""
-    group, own, dtype = how
+    (group, whether the layer runs as ``mlp_grad.decoder_layer``, whether its MLP's
+    gradient is rlctl's own, the dtype its matmuls read there); the completions' MLP
+    runs on the positions of ``masks``' packing, if any."""
+    group, mine, own_gradient, dtype = how
     p_positions, p_mask, positions, c_mask, empty, packing = masks
     layer = nnx.merge(graphdef, state)
-    call = functools.partial(decoder_layer, layer, dtype=dtype) if own else layer
+    call = (functools.partial(decoder_layer, layer, dtype=dtype, own_gradient=own_gradient)
+            if mine else layer)
     cache, p_out = call(xs[0], p_positions, empty, p_mask)
-    cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+    cache = repeat_rows(cache, group)
     if packing is None:
         _, c_out = call(xs[1], positions, cache, c_mask)
     else:  # the MLP on the positions the loss reads
-        _, c_out = decoder_layer(layer, xs[1], positions, cache, c_mask, packing, dtype)
+        _, c_out = decoder_layer(layer, xs[1], positions, cache, c_mask, packing, dtype,
+                                 own_gradient)
     return p_out, c_out
 
 

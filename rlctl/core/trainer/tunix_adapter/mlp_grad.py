@@ -37,6 +37,9 @@ import jax.numpy as jnp
 from rlctl.core.trainer.tunix_adapter.compaction import Packing, packed
 from rlctl.core.trainer.tunix_adapter.mixed import F32, dot_nt, dtype_of, mm, narrow
 
+# the named scope of the own gradient's operations in a lowered program
+SCOPE = "own_mlp_gradient"
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def gated_mlp(dtype: str, wg: jax.Array, wu: jax.Array, wd: jax.Array,
@@ -56,6 +59,11 @@ def _forward(dtype, wg, wu, wd, x):
 
 
 def _backward(dtype, saved, dy):
+    with jax.named_scope(SCOPE):
+        return _gradients(dtype, saved, dy)
+
+
+def _gradients(dtype, saved, dy):
     wg, wu, wd, x, g, u = saved
     f = dy.dtype
     s = jax.nn.sigmoid(g)
@@ -118,20 +126,30 @@ def attention(attn: Any, x: jax.Array, positions: jax.Array, cache: Any, mask: j
     return new_cache, out
 
 
+def jax_gradient_mlp(dtype: str, wg: jax.Array, wu: jax.Array, wd: jax.Array,
+                     x: jax.Array) -> jax.Array:
+    """``gated_mlp``'s forward, differentiated by JAX itself: an accelerator's
+    (``numerics.Numerics.own_mlp_gradient`` off), whose compiler fuses that gradient
+    well; the products still read ``dtype`` and sum in float32."""
+    return _forward(dtype, wg, wu, wd, x)[0]
+
+
 def decoder_layer(layer: Any, x: jax.Array, positions: jax.Array, cache: Any,
                   mask: jax.Array, packing: Packing | None = None,
-                  dtype: str = "float32") -> tuple[Any, jax.Array]:
+                  dtype: str = "float32", own_gradient: bool = True) -> tuple[Any, jax.Array]:
     """Tunix's ``DecoderLayer.block`` with the attention through ``attention`` and the
     MLP through ``gated_mlp``, both in ``dtype``: (new cache, the layer's output).
     With a ``packing`` of x's [B, L] positions, the MLP (norm included) runs on the
-    kept positions only (``compaction.packed``)."""
+    kept positions only (``compaction.packed``). ``own_gradient`` False: the MLP's
+    gradient is JAX's (``jax_gradient_mlp``), the forward the same."""
     cache, h = attention(layer.attn, layer.input_layernorm(x), positions, cache, mask, dtype)
     h = h + x
     mlp = layer.mlp
+    mlp_fn = gated_mlp if own_gradient else jax_gradient_mlp
 
     def feed_forward(h):
-        return gated_mlp(dtype, mlp.gate_proj.kernel[...], mlp.up_proj.kernel[...],
-                         mlp.down_proj.kernel[...], layer.post_attention_layernorm(h))
+        return mlp_fn(dtype, mlp.gate_proj.kernel[...], mlp.up_proj.kernel[...],
+                      mlp.down_proj.kernel[...], layer.post_attention_layernorm(h))
 
     with jax.named_scope("feed_forward"):
         if packing is None:

@@ -1,0 +1,163 @@
+"""Scanned layers (``tunix_adapter/layers.py``) compute what the unrolled loop does: the
+update's log-probs and gradients, the sampler's tokens and log-probs, on a tiny Llama
+in float32. And the accelerators' row of the numerics table as a whole (scanned, none
+of the CPU's tricks) trains on the same figures as the CPU's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("tunix")
+pytestmark = pytest.mark.trainer
+
+from tests.fakes.tiny_model import write_tiny_llama  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    """A 4-layer tiny Llama (the update's int remat then splits it 3 + 1), a padded
+    batch of two prompts of three completions."""
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    model, info = ta.load_model(write_tiny_llama(tmp_path_factory.mktemp("m") / "l4",
+                                                 layers=4))
+    rng = np.random.default_rng(5)
+    prompts = rng.integers(3, info.vocab_size, (2, 6)).astype(np.int32)
+    prompts[1, :2] = 0
+    comps = rng.integers(3, info.vocab_size, (6, 8)).astype(np.int32)
+    for row, n in enumerate([1, 8, 2, 5, 3, 4]):
+        comps[row, n:] = 0
+    mask = (comps != 0).astype(np.int32)
+    adv = rng.normal(size=6).astype(np.float32)
+    return model, info, prompts, comps, mask, adv
+
+
+def _row(name: str, **changes):
+    from rlctl.core.trainer.numerics import TABLE
+
+    return dataclasses.replace(TABLE[name], **changes)
+
+
+def _loss_and_grads(four, numerics, remat):
+    """(log-probs, entropies, gradients of a masked advantage-weighted sum) under
+    ``numerics``."""
+    from flax import nnx
+
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    model, info, prompts, comps, mask, adv = four
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(p):
+        m = nnx.merge(graphdef, p, rest)
+        lp, ent = ta.shared_prefix_logps(m, prompts, comps, group=3, pad_id=0,
+                                         temperature=0.8, info=info, remat=remat, mask=mask,
+                                         numerics=numerics)
+        return (lp * mask * adv[:, None]).sum(), (lp, ent)
+
+    (_, (lp, ent)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return np.asarray(lp) * mask, np.asarray(ent) * mask, jax.tree.leaves(grads)
+
+
+@pytest.mark.parametrize("remat", [False, 3, True])
+def test_the_scanned_update_gives_the_unrolled_figures(four, remat):
+    """The CPU's row with its layers scanned: the same log-probs and gradients, with no
+    layer recomputed, the first three (two scans: 3 recomputed, then 1), or all."""
+    unrolled = _loss_and_grads(four, _row("cpu"), remat)
+    scanned = _loss_and_grads(four, _row("cpu", scan_layers=True), remat)
+    np.testing.assert_allclose(scanned[0], unrolled[0], atol=1e-6)
+    np.testing.assert_allclose(scanned[1], unrolled[1], atol=1e-6)
+    assert len(scanned[2]) == len(unrolled[2])
+    for a, b in zip(scanned[2], unrolled[2], strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def test_the_accelerators_row_trains_on_the_cpus_figures(four):
+    """No packing, JAX's MLP gradient, scanned layers: where the mask is set the same
+    log-probs and entropies, and the same gradients (the packed rows only skip what
+    nothing masked in reads)."""
+    cpu = _loss_and_grads(four, _row("cpu"), False)
+    gpu = _loss_and_grads(four, _row("gpu"), False)
+    np.testing.assert_allclose(gpu[0], cpu[0], atol=2e-5)
+    np.testing.assert_allclose(gpu[1], cpu[1], atol=2e-5)
+    for a, b in zip(gpu[2], cpu[2], strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_scanned_trunk_gives_the_unrolled_hidden_states_and_cache(four):
+    import jax.numpy as jnp
+
+    from rlctl.core.trainer import tunix_adapter as ta
+
+    model, info, prompts, *_ = four
+    P, L = prompts.shape
+    S = L + 4
+    pmask = jnp.asarray(prompts != 0)
+    positions = jnp.maximum(jnp.cumsum(pmask, -1) - 1, 0)
+    mask = jnp.pad(pmask[:, None, :] & jnp.tril(jnp.ones((L, L), bool))[None],
+                   ((0, 0), (0, 0), (0, 4)))
+    h0, c0 = ta.trunk(model, prompts, positions, ta.kv_cache(info, P, S), mask)
+    h1, c1 = ta.trunk(model, prompts, positions, ta.kv_cache(info, P, S, stacked=True), mask,
+                      scan=True)
+    np.testing.assert_allclose(np.asarray(h1), np.asarray(h0), atol=1e-6)
+    for i in range(info.num_layers):
+        for key in ("k", "v", "end_index"):
+            np.testing.assert_allclose(np.asarray(c1[key][i]),
+                                       np.asarray(c0[f"layer_{i}"][key]), atol=1e-6)
+
+
+@pytest.mark.parametrize("weights_first", [False, True])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_scanned_sampler_draws_the_unrolled_tokens(four, weights_first, temperature):
+    """Prefill (and, through the layers, decode) scanned: the same tokens, log-probs and
+    decode iterations; weights first, the scanned prefill's cache feeds the same
+    decode."""
+    from rlctl.core.trainer.sampler import Sampler, sample_groups
+
+    model, info, prompts, *_ = four
+    s = Sampler(model, info, pad_id=0, eos_ids=[5], max_new_tokens=7)
+    kw = dict(info=s.info, group=3, max_new_tokens=7, pad_id=0, eos_ids=(5,),
+              weights_first=weights_first)
+    args = (s.graphdef, s.state, prompts, np.uint32(3), np.float32(temperature),
+            np.float32(1.0), np.int32(0))
+    plain = jax.device_get(sample_groups(*args, **kw, scan=False))
+    scanned = jax.device_get(sample_groups(*args, **kw, scan=True))
+    np.testing.assert_array_equal(scanned[0], plain[0])
+    np.testing.assert_allclose(scanned[1], plain[1], atol=2e-5)
+    assert int(scanned[2]) == int(plain[2])
+
+
+def test_the_sampler_takes_its_choices_from_the_numerics_row(four):
+    from rlctl.core.trainer.sampler import Sampler
+
+    model, info, *_ = four
+    cpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4,
+                  numerics=_row("cpu"))
+    gpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4,
+                  numerics=_row("gpu"))
+    assert (cpu.weights_first, cpu.scan) == (True, False)
+    assert (gpu.weights_first, gpu.scan) == (False, True)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_accelerators_sampler_draws_the_cpus_tokens(four, temperature):
+    """Every row prefilled, scanned layers, no weights-first decode: the CPU row's
+    tokens and log-probs, group by group."""
+    from rlctl.core.trainer.sampler import Sampler
+
+    model, info, prompts, *_ = four
+
+    def draw(row: str, eos: list[int]):
+        return Sampler(model, info, pad_id=0, eos_ids=eos, max_new_tokens=7,
+                       numerics=_row(row))(prompts, group=3, seed=11, temperature=temperature)
+
+    eos = [int(draw("cpu", []).tokens[1, 3])]  # a token some row draws: it stops there
+    drawn = [draw(row, eos) for row in ("cpu", "gpu")]
+    np.testing.assert_array_equal(drawn[1].tokens, drawn[0].tokens)
+    np.testing.assert_allclose(drawn[1].logps, drawn[0].logps, atol=2e-5)
+    assert drawn[1].steps == drawn[0].steps
+    assert (drawn[0].lengths < 7).any()  # some row stopped
