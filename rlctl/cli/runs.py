@@ -120,6 +120,18 @@ def _runs_table(rows: list[RunInfo], width: int | None = None):
     return "\n".join(blocks)
 
 
+def _last_save(r: RunInfo) -> str:
+    """' (saved 1.5 GB in 4.2 s)': the newest save, as status.json recorded it."""
+    from rlctl.core.units import human_bytes
+
+    s = r.last_save or {}
+    if s.get("step") != r.latest_checkpoint or not isinstance(s.get("seconds"), (int, float)):
+        return ""
+    size = f"{human_bytes(s['bytes'])} " if isinstance(s.get("bytes"), int) else ""
+    where = " in the background" if s.get("background") else ""
+    return f" (saved {size}in {s['seconds']:.1f} s{where})"
+
+
 def _disk(r: RunInfo) -> str:
     """'1.4 GB (checkpoint 10: 0.5 GB)': what the run's folder takes on disk."""
     from rlctl.core.units import human_bytes
@@ -145,7 +157,7 @@ def _run_view(r: RunInfo) -> str:
         f"  phase       {r.phase}",
         f"  algorithm   {r.algorithm or '-'}",
         f"  step        {r.step}/{r.total_steps or '?'}",
-        f"  checkpoint  {_fmt(r.latest_checkpoint)}",
+        f"  checkpoint  {_fmt(r.latest_checkpoint)}" + _last_save(r),
     ]
     if r.disk_bytes is not None:
         lines.append(f"  disk        {_disk(r)}")

@@ -95,6 +95,8 @@ class StatusUpdate(BaseModel):
     compiles: dict[str, float] | None = None
     # the device allocator's peak so far (JAX's peak_bytes_in_use); None on a CPU
     peak_device_bytes: int | None = None
+    # the newest complete save: {step, bytes, seconds, background}
+    last_save: dict[str, Any] | None = None
     finished: str | None = None
     total_steps: int | None = None
     steps_changes: list[dict[str, Any]] | None = None  # each {from, to, by, at}

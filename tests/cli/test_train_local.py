@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -167,12 +168,17 @@ def test_a_run_on_its_own_reward_shows_that_reward_not_accuracy(tiny_model_dir, 
     log = (tmp_path / "runs" / "own" / "train.log").read_text()
     assert "eval/final: reward " in log and " digit_count " in log
     assert "accuracy" not in log
+    # #45 point 5: each save said with its step, size and seconds, the last in status
+    assert re.search(r"checkpoint 2 saved \([\d.]+ [KMG]i?B\) in [\d.]+ s", log), log
+    assert re.search(r"checkpoint 2 saved \(", r.stderr)
 
     r = runner.invoke(app, ["status", "own"])
     assert r.exit_code == 0, r.output
     shown = [x.strip() for x in r.stdout.splitlines()]
     assert any(x.startswith("eval/final") and " digit_count=" in x for x in shown)
     assert any(x.startswith("last step") and "digit_count=" in x for x in shown)
+    assert any(re.match(r"checkpoint  2 \(saved [\d.]+ [KMG]i?B in [\d.]+ s\)", x)
+               for x in shown), shown
     assert not any("accuracy" in x for x in shown if x.startswith(("eval/", "last step")))
     r = runner.invoke(app, ["status", "own", "-o", "json"])
     info = json.loads(r.stdout)

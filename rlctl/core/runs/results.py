@@ -75,6 +75,7 @@ class RunInfo(BaseModel):
     # program -> seconds its compilations took this attempt, summed ("step": the update,
     # "sample_groups": the sampler), as the trainer recorded them
     compiles: dict[str, float] | None = None
+    last_save: dict[str, Any] | None = None  # the newest save: step, bytes, seconds
     peak_device_bytes: int | None = None  # the device allocator's peak (None on a CPU)
     created: str | None = None
     updated: str | None = None

@@ -237,6 +237,8 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         precision=_str(status.get("precision")),
         sampling_precision=_str(status.get("sampling_precision")),
         compiles=_seconds(status.get("compiles")),
+        last_save=status.get("last_save") if isinstance(status.get("last_save"), dict)
+        else None,
         peak_device_bytes=_int(status.get("peak_device_bytes")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),

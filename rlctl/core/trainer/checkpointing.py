@@ -316,6 +316,13 @@ class Saved:
     held_s: float
     write_s: float = 0.0
     background: bool = False
+    bytes: int | None = None  # the checkpoint's size on disk (its manifest's total)
+
+    def record(self) -> dict[str, Any]:
+        """status.json's ``last_save``: what ``status`` shows of it."""
+        return {"step": self.step, "bytes": self.bytes,
+                "seconds": round(self.write_s if self.background else self.held_s, 2),
+                "background": self.background}
 
 
 @dataclass
@@ -504,7 +511,7 @@ class Checkpoints:
                 return
             self._write(step, state)
             held = time.perf_counter() - t0
-            self._finished.append(Saved(step, held, held))
+            self._finished.append(Saved(step, held, held, bytes=self.latest_size))
         # the save's host copies and TensorStore's buffers, freed in its threads' heaps:
         # kept there, they raised the default run's peak by 0.6 GB at the next update
         return_freed_memory()
@@ -539,6 +546,7 @@ class Checkpoints:
         t0 = time.perf_counter()
         try:
             self._write(step, copies)
+            flight.saved.bytes = self.latest_size
         except BaseException as e:  # raised on the run's thread by wait()
             flight.error = e
         finally:

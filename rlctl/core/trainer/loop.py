@@ -56,6 +56,7 @@ class Trainer:
         from rlctl.core.trainer.memory import DevicePeak
 
         self.device_peak = DevicePeak()  # the allocator's peak, read after each step
+        self.last_save: dict[str, Any] | None = None  # status.json's last_save
         self._cache_pushed = -1  # compilations when a gs:// run's cache was last pushed
 
     # --- setup: small create_* steps ---------------------------------------------
@@ -275,18 +276,23 @@ class Trainer:
             self.ckpt.wait()
             self._saves_done()
             saved = done
-        on_status(StatusUpdate(step=done, latest_checkpoint=saved))
+        on_status(StatusUpdate(step=done, latest_checkpoint=saved,
+                               **({"last_save": self.last_save} if self.last_save else {})))
         raise stops.StopRequested(done, saved)
 
     def _saves_done(self) -> int | None:
         """Say each save completed since the last call (a background one once it is
         written and committed), and return the newest one's step, if any."""
+        from rlctl.core.units import human_bytes
+
         newest = None
         for saved in self.ckpt.finished():
             how = (f"in the background in {saved.write_s:.1f} s (the step waited "
                    f"{saved.held_s:.2f} s)" if saved.background else f"in {saved.held_s:.1f} s")
-            self._say(f"checkpoint {saved.step} saved {how}")
+            size = f" ({human_bytes(saved.bytes)})" if saved.bytes else ""
+            self._say(f"checkpoint {saved.step} saved{size} {how}")
             newest = saved.step
+            self.last_save = saved.record()
         return newest
 
     def _push_cache(self) -> None:
@@ -388,7 +394,9 @@ class Trainer:
                     saved = self._saves_done()
                     peak = row.get("peak_device_bytes")
                     on_status(StatusUpdate(phase=Phase.RUNNING, step=done,
-                                           **({"latest_checkpoint": saved} if saved else {}),
+                                           **({"latest_checkpoint": saved,
+                                               "last_save": self.last_save}
+                                              if saved else {}),
                                            **({"peak_device_bytes": peak} if peak else {})))
                     if stops.requested() and stops.deferring():
                         self._stop(done, on_status)
@@ -406,7 +414,7 @@ class Trainer:
             final = self.evaluate("final", s.training.steps) if s.eval.size else None
             self.ckpt.wait()  # the last save, written while the final eval ran
             if saved := self._saves_done():
-                on_status(StatusUpdate(latest_checkpoint=saved))
+                on_status(StatusUpdate(latest_checkpoint=saved, last_save=self.last_save))
             return {"baseline": baseline, "final": final}
         finally:
             self.metrics.close()
