@@ -19,7 +19,9 @@ ASCII_BLOCKS = "_.-:=+*#"  # where the output's encoding has no block characters
 LABELS = {"reward_mean": "reward", "accuracy": "accuracy", "loss": "loss",
           "entropy": "entropy", "kl": "kl", "clip_fraction": "clipped"}
 LABEL_WIDTH = 10  # "accuracy" plus a space, and "held-out"
-REWARD_LABEL = 9  # a reward's name under "reward", indented one: longer ones are cut
+# a reward's name under "reward", indented one: the column widens to show it whole, up
+# to this many characters (longer ones are cut, so the marks keep most of the width)
+REWARD_LABEL = 24
 INDENT = "  "
 MIN_SPARK = 8  # narrower than this, the numbers go on a line of their own
 
@@ -79,7 +81,7 @@ def _eval_lines(curve: Curve, width: int, arrow: str, more: str) -> list[str]:
     one eval a line."""
     if not curve.eval:
         return []
-    head = f"{INDENT}{'held-out':<{LABEL_WIDTH}}"
+    head = f"{INDENT}{'held-out':<{label_width(curve)}}"
     # the run's headline: accuracy where it scores with 'correct', else its reward
     value = (lambda p: p.accuracy) if curve.scores_accuracy else (lambda p: p.reward)
     parts = [f"{p.which} {num(value(p))}" for p in curve.eval]
@@ -98,6 +100,13 @@ def _numbers_below(stats: tuple[str, str, str], width: int) -> list[str]:
     last, lo, hi = stats
     one = f"{pad}last {last}  min {lo}  max {hi}"
     return [one] if len(one) <= width else [f"{pad}last {last}", f"{pad}min {lo}  max {hi}"]
+
+
+def label_width(curve: Curve) -> int:
+    """The label column: LABEL_WIDTH, or wide enough for the run's reward names (each
+    indented one, a space after), up to REWARD_LABEL."""
+    longest = max((len(n) for n in curve.rewards), default=0)
+    return max(LABEL_WIDTH, min(longest, REWARD_LABEL - 1) + 2)
 
 
 def _cut(name: str, width: int, more: str) -> str:
@@ -121,6 +130,7 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
     keys = ["reward_mean", *curve.reward_keys(),
             *(["accuracy"] if curve.scores_accuracy else []),
             *(k for k in POLICY if curve.informative(k))]
+    width_of_labels = label_width(curve)
     labels = {**LABELS, **{f"rewards/{name}/mean": " " + _cut(name, REWARD_LABEL - 1, more)
                            for name in curve.rewards}}
     n = len(curve.step)
@@ -133,7 +143,7 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
         text = {k: f"last {a:>{w_last}}  min {b:>{w_min}}  max {c:>{w_max}}"
                 for k, (a, b, c) in stats.items()}
         stats_len = max(len(t) for t in text.values())
-        lead = len(INDENT) + LABEL_WIDTH
+        lead = len(INDENT) + width_of_labels
         cells = width - lead - 2 - stats_len
         own_line = cells < MIN_SPARK  # a narrow terminal: numbers below the marks
         if own_line:
@@ -144,7 +154,7 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
         lines.append(f"learning curve, {span}{per}")
         for k in keys:
             spark = sparkline(buckets(curve.series(k), marks), blocks)
-            row = f"{INDENT}{labels[k]:<{LABEL_WIDTH}}{spark}"
+            row = f"{INDENT}{labels[k]:<{width_of_labels}}{spark}"
             if own_line:
                 lines += [row, *_numbers_below(stats[k], width)]
             else:
@@ -152,7 +162,7 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
         first, last = str(curve.step[0]), str(curve.step[-1])
         axis = first if n == 1 or marks < len(first) + len(last) + 1 else \
             first + last.rjust(marks - len(first))
-        lines.append(f"{INDENT}{'step':<{LABEL_WIDTH}}{axis}")
+        lines.append(f"{INDENT}{'step':<{width_of_labels}}{axis}")
     else:
         lines.append("learning curve: no step yet")
     lines += _eval_lines(curve, width, arrow, more)

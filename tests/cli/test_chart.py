@@ -152,9 +152,12 @@ class TestPerRewardLines:
 
     def test_one_line_per_reward_below_the_total(self):
         lines = curve_lines(build_curve(self.ROWS, {}), 80)
-        labels = [x[:12] for x in lines[1:5]]
+        labels = [x[:28] for x in lines[1:5]]
         assert labels[0].strip().startswith("reward") and "correct" in labels[1]
-        assert "a_very" in labels[2] and "…" in lines[3]  # a long name is cut
+        assert "a_very_long_reward_name" in labels[2]  # whole: the column widens for it
+        cut = build_curve([{**r, "rewards/an_even_longer_reward_name_here/mean": 0.1}
+                           for r in self.ROWS], {})
+        assert " an_even_longer_reward_… " in "\n".join(curve_lines(cut, 80))  # cut at 24
         assert lines[2].split()[-6:] == ["last", "0.500", "min", "0.050", "max", "0.500"]
         assert all(len(x) <= 80 for x in lines)
 

@@ -18,7 +18,7 @@ def test_status_draws_the_curve_in_a_pipe(cli, store):
     assert all(len(x) <= 80 for x in chart), chart
     assert "\x1b" not in r.stdout  # no colour codes outside a terminal
     # trained on digit_count only: that reward under the total, no accuracy, no loss
-    for label in ("reward", "digit_c…", "entropy"):
+    for label in ("reward", "digit_count", "entropy"):  # reward names whole (#45)
         assert any(x.split()[:1] == [label] and "last" in x for x in chart), (label, chart)
     assert not any(x.split()[:1] in (["accuracy"], ["loss"]) for x in chart), chart
     held = next(x for x in chart if x.strip().startswith("held-out"))

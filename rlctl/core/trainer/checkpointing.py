@@ -250,6 +250,16 @@ def _state(model: Any, optimizer: Any, lora: bool = False) -> dict[str, Any]:
     }
 
 
+def _free(tree: Any, keep: Any) -> None:
+    """Delete the device buffers of ``tree``'s arrays, but those also in ``keep``."""
+    import jax
+
+    held = {id(x) for x in jax.tree.leaves(keep)}
+    for x in jax.tree.leaves(tree):
+        if isinstance(x, jax.Array) and id(x) not in held and not x.is_deleted():
+            x.delete()
+
+
 def remove_partial(folder: str | Path) -> list[str]:
     """Delete the temporary folders of saves that never finished (Orbax writes
     ``<step>.orbax-checkpoint-tmp...`` and renames it when complete): a killed or
@@ -599,6 +609,12 @@ class Checkpoints:
             restored = place_like(restored, state)
         else:
             abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+            # The optimizer's fresh moments (zeros: two thirds of the state) are
+            # replaced by the checkpoint's: freed first, a resume does not hold both
+            # (it peaked 1.2-1.7 GB above a fresh run on the default model). Nothing
+            # else holds them; a failed read refuses the run, which never uses them.
+            _free(state["optimizer"], keep=state["model"])
+            del state
             step, restored = self._restore_readable(step, abstract)
         if step in self._recovered and self.topo.is_writer:
             self.latest_size = write_manifest(Path(self.folder) / str(step))
@@ -610,6 +626,8 @@ class Checkpoints:
         opt_state = nnx.state(optimizer)
         nnx.replace_by_pure_dict(opt_state, restored["optimizer"])
         nnx.update(optimizer, opt_state)
+        del restored, model_state, opt_state
+        return_freed_memory()  # TensorStore's read buffers, freed in its threads' heaps
         return int(step)
 
     def _check_base(self, step: int) -> None:
