@@ -399,8 +399,11 @@ class Checkpoints:
     def _new_manager(self) -> Any:
         import orbax.checkpoint as ocp
 
-        # save_concurrent_gb is typed int (GB), but a fraction of a GB works as well
-        handler = ocp.StandardCheckpointHandler(save_concurrent_gb=self._in_flight / 1e9)
+        # save_concurrent_gb is typed int (GB), but a fraction of a GB works as well;
+        # a restore reads as little at once (its host buffers sit beside the arrays
+        # they become: 96 GB by default, the whole state held twice on a resume)
+        handler = ocp.StandardCheckpointHandler(save_concurrent_gb=self._in_flight / 1e9,
+                                                restore_concurrent_gb=self._in_flight / 1e9)
         return ocp.CheckpointManager(self.folder, options=self._options, item_handlers=handler)
 
     def _fresh_manager(self) -> None:
