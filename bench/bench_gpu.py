@@ -123,8 +123,8 @@ def generated_shape(name: str) -> dict:
 # --- where a run's time went, from its own records ------------------------------------
 
 _COMPILED = re.compile(r"(compiled|loaded) (the update|the sampler)\b.* in ([0-9.]+) s$")
-_SAVED = re.compile(r"checkpoint (\d+) saved (?:in the background in ([0-9.]+) s \(the step "
-                    r"waited ([0-9.]+) s\)|in ([0-9.]+) s)$")
+_SAVED = re.compile(r"checkpoint (\d+) saved (?:\([^)]*\) )?(?:in the background in ([0-9.]+) s "
+                    r"\(the step waited ([0-9.]+) s\)|in ([0-9.]+) s)$")
 
 
 def phases(run_dir: Path) -> dict[str, Any]:

@@ -122,7 +122,7 @@ def test_phases_are_read_from_the_runs_log_and_eval_records(tmp_path):
         "compiled jit(step) again after warm-up (2.1 s): different input types",
         "loaded the sampler (jit(sample_groups)) from the compilation cache in 0.5 s",
         "checkpoint 2 saved in the background in 4.9 s (the step waited 0.05 s)",
-        "checkpoint 4 saved in 3.0 s",
+        "checkpoint 4 saved (1.39 GiB) in 3.0 s",
     ]) + "\n")
     assert bg.phases(tmp_path) == {
         "update_compile_s": 41.2, "update_compiles": 1, "sampler_compile_s": 13.0,

@@ -96,10 +96,12 @@ def _unreachable(e: BaseException) -> bool:
     """A transport failure (refused, timed out, unresolved), as requests or
     google-auth raise it, not an answer from the service."""
     import requests
-    from google.auth import exceptions as auth_exc
 
-    return isinstance(e, (requests.ConnectionError, requests.Timeout, ConnectionError,
-                          TimeoutError, auth_exc.TransportError))
+    # google-auth's TransportError by name: only core/clients.py imports google
+    auth_transport = type(e).__name__ == "TransportError" and \
+        type(e).__module__.startswith("google.auth")
+    return auth_transport or isinstance(e, (requests.ConnectionError, requests.Timeout,
+                                            ConnectionError, TimeoutError))
 
 
 def _why_unreachable(e: BaseException) -> str:

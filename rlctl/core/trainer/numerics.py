@@ -5,7 +5,7 @@ Why one table: the trainer was tuned for 100 commits on the one machine every se
 has, a 2-core CPU, and each trick that made it fast there (packed MLP rows and a packed
 vocabulary head behind ``lax.switch``, an own MLP gradient, a decode laid out weights
 first, XLA:CPU's options, unrolled layers) ran on every backend. On one H200 (main
-94b3f32, ``../shared/GPU.md``) the default update then took 90 s to compile and a
+94b3f32, issue #44's measurement) the default update then took 90 s to compile and a
 16 x 8 x 256 batch never started: each ``switch`` compiles every branch, per layer, and
 every program held all 30 layers. So each choice is made here, per backend, from a
 measurement on that backend; an accelerator runs the plain program (layers scanned, one

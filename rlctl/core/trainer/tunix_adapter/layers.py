@@ -4,7 +4,7 @@ whatever the model's depth.
 Why: Tunix's Llama keeps its layers as a Python list and rlctl's forwards walked it, so
 every program (the update, the sampler's prefill and decode, the eval) held every
 layer, compiled anew. On one H200 the default update took 90 s to compile and a
-16 x 8 x 256 batch never reached step 1 in 185 s (``../shared/GPU.md``). Scanned, the
+16 x 8 x 256 batch never reached step 1 in 185 s (issue #44). Scanned, the
 layers' parameters are stacked on a leading axis (a copy per call, the size of the
 layers' weights) and ``lax.scan`` runs one compiled body over them, as MaxText's
 ``scan_layers`` does; the KV cache is stacked the same way (``kv_cache(stacked=True)``).
