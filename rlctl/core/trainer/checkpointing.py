@@ -406,6 +406,21 @@ class Checkpoints:
                                                 restore_concurrent_gb=self._in_flight / 1e9)
         return ocp.CheckpointManager(self.folder, options=self._options, item_handlers=handler)
 
+    def _fit_in_flight(self, state: Any) -> None:
+        """Raise the in-flight limit to the state's largest array (plus 1 MiB) when
+        that is above ``SAVE_IN_FLIGHT``: Orbax refuses to read or write an array larger
+        than its limit ("Requested more bytes than we reserved space for"), which on a
+        restore would set a sound checkpoint aside as damaged."""
+        import jax
+
+        in_flight = max([SAVE_IN_FLIGHT, *(int(getattr(x, "nbytes", 0) or
+                                               np.prod(x.shape) * np.dtype(x.dtype).itemsize)
+                                           + 2**20 for x in jax.tree.leaves(state))])
+        if in_flight != self._in_flight:
+            self._in_flight = in_flight
+            self.manager.close()
+            self.manager = self._new_manager()
+
     def _fresh_manager(self) -> None:
         """A new manager over the folder as it is now: after a failed restore Orbax's
         handlers keep state that fails the next restore ("Must provide args ...")."""
@@ -503,12 +518,7 @@ class Checkpoints:
         if not self.topo.is_writer:
             return
         self._check_space(step, state)
-        in_flight = max([SAVE_IN_FLIGHT, *(getattr(x, "nbytes", 0) + 2**20
-                                           for x in jax.tree.leaves(state))])
-        if in_flight != self._in_flight:  # an array larger than the limit: raise it
-            self._in_flight = in_flight
-            self.manager.close()
-            self.manager = self._new_manager()
+        self._fit_in_flight(state)
         # Ctrl-C / SIGTERM land after the save (or its copy), not inside it (under the
         # run driver's handler a second one cuts it short: the user asked twice)
         with stops.deferred() if stops.is_installed() else signals_deferred():
@@ -606,6 +616,7 @@ class Checkpoints:
         if self.lora is not None:
             self._check_base(step)
         state = _state(model, optimizer, self.lora is not None)
+        self._fit_in_flight(state)
         if self.topo.multi_process:  # whole arrays from disk, then sharded over the mesh
             target = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), state)
             restored = self.manager.restore(step, args=ocp.args.StandardRestore(target))

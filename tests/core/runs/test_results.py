@@ -49,7 +49,7 @@ class TestDumps:
         assert list(doc) == ["name", "path", "phase", "algorithm", "step", "total_steps",
                              "latest_checkpoint", "checkpoint_bytes", "disk_bytes",
                              "processes", "devices", "engine", "precision",
-                             "sampling_precision", "compiles", "peak_device_bytes",
+                             "sampling_precision", "compiles", "last_save", "peak_device_bytes",
                              "created", "updated", "error", "latest_metrics", "eval"]
         assert doc["phase"] == "interrupted" and doc["step"] == 3
         # no checkpoint yet: its size is null; the folder's is what is there
