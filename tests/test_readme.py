@@ -38,3 +38,25 @@ def test_constraints_pin_the_trainer_stack():
                  "pydantic", "kubernetes", "kubernetes-validate", "jsonschema",
                  "google-cloud-storage", "tokenizers"):
         assert name in pins, f"{name} is not pinned in constraints.txt"
+
+
+def test_the_exit_code_table_names_every_error_class_with_its_code():
+    """README's exit-code table (which rlctl/core/errors.py and the CLI point at)
+    lists each error class under the code it exits with, and no code nobody uses."""
+    import inspect
+    import re
+
+    from rlctl.core import errors
+
+    text = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| [^|]+ \|\s*([^|]*?)\s*\|$", text, re.MULTILINE)
+    assert rows, "no exit-code table in README.md"
+    documented = {name: int(code) for code, names in rows
+                  for name in re.findall(r"`(\w+)`", names)}
+    classes = {name: cls for name, cls in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(cls, errors.RlctlError)}
+    assert set(documented) == set(classes)
+    for name, cls in classes.items():
+        assert documented[name] == cls.exit_code, name
+    codes = {int(code) for code, _ in rows}
+    assert codes == {0, *(cls.exit_code for cls in classes.values())}
