@@ -260,6 +260,26 @@ def _free(tree: Any, keep: Any) -> None:
             x.delete()
 
 
+def _owned(tree: Any) -> Any:
+    """``tree`` with each restored array replaced by a copy XLA allocated, one array
+    at a time (each source freed before the next copy: at most one array more).
+
+    On the CPU a restored array wraps the host buffer TensorStore read it into; the
+    first step over such weights (the sampler's compile and first decode) peaked about
+    1 GiB above a fresh run's on the default model with the same live arrays: whole
+    runs 4.88 vs 3.86 GiB; over XLA's own copies 3.94 vs 3.85
+    (bench/bench_resume_memory.py)."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, treedef = jax.tree.flatten(tree)
+    for i, x in enumerate(leaves):
+        if isinstance(x, jax.Array):
+            leaves[i] = jnp.array(x, copy=True)
+            x.delete()
+    return jax.tree.unflatten(treedef, leaves)
+
+
 def remove_partial(folder: str | Path) -> list[str]:
     """Delete the temporary folders of saves that never finished (Orbax writes
     ``<step>.orbax-checkpoint-tmp...`` and renames it when complete): a killed or
@@ -630,6 +650,8 @@ class Checkpoints:
             _free(state["optimizer"], keep=state["model"])
             del state
             step, restored = self._restore_readable(step, abstract)
+            if jax.default_backend() == "cpu":
+                restored = _owned(restored)
         if step in self._recovered and self.topo.is_writer:
             self.latest_size = write_manifest(Path(self.folder) / str(step))
             self._warn(f"recovered checkpoint {step}: every array read back; "
