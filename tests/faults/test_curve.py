@@ -52,7 +52,7 @@ def test_plot_without_a_run_is_one_line(cli, store):
 
 
 def test_tensorboard_reads_the_runs_events(store):
-    """What the README's `tensorboard --logdir runs` shows: the per-step and eval scalars."""
+    """What `tensorboard --logdir runs` shows (docs/local-runs.md): per-step and eval scalars."""
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

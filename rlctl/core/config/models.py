@@ -203,7 +203,7 @@ class RolloutSpec(Spec):
 
 # LoRA: the projections that can carry adapters (Hugging Face names, as PEFT's
 # target_modules), and the learning rate measured on the default task with rank-16
-# adapters (README "LoRA"): 5x full fine-tuning's, as adapters starting at zero
+# adapters (docs/lora.md): 5x full fine-tuning's, as adapters starting at zero
 # move only a low-rank part of each weight
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -215,7 +215,7 @@ class TrainingSpec(Spec):
     steps: Annotated[int, Field(ge=1, le=MAX_STEPS, description="optimizer steps to run")] = 20
     prompts_per_step: Annotated[int, Field(ge=1, le=4096)] = 2
     # 1e-5: over 20 steps x 2 prompts, 5e-6 gained +0.13..+0.30 held-out accuracy across
-    # seeds, 1e-5 gained +0.23..+0.36 (SmolLM2-135M, arithmetic; see the README).
+    # seeds, 1e-5 gained +0.23..+0.36 (SmolLM2-135M, arithmetic; docs/local-runs.md).
     learning_rate: Annotated[float, Field(gt=0.0, le=1.0)] = 1e-5
     warmup_steps: Annotated[int, Field(ge=0)] = 0
     weight_decay: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0

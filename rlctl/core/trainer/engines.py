@@ -7,8 +7,8 @@ docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_eng
   weights themselves: nothing to push after an update, on every platform.
 * ``vllm``: vLLM samples, the trainer pushes its weights into the engine in place after
   each update (vllm_engine.py). Paged attention and continuous batching are why the
-  seeds sample with it at cluster scale; on a CPU it is a correctness path (README
-  "Rollout engines").
+  seeds sample with it at cluster scale; on a CPU it is a correctness path
+  (docs/rollout-engines.md).
 * ``auto``: ``vllm`` on TPU when vLLM's TPU backend is installed (the TPU image's
   lock), else ``vanilla``; on CPU and GPU always ``vanilla`` (a GPU run that wants
   vLLM says so: it needs the ``vllm`` wheel beside JAX's CUDA plugin, one more

@@ -38,7 +38,7 @@ from rlctl.core.trainer.sampler import Drawn
 
 # Measured on the default task (SmolLM2-135M, float32, vLLM 0.32.0 CPU against JAX 0.10.2
 # CPU): the mean |difference| of the sampled tokens' log-probs was about 1e-5 with fresh
-# weights and 1e-2..1e-1 with the weights of one step before (README "Rollout engines").
+# weights and 1e-2..1e-1 with the weights of one step before (docs/rollout-engines.md).
 AGREEMENT_TOLERANCE = 2e-3
 
 

@@ -133,8 +133,8 @@ def test_the_test_extra_and_constraints_pin_the_images_ray():
 def test_what_vllm_each_image_installs_comes_from_its_lock(monkeypatch):
     """``train --cluster`` resolves ``rollout.engine`` against the image's lock: neither
     image carries vLLM today (the TPU backend cannot be installed beside google-tunix
-    0.1.7: tpu-inference pins qwix==0.1.2, tunix needs qwix>=0.1.6; README "Rollout
-    engines"), and a lock that pins one is read."""
+    0.1.7: tpu-inference pins qwix==0.1.2, tunix needs qwix>=0.1.6;
+    docs/rollout-engines.md), and a lock that pins one is read."""
     from rlctl.core.image import context
 
     assert context.image_vllm("tpu") is None and context.image_vllm("gpu") is None
