@@ -18,7 +18,7 @@ quarter of them: on a 2-core Zen 4 in bfloat16 they took about the same time at 
 rows as at 16 (22.9 and 24.5 ms), so neither FLOPs nor bandwidth bind them but the
 rate at which XLA:CPU's (YNNPACK's) dot kernel streams weights this thin: 11 GB/s,
 0.39x the bandwidth. No decode step through that kernel can read its weights faster,
-which is why issue #27's goal of 0.5x is not reached (README "The rollout against
+which is why issue #27's goal of 0.5x is not reached (docs/benchmarks.md "The rollout against
 the bandwidth").
 
 update: the default run's compiled update on one real rollout, timed over

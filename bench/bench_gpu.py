@@ -1,6 +1,6 @@
 """Whole GRPO runs of rlctl on a GPU host, timed, with TRL's GRPOTrainer beside them on request.
 
-It runs on whatever device JAX picks: a GPU where the `cuda` extra is installed (README,
+It runs on whatever device JAX picks: a GPU where the `cuda` extra is installed (docs/gpu.md,
 "On a GPU host"), the CPU elsewhere (its test runs a tiny model there). Workloads, named
 prompts per step x completions per prompt x new tokens:
 
