@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 Suggestions = list[str] | list[tuple[str, str]]
 
@@ -82,7 +86,7 @@ def backends(incomplete: str) -> Suggestions:
     return [(b.name, b.help) for b in registry.registered() if b.name.startswith(incomplete)]
 
 
-def spec_keys(model: type) -> list[str]:
+def spec_keys(model: type[BaseModel]) -> list[str]:
     """Every ``--set`` key of a spec model, as ``section.field=`` (its schema, walked)."""
     from rlctl.core.config.load import _section
 
@@ -96,7 +100,7 @@ def spec_keys(model: type) -> list[str]:
         return any(is_list(a) for a in typing.get_args(annotation)
                    if typing.get_origin(a) is not None or a is list)
 
-    def walk(m: type, prefix: str) -> None:
+    def walk(m: type[BaseModel], prefix: str) -> None:
         for name, field in m.model_fields.items():
             inner = _section(field.annotation)
             if isinstance(inner, type) and not is_list(field.annotation):

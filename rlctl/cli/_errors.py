@@ -49,7 +49,7 @@ def guarded(fn: F) -> F:
 
         # Every command takes ``ctx: typer.Context``; typer passes parameters by name.
         ctx = kwargs.get("ctx")
-        debug = bool(hasattr(ctx, "find_root") and state(ctx).debug)
+        debug = bool(ctx is not None and hasattr(ctx, "find_root") and state(ctx).debug)
         # the raw flag, not make_output's check: '-o xml' is itself an error to report
         out = Output("json" if str(kwargs.get("output") or "").lower() == "json" else "table")
         try:

@@ -21,7 +21,7 @@ _STYLE = {"create": "green", "update": "yellow", "delete": "red", "wait": "cyan"
           "unchanged": "dim"}
 
 
-def clients_for(ctx: typer.Context, project: str, region: str) -> Any:
+def clients_for(ctx: typer.Context, project: str | None, region: str | None) -> Any:
     """The injected factory (tests) or the real one, built without I/O."""
     injected = state(ctx).clients
     if injected is not None:

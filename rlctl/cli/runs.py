@@ -275,7 +275,7 @@ def status(
             from rlctl.core.runs.status import describe_run, list_runs
             from rlctl.core.store import open_store
 
-            store = open_store(where.root)
+            store = open_store(where.known_root)
             if run is None:
                 rows = list_runs(store)
                 return rows, _runs_table(rows) if rows else f"no runs in {store.uri}", False
@@ -418,7 +418,7 @@ def resume(
     from rlctl.core.runs.local import resume_local
 
     with out.stdout_for_json_only(), TrainProgress(out) as progress:
-        record = resume_local(where.root, run, progress=progress.callback,
+        record = resume_local(where.known_root, run, progress=progress.callback,
                               recover=recover, steps=steps)
     out.result(record.model_dump(mode="json"), progress.summary(record))
 
@@ -461,7 +461,7 @@ def logs(
     if isinstance(where, Local):  # trained on this machine (its store may be gs://)
         from rlctl.core.store import open_store
 
-        _run_log(out, where.run or open_store(where.root).existing(run), follow, tail,
+        _run_log(out, where.run or open_store(where.known_root).existing(run), follow, tail,
                  interval)
         return
     from rlctl.core.runs import cluster as core
@@ -537,7 +537,7 @@ def delete_run(
     if isinstance(where, Local):
         from rlctl.core.runs.local_delete import delete_local, plan_delete_local
 
-        root = where.root
+        root = where.known_root
         local = plan_delete_local(root, run)
         run_plan(out, local, dry_run,
                  lambda ev: delete_local(root, local, ev).model_dump(mode="json"),

@@ -6,7 +6,7 @@ written to the cluster's gs:// run store and a JobSet/PathwaysJob/RayJob runs it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -137,7 +137,7 @@ def _run(
     algorithm: str, ctx: typer.Context, config: str | None, overrides: list[str] | None,
     flags: dict[str, object], print_config: bool, output: str, yes: bool,
     where: Where, backend: str, image: str | None, dry_run: bool,
-    resources: dict[str, object] | None = None, print_prompt: bool = False,
+    resources: dict[str, Any] | None = None, print_prompt: bool = False,
 ) -> None:
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
@@ -146,7 +146,7 @@ def _run(
     out = make_output(ctx, output, yes)
     local = isinstance(where, Local)
     # on a cluster the pods write to the cluster's gs:// store
-    flags = {**flags, "output.root": where.root if local else None}
+    flags = {**flags, "output.root": where.root if isinstance(where, Local) else None}
     given = [f for f, v in (resources or {}).items() if v is not None]
     if given and local:
         from rlctl.core.errors import ConfigError
@@ -162,13 +162,13 @@ def _run(
         from rlctl.core.config.load import env_overrides
         from rlctl.core.runs.spec import spec_sources
 
-        given = {k: FLAG_OF.get(k, k) for k, v in flags.items() if v is not None}
-        if local and where.root is None:
-            given.pop("output.root", None)
-        sources = spec_sources(config, overrides, given, env_overrides())
+        named = {k: FLAG_OF.get(k, k) for k, v in flags.items() if v is not None}
+        if isinstance(where, Local) and where.root is None:
+            named.pop("output.root", None)
+        sources = spec_sources(config, overrides, named, env_overrides())
         out.result(spec.model_dump(mode="json"), annotated_yaml(dump_yaml(spec), sources))
         return
-    if not local:
+    if not isinstance(where, Local):
         _no_reward_files(spec)
         _submit(out, spec, where, backend, image, dry_run, resources or {})
         return
@@ -207,7 +207,7 @@ def _no_reward_files(spec) -> None:
 
 
 def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_run: bool,
-            resources: dict[str, object]) -> None:
+            resources: dict[str, Any]) -> None:
     from rlctl.core.clients import EmptyProject
     from rlctl.core.runs import cluster as core
     from rlctl.core.runs.results import SubmitPreview
@@ -219,6 +219,7 @@ def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_ru
         from rlctl.cli._infra import assumed_note
 
         name = where.ref.cluster
+        assert name is not None, "train --cluster NAME: locate_new sets it"
         out.info(f"{assumed_note(clients.project, clients.region)}; cluster {name} as "
                  f"\"rlctl cluster create {name} -a {shlex.quote(where.ref.accelerator or '')} "
                  f"--bucket {core.assumed_bucket(clients.project, name)}\" makes it")
@@ -283,7 +284,7 @@ def _command(algorithm: str):
         yes: YesOpt = False,
         dry_run: DryRunOpt = False,
     ) -> None:
-        flags = {
+        flags: dict[str, object] = {
             "name": name,
             "training.steps": steps,
             "model.source": model,
@@ -307,12 +308,13 @@ def _command(algorithm: str):
         from rlctl.core.runs.where import locate_new
 
         assumed = assumed_location(ctx, dry_run, None, project, region) if cluster else None
-        if assumed:  # no credentials: plan against the cluster 'cluster create' would make
+        # no credentials: plan against the cluster 'cluster create' would make
+        if assumed and cluster:  # (assumed implies cluster; mypy needs it said)
             from rlctl.core.runs.cluster import assumed_cluster
 
             project, region = assumed
             where = locate_new(runs_dir, cluster, project, region, accelerator,
-                               lambda: assumed_cluster(project, region, cluster, accelerator))
+                               lambda: assumed_cluster(*assumed, cluster, accelerator))
         else:
             where = locate_new(runs_dir, cluster, project, region, accelerator,
                                lambda: clients_for(ctx, project, region))

@@ -433,6 +433,8 @@ class EmptyProject(Clients):
     bucket name -> labels). No call leaves this process."""
 
     NUMBER = "PROJECT_NUMBER"  # the project number, unknown: shown in IAM members
+    project: str  # always given (Clients' may be None: resolved from the environment)
+    region: str
 
     def __init__(self, project: str, region: str, clusters: Mapping[str, Any] | None = None,
                  buckets: Mapping[str, Mapping[str, str]] | None = None) -> None:

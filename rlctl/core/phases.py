@@ -38,7 +38,9 @@ class Phase(str, Enum):
 
     # "running", not "Phase.RUNNING", in f-strings and messages on every Python
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
     @classmethod
     def parse(cls, value: object) -> Phase:

@@ -40,6 +40,13 @@ class Change(BaseModel):
     def mutates(self) -> bool:
         return self.action in MUTATING
 
+    @property
+    def sent(self) -> dict[str, Any]:
+        """``body``, for apply: a plan's create and update changes always carry one."""
+        if self.body is None:
+            raise ValueError(f"{self.action} {self.key} carries no body to send")
+        return self.body
+
 
 class CostEstimate(BaseModel):
     capacity: str

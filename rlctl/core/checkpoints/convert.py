@@ -152,13 +152,14 @@ def prefetched(items: list[Any], produce: Callable[[Any], np.ndarray]) -> Iterat
     the caller writes the current one: reading and reshaping overlap writing (numpy,
     file I/O and TensorStore all release the GIL). At most two tensors are in hand,
     the one being written and the next."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     if not items:
         return
     with ThreadPoolExecutor(1, thread_name_prefix="rlctl-read") as pool:
-        nxt = pool.submit(produce, items[0])
+        nxt: Future[np.ndarray] | None = pool.submit(produce, items[0])
         for i in range(len(items)):
+            assert nxt is not None  # submitted for each item, None only past the last
             arr = nxt.result()
             nxt = pool.submit(produce, items[i + 1]) if i + 1 < len(items) else None
             yield arr
@@ -209,7 +210,8 @@ def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
                 if arr.shape != t.shape or arr.dtype != hf.np_dtype(t.dtype):
                     raise ConfigError(f"{source.uri}: tensor {t.name!r} is {arr.dtype}"
                                       f"{list(arr.shape)}, expected {t.dtype}{list(t.shape)}")
-                f.write(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+                # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
+                f.write(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
                 del arr
                 done_n += 1
                 done_b += t.nbytes
@@ -242,7 +244,8 @@ def _to_peft(source: LoraSource, out: Output, want: str | None,
     with out.open("adapter_model.safetensors") as f:
         f.write(hf.shard_header(planned))
         for _, x in tensors:
-            f.write(memoryview(x.reshape(-1).view(np.uint8)))
+            # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
+            f.write(memoryview(x.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
     base, hub_id = lora.peft_base(str(source.record.get("base", {}).get("source") or ""))
     config = lora.peft_config(source.record, base)
     out.write_bytes("adapter_config.json", (json.dumps(config, indent=1) + "\n").encode())

@@ -139,8 +139,9 @@ class SafetensorsReader:
         buf = np.empty((min(step, rows), cols), dtype)
         for r0 in range(0, rows, step):
             band = buf[: min(step, rows - r0)]
+            # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
             self.place.read_into(info.file, info.start + r0 * row_bytes,
-                                 memoryview(band.reshape(-1).view(np.uint8)))
+                                 memoryview(band.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
             yield r0, band
 
     def read(self, name: str) -> np.ndarray:
@@ -151,7 +152,8 @@ class SafetensorsReader:
                               f"{info.nbytes} bytes, its shape needs {arr.nbytes}",
                               hint=_REFETCH)
         if arr.nbytes:
-            self.place.read_into(info.file, info.start, memoryview(arr.reshape(-1).view(np.uint8)))
+            view = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
+            self.place.read_into(info.file, info.start, view)
         return arr
 
 

@@ -119,7 +119,7 @@ class OrbaxWriter:
         chunks = list(arr.shape)
         if arr.ndim:
             chunks[0] = min(arr.shape[0], rows)
-        spec = {"driver": "zarr", "kvstore": self._kv, "path": self.prefix + key,
+        spec: dict[str, Any] = {"driver": "zarr", "kvstore": self._kv, "path": self.prefix + key,
                 "metadata": {"shape": list(arr.shape), "chunks": chunks or [1],
                              "dtype": _zarr_dtype(arr.dtype), "compressor": None}}
         if not arr.ndim:

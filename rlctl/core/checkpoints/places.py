@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from rlctl.core.errors import ConfigError
 
@@ -24,7 +24,7 @@ PARTIAL = ".rlctl-partial"
 _PIECE = 64 << 20  # one ranged GET at most (bounds memory and request time)
 
 
-class Place:
+class Place(Protocol):
     """A readable folder (or the folder of a single file)."""
 
     uri: str
@@ -178,7 +178,7 @@ def open_place(uri: str, client: Any = None) -> Place:
 
 
 # --- outputs ---------------------------------------------------------------------------
-class Output:
+class Output(Protocol):
     """Where a conversion writes: staging first, DST only on ``commit``."""
 
     uri: str

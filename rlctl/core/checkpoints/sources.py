@@ -357,9 +357,9 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
             raise ConfigError(f"{uri}: checkpoint {step}'s {LORA_FILE} is unreadable",
                               hint="pick another step with --step") from e
         base = _lora_base(uri, model_source, record, client)
-        source = LoraSource(uri, step_dir, base, record, step)
-        source.holds = (run, base)
-        return source
+        lora = LoraSource(uri, step_dir, base, record, step)
+        lora.holds = (run, base)
+        return lora
     model_dir = _run_model_dir(model_source or DEFAULT_MODEL)
     source = TrainerSource(uri, "run", step_dir, _config(model_dir, model_dir.uri), model_dir,
                            step)

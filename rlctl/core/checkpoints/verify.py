@@ -23,8 +23,9 @@ class VerifyError(ConfigError):
 
 
 def digest(arr: np.ndarray) -> str:
-    return hashlib.sha256(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
-                          ).hexdigest()
+    # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
+    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return hashlib.sha256(memoryview(flat)).hexdigest()  # type: ignore[arg-type]
 
 
 def verify_against(src: Source, dst: Source, dtype: str | None = None) -> int:

@@ -233,8 +233,9 @@ def is_ours(description: str | None, cluster: str | None = None) -> bool:
     d = description or ""
     if f"{MANAGED_BY}={RLCTL}" not in d:
         return False
-    pattern = rf"\b{CLUSTER_LABEL}={re.escape(cluster)}(\s|$)"
-    return cluster is None or re.search(pattern, d) is not None
+    if cluster is None:  # any rlctl cluster's (re.escape(None) raised a TypeError here)
+        return True
+    return re.search(rf"\b{CLUSTER_LABEL}={re.escape(cluster)}(\s|$)", d) is not None
 
 
 # --- defaults: flags > file > env > gcloud config > ADC ---------------------

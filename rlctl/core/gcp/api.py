@@ -18,9 +18,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class GcpClients(Protocol):
-    project: str | None
-    region: str | None
     poll_interval: float
+
+    # read-only here: EmptyProject's are always set (str), Clients' may be None
+    @property
+    def project(self) -> str | None: ...
+    @property
+    def region(self) -> str | None: ...
 
     @property
     def retry(self) -> Retry: ...

@@ -33,7 +33,7 @@ from rlctl.core.gcp import known, network, preflight, project_iam, storage
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.errors import operation_error
 from rlctl.core.gcp.operations import Event, call, execute, wait_gke
-from rlctl.core.plan import Change, CostEstimate, Plan
+from rlctl.core.plan import Action, Change, CostEstimate, Plan
 
 CPU_POOL = "cpu"
 # The seeds' TPU pools: full access scope (the pods reach GCS and Pathways' storage
@@ -362,7 +362,7 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
         if status == "ERROR":
             raise ConflictError(f"cluster {spec.cluster!r} is in ERROR: {cur.status_message}",
                                 hint=f"delete it (rlctl cluster delete {spec.cluster}) and re-run")
-        action = "wait" if status in ("PROVISIONING", "RECONCILING") else "unchanged"
+        action: Action = "wait" if status in ("PROVISIONING", "RECONCILING") else "unchanged"
         cfields = {**cfields, "status": status, "version": cur.current_master_version}
         out.append(Change(kind="cluster", name=spec.cluster, action=action, fields=cfields,
                           cost_per_hour=cpu_cost))
@@ -376,8 +376,8 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
         fields = _pool_fields(spec, acc, nodes, acc.machine_type)
         c_cost = prices.pool_hour(acc, nodes, spec.capacity.kind)
         have = have_pools.get(name)
-        base = dict(kind="nodepool", name=name, fields=fields, cost_per_hour=c_cost,
-                    depends_on=[ckey, *subnets])
+        base: dict[str, Any] = dict(kind="nodepool", name=name, fields=fields,
+                                    cost_per_hour=c_cost, depends_on=[ckey, *subnets])
         if have is None:
             out.append(Change(action="create", body=body, **base))
             continue
@@ -508,7 +508,7 @@ def network_plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
 
 def network_plan_delete(clients: GcpClients, project: str, region: str, cluster: str) -> Plan:
     cur = get_cluster(clients, project, region, cluster)
-    notes = []
+    notes: list[str] = []
     if cur is not None:
         raise ConflictError(
             f"cluster {cluster!r} still exists and uses these networks",
@@ -560,7 +560,7 @@ def _apply_gke(clients: GcpClients, c: Change, project: str, location: str, clus
                       node_pool=t.NodePool(c.body))
         elif c.action == "update":
             op = call(clients, what, gke.set_node_pool_size, name=pname,
-                      node_count=c.body["node_count"])
+                      node_count=c.sent["node_count"])
         elif c.action == "delete":
             op = call(clients, what, gke.delete_node_pool, name=pname)
         else:

@@ -157,7 +157,7 @@ def apply(clients: GcpClients, c: Change, region: str, on_poll: Any) -> None:
             op = send(api.insert_unary, network_resource=t.Network(c.body))
         elif c.action == "update":
             op = send(api.patch_unary, network=c.name,
-                      network_resource=t.Network(mtu=c.body["mtu"]))
+                      network_resource=t.Network(mtu=c.sent["mtu"]))
         else:
             op = send(api.delete_unary, network=c.name)
     elif c.kind == "subnet":
@@ -171,7 +171,7 @@ def apply(clients: GcpClients, c: Change, region: str, on_poll: Any) -> None:
         if c.action == "create":
             op = send(api.insert_unary, firewall_resource=t.Firewall(c.body))
         elif c.action == "update":
-            body = {k: c.body[k] for k in ("source_ranges", "allowed")}
+            body = {k: c.sent[k] for k in ("source_ranges", "allowed")}
             op = send(api.patch_unary, firewall=c.name, firewall_resource=t.Firewall(body))
         else:
             op = send(api.delete_unary, firewall=c.name)

@@ -12,7 +12,7 @@ from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, InfraSpec
 from rlctl.core.errors import AlreadyExistsError, ConfigError
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import call
-from rlctl.core.plan import Change
+from rlctl.core.plan import Action, Change
 
 ROLE = "roles/storage.objectUser"
 
@@ -34,7 +34,7 @@ def runs_bucket(clients: GcpClients, project: str, cluster: str) -> str:
     return sorted(found)[0]
 
 
-def _iam_change(spec: InfraSpec, member: str, action: str, suffix: str = "",
+def _iam_change(spec: InfraSpec, member: str, action: Action, suffix: str = "",
                 why: str | None = None) -> Change:
     name = spec.bucket.name or ""
     fields = {"role": ROLE, "member": member, **({"why": why} if why else {})}
@@ -42,7 +42,7 @@ def _iam_change(spec: InfraSpec, member: str, action: str, suffix: str = "",
     # read-modify-write guarded by the policy's etag, which a parallel write would fail)
     after = [f"iam/{name}"] if suffix else []
     return Change(
-        kind="iam", name=name + suffix, action=action,  # type: ignore[arg-type]
+        kind="iam", name=name + suffix, action=action,
         depends_on=[f"bucket/{name}", f"cluster/{spec.cluster}", *after],
         fields=fields, body={"role": ROLE, "member": member, "bucket": name},
     )
@@ -67,7 +67,7 @@ def plan(clients: GcpClients, spec: InfraSpec, project_number: str,
     name = spec.bucket.name
     if not name:
         return []
-    members = [(spec.principal(project_number), "", None)]
+    members: list[tuple[str, str, str | None]] = [(spec.principal(project_number), "", None)]
     if nodes_too:
         members.append((node_service_account(project_number), "/nodes", NODES_WHY))
     bucket = call(clients, f"reading bucket {name}", clients.storage.lookup_bucket, name)
@@ -127,23 +127,23 @@ def apply(clients: GcpClients, c: Change) -> None:
     st = clients.storage
     if c.kind == "bucket" and c.action == "create":
         b = st.bucket(c.name)
-        b.labels = c.body["labels"]
+        b.labels = c.sent["labels"]
         b.iam_configuration.uniform_bucket_level_access_enabled = True
-        call(clients, what, st.create_bucket, b, location=c.body["location"])
+        call(clients, what, st.create_bucket, b, location=c.sent["location"])
     elif c.kind == "bucket" and c.action == "delete":
         call(clients, what, st.bucket(c.name).delete)
     elif c.kind == "iam" and c.action == "create":
-        bucket = c.body.get("bucket", c.name)
+        bucket = c.sent.get("bucket", c.name)
         b = st.bucket(bucket)
         policy = call(clients, f"reading IAM policy of bucket {bucket}", b.get_iam_policy,
                       requested_policy_version=3)
         policy.version = 3
         for binding in policy.bindings:
-            if binding.get("role") == c.body["role"]:
-                binding["members"] = set(binding.get("members", ())) | {c.body["member"]}
+            if binding.get("role") == c.sent["role"]:
+                binding["members"] = set(binding.get("members", ())) | {c.sent["member"]}
                 break
         else:
-            policy.bindings.append({"role": c.body["role"], "members": {c.body["member"]}})
+            policy.bindings.append({"role": c.sent["role"], "members": {c.sent["member"]}})
         # The etag read above makes this a compare-and-swap (412 if someone else wrote).
         call(clients, what, b.set_iam_policy, policy)
     else:  # pragma: no cover - dispatch bug

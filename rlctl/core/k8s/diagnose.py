@@ -128,8 +128,8 @@ def _pod_problem(pod: dict[str, Any], events: list[dict[str, Any]],
         if reason in CONFIG_ERRORS:
             return 3, f"container config error in {name}: {waiting.get('message') or reason}"
     if (pod.get("status") or {}).get("phase") == "Failed":
-        line = last_lines.get(name)
-        return 2, f"pod {name} failed" + (f": {line.strip()}" if line else "")
+        last = last_lines.get(name)
+        return 2, f"pod {name} failed" + (f": {last.strip()}" if last else "")
     if (pod.get("status") or {}).get("phase") == "Pending":
         msg = _scheduling_message(pod, events)
         if msg:

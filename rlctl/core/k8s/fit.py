@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -195,7 +195,7 @@ def check(groups: Sequence[PodGroup], pools: Sequence[NodePool]) -> FitReport:
     nodes = _nodes(pools)
     out: list[Placement] = []
     for g in groups:
-        base = {"group": g.name, "role": g.role, "pods": g.total}
+        base: dict[str, Any] = {"group": g.name, "role": g.role, "pods": g.total}
         ok = [p for p in pools if selects(g, p) and tolerates(g, p)]
         if not ok:
             reason, detail = _unmatched(g, pools)

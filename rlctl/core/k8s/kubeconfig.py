@@ -35,8 +35,13 @@ def _ca_file(ca_cert_b64: str) -> str:
     fd, path = tempfile.mkstemp(prefix="rlctl-ca-", suffix=".pem")
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
-    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    atexit.register(_remove, path)
     return path
+
+
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
 
 
 def build_configuration(endpoint: str, ca_cert_b64: str | None,
@@ -77,7 +82,8 @@ def build_configuration(endpoint: str, ca_cert_b64: str | None,
 
         cfg.api_key = {}
         refresh(cfg)
-        cfg.refresh_api_key_hook = refresh
+        # the client's Configuration sets it to None in __init__, so mypy infers None
+        cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
     else:
         cfg.api_key = {"authorization": token} if token else {}
     return cfg

@@ -27,10 +27,10 @@ class SliceShape(BaseModel):
         "or cloud.google.com/gke-accelerator (nvidia-h100-80gb)."
     )
     machine_type: str = Field(description="GCE machine type, e.g. ct6e-standard-4t.")
-    topology: str | None = Field(None, description="TPU topology, e.g. 4x4; None for GPUs.")
+    topology: str | None = Field(default=None, description="TPU topology, e.g. 4x4; None for GPUs.")
     hosts_per_slice: int = Field(ge=1)
     chips_per_host: int = Field(ge=1)
-    num_slices: int = Field(1, ge=1)
+    num_slices: int = Field(default=1, ge=1)
     threads_per_core: int | None = Field(
         None, ge=0, le=2, description="Of the hosts' node pool; 1 halves the vCPUs a host "
         "has (rlctl's TPU pools), None or 0 = the machine type's default (2).")

@@ -164,8 +164,9 @@ def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | 
                           f"pools of cluster {cluster}",
                           hint="pass -a TYPE[ xN] to plan against the cluster 'rlctl cluster "
                           f"create {cluster} -a TYPE' would make, e.g. -a 'v6e-16 x2'")
+    # pydantic's typed __init__ wants SliceSpecs; SliceSpec's validator parses 'TYPE xN'
     spec = InfraSpec(project=project, region=region, cluster=cluster,
-                     accelerators=[accelerator])
+                     accelerators=[accelerator])  # type: ignore[list-item]
     clients = EmptyProject(project, region)
     clients.clusters[cluster] = planned_cluster(clients, spec)
     clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL,

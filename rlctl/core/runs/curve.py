@@ -121,7 +121,8 @@ def build_curve(rows: list[dict[str, Any]], evals: dict[str, dict[str, Any]]) ->
     for which, record in evals.items():
         at = eval_step(which, record)
         if at is not None:
-            each = record.get("rewards") if isinstance(record.get("rewards"), dict) else {}
+            each = record.get("rewards")
+            each = each if isinstance(each, dict) else {}
             points.append(EvalPoint(which=which, step=at, accuracy=number(record.get("accuracy")),
                                     reward=number(record.get("mean_reward")),
                                     rewards={str(k): number(v) for k, v in each.items()}))

@@ -38,6 +38,7 @@ from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
     STATUS,
+    RunDir,
     latest_checkpoint_step,
     set_aside_checkpoints,
 )
@@ -54,7 +55,7 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _created(run: LocalRunDir) -> str:
+def _created(run: RunDir) -> str:
     """When the run's spec.yaml was written (its creation), or now if unknown (a
     gs:// store's staging copy does not keep the object's time)."""
     if not isinstance(run, LocalRunDir) or not (run.path / SPEC).exists():
@@ -65,7 +66,7 @@ def _created(run: LocalRunDir) -> str:
 
 
 class StatusFile:
-    def __init__(self, run: LocalRunDir, spec: RunSpec) -> None:
+    def __init__(self, run: RunDir, spec: RunSpec) -> None:
         self.run = run
         self.data = read_status(run) if run.exists(STATUS) else {}
         self.data.pop("damaged", None)  # rebuilt from here on
@@ -178,7 +179,7 @@ def _load_libraries(emit: Progress) -> None:
     import rlctl.core.trainer.tunix_adapter  # noqa: F401
 
 
-def load_run_spec(run: LocalRunDir) -> RunSpec:
+def load_run_spec(run: RunDir) -> RunSpec:
     """The run's spec.yaml, through the one reader its writers also pass it through
     (``store/records.py``)."""
     where = f"{run.uri}/{SPEC}"
@@ -213,13 +214,13 @@ def resume_local(root: str, name: str, progress: Progress | None = None,
         return _resume(run, log, recover, steps)
 
 
-def _done(run: LocalRunDir, status: StatusFile) -> int:
+def _done(run: RunDir, status: StatusFile) -> int:
     """Steps the run has done, as its files hold them (``status.steps_done``: its
     complete checkpoints and metrics rows), never status.json's word alone."""
     return steps_done(run)
 
 
-def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
+def _steps_changed(run: RunDir, spec: RunSpec, status: StatusFile,
                    steps: int | None, progress: Progress | None) -> RunSpec:
     """The spec to resume with: ``--steps`` written into spec.yaml (atomically), and
     every change of ``training.steps`` (by --steps, or by editing spec.yaml) said
@@ -244,6 +245,7 @@ def _steps_changed(run: LocalRunDir, spec: RunSpec, status: StatusFile,
             changes.append({"from": spec.training.steps, "to": steps, "by": "--steps",
                             "at": _now()})
             spec = _with_steps(spec, steps, done)  # bounded as 'train --steps' is
+            assert isinstance(run, LocalRunDir)  # resume_local refuses --steps elsewhere
             atomic_write(run.path / SPEC, spec_text(spec, f"{run.uri}/{SPEC}"))
             if progress:
                 progress({"event": "message", "message": f"training.steps {changes[-1]['from']}"
@@ -274,7 +276,7 @@ def _with_steps(spec: RunSpec, steps: int, done: int) -> RunSpec:
                                "was changed") from None
 
 
-def _resume(run: LocalRunDir, log: RunLog, recover: bool = False,
+def _resume(run: RunDir, log: RunLog, recover: bool = False,
             steps: int | None = None) -> TrainResult:
     name = run.name
     spec = load_run_spec(run)
@@ -382,7 +384,7 @@ def _quiet_closed_loops() -> None:
     sys.unraisablehook = quiet
 
 
-def _record_interrupt(run: LocalRunDir, status: StatusFile, log: RunLog,
+def _record_interrupt(run: RunDir, status: StatusFile, log: RunLog,
                       stop: KeyboardInterrupt | None = None) -> None:
     """Record the stop and say what it kept. The step recorded is at least the latest
     checkpoint's: a stop that lands just after a save (before status.json was told)
@@ -406,7 +408,7 @@ def _record_interrupt(run: LocalRunDir, status: StatusFile, log: RunLog,
                          hint=f"resume with: rlctl resume {run.name}") from None
 
 
-def _execute(spec: RunSpec, run: LocalRunDir, status: StatusFile,
+def _execute(spec: RunSpec, run: RunDir, status: StatusFile,
              log: RunLog, recover: bool = False) -> TrainResult:
     def on_status(change: StatusUpdate) -> None:
         status.update(change)

@@ -75,8 +75,8 @@ def spec_sources(config: str | None, overrides: list[str] | None,
             out[path] = f"config {config}"
     for source, items in (("RLCTL_SET", env_set), ("--set", overrides or [])):
         for item in items:
-            path, value = parse_override(item)
-            for leaf in leaves(value, ".".join(path) + "."):
+            keys, value = parse_override(item)
+            for leaf in leaves(value, ".".join(keys) + "."):
                 out[leaf] = source
     for path, flag in flags.items():
         for known in [k for k in out if k == path or k.startswith(path + ".")]:

@@ -38,6 +38,13 @@ class Local:
     root: str | None
     run: RunDir | None = None
 
+    @property
+    def known_root(self) -> str:
+        """``root`` for a command on an existing run (``locate`` always sets it)."""
+        if self.root is None:
+            raise ValueError("no run store given: only train's spec decides its own")
+        return self.root
+
 
 @dataclass
 class OnCluster:

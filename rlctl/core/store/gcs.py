@@ -33,6 +33,7 @@ its lease taken over stops writing (``ConflictError``) and leaves the new one be
 
 from __future__ import annotations
 
+import builtins  # annotations below a method named list
 import contextlib
 import datetime as dt
 import json
@@ -492,7 +493,7 @@ class GcsRunDir:
             raise _translate(e, f"{self.uri}/{rel}") from e
         return sorted(n for n in names if n)
 
-    def _list_recursive(self, rel: str) -> list[str]:
+    def _list_recursive(self, rel: str) -> builtins.list[str]:
         base = f"{self._key(rel)}/"
         try:
             return [b.name[len(base):] for b in
@@ -500,7 +501,7 @@ class GcsRunDir:
         except Exception as e:
             raise _translate(e, f"{self.uri}/{rel}") from e
 
-    def delete(self, rel: str = "") -> list[str]:
+    def delete(self, rel: str = "") -> builtins.list[str]:
         """Delete ``rel`` (an object or everything below it); returns the deleted URIs."""
         key = self._key(rel)
         blobs = list(self.bucket.client.list_blobs(self.bucket, prefix=f"{key}/"))
@@ -593,7 +594,7 @@ class GcsRunDir:
             raise _translate(e, f"{self.uri}/{rel}") from e
 
     # --- checkpoints -----------------------------------------------------------
-    def checkpoint_steps(self) -> list[int]:
+    def checkpoint_steps(self) -> builtins.list[int]:
         """Steps whose upload finished: only those with a COMMITTED marker."""
         steps = []
         for rel in self._list_recursive(CHECKPOINTS):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # annotations below a method named list
 import contextlib
 import json
 import os
@@ -176,7 +177,7 @@ class LocalRunDir:
     def push(self, rel: str) -> None:
         pass
 
-    def checkpoint_steps(self) -> list[int]:
+    def checkpoint_steps(self) -> builtins.list[int]:
         """The complete checkpoints: a folder with a step's name (``STEP_NAME``) that
         holds Orbax's metadata (written when its save finished) or rlctl's manifest.
         Orbax renames a finished save into place, so temp folders of a killed save
@@ -196,7 +197,7 @@ class LocalRunDir:
     def fetch_checkpoint(self, step: int) -> None:
         pass
 
-    def delete(self, rel: str = "") -> list[str]:
+    def delete(self, rel: str = "") -> builtins.list[str]:
         import shutil
 
         p = self.path / rel

@@ -72,6 +72,7 @@ def compressed_bytes(values: np.ndarray) -> int:
                     create=True).result()
     store.write(values).result()
     kv = store.kvstore
+    assert kv is not None  # a zarr driver's store has one (tensorstore types it Optional)
     return sum(len(kv.read(key).result().value) for key in kv.list().result()
                if not key.endswith(b".zarray"))
 

@@ -40,11 +40,11 @@ from rlctl.core.store.base import (
     MANIFEST,  # in each step folder, written after Orbax finished
     ORBAX_METADATA,  # written by every Orbax save we make
     SET_ASIDE,
+    RunDir,
     atomic_write,
     set_aside_checkpoints,
     step_number,
 )
-from rlctl.core.store.local import LocalRunDir
 from rlctl.core.store.manifest import checkpoint_files as _files
 from rlctl.core.store.manifest import verify, write_manifest
 from rlctl.core.store.records import read_manifest
@@ -104,7 +104,7 @@ def _manifest_damaged(folder: Path) -> str | None:
     return None
 
 
-def refusal(run: LocalRunDir, what: str = "no intact checkpoint") -> ConflictError:
+def refusal(run: RunDir, what: str = "no intact checkpoint") -> ConflictError:
     """The one line that stops a resume whose checkpoints were all set aside: it names
     them and the ways on. A run that has any is never restarted from step 0 unless its
     user asks (the set-aside data may be all the run has)."""
@@ -203,7 +203,7 @@ class _QuietRestore:
         self.previous = None
 
 
-def recover_candidates(run: LocalRunDir) -> tuple[int, list[str]]:
+def recover_candidates(run: RunDir) -> tuple[int, list[str]]:
     """(the newest complete checkpoint's step or 0, the set-aside checkpoints newer
     than it): what ``resume --recover`` may bring back, from a listing alone, so a
     resume with nothing to recover is refused before it writes anything."""
@@ -213,7 +213,7 @@ def recover_candidates(run: LocalRunDir) -> tuple[int, list[str]]:
     return newest, newer
 
 
-def nothing_to_recover(run: LocalRunDir, newest: int, refused: list[str]) -> ConflictError:
+def nothing_to_recover(run: RunDir, newest: int, refused: list[str]) -> ConflictError:
     """The one line of a ``--recover`` with nothing to bring back: the set-aside
     checkpoints it read and refused (their data does not match their manifest), or
     why it had none to read, and what helps instead."""
@@ -372,7 +372,7 @@ class Checkpoints:
     only; ``numerics.Numerics.background_saves``); ``latest`` is always the newest
     complete checkpoint, and ``finished()`` hands over the saves completed since."""
 
-    def __init__(self, run: LocalRunDir, topo: Topology, keep: int,
+    def __init__(self, run: RunDir, topo: Topology, keep: int,
                  warn: Callable[[str], None] | None = None, recover: bool = False,
                  lora: dict[str, Any] | None = None, background: bool = False) -> None:
         import orbax.checkpoint as ocp

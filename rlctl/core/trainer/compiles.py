@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,7 +181,8 @@ class CompileWatch:
         # rollout), tracing and lowering included (a load from the persistent cache:
         # its time)
         self.seconds: dict[str, float] = {}
-        self._staged: Counter[str] = Counter()  # program -> its trace and lowering so far
+        # program -> its trace and lowering so far (seconds)
+        self._staged: defaultdict[str, float] = defaultdict(float)
         self._warm = False
         self._hit = False
         self._why = _Explanations()
@@ -195,7 +196,8 @@ class CompileWatch:
             jax.monitoring.register_event_listener(CompileWatch._on_event)
             jax.monitoring.register_event_duration_secs_listener(CompileWatch._on_duration)
             CompileWatch._registered = True
-        self._explain = jax.config.jax_explain_cache_misses
+        # a flag jax defines at import time, which its type stubs do not list
+        self._explain = jax.config.jax_explain_cache_misses  # type: ignore[attr-defined]
         jax.config.update("jax_explain_cache_misses", True)
         for name in _EXPLAINERS:
             log = logging.getLogger(name)
@@ -232,17 +234,17 @@ class CompileWatch:
             watch._hit = True
 
     @staticmethod
-    def _on_duration(event: str, duration: float, **kw: object) -> None:
+    def _on_duration(event: str, duration_secs: float, **kw: str | int) -> None:
         watch = CompileWatch._active
         if watch is None:
             return
         name = str(kw.get("fun_name", "?"))
         if event in (_TRACE, _LOWER):
-            watch._staged[program_name(name)] += duration
+            watch._staged[program_name(name)] += duration_secs
             return
         if event != _BACKEND:
             return
-        total = watch._staged.pop(program_name(name), 0.0) + duration
+        total = watch._staged.pop(program_name(name), 0.0) + duration_secs
         if watch._hit:
             watch._hit = False
             watch.hits[name] += 1
@@ -254,7 +256,7 @@ class CompileWatch:
         else:
             why = _reason(watch._why.last)
             watch._why.last = ""
-            line = f"compiled {name} again after warm-up ({duration:.1f} s)" + (
+            line = f"compiled {name} again after warm-up ({duration_secs:.1f} s)" + (
                 f": {why}" if why else "")
             watch.late.append(line)
             watch.report(line)
@@ -289,7 +291,7 @@ NARROW_UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 
 
 def update_options(compute_dtype: str = "float32",
-                   numerics: Any = None) -> dict[str, str] | None:
+                   numerics: Any = None) -> dict[str, str | bool] | None:
     """Compiler options of the update: on the CPU, YNNPACK runs its dots but not its
     reductions, which XLA's own loops fuse with their neighbours instead (jax 0.10's
     default gives YNNPACK both). Measured on the default update, taking turns in one

@@ -29,7 +29,9 @@ class Stage(str, Enum):
     COMPILING = "compiling"  # the first step of a process compiles its programs
 
     __str__ = str.__str__
-    __format__ = str.__format__
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
 
 
 class PhaseEvent(BaseModel):

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.phases import Phase, StatusUpdate
-from rlctl.core.store.base import EVAL
-from rlctl.core.store.local import LocalRunDir
+from rlctl.core.store.base import EVAL, RunDir
 from rlctl.core.trainer import evaluation, finite, stops
 from rlctl.core.trainer import rewards as rewards_lib
 from rlctl.core.trainer import rollout as rollout_lib
@@ -34,6 +33,10 @@ from rlctl.core.trainer.events import Stage, phase
 from rlctl.core.trainer.rollout import Rollout, sampler_mesh, score, step_seed
 from rlctl.core.trainer.step import StepMetrics, Update, make_optimizer
 
+if TYPE_CHECKING:  # the engines: imported once the run's is known
+    from rlctl.core.trainer.sampler import Sampler
+    from rlctl.core.trainer.vllm_engine import VllmSampler
+
 Progress = Callable[[dict[str, Any]], None]
 OnStatus = Callable[[StatusUpdate], None]  # what status.json should now say
 
@@ -42,7 +45,7 @@ class Trainer:
     """One run, set up in small ``create_*`` steps (a benchmark drives them one by one),
     then trained, checkpointed and evaluated by ``train``."""
 
-    def __init__(self, spec: RunSpec, run: LocalRunDir, progress: Progress | None = None,
+    def __init__(self, spec: RunSpec, run: RunDir, progress: Progress | None = None,
                  topology: Topology | None = None, recover: bool = False):
         from rlctl.core.trainer.distributed import current, make_mesh
 
@@ -192,7 +195,7 @@ class Trainer:
                      completion_ids=shape(rows, n), mask=shape(rows, n),
                      advantages=shape(rows, dtype=np.float32),
                      ref_logps=logps if ref else None,
-                     old_logps=logps if t.num_iterations > 1 else None)
+                     old_logps=logps if _iterations(self.spec) > 1 else None)
 
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""
@@ -237,7 +240,8 @@ class Trainer:
         if self.agreement is not None:  # the engine sampled the policy being trained
             engine = {"engine_logp_diff": self.agreement.check(
                 self.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(),
-                step + 1), "weight_push_seconds": self.rollout.sampler.last_push.seconds}
+                step + 1), "weight_push_seconds":  # only vLLM's engine is checked
+                cast("VllmSampler", self.rollout.sampler).last_push.seconds}
 
         # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
@@ -251,7 +255,7 @@ class Trainer:
         if stops.requested() and stops.deferring():  # the model is untouched yet: drop it
             raise stops.Abandoned
         losses, norms, aux = self.update.apply(self.model, self.optimizer, self.ref_model,
-                                               batch, s.training.num_iterations)
+                                               batch, _iterations(s))
         # the values each step brings to the host anyway: a NaN or inf stops the run
         # here, before this step's weights are saved or sampled from
         finite.check_update(step + 1, losses, norms, self.run.name, self._latest())
@@ -276,8 +280,8 @@ class Trainer:
             self.ckpt.wait()
             self._saves_done()
             saved = done
-        on_status(StatusUpdate(step=done, latest_checkpoint=saved,
-                               **({"last_save": self.last_save} if self.last_save else {})))
+        said: dict[str, Any] = {"last_save": self.last_save} if self.last_save else {}
+        on_status(StatusUpdate(step=done, latest_checkpoint=saved, **said))
         raise stops.StopRequested(done, saved)
 
     def _saves_done(self) -> int | None:
@@ -365,7 +369,8 @@ class Trainer:
                                    devices=self.topo.device_count,
                                    engine=self.engine.name,
                                    precision=self.info.compute_dtype,
-                                   sampling_precision=self.rollout.sampler.info.compute_dtype
+                                   sampling_precision=cast("Sampler", self.rollout.sampler)
+                                   .info.compute_dtype
                                    if self.engine.name == "vanilla" else None))
             # One process only: a multi-host run's processes would have to agree on
             # the stop (a collective each step) before the collective save; there a
@@ -393,11 +398,11 @@ class Trainer:
                         self.ckpt.save(done, self.model, self.optimizer)
                     saved = self._saves_done()
                     peak = row.get("peak_device_bytes")
-                    on_status(StatusUpdate(phase=Phase.RUNNING, step=done,
-                                           **({"latest_checkpoint": saved,
-                                               "last_save": self.last_save}
-                                              if saved else {}),
-                                           **({"peak_device_bytes": peak} if peak else {})))
+                    given: dict[str, Any] = ({"latest_checkpoint": saved,
+                                              "last_save": self.last_save} if saved else {})
+                    if peak:
+                        given["peak_device_bytes"] = peak
+                    on_status(StatusUpdate(phase=Phase.RUNNING, step=done, **given))
                     if stops.requested() and stops.deferring():
                         self._stop(done, on_status)
                 if s.eval.interval and s.eval.size and done % s.eval.interval == 0 \
@@ -430,7 +435,15 @@ def _is_record(text: str) -> bool:
         return False
 
 
-def run_trainer(spec: RunSpec, run: LocalRunDir, progress: Progress | None,
+def _iterations(spec: RunSpec) -> int:
+    """``training.num_iterations``, which RunSpec's validator always fills."""
+    n = spec.training.num_iterations
+    if n is None:
+        raise ValueError("training.num_iterations is unset: not a validated RunSpec")
+    return n
+
+
+def run_trainer(spec: RunSpec, run: RunDir, progress: Progress | None,
                 on_status: OnStatus,
                 topology: Topology | None = None, recover: bool = False) -> dict[str, Any]:
     return Trainer(spec, run, progress, topology, recover).train(on_status)

@@ -163,10 +163,10 @@ def from_runtime(e: BaseException, what: str, hint: str) -> OutOfMemoryError:
     for, what the device has, what to lower."""
     m = _ASKED.search(str(e))
     asked = f" (asked for {m.group(1)} {m.group(2)})" if m else ""
-    m = device_memory()
-    has = f"allowed by {LIMIT_ENV}" if m.limited else f"in all on {m.where}"
+    mem = device_memory()
+    has = f"allowed by {LIMIT_ENV}" if mem.limited else f"in all on {mem.where}"
     return OutOfMemoryError(
-        f"out of memory in {what}{asked}; {human_bytes(m.total)} {has}", hint=hint)
+        f"out of memory in {what}{asked}; {human_bytes(mem.total)} {has}", hint=hint)
 
 
 @functools.cache

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlctl.core.store.base import METRICS, TENSORBOARD
-from rlctl.core.store.local import LocalRunDir
+from rlctl.core.store.base import METRICS, TENSORBOARD, RunDir
 
 
 def summary_writer() -> Any:
@@ -33,7 +32,7 @@ def summary_writer() -> Any:
 
 
 class MetricsWriter:
-    def __init__(self, run: LocalRunDir, tensorboard: bool = True) -> None:
+    def __init__(self, run: RunDir, tensorboard: bool = True) -> None:
         self.run = run
         self.path = Path(run.path_for(METRICS))
         run.pull(METRICS)  # a remote store: continue its metrics.jsonl on resume

@@ -73,8 +73,11 @@ def clipped_adamw(learning_rate: Any, *, b1: float, b2: float, eps: float = 1e-8
         # bfloat16 gradient, which XLA:CPU then stores whole (4.6 GiB for a 1.2B
         # model); behind the barrier each converts its own, fused away.
         grads = jax.lax.optimization_barrier(grads)
-        out = treedef.flatten_up_to(jax.tree.map(one, grads, params, adam.mu, adam.nu))
-        updates, mu, nu = (treedef.unflatten([o[i] for o in out]) for i in range(3))
+        # jaxlib's PyTreeDef has these methods; the type stubs mypy reads here lack them
+        out = treedef.flatten_up_to(  # type: ignore[attr-defined]
+            jax.tree.map(one, grads, params, adam.mu, adam.nu))
+        updates, mu, nu = (treedef.unflatten([o[i] for o in out])  # type: ignore[attr-defined]
+                           for i in range(3))
         return updates, (clip_state, (adam._replace(count=count, mu=mu, nu=nu),
                                       decay_state, lr_state))
 

@@ -42,6 +42,8 @@ def make_optimizer(model: Any, t: TrainingSpec) -> Any:
 
 def loss_config(spec: RunSpec) -> LossConfig:
     t = spec.training
+    if t.epsilon is None or t.epsilon_high is None:  # RunSpec's validator fills both
+        raise ValueError("training.epsilon and epsilon_high are unset: not a RunSpec's")
     return LossConfig(
         algorithm=spec.algorithm,
         epsilon=t.epsilon,
@@ -129,7 +131,7 @@ class Update:
         return nnx.LoRAParam if self.lora else nnx.Param
 
     def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int,
-                  remat: bool = False, mask: Any = None):
+                  remat: bool | int = False, mask: Any = None):
         from rlctl.core.trainer import tunix_adapter as ta
 
         return ta.shared_prefix_logps(
@@ -211,7 +213,8 @@ class Update:
         import jax
         from flax import nnx
 
-        mdef, params, rest = nnx.split(model, self._wrt(), ...)
+        # flax types split's states as a variadic tuple (two filters: two states)
+        mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]
         fn = jax.jit(lambda p, r, b: self._loss_and_grads(p, mdef, r, b, size))
         return fn(params, rest, batch)
 
@@ -223,7 +226,7 @@ class Update:
 
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
-            mdef, params, rest = nnx.split(model, self._wrt(), ...)
+            mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
             (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size,
                                                       remat)
             optimizer.update(model, grads)

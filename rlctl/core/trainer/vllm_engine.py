@@ -140,7 +140,7 @@ class VllmSampler:
                        logprobs_mode=self.logprobs_mode, max_logprobs=1)
         self.start_seconds = time.perf_counter() - t0
         self.pushes = 0
-        self.last_push: Push | None = None
+        self.last_push: Push  # set by sync, below
         self.sync(model)
 
     def sync(self, model: Any) -> None:

@@ -19,9 +19,9 @@ import contextlib
 import io
 import math
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -188,7 +188,9 @@ def _batched(r: Reward, samples: Sequence[Sample]) -> np.ndarray:
         raise ConfigError(f"reward {r.label!r} returned {len(values)} values for "
                           f"{len(samples)} completions", hint="return one value (float or "
                           "None) per completion, in order")
-    return np.array([_number(r, v, allow_none=True) for v in values], np.float64)
+    # a user's value, checked above as far as it is: sized, not text; iterated as list() would
+    items = cast("Iterable[object]", values)
+    return np.array([_number(r, v, allow_none=True) for v in items], np.float64)
 
 
 def _trl_kwargs(samples: Sequence[Sample]) -> dict[str, Any]:

@@ -39,17 +39,18 @@ def trunk(model, tokens, positions, cache, mask, scan: bool = False,
     if _runs_whole(model):
         _, new_cache = model(tokens, positions, cache, mask, output_hidden_states=True)
         sown = nnx.pop(model, nnx.Intermediate)
-        return sown["all_hidden_states"].get_value()[-1], new_cache
+        # flax types a State's entries as States (a Variable here, with get_value)
+        return sown["all_hidden_states"].get_value()[-1], new_cache  # type: ignore[operator]
     if scan:
         return layers_lib.scan_trunk(model, tokens, positions, cache, mask, dtype, stacked)
-    new_cache = None if cache is None else {}
+    layer_caches: dict[str, Any] = {}
     x = model.embedder.encode(tokens)
     for i, layer in enumerate(model.layers):
         name = f"layer_{i}"
         layer_cache, x = layer(x, positions, cache[name] if cache else None, mask)
         if cache is not None:
-            new_cache[name] = layer_cache
-    return model.final_norm(x), new_cache
+            layer_caches[name] = layer_cache
+    return model.final_norm(x), None if cache is None else layer_caches
 
 
 def head_weight(model) -> jax.Array:

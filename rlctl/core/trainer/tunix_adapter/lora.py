@@ -61,10 +61,11 @@ def apply_lora(model: nnx.Module, family: str, training: Any, seed: int = 0) -> 
                                  rank=int(training.lora_rank),
                                  alpha=float(training.lora_alpha))
     rngs = nnx.Rngs(seed)
-    for i, layer in enumerate(model.layers):
+    layers = model.layers  # type: ignore[attr-defined]  # a Tunix model's (Tunix is untyped)
+    for i, layer in enumerate(layers):
         # skip qwix's own first call (its inputs differ per family): one eager forward
         # of the whole model below creates every layer's adapters
-        model.layers[i] = qwix.apply_lora_to_model(layer, provider, skip_nnx_init=True,
+        layers[i] = qwix.apply_lora_to_model(layer, provider, skip_nnx_init=True,
                                                    rngs=rngs)
     model.set_attributes(qwix_rngs=rngs)
     tokens = jnp.zeros((1, 1), jnp.int32)

@@ -115,7 +115,8 @@ def _restore_trainer_folder(folder: Path, fam: Family, config: Any, jdtype: Any,
     nnx.replace_by_pure_dict(params, _like_keys(restored, pure))
     if mesh is None:
         params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
-    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)
+    # flax types split's states as a variadic tuple (two filters: two states)
+    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
     rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
     return nnx.merge(graphdef, params, rest)
 
