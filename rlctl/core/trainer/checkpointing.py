@@ -433,9 +433,8 @@ class Checkpoints:
         restore would set a sound checkpoint aside as damaged."""
         import jax
 
-        in_flight = max([SAVE_IN_FLIGHT, *(int(getattr(x, "nbytes", 0) or
-                                               np.prod(x.shape) * np.dtype(x.dtype).itemsize)
-                                           + 2**20 for x in jax.tree.leaves(state))])
+        in_flight = max([SAVE_IN_FLIGHT, *(getattr(x, "nbytes", 0) + 2**20
+                                           for x in jax.tree.leaves(state))])
         if in_flight != self._in_flight:
             self._in_flight = in_flight
             self.manager.close()
