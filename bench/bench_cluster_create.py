@@ -41,8 +41,10 @@ def main() -> None:
         longest: dict[str, float] = {}
         for c in order:
             longest[c.key] = cost.get(c.key, 1.0) + max(
-                (longest[d] for d in c.depends_on if d in keys), default=0.0)
+                (longest[d] for d in c.depends_on if d in keys), default=0.0
+            )
         return max(longest.values(), default=0.0)
+
     from tests.fakes.gcp_server import FakeGCP
 
     gcs = FakeGCSServer()
@@ -51,10 +53,17 @@ def main() -> None:
     fake = FakeGCP(project="p", gcs_url=gcs.url, latency=args.latency).start()
     try:
         clients = Clients.local(fake.url, "p", "us-central1", poll_interval=args.poll)
-        spec = build_infra_spec(flags={
-            "project": "p", "region": "us-central1", "cluster": "bench",
-            "accelerators": ["v6e-16 x2"], "dcn": {"count": 2}, "bucket": {"name": "bench-b"},
-        }, env={})
+        spec = build_infra_spec(
+            flags={
+                "project": "p",
+                "region": "us-central1",
+                "cluster": "bench",
+                "accelerators": ["v6e-16 x2"],
+                "dcn": {"count": 2},
+                "bucket": {"name": "bench-b"},
+            },
+            env={},
+        )
         t0 = time.perf_counter()
         plan = cluster.plan_create(clients, spec)
         t1 = time.perf_counter()
@@ -64,15 +73,23 @@ def main() -> None:
         weights = {c.key: (args.latency if c.kind in LRO_KINDS else 0.0) for c in pending}
         cp = critical_path(pending, weights)
         serial = sum(weights.values())
-        print(f"operations: {len(result['applied'])} applied, "
-              f"{sum(1 for c in pending if c.kind in LRO_KINDS)} long-running "
-              f"at {args.latency:.2f}s each")
-        print(f"critical path: {cp:.2f}s (network -> subnet -> cluster -> node pool); "
-              f"serial sum: {serial:.2f}s")
-        print(f"apply wall time: {t2 - t1:.2f}s = {(t2 - t1) / cp:.2f}x critical path "
-              f"(serial would be {serial / cp:.2f}x)")
-        print(f"plan (pre-flight + observe) took {t1 - t0:.2f}s; "
-              f"plan+apply = {(t2 - t0) / cp:.2f}x critical path")
+        print(
+            f"operations: {len(result['applied'])} applied, "
+            f"{sum(1 for c in pending if c.kind in LRO_KINDS)} long-running "
+            f"at {args.latency:.2f}s each"
+        )
+        print(
+            f"critical path: {cp:.2f}s (network -> subnet -> cluster -> node pool); "
+            f"serial sum: {serial:.2f}s"
+        )
+        print(
+            f"apply wall time: {t2 - t1:.2f}s = {(t2 - t1) / cp:.2f}x critical path "
+            f"(serial would be {serial / cp:.2f}x)"
+        )
+        print(
+            f"plan (pre-flight + observe) took {t1 - t0:.2f}s; "
+            f"plan+apply = {(t2 - t0) / cp:.2f}x critical path"
+        )
     finally:
         fake.stop()
         gcs.stop()

@@ -58,13 +58,17 @@ def run_once(repo: Path, args: list[str], cache: Path, label: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"bench-{label}-"))
     out = work / "compiles.json"
     name = f"bench-{label}"
-    env = {**os.environ, "PYTHONPATH": str(repo), "RLCTL_CACHE": str(cache),
-           "BENCH_OUT": str(out),
-           "BENCH_ARGS": json.dumps(["train", "grpo", "--runs-dir", str(work), "--name", name,
-                                     *args])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(repo),
+        "RLCTL_CACHE": str(cache),
+        "BENCH_OUT": str(out),
+        "BENCH_ARGS": json.dumps(["train", "grpo", "--runs-dir", str(work), "--name", name, *args]),
+    }
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _PROBE], cwd=repo, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], cwd=repo, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"{label}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
@@ -77,16 +81,25 @@ def run_once(repo: Path, args: list[str], cache: Path, label: str) -> dict:
         f = work / name / "eval" / f"{which}.json"
         if f.exists():
             evals[f"{which}_accuracy"] = json.loads(f.read_text())["accuracy"]
-    return {"label": label, "wall_s": round(wall, 1), "steps": steps, **evals,
-            "median_step_s": round(median, 2),
-            "worst_after_first_x_median": round(max(steps[1:], default=0) / median, 2),
-            "first_step_s": steps[0], **compiles}
+    return {
+        "label": label,
+        "wall_s": round(wall, 1),
+        "steps": steps,
+        **evals,
+        "median_step_s": round(median, 2),
+        "worst_after_first_x_median": round(max(steps[1:], default=0) / median, 2),
+        "first_step_s": steps[0],
+        **compiles,
+    }
 
 
 def worktree(rev: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix="bench-baseline-")) / "repo"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), rev],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), rev],
+        check=True,
+        capture_output=True,
+    )
     return path
 
 
@@ -107,8 +120,10 @@ def main() -> None:
         try:
             results.append(run_once(base, args, Path(tempfile.mkdtemp()), "baseline"))
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)],
+                capture_output=True,
+            )
     cache = Path(tempfile.mkdtemp(prefix="bench-cache-"))
     results.append(run_once(REPO, args, cache, "cold"))
     results.append(run_once(REPO, args, cache, "warm"))
@@ -116,17 +131,24 @@ def main() -> None:
         print(json.dumps(results, indent=1))
         return
     ref = results[0]
-    print(f"{'run':9} {'wall s':>7} {'x ref':>6} {'step1 s':>8} {'median s':>9} "
-          f"{'worst/med':>9} {'compiles':>8} {'compile s':>9} {'cache hits':>10} "
-          f"{'peak GB':>8} {'accuracy':>11}")
+    print(
+        f"{'run':9} {'wall s':>7} {'x ref':>6} {'step1 s':>8} {'median s':>9} "
+        f"{'worst/med':>9} {'compiles':>8} {'compile s':>9} {'cache hits':>10} "
+        f"{'peak GB':>8} {'accuracy':>11}"
+    )
     for r in results:
-        acc = (f"{r['baseline_accuracy']:.2f}->{r['final_accuracy']:.2f}"
-               if "final_accuracy" in r else "-")
-        print(f"{r['label']:9} {r['wall_s']:7.1f} {r['wall_s'] / ref['wall_s']:6.2f} "
-              f"{r['first_step_s']:8.1f} {r['median_step_s']:9.2f} "
-              f"{r['worst_after_first_x_median']:9.2f} {r.get('compiles', 0):8d} "
-              f"{r.get('compile_s', 0.0):9.1f} {r.get('cache_hits', 0):10d} "
-              f"{r.get('peak_rss_gb', 0):8.2f} {acc:>11}")
+        acc = (
+            f"{r['baseline_accuracy']:.2f}->{r['final_accuracy']:.2f}"
+            if "final_accuracy" in r
+            else "-"
+        )
+        print(
+            f"{r['label']:9} {r['wall_s']:7.1f} {r['wall_s'] / ref['wall_s']:6.2f} "
+            f"{r['first_step_s']:8.1f} {r['median_step_s']:9.2f} "
+            f"{r['worst_after_first_x_median']:9.2f} {r.get('compiles', 0):8d} "
+            f"{r.get('compile_s', 0.0):9.1f} {r.get('cache_hits', 0):10d} "
+            f"{r.get('peak_rss_gb', 0):8.2f} {acc:>11}"
+        )
     for r in results:
         print(f"{r['label']} steps (s): {' '.join(f'{s:.1f}' for s in r['steps'])}")
 

@@ -43,12 +43,19 @@ def generate(folder: Path, layers: int, shard_bytes: int = 512 << 20) -> tuple[i
     shapes = {"model.embed_tokens.weight": (v, d)}
     for i in range(layers):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (h * hd, d), p + "self_attn.k_proj.weight": (k * hd, d),
-            p + "self_attn.v_proj.weight": (k * hd, d), p + "self_attn.o_proj.weight": (d, h * hd),
-            p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
-            p + "mlp.down_proj.weight": (d, f), p + "input_layernorm.weight": (d,),
-            p + "post_attention_layernorm.weight": (d,)})
+        shapes.update(
+            {
+                p + "self_attn.q_proj.weight": (h * hd, d),
+                p + "self_attn.k_proj.weight": (k * hd, d),
+                p + "self_attn.v_proj.weight": (k * hd, d),
+                p + "self_attn.o_proj.weight": (d, h * hd),
+                p + "mlp.gate_proj.weight": (f, d),
+                p + "mlp.up_proj.weight": (f, d),
+                p + "mlp.down_proj.weight": (d, f),
+                p + "input_layernorm.weight": (d,),
+                p + "post_attention_layernorm.weight": (d,),
+            }
+        )
     shapes.update({"model.norm.weight": (d,), "lm_head.weight": (v, d)})
     rng = np.random.default_rng(0)
     groups: list[list[str]] = [[]]
@@ -63,17 +70,33 @@ def generate(folder: Path, layers: int, shard_bytes: int = 512 << 20) -> tuple[i
     files = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
     weight_map = {}
     for names, fname in zip(groups, files):
-        save_file({n: (rng.standard_normal(shapes[n], np.float32) * 0.02) for n in names},
-                  str(folder / fname))
+        save_file(
+            {n: (rng.standard_normal(shapes[n], np.float32) * 0.02) for n in names},
+            str(folder / fname),
+        )
         weight_map.update({n: fname for n in names})
     total = sum(int(np.prod(s)) * 4 for s in shapes.values())
-    (folder / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}))
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": v,
-        "hidden_size": d, "intermediate_size": f, "num_hidden_layers": layers,
-        "num_attention_heads": h, "num_key_value_heads": k, "head_dim": hd,
-        "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "vocab_size": v,
+                "hidden_size": d,
+                "intermediate_size": f,
+                "num_hidden_layers": layers,
+                "num_attention_heads": h,
+                "num_key_value_heads": k,
+                "head_dim": hd,
+                "tie_word_embeddings": False,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 10000.0,
+            }
+        )
+    )
     return total, v * d * 4
 
 
@@ -126,14 +149,18 @@ def child(mode: str, src: str, dst: str) -> None:
             conv._to_hf(source, out, None, lambda *a: None, conv.hf.SHARD_BYTES)
         out.commit()
     seconds = time.perf_counter() - t0
-    print(json.dumps({"mode": mode, "seconds": seconds, "peak": _status("VmHWM"),
-                      "base": base}))
+    print(json.dumps({"mode": mode, "seconds": seconds, "peak": _status("VmHWM"), "base": base}))
 
 
 def run(mode: str, src: Path, dst: Path) -> dict:
     shutil.rmtree(dst, ignore_errors=True)
-    p = subprocess.run([sys.executable, __file__, "--child", mode, str(src), str(dst)],
-                       capture_output=True, text=True, check=True, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -151,28 +178,38 @@ def main() -> None:
     hf_dir, trainer_dir = work / "hf", work / "trainer"
     total, largest = generate(hf_dir, a.layers)
     shards = len(list(hf_dir.glob("*.safetensors")))
-    print(f"model: {total / 2**30:.2f} GiB float32 in {shards} shards, largest tensor "
-          f"{largest / 2**20:.0f} MiB (embedding)")
+    print(
+        f"model: {total / 2**30:.2f} GiB float32 in {shards} shards, largest tensor "
+        f"{largest / 2**20:.0f} MiB (embedding)"
+    )
     rates = {}
-    for mode, what in (("copy", "cp (in-kernel copy_file_range)"),
-                       ("copy-userspace", "read+write, 16 MiB buffer")):
+    for mode, what in (
+        ("copy", "cp (in-kernel copy_file_range)"),
+        ("copy-userspace", "read+write, 16 MiB buffer"),
+    ):
         r = run(mode, hf_dir, work / "copy")
         shutil.rmtree(work / "copy")
         rates[mode] = total / r["seconds"]
         print(f"plain copy, {what}: {r['seconds']:.1f} s ({rates[mode] / 2**20:.0f} MiB/s)")
     copy_rate = rates["copy"]
-    print(f"{'conversion':<22}{'s':>6}{'MiB/s':>7}{'x cp':>7}{'x r+w':>7}{'peak RSS':>10}"
-          f"{'x largest':>11}{'net x largest':>15}")
-    for direction, src, dst in (("trainer", hf_dir, trainer_dir),
-                                ("hf", trainer_dir, work / "hf-out")):
+    print(
+        f"{'conversion':<22}{'s':>6}{'MiB/s':>7}{'x cp':>7}{'x r+w':>7}{'peak RSS':>10}"
+        f"{'x largest':>11}{'net x largest':>15}"
+    )
+    for direction, src, dst in (
+        ("trainer", hf_dir, trainer_dir),
+        ("hf", trainer_dir, work / "hf-out"),
+    ):
         for kind in ("stream", "load-all"):
             dst = dst if kind == "stream" else work / "load-all-out"
             r = run(f"{kind}-{direction}", src, dst)
             rate = total / r["seconds"]
-            print(f"{f'{kind} -> {direction}':<22}{r['seconds']:>6.1f}{rate / 2**20:>7.0f}"
-                  f"{rate / copy_rate:>7.2f}{rate / rates['copy-userspace']:>7.2f}"
-                  f"{r['peak'] / 2**20:>9.0f}M"
-                  f"{r['peak'] / largest:>11.2f}{(r['peak'] - r['base']) / largest:>15.2f}")
+            print(
+                f"{f'{kind} -> {direction}':<22}{r['seconds']:>6.1f}{rate / 2**20:>7.0f}"
+                f"{rate / copy_rate:>7.2f}{rate / rates['copy-userspace']:>7.2f}"
+                f"{r['peak'] / 2**20:>9.0f}M"
+                f"{r['peak'] / largest:>11.2f}{(r['peak'] - r['base']) / largest:>15.2f}"
+            )
             if not (kind == "stream" and direction == "trainer"):
                 shutil.rmtree(dst, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)

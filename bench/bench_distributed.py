@@ -25,17 +25,28 @@ from tests.fakes.jax_processes import finish, new_run, start
 
 
 def _make_run(root: Path, name: str, model: Path, steps: int, *extra: str) -> Path:
-    return new_run(root, name, model, "eval.size=0", "training.prompts_per_step=2",
-                   "rollout.num_generations=8", "rollout.max_new_tokens=32",
-                   f"training.steps={steps}", f"checkpoint.interval={steps}", *extra)
+    return new_run(
+        root,
+        name,
+        model,
+        "eval.size=0",
+        "training.prompts_per_step=2",
+        "rollout.num_generations=8",
+        "rollout.max_new_tokens=32",
+        f"training.steps={steps}",
+        f"checkpoint.interval={steps}",
+        *extra,
+    )
 
 
 def _run(run: Path, processes: int) -> tuple[float, float]:
     """Median (step, rollout) seconds, the first two (compiling) steps dropped."""
     finish(start(run, processes))
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return (statistics.median(r["step_seconds"] for r in rows[2:]),
-            statistics.median(r["rollout_seconds"] for r in rows[2:]))
+    return (
+        statistics.median(r["step_seconds"] for r in rows[2:]),
+        statistics.median(r["rollout_seconds"] for r in rows[2:]),
+    )
 
 
 def main() -> None:
@@ -51,17 +62,20 @@ def main() -> None:
         runs = Path(tmp) / "runs"
         results = {
             "1 process": _run(_make_run(runs, "one", model, args.steps), 1),
-            f"{n} processes, sampler on whole weights (default)":
-                _run(_make_run(runs, "whole", model, args.steps), n),
-            f"{n} processes, sampler on FSDP shards":
-                _run(_make_run(runs, "sharded", model, args.steps,
-                               "rollout.sampler_weights=sharded"), n),
+            f"{n} processes, sampler on whole weights (default)": _run(
+                _make_run(runs, "whole", model, args.steps), n
+            ),
+            f"{n} processes, sampler on FSDP shards": _run(
+                _make_run(runs, "sharded", model, args.steps, "rollout.sampler_weights=sharded"), n
+            ),
         }
     base_step, base_roll = results["1 process"]
     print("median after 2 compile steps; ratios against 1 process")
     for label, (step, roll) in results.items():
-        print(f"{label:<48} step {step:.3f} s ({step / base_step:.2f}x)  "
-              f"rollout {roll:.3f} s ({roll / base_roll:.2f}x)")
+        print(
+            f"{label:<48} step {step:.3f} s ({step / base_step:.2f}x)  "
+            f"rollout {roll:.3f} s ({roll / base_roll:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

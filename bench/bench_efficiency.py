@@ -104,8 +104,11 @@ def trainer(overrides: list[str]) -> Any:
     from rlctl.core.trainer.loop import Trainer
 
     root = tempfile.mkdtemp()
-    spec = build(RunSpec, {"name": "bench", "output": {"root": root, "tensorboard": False},
-                           "eval": {"size": 0}}, overrides)
+    spec = build(
+        RunSpec,
+        {"name": "bench", "output": {"root": root, "tensorboard": False}, "eval": {"size": 0}},
+        overrides,
+    )
     t = Trainer(spec, LocalRunStore(root).run("bench"))
     t.create_model()
     t.create_data()
@@ -117,8 +120,7 @@ def trainer(overrides: list[str]) -> Any:
 def tree_bytes(tree: Any) -> int:
     import jax
 
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)
-               if hasattr(x, "dtype"))
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree) if hasattr(x, "dtype"))
 
 
 def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
@@ -149,9 +151,11 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     per_token = (seconds[new_tokens] - seconds[1]) / (new_tokens - 1)
     if per_token <= 0:  # the calls' noise is larger than the extra tokens' decode
         many, one = seconds[new_tokens], seconds[1]
-        raise SystemExit(f"{new_tokens} new tokens took no longer than 1 ({many:.4f} s vs "
-                         f"{one:.4f} s): too few to measure a decode step here; "
-                         "raise --new-tokens or --repeats")
+        raise SystemExit(
+            f"{new_tokens} new tokens took no longer than 1 ({many:.4f} s vs "
+            f"{one:.4f} s): too few to measure a decode step here; "
+            "raise --new-tokens or --repeats"
+        )
     info = sampler.info  # what the sampler reads (rollout.compute_dtype resolved)
     rows, slots = ids.shape[0] * G, width + new_tokens
     cache_dtype = getattr(sampler, "cache_dtype", None) or info.dtype
@@ -173,18 +177,31 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
         products = sum(x.size for x in jax.tree.leaves(sampler.state))
     read = ids.shape[0] * width + rows * new_tokens if shared else rows * slots
     heads = getattr(getattr(t.model, "config", None), "num_heads", info.num_kv_heads)
-    cache = (2 * info.num_layers * read * info.num_kv_heads * info.head_dim
-             * np.dtype(cache_dtype).itemsize)
-    return {"rows": rows, "cache_slots": slots, "prompts": int(ids.shape[0]),
-            "compute_dtype": info.compute_dtype,
-            "prompt_slots": width, "shared_prompt_slots": bool(shared),
-            "prefill_seconds": round(seconds[1], 3),
-            "seconds_per_token": per_token, "weight_bytes": weights, "cache_bytes": cache,
-            "bytes_per_token": weights + cache,
-            # a multiply-add per row per weight, and the attention's two products over
-            # every slot (as the bytes count them: read, masked or not)
-            "flops_per_token": 2 * rows * products
-            + 4 * info.num_layers * rows * heads * info.head_dim * slots}
+    cache = (
+        2
+        * info.num_layers
+        * read
+        * info.num_kv_heads
+        * info.head_dim
+        * np.dtype(cache_dtype).itemsize
+    )
+    return {
+        "rows": rows,
+        "cache_slots": slots,
+        "prompts": int(ids.shape[0]),
+        "compute_dtype": info.compute_dtype,
+        "prompt_slots": width,
+        "shared_prompt_slots": bool(shared),
+        "prefill_seconds": round(seconds[1], 3),
+        "seconds_per_token": per_token,
+        "weight_bytes": weights,
+        "cache_bytes": cache,
+        "bytes_per_token": weights + cache,
+        # a multiply-add per row per weight, and the attention's two products over
+        # every slot (as the bytes count them: read, masked or not)
+        "flops_per_token": 2 * rows * products
+        + 4 * info.num_layers * rows * heads * info.head_dim * slots,
+    }
 
 
 def multiplied(laid: dict[str, Any], dtype: str) -> list[tuple[Any, bool]]:
@@ -195,8 +212,9 @@ def multiplied(laid: dict[str, Any], dtype: str) -> list[tuple[Any, bool]]:
     from rlctl.core.trainer.tunix_adapter.mixed import narrow
 
     keys = ("qkv", "o", "gu", "down")
-    return [(lw[k], narrow(dtype) and k == "o") for lw in laid["layers"] for k in keys] \
-        + [(laid["head"], False)]
+    return [(lw[k], narrow(dtype) and k == "o") for lw in laid["layers"] for k in keys] + [
+        (laid["head"], False)
+    ]
 
 
 def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
@@ -211,11 +229,16 @@ def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
     from rlctl.core.trainer.tunix_adapter.mixed import dot
 
     dtype = t.rollout.sampler.info.compute_dtype
-    mats, rows_first = map(list, zip(*multiplied(decode.weights(t.model, dtype), dtype),
-                                     strict=True))
+    mats, rows_first = map(
+        list, zip(*multiplied(decode.weights(t.model, dtype), dtype), strict=True)
+    )
     # each product's input: [rows, K] rows first, [K, rows] weights first
-    shapes = sorted({(w.shape[0], True) if first else (w.shape[1], False)
-                     for w, first in zip(mats, rows_first, strict=True)})
+    shapes = sorted(
+        {
+            (w.shape[0], True) if first else (w.shape[1], False)
+            for w, first in zip(mats, rows_first, strict=True)
+        }
+    )
 
     @jax.jit
     def products(mats: list[Any], inputs: dict[tuple[int, bool], Any]) -> Any:
@@ -223,14 +246,17 @@ def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
         for w, first in zip(mats, rows_first, strict=True):
             # each product waits for the one before, as in a decode step, and counts
             x, y = jax.lax.optimization_barrier(
-                (inputs[(w.shape[0], True) if first else (w.shape[1], False)], y))
+                (inputs[(w.shape[0], True) if first else (w.shape[1], False)], y)
+            )
             total = total + y[0, 0]
             y = dot(x, w, dtype) if first else dot(w, x, dtype)
         return total + y[0, 0]
 
     def inputs(rows: int) -> dict[tuple[int, bool], Any]:
-        return {(k, first): jnp.ones((rows, k) if first else (k, rows), jnp.float32)
-                for k, first in shapes}
+        return {
+            (k, first): jnp.ones((rows, k) if first else (k, rows), jnp.float32)
+            for k, first in shapes
+        }
 
     return products, mats, inputs
 
@@ -243,8 +269,12 @@ def product_figures(t: Any, rows: int, repeats: int) -> dict[str, Any]:
     products, mats, inputs = decode_products(t)
     quarter = max(1, rows // 4)
     seconds = {n: _timed(products, mats, inputs(n), n=3 * repeats) for n in (rows, quarter)}
-    return {"product_bytes": sum(w.nbytes for w in mats), "product_seconds": seconds[rows],
-            "quarter_rows": quarter, "product_seconds_quarter_rows": seconds[quarter]}
+    return {
+        "product_bytes": sum(w.nbytes for w in mats),
+        "product_seconds": seconds[rows],
+        "quarter_rows": quarter,
+        "product_seconds_quarter_rows": seconds[quarter],
+    }
 
 
 def rollout_batch(t: Any) -> Any:
@@ -276,15 +306,26 @@ def update_figures(t: Any, repeats: int) -> dict[str, Any]:
 
     params = sum(x.size for x in __import__("jax").tree.leaves(nnx.state(t.model, nnx.Param)))
     tokens = batch.prompt_ids.size + batch.completion_ids.size
-    return {"sequences": int(batch.completion_ids.shape[0]), "micro_batch": size,
-            "tokens": int(tokens), "seconds": med, "xla_flops": float(cost.get("flops", 0.0)),
-            "useful_flops": 6.0 * params * tokens}
+    return {
+        "sequences": int(batch.completion_ids.shape[0]),
+        "micro_batch": size,
+        "tokens": int(tokens),
+        "seconds": med,
+        "xla_flops": float(cost.get("flops", 0.0)),
+        "useful_flops": 6.0 * params * tokens,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="a run spec override, as rlctl train --set")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run spec override, as rlctl train --set",
+    )
     ap.add_argument("--only", choices=["rollout", "update"])
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
@@ -303,47 +344,65 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rate = matmul_rate(dtype=dtype)
         flops = d["flops_per_token"] / d["seconds_per_token"]
         intensity, balance = d["flops_per_token"] / d["bytes_per_token"], rate / bw
-        out["rollout"] = {**d, "read_bandwidth_GBps": round(bw / 1e9, 2),
-                          "achieved_GBps": round(achieved / 1e9, 2),
-                          "fraction_of_bandwidth": round(achieved / bw, 3),
-                          "tokens_per_s": round(d["rows"] / d["seconds_per_token"], 1),
-                          "matmul_GFLOPs": round(rate / 1e9, 1),
-                          "achieved_GFLOPs": round(flops / 1e9, 1),
-                          "fraction_of_matmul_rate": round(flops / rate, 3),
-                          "flops_per_byte": round(intensity, 2),
-                          "machine_flops_per_byte": round(balance, 2),
-                          # the most of the bandwidth a step could use with its
-                          # matmuls at this machine's rate
-                          "bandwidth_ceiling": round(min(1.0, balance / intensity), 3)}
-        print(f"rollout: {d['rows']} rows x {d['cache_slots']} slots: "
-              f"{d['seconds_per_token'] * 1e3:.1f} ms per decode step, "
-              f"{d['bytes_per_token'] / 1e6:.0f} MB read per step "
-              f"(weights {d['weight_bytes'] / 1e6:.0f}, cache {d['cache_bytes'] / 1e6:.0f}): "
-              f"{achieved / 1e9:.2f} GB/s = {achieved / bw:.2f} x this machine's "
-              f"{bw / 1e9:.1f} GB/s read bandwidth", flush=True)
-        print(f"  {d['flops_per_token'] / 1e9:.2f} GFLOP per step, {intensity:.1f} FLOP/byte "
-              f"(this machine: {balance:.1f} at its {rate / 1e9:.0f} GFLOP/s {dtype} matmul): "
-              f"{flops / 1e9:.0f} GFLOP/s = {flops / rate:.2f} x that rate; with its matmuls "
-              f"at that rate a step could use at most "
-              f"{min(1.0, balance / intensity):.2f} x the bandwidth", flush=True)
+        out["rollout"] = {
+            **d,
+            "read_bandwidth_GBps": round(bw / 1e9, 2),
+            "achieved_GBps": round(achieved / 1e9, 2),
+            "fraction_of_bandwidth": round(achieved / bw, 3),
+            "tokens_per_s": round(d["rows"] / d["seconds_per_token"], 1),
+            "matmul_GFLOPs": round(rate / 1e9, 1),
+            "achieved_GFLOPs": round(flops / 1e9, 1),
+            "fraction_of_matmul_rate": round(flops / rate, 3),
+            "flops_per_byte": round(intensity, 2),
+            "machine_flops_per_byte": round(balance, 2),
+            # the most of the bandwidth a step could use with its
+            # matmuls at this machine's rate
+            "bandwidth_ceiling": round(min(1.0, balance / intensity), 3),
+        }
+        print(
+            f"rollout: {d['rows']} rows x {d['cache_slots']} slots: "
+            f"{d['seconds_per_token'] * 1e3:.1f} ms per decode step, "
+            f"{d['bytes_per_token'] / 1e6:.0f} MB read per step "
+            f"(weights {d['weight_bytes'] / 1e6:.0f}, cache {d['cache_bytes'] / 1e6:.0f}): "
+            f"{achieved / 1e9:.2f} GB/s = {achieved / bw:.2f} x this machine's "
+            f"{bw / 1e9:.1f} GB/s read bandwidth",
+            flush=True,
+        )
+        print(
+            f"  {d['flops_per_token'] / 1e9:.2f} GFLOP per step, {intensity:.1f} FLOP/byte "
+            f"(this machine: {balance:.1f} at its {rate / 1e9:.0f} GFLOP/s {dtype} matmul): "
+            f"{flops / 1e9:.0f} GFLOP/s = {flops / rate:.2f} x that rate; with its matmuls "
+            f"at that rate a step could use at most "
+            f"{min(1.0, balance / intensity):.2f} x the bandwidth",
+            flush=True,
+        )
     if args.only != "update" and d["shared_prompt_slots"]:  # decode.py's step (Llama)
         p = product_figures(t, d["rows"], args.repeats)
         streamed = p["product_bytes"] / p["product_seconds"]
         # a quarter of the FLOPs in more than 0.8x the time: not the FLOPs
         thin = p["product_seconds_quarter_rows"] > 0.8 * p["product_seconds"]
-        verdict = ("about as long: the dot kernel streams weights this thin at" if thin
-                   else "faster: their FLOPs bind them; they stream at")
-        out["rollout"].update({**p, "product_GBps": round(streamed / 1e9, 2),
-                               "product_fraction_of_bandwidth": round(streamed / bw, 3),
-                               "product_bound_by": "streaming" if thin else "flops",
-                               "product_share_of_step":
-                                   round(p["product_seconds"] / d["seconds_per_token"], 3)})
-        print(f"  its products alone (projections and head, {p['product_bytes'] / 1e6:.0f} MB): "
-              f"{p['product_seconds'] * 1e3:.1f} ms for {d['rows']} rows "
-              f"({p['product_seconds'] / d['seconds_per_token']:.2f} of the step), "
-              f"{p['product_seconds_quarter_rows'] * 1e3:.1f} ms for {p['quarter_rows']} "
-              f"({verdict} {streamed / 1e9:.1f} GB/s = {streamed / bw:.2f} x the bandwidth)",
-              flush=True)
+        verdict = (
+            "about as long: the dot kernel streams weights this thin at"
+            if thin
+            else "faster: their FLOPs bind them; they stream at"
+        )
+        out["rollout"].update(
+            {
+                **p,
+                "product_GBps": round(streamed / 1e9, 2),
+                "product_fraction_of_bandwidth": round(streamed / bw, 3),
+                "product_bound_by": "streaming" if thin else "flops",
+                "product_share_of_step": round(p["product_seconds"] / d["seconds_per_token"], 3),
+            }
+        )
+        print(
+            f"  its products alone (projections and head, {p['product_bytes'] / 1e6:.0f} MB): "
+            f"{p['product_seconds'] * 1e3:.1f} ms for {d['rows']} rows "
+            f"({p['product_seconds'] / d['seconds_per_token']:.2f} of the step), "
+            f"{p['product_seconds_quarter_rows'] * 1e3:.1f} ms for {p['quarter_rows']} "
+            f"({verdict} {streamed / 1e9:.1f} GB/s = {streamed / bw:.2f} x the bandwidth)",
+            flush=True,
+        )
     if args.only != "rollout":
         # the limit is the rate of the dtype the run's matmuls read: bfloat16's where
         # mixed precision runs (the faster one, so the harder yardstick)
@@ -352,16 +411,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rate = f32_rate if dtype == "float32" else matmul_rate(dtype=dtype)
         u = update_figures(t, args.repeats)
         xla, useful = u["xla_flops"] / u["seconds"], u["useful_flops"] / u["seconds"]
-        out["update"] = {**u, "compute_dtype": dtype, "matmul_GFLOPs": round(rate / 1e9, 1),
-                         "float32_matmul_GFLOPs": round(f32_rate / 1e9, 1),
-                         "xla_GFLOPs": round(xla / 1e9, 1), "useful_GFLOPs": round(useful / 1e9, 1),
-                         "fraction_of_matmul_rate": round(xla / rate, 3),
-                         "useful_fraction_of_matmul_rate": round(useful / rate, 3)}
-        print(f"update: {u['sequences']} sequences, {u['tokens']} tokens: {u['seconds']:.2f} s, "
-              f"{xla / 1e9:.0f} GFLOP/s by XLA's count ({useful / 1e9:.0f} useful) = "
-              f"{xla / rate:.2f} x ({useful / rate:.2f} x) this machine's "
-              f"{rate / 1e9:.0f} GFLOP/s {dtype} matmul (float32: {f32_rate / 1e9:.0f})",
-              flush=True)
+        out["update"] = {
+            **u,
+            "compute_dtype": dtype,
+            "matmul_GFLOPs": round(rate / 1e9, 1),
+            "float32_matmul_GFLOPs": round(f32_rate / 1e9, 1),
+            "xla_GFLOPs": round(xla / 1e9, 1),
+            "useful_GFLOPs": round(useful / 1e9, 1),
+            "fraction_of_matmul_rate": round(xla / rate, 3),
+            "useful_fraction_of_matmul_rate": round(useful / rate, 3),
+        }
+        print(
+            f"update: {u['sequences']} sequences, {u['tokens']} tokens: {u['seconds']:.2f} s, "
+            f"{xla / 1e9:.0f} GFLOP/s by XLA's count ({useful / 1e9:.0f} useful) = "
+            f"{xla / rate:.2f} x ({useful / rate:.2f} x) this machine's "
+            f"{rate / 1e9:.0f} GFLOP/s {dtype} matmul (float32: {f32_rate / 1e9:.0f})",
+            flush=True,
+        )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out

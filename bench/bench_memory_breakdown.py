@@ -63,8 +63,9 @@ def main() -> None:
     from rlctl.cli.app import main as rlctl
     from rlctl.core.trainer import checkpointing, rollout, step, tunix_adapter  # noqa: F401
 
-    rows: list[tuple[str, int, int, int, int]] = [("python + rlctl + JAX imported", t0, rss(),
-                                                   0, 0)]
+    rows: list[tuple[str, int, int, int, int]] = [
+        ("python + rlctl + JAX imported", t0, rss(), 0, 0)
+    ]
 
     def arrays() -> int:
         return sum(x.nbytes for x in jax.live_arrays())
@@ -83,32 +84,48 @@ def main() -> None:
         setattr(cls, name, g)
 
     def update_temp(u) -> int:
-        return max((c.memory_analysis().temp_size_in_bytes for c, _ in u._compiled.values()),
-                   default=0)
+        return max(
+            (c.memory_analysis().temp_size_in_bytes for c, _ in u._compiled.values()), default=0
+        )
 
     wrap(rollout.Rollout, "sample", "rollout (sampler)")
     wrap(step.Update, "apply", "update", update_temp)
     wrap(checkpointing.Checkpoints, "save", "checkpoint save")
     with tempfile.TemporaryDirectory() as root:
-        sys.argv = ["rlctl", "train", "grpo", "--runs-dir", root, "--name", "breakdown",
-                    "--steps", str(a.steps), "--eval-size", str(a.eval_size),
-                    *[x for s in a.set for x in ("--set", s)]]
+        sys.argv = [
+            "rlctl",
+            "train",
+            "grpo",
+            "--runs-dir",
+            root,
+            "--name",
+            "breakdown",
+            "--steps",
+            str(a.steps),
+            "--eval-size",
+            str(a.eval_size),
+            *[x for s in a.set for x in ("--set", s)],
+        ]
         try:
             rlctl()
         except SystemExit as e:
             if e.code:
                 raise
     gb = 1e9
-    print(f"{'phase':34} {'n':>3} {'start GB':>9} {'peak GB':>8} {'arrays GB':>10} "
-          f"{'XLA temp GB':>12}")
+    print(
+        f"{'phase':34} {'n':>3} {'start GB':>9} {'peak GB':>8} {'arrays GB':>10} "
+        f"{'XLA temp GB':>12}"
+    )
     seen: dict[str, list] = {}
     for label, start, peak, held, temp in rows:
         seen.setdefault(label, []).append((start, peak, held, temp))
     for label, xs in seen.items():
         start = xs[-1][0] if len(xs) > 1 else xs[0][0]
         peak = max(x[1] for x in xs)
-        print(f"{label:34} {len(xs):3} {start / gb:9.2f} {peak / gb:8.2f} "
-              f"{max(x[2] for x in xs) / gb:10.2f} {max(x[3] for x in xs) / gb:12.2f}")
+        print(
+            f"{label:34} {len(xs):3} {start / gb:9.2f} {peak / gb:8.2f} "
+            f"{max(x[2] for x in xs) / gb:10.2f} {max(x[3] for x in xs) / gb:12.2f}"
+        )
     if a.every:
         for label, start, peak, held, _temp in rows:
             print(f"  {label:32} {start / gb:9.2f} {peak / gb:8.2f} {held / gb:10.2f}")

@@ -32,8 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 def peak(args: list[str]) -> int:
     """Run ``rlctl ARGS`` to its end; its peak RSS in bytes."""
     env = {**os.environ, "RLCTL_COMPILE_CACHE": "off", "PYTHONPATH": str(REPO)}
-    p = subprocess.Popen([sys.executable, "-m", "rlctl", *args], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rlctl", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(p.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         err = p.stderr.read().decode() if p.stderr else ""
@@ -48,13 +52,24 @@ def main() -> None:
     a = ap.parse_args()
     half = max(1, a.steps // 2)
     with tempfile.TemporaryDirectory() as root:
-        common = ["--runs-dir", root, "--set", "eval.size=0", "--set",
-                  f"checkpoint.interval={half}", "--yes"]
+        common = [
+            "--runs-dir",
+            root,
+            "--set",
+            "eval.size=0",
+            "--set",
+            f"checkpoint.interval={half}",
+            "--yes",
+        ]
         fresh = peak(["train", "grpo", "--name", "fresh", "--steps", str(a.steps), *common])
         halted = peak(["train", "grpo", "--name", "halted", "--steps", str(half), *common])
         resumed = peak(["resume", "halted", "--runs-dir", root, "--steps", str(a.steps)])
-    doc = {"fresh_bytes": fresh, "halted_bytes": halted, "resumed_bytes": resumed,
-           "resumed_over_fresh": round(resumed / fresh, 3)}
+    doc = {
+        "fresh_bytes": fresh,
+        "halted_bytes": halted,
+        "resumed_bytes": resumed,
+        "resumed_over_fresh": round(resumed / fresh, 3),
+    }
     if a.json:
         print(json.dumps(doc))
         return

@@ -82,26 +82,44 @@ class Tunix:
         G = 1 if greedy else r.num_generations
         prompts, width = rollout.render([p for p in problems for _ in range(G)])
         out = self.yardsticks.tunix_generate(
-            self.sampler, prompts, max_new_tokens=self.max_new, max_prompt_tokens=width,
-            eos_ids=self.t.tokenizer.eos_ids, temperature=None if greedy else r.temperature,
-            top_p=r.top_p, top_k=r.top_k, seed=seed)
+            self.sampler,
+            prompts,
+            max_new_tokens=self.max_new,
+            max_prompt_tokens=width,
+            eos_ids=self.t.tokenizer.eos_ids,
+            temperature=None if greedy else r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            seed=seed,
+        )
         return [[int(x) for x in tok] for tok in out.tokens]
 
 
 class Rlctl:
     """The trainer's rollout now (``Rollout.sample``)."""
 
-    def __init__(self, t: Any, max_new_tokens: int | None = None,
-                 weights_first: bool = True, numerics: Any = None) -> None:
+    def __init__(
+        self,
+        t: Any,
+        max_new_tokens: int | None = None,
+        weights_first: bool = True,
+        numerics: Any = None,
+    ) -> None:
         from rlctl.core.trainer.rollout import Rollout
 
         self.rollout = t.rollout
         if max_new_tokens or not weights_first or numerics is not None:
             spec = t.spec.rollout.model_copy(
-                update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens})
-            self.rollout = Rollout.create(spec, t.model, t.tokenizer, t.info,
-                                          compute_dtype=t.precision.sampling,
-                                          numerics=numerics or t.numerics)
+                update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens}
+            )
+            self.rollout = Rollout.create(
+                spec,
+                t.model,
+                t.tokenizer,
+                t.info,
+                compute_dtype=t.precision.sampling,
+                numerics=numerics or t.numerics,
+            )
             self.rollout.probe_len = t.rollout.probe_len
             if not weights_first:
                 self.rollout.sampler.weights_first = False
@@ -121,13 +139,19 @@ class Vllm(Rlctl):
         from rlctl.core.trainer.vllm_engine import VllmSampler
 
         r = t.spec.rollout.model_copy(
-            update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens})
+            update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens}
+        )
         rss0 = rss_bytes()
         self.engine = VllmSampler(
-            t.model, resolve_model_dir(t.spec.model.source), pad_id=t.tokenizer.pad_id(),
-            eos_ids=t.tokenizer.eos_ids, max_new_tokens=r.max_new_tokens,
-            max_len=r.max_prompt_tokens + r.max_new_tokens, dtype=t.spec.model.dtype,
-            filtered=False)
+            t.model,
+            resolve_model_dir(t.spec.model.source),
+            pad_id=t.tokenizer.pad_id(),
+            eos_ids=t.tokenizer.eos_ids,
+            max_new_tokens=r.max_new_tokens,
+            max_len=r.max_prompt_tokens + r.max_new_tokens,
+            dtype=t.spec.model.dtype,
+            filtered=False,
+        )
         self.added_rss = rss_bytes() - rss0
         self.rollout = Rollout(r, t.tokenizer, self.engine, t.spec.prompt)
         self.rollout.probe_len = t.rollout.probe_len
@@ -154,8 +178,9 @@ def timed(fn: Callable[..., list[list[int]]], *args: Any) -> tuple[float, list[l
     return time.perf_counter() - t0, out
 
 
-def compare(paths: dict[str, Any], batches: list[list[Any]], seeds: list[int],
-            greedy: bool) -> dict[str, dict[str, Any]]:
+def compare(
+    paths: dict[str, Any], batches: list[list[Any]], seeds: list[int], greedy: bool
+) -> dict[str, dict[str, Any]]:
     """Each path on each batch, alternating which goes first; batch 0 only warms up."""
     seconds: dict[str, list[float]] = {n: [] for n in paths}
     lengths: dict[str, list[int]] = {n: [] for n in paths}
@@ -181,8 +206,7 @@ def compare(paths: dict[str, Any], batches: list[list[Any]], seeds: list[int],
         }
     if greedy:
         a, b = (outs[n] for n in paths)
-        same = sum(x == y for xs, ys in zip(a, b, strict=True) for x, y in zip(xs, ys,
-                                                                              strict=True))
+        same = sum(x == y for xs, ys in zip(a, b, strict=True) for x, y in zip(xs, ys, strict=True))
         result["greedy_completions_identical"] = f"{same}/{sum(len(x) for x in a)}"
     return result
 
@@ -192,13 +216,16 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="measured steps (after 1 warm-up)")
-    ap.add_argument("--against", choices=["tunix", "tunix-decode", "scan-layers",
-                                          "accelerator", "vllm"], default="tunix",
-                    help="tunix: Tunix's sampler; tunix-decode: rlctl's sampler decoding "
-                         "Llama through Tunix's layers instead of weights first; "
-                         "scan-layers: the prefill's layers scanned; accelerator: the "
-                         "GPU's row of the numerics table; vllm: rollout.engine=vllm "
-                         "(needs vLLM installed)")
+    ap.add_argument(
+        "--against",
+        choices=["tunix", "tunix-decode", "scan-layers", "accelerator", "vllm"],
+        default="tunix",
+        help="tunix: Tunix's sampler; tunix-decode: rlctl's sampler decoding "
+        "Llama through Tunix's layers instead of weights first; "
+        "scan-layers: the prefill's layers scanned; accelerator: the "
+        "GPU's row of the numerics table; vllm: rollout.engine=vllm "
+        "(needs vLLM installed)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     t = setup()
@@ -206,8 +233,7 @@ def main() -> None:
     P, n = s.training.prompts_per_step, args.steps + 1
     train = [t.source.batch(k, P) for k in range(n)]
     seeds = [step_seed(s.training.seed, k, 4) for k in range(n)]
-    name = args.against if args.against in ("vllm", "scan-layers", "accelerator") \
-        else "tunix"
+    name = args.against if args.against in ("vllm", "scan-layers", "accelerator") else "tunix"
 
     def base(max_new: int | None = None) -> Any:
         import dataclasses
@@ -219,8 +245,7 @@ def main() -> None:
         if args.against == "vllm":
             return Vllm(t, max_new)
         if args.against == "scan-layers":
-            return Rlctl(t, max_new, numerics=dataclasses.replace(t.numerics,
-                                                                  scan_layers=True))
+            return Rlctl(t, max_new, numerics=dataclasses.replace(t.numerics, scan_layers=True))
         if args.against == "accelerator":
             return Rlctl(t, max_new, numerics=TABLE["gpu"])
         return Rlctl(t, max_new, weights_first=False)
@@ -231,22 +256,26 @@ def main() -> None:
     evals = [t.source.eval_set[: s.eval.batch_size]] * n
     greedy = compare(paths, evals, [0] * n, greedy=True)
     # where the time goes: the same calls with 1 new token are (almost) prefill alone
-    prefill = compare({name: base(1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4],
-                      greedy=False)
+    prefill = compare({name: base(1), "rlctl": Rlctl(t, 1)}, train[:4], seeds[:4], greedy=False)
     out = {
-        "baseline": f"{name}: " + {"tunix": "Tunix's sampler",
-                                   "tunix-decode": "rlctl's sampler through Tunix's layers",
-                                   "scan-layers": "rlctl's sampler, its prefill scanned",
-                                   "accelerator": "the GPU's row of the numerics table",
-                                   "vllm": "rollout.engine=vllm"}[args.against],
+        "baseline": f"{name}: "
+        + {
+            "tunix": "Tunix's sampler",
+            "tunix-decode": "rlctl's sampler through Tunix's layers",
+            "scan-layers": "rlctl's sampler, its prefill scanned",
+            "accelerator": "the GPU's row of the numerics table",
+            "vllm": "rollout.engine=vllm",
+        }[args.against],
         "setup": f"{s.model.source}, {P} prompts x G={s.rollout.num_generations}, "
-                 f"{s.rollout.max_new_tokens} new tokens, {args.steps} steps after 1 warm-up",
+        f"{s.rollout.max_new_tokens} new tokens, {args.steps} steps after 1 warm-up",
         "rollout": rollout,
-        "rollout_speedup": round(rollout[name]["median_seconds"]
-                                 / rollout["rlctl"]["median_seconds"], 2),
+        "rollout_speedup": round(
+            rollout[name]["median_seconds"] / rollout["rlctl"]["median_seconds"], 2
+        ),
         "greedy_eval_16": greedy,
-        "greedy_eval_speedup": round(greedy[name]["median_seconds"]
-                                     / greedy["rlctl"]["median_seconds"], 2),
+        "greedy_eval_speedup": round(
+            greedy[name]["median_seconds"] / greedy["rlctl"]["median_seconds"], 2
+        ),
         "prefill_only_1_token": {k: v["median_seconds"] for k, v in prefill.items()},
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }

@@ -36,8 +36,12 @@ def run(steps: int, baseline: bool, remat: bool | None = None) -> dict:
     from rlctl.core.trainer.metrics import MetricsWriter
     from tests.core.trainer import yardsticks
 
-    spec = RunSpec(name="bench", output={"root": tempfile.mkdtemp(), "tensorboard": False},
-                   eval={"size": 0}, training={"remat": remat})
+    spec = RunSpec(
+        name="bench",
+        output={"root": tempfile.mkdtemp(), "tensorboard": False},
+        eval={"size": 0},
+        training={"remat": remat},
+    )
     run_dir = LocalRunStore(spec.output.root).run("bench")
     t = Trainer(spec, run_dir)
     t.create_model()
@@ -50,19 +54,34 @@ def run(steps: int, baseline: bool, remat: bool | None = None) -> dict:
         from flax import nnx
 
         cfg = yardsticks.algo_config(
-            algorithm="grpo", beta=0.0, epsilon=0.2, epsilon_high=0.2, kl_estimator="k3",
-            loss_aggregation="sequence-mean-token-mean", temperature=1.0)
+            algorithm="grpo",
+            beta=0.0,
+            epsilon=0.2,
+            epsilon_high=0.2,
+            kl_estimator="k3",
+            loss_aggregation="sequence-mean-token-mean",
+            temperature=1.0,
+        )
         pad, eos, G = t.tokenizer.pad_id(), t.tokenizer.eos_id(), 8
 
         @nnx.jit
         def step(model, optimizer, batch):
-            ex = yardsticks.train_example(jnp_repeat(batch.prompt_ids, G), batch.completion_ids,
-                                          batch.mask, batch.advantages, pad)
+            ex = yardsticks.train_example(
+                jnp_repeat(batch.prompt_ids, G),
+                batch.completion_ids,
+                batch.mask,
+                batch.advantages,
+                pad,
+            )
             (loss, aux), grads = nnx.value_and_grad(
-                lambda m: yardsticks.policy_loss(m, ex, cfg, pad, eos), has_aux=True)(model)
+                lambda m: yardsticks.policy_loss(m, ex, cfg, pad, eos), has_aux=True
+            )(model)
             optimizer.update(model, grads)
-            return loss, {"kl": aux["kl"], "entropy": aux["entropy"],
-                          "clip_fraction": aux["pg_clipfrac"]}, optax.global_norm(grads)
+            return (
+                loss,
+                {"kl": aux["kl"], "entropy": aux["entropy"], "clip_fraction": aux["pg_clipfrac"]},
+                optax.global_norm(grads),
+            )
 
         def jnp_repeat(x, g):
             import jax.numpy as jnp
@@ -86,8 +105,12 @@ def run(steps: int, baseline: bool, remat: bool | None = None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--against", choices=["tunix", "no-remat"], default="tunix",
-                    help="the baseline: Tunix's full-sequence loss, or rlctl without remat")
+    ap.add_argument(
+        "--against",
+        choices=["tunix", "no-remat"],
+        default="tunix",
+        help="the baseline: Tunix's full-sequence loss, or rlctl without remat",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     ours = run(args.steps, baseline=False)
@@ -95,10 +118,13 @@ def main() -> None:
         base, name = run(args.steps, baseline=True), "baseline_tunix_full_sequence"
     else:
         base, name = run(args.steps, baseline=False, remat=False), "baseline_no_remat"
-    out = {"rlctl": ours, name: base,
-           "update_speedup": base["update_seconds"] / ours["update_seconds"],
-           "step_speedup": base["step_seconds"] / ours["step_seconds"],
-           "wall_seconds": time.perf_counter() - t0}
+    out = {
+        "rlctl": ours,
+        name: base,
+        "update_speedup": base["update_seconds"] / ours["update_seconds"],
+        "step_speedup": base["step_seconds"] / ours["step_seconds"],
+        "wall_seconds": time.perf_counter() - t0,
+    }
     print(json.dumps(out, indent=2))
 
 

@@ -70,10 +70,12 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     """A second ``Update`` of the run, compiled as ``against`` says."""
     from rlctl.core.trainer.step import Update
 
-    info = dataclasses.replace(t.info, compute_dtype="float32") if against == "float32" else (
-        t.info)
-    u = Update.create(t.spec, t.tokenizer.pad_id(), info,
-                      numerics=yardstick_numerics(t.update.numerics, against))
+    info = (
+        dataclasses.replace(t.info, compute_dtype="float32") if against == "float32" else (t.info)
+    )
+    u = Update.create(
+        t.spec, t.tokenizer.pad_id(), info, numerics=yardstick_numerics(t.update.numerics, against)
+    )
     if against in ("no-remat", "remat-all"):  # the whole batch, so that only this differs
         u.remat, u.micro = against == "remat-all", int(batch.completion_ids.shape[0])
     u.program(t.model, t.optimizer, batch)  # traced and compiled now
@@ -82,12 +84,20 @@ def yardstick_update(t: Any, against: str, batch: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--against", choices=[*CHANGES, "accelerator", "float32", "no-remat",
-                                          "remat-all"],
-                    required=True)
+    ap.add_argument(
+        "--against",
+        choices=[*CHANGES, "accelerator", "float32", "no-remat", "remat-all"],
+        required=True,
+    )
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="a run spec override, as rlctl train --set")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run spec override, as rlctl train --set",
+    )
     ap.add_argument("-o", "--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
     t = trainer(args.sets)
@@ -101,8 +111,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     compile_s[args.against] = time.perf_counter() - t0
     from rlctl.core.trainer import memory
 
-    need = {name: memory.compiled_need(u.program(t.model, t.optimizer, batch)[0])
-            for name, u in updates.items()}
+    need = {
+        name: memory.compiled_need(u.program(t.model, t.optimizer, batch)[0])
+        for name, u in updates.items()
+    }
     seconds: dict[str, list[float]] = {name: [] for name in updates}
     for _ in range(args.repeats + 1):
         for name, u in updates.items():
@@ -111,21 +123,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             float(loss)
             seconds[name].append(time.perf_counter() - t0)
     med = {name: statistics.median(s[1:]) for name, s in seconds.items()}
-    out = {"against": args.against, "sequences": int(batch.completion_ids.shape[0]),
-           "completion_tokens": int(batch.mask.sum()),
-           "completion_grid": int(batch.mask.size),
-           "seconds": seconds, "median_seconds": med, "compile_seconds": compile_s,
-           "temporaries_bytes": need,
-           "ratio": med["rlctl"] / med[args.against]}
-    print(f"update of {out['sequences']} sequences ({out['completion_tokens']} of "
-          f"{out['completion_grid']} completion positions real), median of {args.repeats} "
-          "calls each after "
-          f"the first: rlctl {med['rlctl']:.2f} s, {args.against} {med[args.against]:.2f} s: "
-          f"{out['ratio']:.2f}x the time; compiled in {compile_s['rlctl']:.0f} s and "
-          f"{compile_s[args.against]:.0f} s; XLA's temporaries {need['rlctl'] / 2**30:.2f} "
-          f"and {need[args.against] / 2**30:.2f} GiB; rlctl's matmuls read "
-          f"{t.info.compute_dtype}",
-          flush=True)
+    out = {
+        "against": args.against,
+        "sequences": int(batch.completion_ids.shape[0]),
+        "completion_tokens": int(batch.mask.sum()),
+        "completion_grid": int(batch.mask.size),
+        "seconds": seconds,
+        "median_seconds": med,
+        "compile_seconds": compile_s,
+        "temporaries_bytes": need,
+        "ratio": med["rlctl"] / med[args.against],
+    }
+    print(
+        f"update of {out['sequences']} sequences ({out['completion_tokens']} of "
+        f"{out['completion_grid']} completion positions real), median of {args.repeats} "
+        "calls each after "
+        f"the first: rlctl {med['rlctl']:.2f} s, {args.against} {med[args.against]:.2f} s: "
+        f"{out['ratio']:.2f}x the time; compiled in {compile_s['rlctl']:.0f} s and "
+        f"{compile_s[args.against]:.0f} s; XLA's temporaries {need['rlctl'] / 2**30:.2f} "
+        f"and {need[args.against] / 2**30:.2f} GiB; rlctl's matmuls read "
+        f"{t.info.compute_dtype}",
+        flush=True,
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out

@@ -69,8 +69,9 @@ sys.path.insert(0, str(REPO))
 CHILD = REPO / "bench" / "trl_grpo_child.py"
 TRL_VENV = REPO / ".venvs" / "trl"
 TRL_PYTHON = TRL_VENV / "bin" / "python"
-VENV_COMMAND = ("python3 -m venv .venvs/trl && .venvs/trl/bin/pip install -r "
-                "bench/requirements-trl.txt")
+VENV_COMMAND = (
+    "python3 -m venv .venvs/trl && .venvs/trl/bin/pip install -r bench/requirements-trl.txt"
+)
 TRL_SETTINGS = ("fp32", "bf16", "fp32-nockpt", "bf16-nockpt", "fp32-compile")
 # bf16 capped at 2 steps: without AVX512-BF16/AMX one step of it takes minutes
 DEFAULT_SETTINGS = "fp32,fp32-nockpt,bf16:2"
@@ -79,6 +80,7 @@ GiB = 2**30
 
 
 # --- the prompts TRL is given ----------------------------------------------------
+
 
 def prompt_rows(steps: int, tokenizer: Any = None, spec: Any = None) -> list[dict[str, Any]]:
     """The training prompts of ``steps`` steps of the run ``spec`` (default: the default
@@ -100,8 +102,14 @@ def prompt_rows(steps: int, tokenizer: Any = None, spec: Any = None) -> list[dic
     for step in range(steps):
         for problem in source.batch(step, spec.training.prompts_per_step):
             text = prompt_text(tokenizer, problem, spec.prompt)
-            rows.append({"step": step + 1, "prompt": text, "answer": problem.answer,
-                         "prompt_ids": [int(i) for i in tokenizer.encode(text)]})
+            rows.append(
+                {
+                    "step": step + 1,
+                    "prompt": text,
+                    "answer": problem.answer,
+                    "prompt_ids": [int(i) for i in tokenizer.encode(text)],
+                }
+            )
     return rows
 
 
@@ -111,6 +119,7 @@ def write_prompts(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 # --- one run's figures -----------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -147,10 +156,10 @@ def figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "median_rollout": _median([r["rollout_seconds"] for r in later]),
         "median_update": _median([r["step_seconds"] - r["rollout_seconds"] for r in later]),
         "tokens_per_s": sum(r["completion_tokens"] for r in later) / secs if secs else None,
-        "mean_tokens": (statistics.mean(r["completion_tokens"] for r in steps)
-                        if steps else None),
-        "accuracy_halves": ([statistics.mean(acc[:half]), statistics.mean(acc[half:])]
-                            if half else None),
+        "mean_tokens": (statistics.mean(r["completion_tokens"] for r in steps) if steps else None),
+        "accuracy_halves": (
+            [statistics.mean(acc[:half]), statistics.mean(acc[half:])] if half else None
+        ),
     }
 
 
@@ -161,9 +170,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
 def ratios(ours: Run, theirs: Run) -> dict[str, float | None]:
     """ours / theirs for the median step, peak RSS and tokens/s."""
     fa, fb = figures(ours.steps), figures(theirs.steps)
-    return {"median_step": ratio(fa["median_step"], fb["median_step"]),
-            "peak_rss": ratio(ours.peak_rss, theirs.peak_rss),
-            "tokens_per_s": ratio(fa["tokens_per_s"], fb["tokens_per_s"])}
+    return {
+        "median_step": ratio(fa["median_step"], fb["median_step"]),
+        "peak_rss": ratio(ours.peak_rss, theirs.peak_rss),
+        "tokens_per_s": ratio(fa["tokens_per_s"], fb["tokens_per_s"]),
+    }
 
 
 def fastest(runs: list[Run]) -> Run | None:
@@ -174,13 +185,16 @@ def fastest(runs: list[Run]) -> Run | None:
 
 # --- child processes -------------------------------------------------------------
 
-def run_child(args: list[str], env: dict[str, str], log: Path, cwd: Path = REPO
-              ) -> tuple[int, Any, float]:
+
+def run_child(
+    args: list[str], env: dict[str, str], log: Path, cwd: Path = REPO
+) -> tuple[int, Any, float]:
     """(exit code, the child's rusage, wall seconds) of ``args``, output to ``log``."""
     t0 = time.perf_counter()
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = code = os.waitstatus_to_exitcode(status)  # Popen does not wait again
     return code, usage, time.perf_counter() - t0
@@ -193,8 +207,9 @@ def _fill(run: Run, code: int, usage: Any, wall: float, log: Path) -> None:
     if code != 0 and not run.error:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
         run.error = exit_reason(code, tail[-1] if tail else "")
-        print(f"{run.name} failed ({run.error}); its log's tail:\n" + "\n".join(tail),
-              file=sys.stderr)
+        print(
+            f"{run.name} failed ({run.error}); its log's tail:\n" + "\n".join(tail), file=sys.stderr
+        )
 
 
 def exit_reason(code: int, last_line: str) -> str:
@@ -212,8 +227,11 @@ def exit_reason(code: int, last_line: str) -> str:
 def read_rlctl_run(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """metrics.jsonl's rows and the baseline and final evals of a run folder."""
     metrics = folder / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()
-            if line.strip()] if metrics.is_file() else []
+    rows = (
+        [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if metrics.is_file()
+        else []
+    )
     evals = {}
     for which in ("baseline", "final"):
         path = folder / "eval" / f"{which}.json"
@@ -225,8 +243,19 @@ def read_rlctl_run(folder: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def run_rlctl(steps: int, sets: list[str], work: Path) -> Run:
     run = Run("rlctl")
-    args = [sys.executable, "-m", "rlctl", "train", "grpo", "--runs-dir", str(work),
-            "--name", RUN_NAME, "--steps", str(steps)]
+    args = [
+        sys.executable,
+        "-m",
+        "rlctl",
+        "train",
+        "grpo",
+        "--runs-dir",
+        str(work),
+        "--name",
+        RUN_NAME,
+        "--steps",
+        str(steps),
+    ]
     for s in sets:
         args += ["--set", s]
     if sets:
@@ -235,14 +264,28 @@ def run_rlctl(steps: int, sets: list[str], work: Path) -> Run:
     log = work / "rlctl.log"
     code, usage, wall = run_child(args, env, log)
     rows, evals = read_rlctl_run(work / RUN_NAME)
-    run.steps = [{k: r.get(k) for k in ("step", "step_seconds", "rollout_seconds",
-                                        "completion_tokens", "accuracy", "reward_mean")}
-                 for r in rows]
+    run.steps = [
+        {
+            k: r.get(k)
+            for k in (
+                "step",
+                "step_seconds",
+                "rollout_seconds",
+                "completion_tokens",
+                "accuracy",
+                "reward_mean",
+            )
+        }
+        for r in rows
+    ]
     status = work / RUN_NAME / "status.json"
     status = json.loads(status.read_text()) if status.is_file() else {}
     # what its update's and its sampler's matmuls read (precision.choose on this machine)
-    run.extra = {"eval": evals, "sets": sets,
-                 "precision": {k: status.get(k) for k in ("precision", "sampling_precision")}}
+    run.extra = {
+        "eval": evals,
+        "sets": sets,
+        "precision": {k: status.get(k) for k in ("precision", "sampling_precision")},
+    }
     if code == 0 and len(rows) < steps:
         run.error = f"{len(rows)} of {steps} steps in metrics.jsonl"
     _fill(run, code, usage, wall, log)
@@ -258,20 +301,30 @@ def parse_settings(text: str, steps: int) -> list[tuple[str, int]]:
             continue
         name, _, cap = item.partition(":")
         if name not in TRL_SETTINGS:
-            raise ValueError(f"unknown TRL setting {name!r}; choose from "
-                             f"{', '.join(TRL_SETTINGS)}")
+            raise ValueError(f"unknown TRL setting {name!r}; choose from {', '.join(TRL_SETTINGS)}")
         if cap and not (cap.isdigit() and int(cap) >= 1):
             raise ValueError(f"{item!r}: the steps after ':' must be a whole number >= 1")
         out.append((name, min(steps, int(cap)) if cap else steps))
     return out
 
 
-def run_trl(python: Path, setting: str, prompts: Path, model: Path, steps: int,
-            work: Path) -> Run:
+def run_trl(python: Path, setting: str, prompts: Path, model: Path, steps: int, work: Path) -> Run:
     run = Run(f"trl-{setting}")
     out = work / f"trl-{setting}.json"
-    args = [str(python), str(CHILD), "--model", str(model), "--prompts", str(prompts),
-            "--setting", setting, "--steps", str(steps), "--out", str(out)]
+    args = [
+        str(python),
+        str(CHILD),
+        "--model",
+        str(model),
+        "--prompts",
+        str(prompts),
+        "--setting",
+        setting,
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["TOKENIZERS_PARALLELISM"] = "false"
     log = work / f"trl-{setting}.log"
@@ -279,8 +332,10 @@ def run_trl(python: Path, setting: str, prompts: Path, model: Path, steps: int,
     if out.is_file():
         result = json.loads(out.read_text())
         run.steps = result["steps"]
-        run.extra = {k: result.get(k) for k in ("config", "versions", "torch_threads",
-                                                "setup_seconds", "train_seconds")}
+        run.extra = {
+            k: result.get(k)
+            for k in ("config", "versions", "torch_threads", "setup_seconds", "train_seconds")
+        }
         if len(run.steps) < steps and not code:
             run.error = f"{len(run.steps)} of {steps} steps"
     elif code == 0:
@@ -290,6 +345,7 @@ def run_trl(python: Path, setting: str, prompts: Path, model: Path, steps: int,
 
 
 # --- the machine and the report --------------------------------------------------
+
 
 def machine(cpuinfo: str | None = None) -> dict[str, Any]:
     """CPU model, logical cores and the instruction sets bf16 speed depends on."""
@@ -307,8 +363,7 @@ def machine(cpuinfo: str | None = None) -> dict[str, Any]:
             flags = set(value.split())
     model, flags = model or platform.processor() or "unknown", flags or set()
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return {"cpu": model, "cores": os.cpu_count(),
-            "flags": {f: f in flags for f in wanted}}
+    return {"cpu": model, "cores": os.cpu_count(), "flags": {f: f in flags for f in wanted}}
 
 
 def _f(x: float | None, fmt: str = ".1f") -> str:
@@ -323,11 +378,16 @@ def report(result: dict[str, Any]) -> str:
     """The tables of a result (``collect``'s dict, or a --json file's)."""
     m = result["machine"]
     flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in m["flags"].items())
-    lines = [f"machine: {m['cpu']}, {m['cores']} cores ({flags})",
-             f"{result['steps']} steps of 2 prompts x 8 completions, <= 48 new tokens; "
-             "medians and tokens/s over steps 2..N", ""]
-    head = (f"{'run':<22} {'steps':>5} {'step 1 s':>8} {'step s':>7} {'rollout':>7} {'update':>7} "
-            f"{'tok/s':>6} {'tok/step':>8} {'RSS GiB':>7} {'wall s':>7} {'acc 1st->2nd half':>18}")
+    lines = [
+        f"machine: {m['cpu']}, {m['cores']} cores ({flags})",
+        f"{result['steps']} steps of 2 prompts x 8 completions, <= 48 new tokens; "
+        "medians and tokens/s over steps 2..N",
+        "",
+    ]
+    head = (
+        f"{'run':<22} {'steps':>5} {'step 1 s':>8} {'step s':>7} {'rollout':>7} {'update':>7} "
+        f"{'tok/s':>6} {'tok/step':>8} {'RSS GiB':>7} {'wall s':>7} {'acc 1st->2nd half':>18}"
+    )
     lines += [head, "-" * len(head)]
     runs = [Run(**r) for r in result["runs"]]
     for r in runs:
@@ -343,7 +403,8 @@ def report(result: dict[str, Any]) -> str:
             f"{_f(f['median_update'], '.2f'):>7} "
             f"{_f(f['tokens_per_s']):>6} {_f(f['mean_tokens'], '.0f'):>8} "
             f"{r.peak_rss / GiB:>7.2f} {r.wall_s:>7.0f} {acc_s:>18}"
-            + (f"  (cut short: {r.error[:60]})" if r.error else ""))
+            + (f"  (cut short: {r.error[:60]})" if r.error else "")
+        )
     ours = next((r for r in runs if r.name.startswith("rlctl") and r.ok), None)
     trl = [r for r in runs if r.name.startswith("trl-")]
     best = fastest(trl)
@@ -352,24 +413,33 @@ def report(result: dict[str, Any]) -> str:
         evals = ours.extra.get("eval", {})
         if "baseline" in evals and "final" in evals:
             b, e = evals["baseline"], evals["final"]
-            lines += ["", f"rlctl held-out eval ({b['n']} prompts, greedy): accuracy "
-                      f"{b['accuracy']:.3f} -> {e['accuracy']:.3f} "
-                      f"({e['accuracy'] - b['accuracy']:+.3f}); the evals took "
-                      f"{(b['seconds'] or 0) + (e['seconds'] or 0):.0f} s of its wall time"]
+            lines += [
+                "",
+                f"rlctl held-out eval ({b['n']} prompts, greedy): accuracy "
+                f"{b['accuracy']:.3f} -> {e['accuracy']:.3f} "
+                f"({e['accuracy'] - b['accuracy']:+.3f}); the evals took "
+                f"{(b['seconds'] or 0) + (e['seconds'] or 0):.0f} s of its wall time",
+            ]
         p = ours.extra.get("precision") or {}
         if p.get("precision"):
-            lines.append(f"rlctl's matmuls: {p['precision']} in the update, "
-                         f"{p.get('sampling_precision') or p['precision']} in sampling")
+            lines.append(
+                f"rlctl's matmuls: {p['precision']} in the update, "
+                f"{p.get('sampling_precision') or p['precision']} in sampling"
+            )
         against = [("TRL's fastest (" + best.name + ")", best)] if best else []
         if fp32 and fp32 is not best:
             against.append(("TRL fp32", fp32))
         if against:
-            lines += ["", f"{ours.name} / TRL  (seconds and RSS: < 1 is rlctl better; "
-                      "tokens/s: > 1 is)"]
+            lines += [
+                "",
+                f"{ours.name} / TRL  (seconds and RSS: < 1 is rlctl better; tokens/s: > 1 is)",
+            ]
         for label, other in against:
             q = ratios(ours, other)
-            lines.append(f"  vs {label:<34} median step {_x(q['median_step'])}  peak RSS "
-                         f"{_x(q['peak_rss'])}  tokens/s {_x(q['tokens_per_s'])}")
+            lines.append(
+                f"  vs {label:<34} median step {_x(q['median_step'])}  peak RSS "
+                f"{_x(q['peak_rss'])}  tokens/s {_x(q['tokens_per_s'])}"
+            )
     return "\n".join(lines)
 
 
@@ -377,15 +447,18 @@ def trl_python_or_exit(path: Path | None) -> Path:
     """The TRL interpreter, or a one-line error with the command that makes it (exit 2)."""
     python = path or TRL_PYTHON
     if not python.exists():
-        print(f"bench_vs_trl: no TRL interpreter at {python}; create TRL's venv: "
-              f"{VENV_COMMAND}  (or pass --trl-python PATH, or --only rlctl)",
-              file=sys.stderr)
+        print(
+            f"bench_vs_trl: no TRL interpreter at {python}; create TRL's venv: "
+            f"{VENV_COMMAND}  (or pass --trl-python PATH, or --only rlctl)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return python
 
 
-def collect(a: argparse.Namespace, settings: list[tuple[str, int]],
-            trl_python: Path | None) -> dict:
+def collect(
+    a: argparse.Namespace, settings: list[tuple[str, int]], trl_python: Path | None
+) -> dict:
     from rlctl.core.config.models import RunSpec
     from rlctl.core.trainer.models import resolve_model_dir
 
@@ -409,25 +482,44 @@ def collect(a: argparse.Namespace, settings: list[tuple[str, int]],
         else:
             shutil.rmtree(work, ignore_errors=True)
     best = fastest([r for r in runs if r.name.startswith("trl-")])
-    return {"machine": machine(), "steps": a.steps, "runs": [asdict(r) for r in runs],
-            "figures": {r.name: figures(r.steps) for r in runs if r.steps},
-            "trl_fastest": best.name if best else None,
-            "ratios": {other.name: ratios(ours, other) for ours in runs[:1]
-                       if ours.name.startswith("rlctl") and ours.ok
-                       for other in runs[1:] if other.ok}}
+    return {
+        "machine": machine(),
+        "steps": a.steps,
+        "runs": [asdict(r) for r in runs],
+        "figures": {r.name: figures(r.steps) for r in runs if r.steps},
+        "trl_fastest": best.name if best else None,
+        "ratios": {
+            other.name: ratios(ours, other)
+            for ours in runs[:1]
+            if ours.name.startswith("rlctl") and ours.ok
+            for other in runs[1:]
+            if other.ok
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20, help="steps of each run (default 20)")
     p.add_argument("--only", choices=["rlctl", "trl"], help="run one side only")
-    p.add_argument("--trl-settings", default=DEFAULT_SETTINGS,
-                   help=f"comma-separated, of {', '.join(TRL_SETTINGS)}; NAME:N runs that "
-                   f"one N steps at most (default {DEFAULT_SETTINGS})")
-    p.add_argument("--trl-python", type=Path,
-                   help=f"TRL's interpreter (default {TRL_PYTHON.relative_to(REPO)})")
-    p.add_argument("--rlctl-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="passed to rlctl train as --set (repeatable)")
+    p.add_argument(
+        "--trl-settings",
+        default=DEFAULT_SETTINGS,
+        help=f"comma-separated, of {', '.join(TRL_SETTINGS)}; NAME:N runs that "
+        f"one N steps at most (default {DEFAULT_SETTINGS})",
+    )
+    p.add_argument(
+        "--trl-python",
+        type=Path,
+        help=f"TRL's interpreter (default {TRL_PYTHON.relative_to(REPO)})",
+    )
+    p.add_argument(
+        "--rlctl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to rlctl train as --set (repeatable)",
+    )
     p.add_argument("-o", "--json", type=Path, metavar="PATH", help="also write the figures")
     p.add_argument("--from-json", type=Path, help="run nothing: the tables of an -o file")
     a = p.parse_args(argv)

@@ -19,8 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-PROMPTS = ["What is 17 + 25?", "Tom has 12 apples and gives away 5. How many apples are left?",
-           "What is 40 - 13?"]
+PROMPTS = [
+    "What is 17 + 25?",
+    "Tom has 12 apples and gives away 5. How many apples are left?",
+    "What is 40 - 13?",
+]
 
 
 def main() -> None:
@@ -42,8 +45,20 @@ def main() -> None:
 
     run = a.run.resolve()
     hf_dir = Path(tempfile.mkdtemp()) / "hf"
-    subprocess.run([sys.executable, "-m", "rlctl", "checkpoint-convert", str(run), str(hf_dir),
-                    "--to", "hf", "--verify"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlctl",
+            "checkpoint-convert",
+            str(run),
+            str(hf_dir),
+            "--to",
+            "hf",
+            "--verify",
+        ],
+        check=True,
+    )
     spec = RunSpec.model_validate(yaml.safe_load((run / "spec.yaml").read_text()))
     store_run = LocalRunStore(str(run.parent)).run(run.name)
     t = Trainer(spec, store_run)
@@ -58,23 +73,30 @@ def main() -> None:
     for q in PROMPTS:
         x = np.array([tok.encode(tok.apply_chat_template(chat_messages(q)))], np.int32)
         mask = np.ones_like(x, bool)
-        logits, _ = t.model(x, gu.build_positions_from_mask(mask), None,
-                            gu.make_causal_attn_mask(mask, x.shape[1]))
+        logits, _ = t.model(
+            x, gu.build_positions_from_mask(mask), None, gu.make_causal_attn_mask(mask, x.shape[1])
+        )
         ours = np.asarray(logits[0, -1], np.float32)
         with torch.no_grad():
             theirs = hf(torch.tensor(x, dtype=torch.long)).logits[0, -1].numpy()
         diff = float(np.abs(ours - theirs).max())
         worst = max(worst, diff)
-        print(f"{q[:40]:40} max |logit diff| {diff:.2e}  argmax {ours.argmax()} / "
-              f"{theirs.argmax()}")
+        print(
+            f"{q[:40]:40} max |logit diff| {diff:.2e}  argmax {ours.argmax()} / {theirs.argmax()}"
+        )
     prompt = tok.apply_chat_template(chat_messages(PROMPTS[0]))
-    ours_text = t.rollout.sample([prompt], width=len(tok.encode(prompt)), seed=0,
-                                 greedy=True).text[0]
+    ours_text = t.rollout.sample([prompt], width=len(tok.encode(prompt)), seed=0, greedy=True).text[
+        0
+    ]
     ids = tok.encode(prompt)
     with torch.no_grad():
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=spec.rollout.max_new_tokens,
-                          do_sample=False, eos_token_id=tok.eos_ids)
-    theirs_text = tok.decode([i for i in out[0, len(ids):].tolist() if i not in tok.eos_ids])
+        out = hf.generate(
+            torch.tensor([ids]),
+            max_new_tokens=spec.rollout.max_new_tokens,
+            do_sample=False,
+            eos_token_id=tok.eos_ids,
+        )
+    theirs_text = tok.decode([i for i in out[0, len(ids) :].tolist() if i not in tok.eos_ids])
     print(f"step {step}; worst logit difference {worst:.2e}")
     print(f"rlctl greedy:        {ours_text!r}")
     print(f"transformers greedy: {theirs_text!r}")

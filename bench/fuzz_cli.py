@@ -2024,8 +2024,9 @@ def _plot_store_full(c: Ctx) -> None:
 
 def _no_plot_left(c: Ctx, run: Run) -> list[str]:
     """A refused or failed --plot leaves no image, no temp file and no new folder."""
-    left = [str(p.relative_to(c.tmp)) for p in c.tmp.rglob("*")
-            if ".png" in p.name or p.name == "no"]
+    left = [
+        str(p.relative_to(c.tmp)) for p in c.tmp.rglob("*") if ".png" in p.name or p.name == "no"
+    ]
     return [f"--plot failed but left {left}"] if left else []
 
 
@@ -2034,34 +2035,76 @@ def plot_cases() -> list[Case]:
     path the user hands rlctl to write into)."""
 
     def status(plot: Callable[[Ctx], str], run: str | None = "good") -> Callable[[Ctx], list]:
-        return lambda c: ["status", *([run] if run else []), "--runs-dir", str(c.runs),
-                          "--plot", plot(c)]
+        return lambda c: [
+            "status",
+            *([run] if run else []),
+            "--runs-dir",
+            str(c.runs),
+            "--plot",
+            plot(c),
+        ]
 
     common: dict[str, Any] = {"setup": _plot_store, "post": _no_plot_left, "needs": ("store",)}
     return [
-        Case("runs-dir/status-plot-is-a-folder", status(lambda c: str(c.runs)),
-             keywords=("is a folder",), **common),
-        Case("runs-dir/status-plot-missing-folder", status(lambda c: str(c.p("no") / "c.png")),
-             keywords=("does not exist",), **common),
-        Case("runs-dir/status-plot-under-a-file",
-             status(lambda c: str(c.runs / "good" / "spec.yaml" / "c.png")),
-             keywords=("not a folder",), **common),
-        Case("runs-dir/status-plot-not-png", status(lambda c: "curve.svg"),
-             keywords=(".png",), **common),
-        Case("runs-dir/status-plot-empty", status(lambda c: ""), keywords=("--plot",),
-             **common),
-        Case("runs-dir/status-plot-under-proc", status(lambda c: "/proc/curve.png"),
-             keywords=("/proc",), **common),
-        Case("runs-dir/status-plot-no-run", status(lambda c: "c.png", run=None),
-             keywords=("run",), **common),
-        Case("runs-dir/status-plot-unknown-run", status(lambda c: "c.png", run="nope"),
-             expect=(3,), keywords=("nope",), **common),
-        Case("runs-dir/status-plot-read-only", status(lambda c: str(c.p("ro") / "c.png")),
-             keywords=("not writable",), skip=need_mount,
-             **{**common, "setup": _plot_store_ro}),
-        Case("runs-dir/status-plot-full-disk", status(lambda c: str(c.p("full") / "c.png")),
-             expect=(1,), keywords=(("space", "disk", "full"),), skip=need_mount,
-             **{**common, "setup": _plot_store_full}),
+        Case(
+            "runs-dir/status-plot-is-a-folder",
+            status(lambda c: str(c.runs)),
+            keywords=("is a folder",),
+            **common,
+        ),
+        Case(
+            "runs-dir/status-plot-missing-folder",
+            status(lambda c: str(c.p("no") / "c.png")),
+            keywords=("does not exist",),
+            **common,
+        ),
+        Case(
+            "runs-dir/status-plot-under-a-file",
+            status(lambda c: str(c.runs / "good" / "spec.yaml" / "c.png")),
+            keywords=("not a folder",),
+            **common,
+        ),
+        Case(
+            "runs-dir/status-plot-not-png",
+            status(lambda c: "curve.svg"),
+            keywords=(".png",),
+            **common,
+        ),
+        Case("runs-dir/status-plot-empty", status(lambda c: ""), keywords=("--plot",), **common),
+        Case(
+            "runs-dir/status-plot-under-proc",
+            status(lambda c: "/proc/curve.png"),
+            keywords=("/proc",),
+            **common,
+        ),
+        Case(
+            "runs-dir/status-plot-no-run",
+            status(lambda c: "c.png", run=None),
+            keywords=("run",),
+            **common,
+        ),
+        Case(
+            "runs-dir/status-plot-unknown-run",
+            status(lambda c: "c.png", run="nope"),
+            expect=(3,),
+            keywords=("nope",),
+            **common,
+        ),
+        Case(
+            "runs-dir/status-plot-read-only",
+            status(lambda c: str(c.p("ro") / "c.png")),
+            keywords=("not writable",),
+            skip=need_mount,
+            **{**common, "setup": _plot_store_ro},
+        ),
+        Case(
+            "runs-dir/status-plot-full-disk",
+            status(lambda c: str(c.p("full") / "c.png")),
+            expect=(1,),
+            keywords=(("space", "disk", "full"),),
+            skip=need_mount,
+            **{**common, "setup": _plot_store_full},
+        ),
     ]
 
 
@@ -2225,24 +2268,31 @@ DAMAGES = [
     # restarted from step 0, metrics.jsonl kept (see _resume_post)
     Damage(
         "ckpt-only-manifest-garbage",
-        lambda d: (shutil.rmtree(_ckpt(d, 1)),
-                   write(_ckpt(d, 2) / "rlctl-manifest.json", "garbage")),
+        lambda d: (
+            shutil.rmtree(_ckpt(d, 1)),
+            write(_ckpt(d, 2) / "rlctl-manifest.json", "garbage"),
+        ),
         damaged=(1, 2),
         res_expect=(4,),
         res_err=("checkpoints/2.damaged",),
     ),
     Damage(
         "ckpt-only-manifest-removed-and-truncated",
-        lambda d: (shutil.rmtree(_ckpt(d, 1)), (_ckpt(d, 2) / "rlctl-manifest.json").unlink(),
-                   truncate_largest(_ckpt(d, 2))),
+        lambda d: (
+            shutil.rmtree(_ckpt(d, 1)),
+            (_ckpt(d, 2) / "rlctl-manifest.json").unlink(),
+            truncate_largest(_ckpt(d, 2)),
+        ),
         damaged=(1, 2),
         res_expect=(4,),
         res_err=("checkpoints/2.damaged",),
     ),
     Damage(
         "ckpt-only-set-aside",
-        lambda d: (shutil.rmtree(_ckpt(d, 1)),
-                   _ckpt(d, 2).rename(_ckpt(d, 2).with_name("2.damaged"))),
+        lambda d: (
+            shutil.rmtree(_ckpt(d, 1)),
+            _ckpt(d, 2).rename(_ckpt(d, 2).with_name("2.damaged")),
+        ),
         damaged=(1, 2),
         name_ok=(*DAMAGED, "checkpoints/2.damaged"),
         res_expect=(4,),
@@ -2375,12 +2425,15 @@ def _resume_post(dm: Damage) -> Callable[[Ctx, Run], list[str]]:
             bad.append(f"after the refused resume status.json says {st.get('phase')!r}")
         m = d / "metrics.jsonl"
         if c.state.get("metrics") is not None and (
-                not m.is_file() or m.read_bytes() != c.state["metrics"]):
+            not m.is_file() or m.read_bytes() != c.state["metrics"]
+        ):
             bad.append("the refused resume changed or removed metrics.jsonl")
         named = st.get("latest_checkpoint") if isinstance(st, dict) else None
         if isinstance(named, int) and not _ckpt(d, named).is_dir():
-            bad.append(f"after the refused resume status.json names checkpoint {named}, "
-                       "which is not there (set aside or lost)")
+            bad.append(
+                f"after the refused resume status.json names checkpoint {named}, "
+                "which is not there (set aside or lost)"
+            )
         if (c.runs / "good").is_dir():
             r = c.run(["status", "good", "--runs-dir", str(c.runs), "-o", "json"])
             info = read_json_text(r.out)
@@ -2450,19 +2503,23 @@ def store_cases() -> list[Case]:
         ]
     R = lambda c: ["--runs-dir", str(c.runs)]  # noqa: E731
     # resume --steps N on the completed 2-step run 'good' (issue #25)
-    for slug, n, expect, err in (("0", "0", (2,), ("--steps 0", "more than")),
-                                 ("done", "2", (2,), ("--steps 2", "more than")),
-                                 ("extend", "3", (0,), ())):
-        out.append(Case(
-            f"store-damage/resume-steps-{slug}",
-            lambda c, R=R, n=n: ["resume", "good", "--steps", n, *R(c)],
-            expect=expect,
-            keywords=err,
-            setup=_copy_store,
-            post=_extended if slug == "extend" else _good_unchanged,
-            needs=("store",),
-            timeout=TRAIN_TIMEOUT,
-        ))
+    for slug, n, expect, err in (
+        ("0", "0", (2,), ("--steps 0", "more than")),
+        ("done", "2", (2,), ("--steps 2", "more than")),
+        ("extend", "3", (0,), ()),
+    ):
+        out.append(
+            Case(
+                f"store-damage/resume-steps-{slug}",
+                lambda c, R=R, n=n: ["resume", "good", "--steps", n, *R(c)],
+                expect=expect,
+                keywords=err,
+                setup=_copy_store,
+                post=_extended if slug == "extend" else _good_unchanged,
+                needs=("store",),
+                timeout=TRAIN_TIMEOUT,
+            )
+        )
     return out + logs_cases()
 
 
@@ -2487,24 +2544,62 @@ def logs_cases() -> list[Case]:
     """``rlctl logs`` of runs trained on this machine (their train.log); it only reads."""
     R = lambda c: ["--runs-dir", str(c.runs)]  # noqa: E731
     return [
-        Case("store-damage/logs-missing-run", lambda c: ["logs", "nope", *R(c)], expect=(3,),
-             keywords=("not found",), setup=_logs_setup(False), post=_store_read_only,
-             needs=("store",)),
-        Case("store-damage/logs-follow-missing-run", lambda c: ["logs", "nope", "-f", *R(c)],
-             expect=(3,), keywords=("not found",), setup=_logs_setup(False),
-             post=_store_read_only, needs=("store",)),
-        Case("store-damage/logs-no-log-file", lambda c: ["logs", "good", *R(c)], expect=(0,),
-             ok_keywords=("has no train.log",), setup=_logs_setup(True), check=_quiet_stdout,
-             post=_store_read_only, needs=("store",)),
-        Case("store-damage/logs-follow-no-log-file", lambda c: ["logs", "good", "-f", *R(c)],
-             expect=(0,), ok_keywords=("has no train.log",), setup=_logs_setup(True),
-             check=_quiet_stdout, post=_store_read_only, needs=("store",)),
-        Case("store-damage/logs-follow-finished", lambda c: ["logs", "good", "-f", *R(c)],
-             expect=(0,), ok_keywords=("run completed: 2 steps", "its log ends here"),
-             setup=_logs_setup(False), post=_store_read_only, needs=("store",)),
-        Case("store-damage/logs-json", lambda c: ["logs", "good", *R(c), "-o", "json"],
-             expect=(0,), ok_keywords=('"lines"',), setup=_logs_setup(False),
-             post=_store_read_only, needs=("store",)),
+        Case(
+            "store-damage/logs-missing-run",
+            lambda c: ["logs", "nope", *R(c)],
+            expect=(3,),
+            keywords=("not found",),
+            setup=_logs_setup(False),
+            post=_store_read_only,
+            needs=("store",),
+        ),
+        Case(
+            "store-damage/logs-follow-missing-run",
+            lambda c: ["logs", "nope", "-f", *R(c)],
+            expect=(3,),
+            keywords=("not found",),
+            setup=_logs_setup(False),
+            post=_store_read_only,
+            needs=("store",),
+        ),
+        Case(
+            "store-damage/logs-no-log-file",
+            lambda c: ["logs", "good", *R(c)],
+            expect=(0,),
+            ok_keywords=("has no train.log",),
+            setup=_logs_setup(True),
+            check=_quiet_stdout,
+            post=_store_read_only,
+            needs=("store",),
+        ),
+        Case(
+            "store-damage/logs-follow-no-log-file",
+            lambda c: ["logs", "good", "-f", *R(c)],
+            expect=(0,),
+            ok_keywords=("has no train.log",),
+            setup=_logs_setup(True),
+            check=_quiet_stdout,
+            post=_store_read_only,
+            needs=("store",),
+        ),
+        Case(
+            "store-damage/logs-follow-finished",
+            lambda c: ["logs", "good", "-f", *R(c)],
+            expect=(0,),
+            ok_keywords=("run completed: 2 steps", "its log ends here"),
+            setup=_logs_setup(False),
+            post=_store_read_only,
+            needs=("store",),
+        ),
+        Case(
+            "store-damage/logs-json",
+            lambda c: ["logs", "good", *R(c), "-o", "json"],
+            expect=(0,),
+            ok_keywords=('"lines"',),
+            setup=_logs_setup(False),
+            post=_store_read_only,
+            needs=("store",),
+        ),
     ]
 
 
@@ -2935,8 +3030,9 @@ def _signal_case(
             # twice: the second signal skips the stop's save, so what is kept is what
             # the interval saved (every step here: at most the step in progress lost)
             interval = "10" if at_step and not twice else "1"
-            argv = c.train(name=name, steps=str(steps),
-                           extra=["--set", f"checkpoint.interval={interval}"])
+            argv = c.train(
+                name=name, steps=str(steps), extra=["--set", f"checkpoint.interval={interval}"]
+            )
         d = c.runs / name
         # start-up dominates: a 4-step train takes about as long as the 2-step fixture
         # run, a 1-step resume about 0.6x; aim inside that
@@ -3001,14 +3097,20 @@ def _signal_case(
             if at_step and alive and isinstance(st, dict):
                 done, kept = st.get("step"), st.get("latest_checkpoint")
                 if done != len(metrics_steps(d)[0]):
-                    o.lost.append(f"status.json step {done}, metrics.jsonl has "
-                                  f"{len(metrics_steps(d)[0])} steps")
+                    o.lost.append(
+                        f"status.json step {done}, metrics.jsonl has "
+                        f"{len(metrics_steps(d)[0])} steps"
+                    )
                 if not twice and kept != done:
-                    o.lost.append(f"{signame} after step {done} kept checkpoint {kept}: "
-                                  "the stop's save lost steps")
+                    o.lost.append(
+                        f"{signame} after step {done} kept checkpoint {kept}: "
+                        "the stop's save lost steps"
+                    )
                 if twice and (kept or 0) < (done or 0) - 1 and (done or 0) > 1:
-                    o.lost.append(f"{signame} after step {done} kept checkpoint {kept}: "
-                                  "more than the step in progress lost")
+                    o.lost.append(
+                        f"{signame} after step {done} kept checkpoint {kept}: "
+                        "more than the step in progress lost"
+                    )
         if not created:
             o.note += "; no run was created yet"
             return
@@ -3221,17 +3323,22 @@ def _bad_then_fixed(mode: str, value: str = "") -> Callable[[Ctx, Outcome], None
     def runner(c: Ctx, o: Outcome) -> None:
         _reward_file(c)
         d = c.runs / "nf"
-        argv = c.train(name="nf", steps="3", rewards=FLAKY,
-                       extra=["--set", "checkpoint.interval=1"])
+        argv = c.train(
+            name="nf", steps="3", rewards=FLAKY, extra=["--set", "checkpoint.interval=1"]
+        )
         bad = {"BAD_AFTER": str(d / "checkpoints" / "1"), "BAD_MODE": mode, "BAD_VALUE": value}
         run = c.run(argv, bad, TRAIN_TIMEOUT)
         o.take(run)
         _judge_into(o, run, "train", (2,), ("step 2", "r.py:flaky"))
         st = read_json(d / "status.json")
-        if not isinstance(st, dict) or st.get("phase") != "failed" \
-                or "r.py:flaky" not in str(st.get("error")):
-            o.lost.append(f"status.json after the stop: {st!r:.200}, expected failed naming "
-                          "the reward")
+        if (
+            not isinstance(st, dict)
+            or st.get("phase") != "failed"
+            or "r.py:flaky" not in str(st.get("error"))
+        ):
+            o.lost.append(
+                f"status.json after the stop: {st!r:.200}, expected failed naming the reward"
+            )
         ck = sorted(os.listdir(d / "checkpoints")) if (d / "checkpoints").is_dir() else []
         if ck != ["1"]:
             o.lost.append(f"checkpoints {ck} after the stop, expected the finite 1 alone")
@@ -3261,8 +3368,11 @@ def _nan_model(c: Ctx) -> None:
 def _nothing_saved(c: Ctx, run: Run) -> list[str]:
     d = c.runs / "nan"
     ck = d / "checkpoints"
-    bad = [f"checkpoints saved after a NaN loss: {sorted(os.listdir(ck))}"] \
-        if ck.is_dir() and os.listdir(ck) else []
+    bad = (
+        [f"checkpoints saved after a NaN loss: {sorted(os.listdir(ck))}"]
+        if ck.is_dir() and os.listdir(ck)
+        else []
+    )
     st = read_json(d / "status.json")
     if not isinstance(st, dict) or st.get("phase") != "failed":
         bad.append(f"status.json {st!r:.160}, expected phase failed")
@@ -3296,30 +3406,70 @@ def nonfinite_cases() -> list[Case]:
         Case("non-finite/reward-1e308-at-step-2", runner=_bad_then_fixed("value", "1e308"), **rw),
         Case("non-finite/reward-nan-at-step-2", runner=_bad_then_fixed("value", "nan"), **rw),
         Case("non-finite/reward-inf-at-step-2", runner=_bad_then_fixed("value", "-inf"), **rw),
-        Case("non-finite/reward-1e308-on-its-trial",
-             lambda c: c.train(rewards='rewards=["./r.py:huge"]'), setup=_reward_file,
-             keywords=("r.py:huge", "outside the range"), train=True, **rw),
-        Case("non-finite/reward-weight-overflows",
-             lambda c: c.train(rewards='rewards=[{"fn": "tests.fakes.rewards.digit_count", '
-                                       '"weight": 1e300}]'),
-             keywords=("digit_count", "overflow"), train=True, **rw),
-        Case("non-finite/loss-nan-from-the-model",
-             lambda c: c.train(name="nan", override={"--model": str(c.p("nan-model")),
-                                                     "--eval-size": "0"}),
-             setup=_nan_model, expect=(1,), keywords=("step 1: the loss is nan",),
-             post=_nothing_saved, **rw),
-        Case("non-finite/convert-a-nan-checkpoint",
-             lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export"))],
-             setup=_nan_checkpoint, keywords=("checkpoint 3", "non-finite", "--step"),
-             post=_no_export, needs=("store",), timeout=120),
-        Case("non-finite/convert-a-nan-checkpoint-when-asked",
-             lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export")),
-                        "--allow-non-finite"],
-             setup=_nan_checkpoint, expect=(0,), needs=("store",), timeout=120),
-        Case("non-finite/convert-the-step-before",
-             lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export")),
-                        "--step", "2"],
-             setup=_nan_checkpoint, expect=(0,), needs=("store",), timeout=120),
+        Case(
+            "non-finite/reward-1e308-on-its-trial",
+            lambda c: c.train(rewards='rewards=["./r.py:huge"]'),
+            setup=_reward_file,
+            keywords=("r.py:huge", "outside the range"),
+            train=True,
+            **rw,
+        ),
+        Case(
+            "non-finite/reward-weight-overflows",
+            lambda c: c.train(
+                rewards='rewards=[{"fn": "tests.fakes.rewards.digit_count", "weight": 1e300}]'
+            ),
+            keywords=("digit_count", "overflow"),
+            train=True,
+            **rw,
+        ),
+        Case(
+            "non-finite/loss-nan-from-the-model",
+            lambda c: c.train(
+                name="nan", override={"--model": str(c.p("nan-model")), "--eval-size": "0"}
+            ),
+            setup=_nan_model,
+            expect=(1,),
+            keywords=("step 1: the loss is nan",),
+            post=_nothing_saved,
+            **rw,
+        ),
+        Case(
+            "non-finite/convert-a-nan-checkpoint",
+            lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export"))],
+            setup=_nan_checkpoint,
+            keywords=("checkpoint 3", "non-finite", "--step"),
+            post=_no_export,
+            needs=("store",),
+            timeout=120,
+        ),
+        Case(
+            "non-finite/convert-a-nan-checkpoint-when-asked",
+            lambda c: [
+                "checkpoint-convert",
+                str(c.runs / "good"),
+                str(c.p("export")),
+                "--allow-non-finite",
+            ],
+            setup=_nan_checkpoint,
+            expect=(0,),
+            needs=("store",),
+            timeout=120,
+        ),
+        Case(
+            "non-finite/convert-the-step-before",
+            lambda c: [
+                "checkpoint-convert",
+                str(c.runs / "good"),
+                str(c.p("export")),
+                "--step",
+                "2",
+            ],
+            setup=_nan_checkpoint,
+            expect=(0,),
+            needs=("store",),
+            timeout=120,
+        ),
     ]
 
 
@@ -3343,26 +3493,54 @@ def _nan_status(c: Ctx) -> None:
 def spec_cases() -> list[Case]:
     """#47 point 2: every spec, status and manifest rlctl writes it reads back."""
     out = []
-    for slug, n in (("huge", "99999999999999999999"), ("over-max", "10000001"),
-                    ("negative", "-5"), ("not-more", "2")):
-        out.append(Case(
-            f"spec-roundtrip/resume-steps-{slug}",
-            lambda c, n=n: ["resume", "good", "--runs-dir", str(c.runs), "--steps", n],
-            setup=_good_store, keywords=("--steps",), post=_store_unchanged,
-            needs=("store",), timeout=TRAIN_TIMEOUT))
+    for slug, n in (
+        ("huge", "99999999999999999999"),
+        ("over-max", "10000001"),
+        ("negative", "-5"),
+        ("not-more", "2"),
+    ):
+        out.append(
+            Case(
+                f"spec-roundtrip/resume-steps-{slug}",
+                lambda c, n=n: ["resume", "good", "--runs-dir", str(c.runs), "--steps", n],
+                setup=_good_store,
+                keywords=("--steps",),
+                post=_store_unchanged,
+                needs=("store",),
+                timeout=TRAIN_TIMEOUT,
+            )
+        )
     out += [
-        Case("spec-roundtrip/train-steps-huge",
-             lambda c: c.train(steps="99999999999999999999"), keywords=("training.steps",),
-             train=True, needs=("model",)),
-        Case("spec-roundtrip/status-nan-step-is-shown-damaged",
-             lambda c: ["status", "dmg", "--runs-dir", str(c.runs)], setup=_nan_status,
-             expect=(0,), ok_keywords=("damaged", "NaN"), needs=("store",)),
-        Case("spec-roundtrip/status-nan-step-resumes",
-             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs)], setup=_nan_status,
-             expect=(0,), post=lambda c, run: check_completed(c.runs / "dmg", 3),
-             needs=("store",), timeout=TRAIN_TIMEOUT),
-        Case("spec-roundtrip/resume-steps-then-resume-again",
-             runner=_extend_twice, needs=("store",), timeout=2 * TRAIN_TIMEOUT),
+        Case(
+            "spec-roundtrip/train-steps-huge",
+            lambda c: c.train(steps="99999999999999999999"),
+            keywords=("training.steps",),
+            train=True,
+            needs=("model",),
+        ),
+        Case(
+            "spec-roundtrip/status-nan-step-is-shown-damaged",
+            lambda c: ["status", "dmg", "--runs-dir", str(c.runs)],
+            setup=_nan_status,
+            expect=(0,),
+            ok_keywords=("damaged", "NaN"),
+            needs=("store",),
+        ),
+        Case(
+            "spec-roundtrip/status-nan-step-resumes",
+            lambda c: ["resume", "dmg", "--runs-dir", str(c.runs)],
+            setup=_nan_status,
+            expect=(0,),
+            post=lambda c, run: check_completed(c.runs / "dmg", 3),
+            needs=("store",),
+            timeout=TRAIN_TIMEOUT,
+        ),
+        Case(
+            "spec-roundtrip/resume-steps-then-resume-again",
+            runner=_extend_twice,
+            needs=("store",),
+            timeout=2 * TRAIN_TIMEOUT,
+        ),
     ]
     return out
 
@@ -3370,20 +3548,23 @@ def spec_cases() -> list[Case]:
 def _extend_twice(c: Ctx, o: Outcome) -> None:
     """resume --steps writes spec.yaml; a later plain resume reads it back."""
     _copy_store(c)
-    run = c.run(["resume", "good", "--runs-dir", str(c.runs), "--steps", "3"], None,
-                TRAIN_TIMEOUT)
+    run = c.run(["resume", "good", "--runs-dir", str(c.runs), "--steps", "3"], None, TRAIN_TIMEOUT)
     o.take(run)
     _judge_into(o, run, "resume --steps 3", (0,))
     (c.runs / "good" / "status.json").write_text(
-        (c.runs / "good" / "status.json").read_text().replace('"completed"', '"interrupted"'))
+        (c.runs / "good" / "status.json").read_text().replace('"completed"', '"interrupted"')
+    )
     again = c.run(["resume", "good", "--runs-dir", str(c.runs)], None, TRAIN_TIMEOUT)
     _judge_into(o, again, "resume", (0,))
     o.lost += check_completed(c.runs / "good", 3)
 
 
 def _first_save_disk(c: Ctx) -> None:
-    size = sum(p.stat().st_size for p in (c.fx.store / "good" / "checkpoints" / "1").rglob("*")
-               if p.is_file())
+    size = sum(
+        p.stat().st_size
+        for p in (c.fx.store / "good" / "checkpoints" / "1").rglob("*")
+        if p.is_file()
+    )
     c.fx.mounts.tmpfs(c.runs, f"{2 * size // 1024 + 1}k")
     c.state["size"] = size
 
@@ -3397,10 +3578,18 @@ def _first_saved(c: Ctx, run: Run) -> list[str]:
 
 def first_save_cases() -> list[Case]:
     """#47 point 3: the first save fits the disk it fits."""
-    return [Case("first-save/tmpfs-twice-the-checkpoint",
-                 lambda c: c.train(name="fs", steps="1"), setup=_first_save_disk,
-                 expect=(0,), post=_first_saved, skip=need_mount, needs=("store",),
-                 timeout=TRAIN_TIMEOUT)]
+    return [
+        Case(
+            "first-save/tmpfs-twice-the-checkpoint",
+            lambda c: c.train(name="fs", steps="1"),
+            setup=_first_save_disk,
+            expect=(0,),
+            post=_first_saved,
+            skip=need_mount,
+            needs=("store",),
+            timeout=TRAIN_TIMEOUT,
+        )
+    ]
 
 
 def _overstated(c: Ctx) -> None:
@@ -3450,8 +3639,7 @@ def _stale_then_recover(c: Ctx, o: Outcome) -> None:
         o.unclear.append(f"a stale run with its checkpoints set aside shows {error!r:.200}")
     refused = c.run(["resume", "dmg", "--runs-dir", str(c.runs)], None, TRAIN_TIMEOUT)
     _judge_into(o, refused, "resume", (4,), ("no intact checkpoint",))
-    fixed = c.run(["resume", "dmg", "--runs-dir", str(c.runs), "--recover"], None,
-                  TRAIN_TIMEOUT)
+    fixed = c.run(["resume", "dmg", "--runs-dir", str(c.runs), "--recover"], None, TRAIN_TIMEOUT)
     _judge_into(o, fixed, "resume --recover (the command status gave)", (0,))
     o.lost += check_completed(c.runs / "dmg", 3)
 
@@ -3467,36 +3655,77 @@ def store_truth_cases() -> list[Case]:
     """#47 point 4: the store's files are the truth."""
     st = ["status", "dmg", "-o", "json"]
     return [
-        Case("store-truth/status-json-overstates-step",
-             lambda c: [*st, "--runs-dir", str(c.runs)], setup=_overstated, expect=(0,),
-             check=_json_field("step", 2), needs=("store",)),
-        Case("store-truth/resume-hint-from-the-files",
-             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs), "--steps", "2"],
-             setup=_overstated, keywords=("--steps 3",), forbid=(r"--steps 51",),
-             needs=("store",), timeout=TRAIN_TIMEOUT),
-        Case("store-truth/odd-step-names-status",
-             lambda c: [*st, "--runs-dir", str(c.runs)], setup=_odd_names, expect=(0,),
-             check=_json_field("latest_checkpoint", 2), needs=("store",)),
-        Case("store-truth/odd-step-names-resume",
-             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs)], setup=_odd_names,
-             expect=(0,), ok_keywords=("checkpoint 9 is incomplete",),
-             post=lambda c, run: check_completed(c.runs / "dmg", 3), needs=("store",),
-             timeout=TRAIN_TIMEOUT),
-        Case("store-truth/odd-step-names-convert",
-             lambda c: ["checkpoint-convert", str(c.runs / "dmg"), str(c.p("export"))],
-             setup=_odd_names, expect=(0,), needs=("store",), timeout=120),
-        Case("store-truth/odd-step-names-delete-plan",
-             lambda c: ["delete", "run", "dmg", "--runs-dir", str(c.runs), "--dry-run"],
-             setup=_odd_names, expect=(0,), needs=("store",)),
-        Case("store-truth/stale-all-set-aside-then-recover", runner=_stale_then_recover,
-             needs=("store",), timeout=3 * TRAIN_TIMEOUT),
-        Case("store-truth/recover-with-nothing-newer",
-             lambda c: ["resume", "dmg", "--runs-dir", str(c.runs), "--recover"],
-             setup=_older_aside, expect=(4,),
-             keywords=("not newer than the intact checkpoint 2",),
-             check=lambda c, run: [] if "resume without --recover" in run.err
-             else ["the hint does not say that a plain resume continues"],
-             post=_store_unchanged, needs=("store",), timeout=TRAIN_TIMEOUT),
+        Case(
+            "store-truth/status-json-overstates-step",
+            lambda c: [*st, "--runs-dir", str(c.runs)],
+            setup=_overstated,
+            expect=(0,),
+            check=_json_field("step", 2),
+            needs=("store",),
+        ),
+        Case(
+            "store-truth/resume-hint-from-the-files",
+            lambda c: ["resume", "dmg", "--runs-dir", str(c.runs), "--steps", "2"],
+            setup=_overstated,
+            keywords=("--steps 3",),
+            forbid=(r"--steps 51",),
+            needs=("store",),
+            timeout=TRAIN_TIMEOUT,
+        ),
+        Case(
+            "store-truth/odd-step-names-status",
+            lambda c: [*st, "--runs-dir", str(c.runs)],
+            setup=_odd_names,
+            expect=(0,),
+            check=_json_field("latest_checkpoint", 2),
+            needs=("store",),
+        ),
+        Case(
+            "store-truth/odd-step-names-resume",
+            lambda c: ["resume", "dmg", "--runs-dir", str(c.runs)],
+            setup=_odd_names,
+            expect=(0,),
+            ok_keywords=("checkpoint 9 is incomplete",),
+            post=lambda c, run: check_completed(c.runs / "dmg", 3),
+            needs=("store",),
+            timeout=TRAIN_TIMEOUT,
+        ),
+        Case(
+            "store-truth/odd-step-names-convert",
+            lambda c: ["checkpoint-convert", str(c.runs / "dmg"), str(c.p("export"))],
+            setup=_odd_names,
+            expect=(0,),
+            needs=("store",),
+            timeout=120,
+        ),
+        Case(
+            "store-truth/odd-step-names-delete-plan",
+            lambda c: ["delete", "run", "dmg", "--runs-dir", str(c.runs), "--dry-run"],
+            setup=_odd_names,
+            expect=(0,),
+            needs=("store",),
+        ),
+        Case(
+            "store-truth/stale-all-set-aside-then-recover",
+            runner=_stale_then_recover,
+            needs=("store",),
+            timeout=3 * TRAIN_TIMEOUT,
+        ),
+        Case(
+            "store-truth/recover-with-nothing-newer",
+            lambda c: ["resume", "dmg", "--runs-dir", str(c.runs), "--recover"],
+            setup=_older_aside,
+            expect=(4,),
+            keywords=("not newer than the intact checkpoint 2",),
+            check=lambda c, run: (
+                []
+                if "resume without --recover" in run.err
+                else ["the hint does not say that a plain resume continues"]
+            ),
+            post=_store_unchanged,
+            needs=("store",),
+            timeout=TRAIN_TIMEOUT,
+        ),
     ]
 
 
@@ -3504,36 +3733,74 @@ ROWS = [{"question": f"What is {a} + 2?", "answer": a + 2} for a in range(8)]
 
 
 def _msgs(*extra: Any) -> str:
-    good = [{"messages": [{"role": "user", "content": f"{a} + 1?"},
-                          {"role": "assistant", "content": str(a + 1)}]} for a in range(6)]
+    good = [
+        {
+            "messages": [
+                {"role": "user", "content": f"{a} + 1?"},
+                {"role": "assistant", "content": str(a + 1)},
+            ]
+        }
+        for a in range(6)
+    ]
     return _jsonl([*good, *({"messages": m} for m in extra)])
 
 
 DATA_47: list[tuple[str, str, str, tuple]] = [
     # slug, file name, content, keywords
-    ("long-line", "d.jsonl", _jsonl([*ROWS, {"question": "x" * 5_000_000, "answer": 3}]),
-     ("d.jsonl:9", "has at least")),
-    ("deep-jsonl", "d.jsonl", _jsonl(ROWS) + "[" * 100_000 + "]" * 100_000 + "\n",
-     ("d.jsonl:9", "nested")),
-    ("deep-json-value", "d.json", '[{"question": ' + "[" * 5000 + "]" * 5000 + ', "answer": 1}]',
-     ("d.json", "nested")),
-    ("csv-extra-field", "d.csv", "question,answer\nWhat is 1,000 + 2?,1002\n",
-     ("d.csv:2", "3 fields")),
+    (
+        "long-line",
+        "d.jsonl",
+        _jsonl([*ROWS, {"question": "x" * 5_000_000, "answer": 3}]),
+        ("d.jsonl:9", "has at least"),
+    ),
+    (
+        "deep-jsonl",
+        "d.jsonl",
+        _jsonl(ROWS) + "[" * 100_000 + "]" * 100_000 + "\n",
+        ("d.jsonl:9", "nested"),
+    ),
+    (
+        "deep-json-value",
+        "d.json",
+        '[{"question": ' + "[" * 5000 + "]" * 5000 + ', "answer": 1}]',
+        ("d.json", "nested"),
+    ),
+    (
+        "csv-extra-field",
+        "d.csv",
+        "question,answer\nWhat is 1,000 + 2?,1002\n",
+        ("d.csv:2", "3 fields"),
+    ),
     ("csv-missing-field", "d.csv", "question,answer\na,1\nb\n", ("d.csv:3", "1 field")),
-    ("csv-unclosed-quote", "d.csv", 'question,answer\n"What is 1+1?,2\nb,4\n',
-     ("d.csv:2", "never closed")),
+    (
+        "csv-unclosed-quote",
+        "d.csv",
+        'question,answer\n"What is 1+1?,2\nb,4\n',
+        ("d.csv:2", "never closed"),
+    ),
     ("csv-quote-in-quoted", "d.csv", 'question,answer\n"What is "1+1"?",2\n', ("d.csv:2",)),
-    ("json-unequal-columns", "d.json", '{"question": ["a", "b"], "answer": [1]}',
-     ("unequal lengths",)),
+    (
+        "json-unequal-columns",
+        "d.json",
+        '{"question": ["a", "b"], "answer": [1]}',
+        ("unequal lengths",),
+    ),
     ("chat-no-content", "d.jsonl", _msgs([{"role": "user"}]), ("d.jsonl:7", "'content'")),
     ("chat-bad-role", "d.jsonl", _msgs([{"role": "bot", "content": "hi"}]), ("'bot'",)),
-    ("chat-content-number", "d.jsonl", _msgs([{"role": "user", "content": 5}]),
-     ("content is a number",)),
+    (
+        "chat-content-number",
+        "d.jsonl",
+        _msgs([{"role": "user", "content": 5}]),
+        ("content is a number",),
+    ),
     ("chat-empty", "d.jsonl", _msgs([]), ("empty conversation",)),
-    ("chat-one-message", "d.jsonl", _msgs({"role": "user", "content": "x"}),
-     ("one message",)),
-    ("chat-first-row-malformed", "d.jsonl", _jsonl([{"messages": [{"role": "user"}]}]),
-     ("d.jsonl:1", "'content'")),
+    ("chat-one-message", "d.jsonl", _msgs({"role": "user", "content": "x"}), ("one message",)),
+    (
+        "chat-first-row-malformed",
+        "d.jsonl",
+        _jsonl([{"messages": [{"role": "user"}]}]),
+        ("d.jsonl:1", "'content'"),
+    ),
 ]
 
 
@@ -3609,56 +3876,112 @@ def _silent_endpoint(argv: list[str]) -> Callable[[Ctx, Outcome], None]:
 
 def messages_cases() -> list[Case]:
     """#47 point 5: messages that tell the truth."""
-    out = [Case(f"messages/data-{slug}",
-                lambda c, name=name: c.train(override={"--data-path": str(c.p("data") / name)}),
-                setup=_write_data(name, text), keywords=kws, train=True, needs=("model",),
-                forbid=(r"max_prompt_tokens=\d{6,}",), timeout=120)
-           for slug, name, text, kws in DATA_47]
-    out += [
-        Case("messages/config-yaml-nested-deeply",
-             lambda c: c.train(extra=["--config", str(c.p("deep.yaml"))]),
-             setup=lambda c: write(c.p("deep.yaml"), "a: " + "[" * 50_000 + "]" * 50_000 + "\n")
-             and None, keywords=("deep.yaml", "nested"), train=True, needs=("model",)),
-        Case("messages/hub-offline-config-missing",
-             lambda c: ["train", "grpo", "--dataset", "openai/gsm8k", "--runs-dir", str(c.runs)],
-             setup=_hub_home, env=_hub_env, keywords=("main, socratic", "data.config"),
-             train=True, timeout=120),
-        Case("messages/hub-offline-config-unknown",
-             lambda c: ["train", "grpo", "--dataset", "openai/gsm8k", "--set",
-                        "data.config=nope", "--runs-dir", str(c.runs)],
-             setup=_hub_home, env=_hub_env, keywords=("nope", "main"), train=True,
-             timeout=120),
+    out = [
+        Case(
+            f"messages/data-{slug}",
+            lambda c, name=name: c.train(override={"--data-path": str(c.p("data") / name)}),
+            setup=_write_data(name, text),
+            keywords=kws,
+            train=True,
+            needs=("model",),
+            forbid=(r"max_prompt_tokens=\d{6,}",),
+            timeout=120,
+        )
+        for slug, name, text, kws in DATA_47
     ]
-    conv = [("cut", ("checkpoint 2 is damaged", "--step")),
-            ("cut-no-manifest", (("cannot be read", "cannot be opened"),)),
-            ("no-metadata", ("checkpoint 2 is damaged", "_METADATA")),
-            ("aside", ("no intact checkpoint", "--recover"))]
-    out += [Case(f"messages/convert-damaged-{kind}",
-                 lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export"))],
-                 setup=_damaged_ckpt(kind), keywords=kws, forbid=(r"train it",),
-                 post=_no_export, needs=("store",), timeout=120)
-            for kind, kws in conv]
+    out += [
+        Case(
+            "messages/config-yaml-nested-deeply",
+            lambda c: c.train(extra=["--config", str(c.p("deep.yaml"))]),
+            setup=lambda c: (
+                write(c.p("deep.yaml"), "a: " + "[" * 50_000 + "]" * 50_000 + "\n") and None
+            ),
+            keywords=("deep.yaml", "nested"),
+            train=True,
+            needs=("model",),
+        ),
+        Case(
+            "messages/hub-offline-config-missing",
+            lambda c: ["train", "grpo", "--dataset", "openai/gsm8k", "--runs-dir", str(c.runs)],
+            setup=_hub_home,
+            env=_hub_env,
+            keywords=("main, socratic", "data.config"),
+            train=True,
+            timeout=120,
+        ),
+        Case(
+            "messages/hub-offline-config-unknown",
+            lambda c: [
+                "train",
+                "grpo",
+                "--dataset",
+                "openai/gsm8k",
+                "--set",
+                "data.config=nope",
+                "--runs-dir",
+                str(c.runs),
+            ],
+            setup=_hub_home,
+            env=_hub_env,
+            keywords=("nope", "main"),
+            train=True,
+            timeout=120,
+        ),
+    ]
+    conv = [
+        ("cut", ("checkpoint 2 is damaged", "--step")),
+        ("cut-no-manifest", (("cannot be read", "cannot be opened"),)),
+        ("no-metadata", ("checkpoint 2 is damaged", "_METADATA")),
+        ("aside", ("no intact checkpoint", "--recover")),
+    ]
+    out += [
+        Case(
+            f"messages/convert-damaged-{kind}",
+            lambda c: ["checkpoint-convert", str(c.runs / "good"), str(c.p("export"))],
+            setup=_damaged_ckpt(kind),
+            keywords=kws,
+            forbid=(r"train it",),
+            post=_no_export,
+            needs=("store",),
+            timeout=120,
+        )
+        for kind, kws in conv
+    ]
     for slug, argv in GS_COMMANDS:
         out += [
-            Case(f"messages/gs-closed-endpoint-{slug}", lambda c, a=argv: a,
-                 env=lambda c: {"STORAGE_EMULATOR_HOST": c.state.setdefault(
-                     "url", f"http://127.0.0.1:{_closed_port()}")},
-                 expect=(7,), keywords=("cannot reach Cloud Storage at http://127.0.0.1:",
-                                        "connection refused"),
-                 check=_within(10)),
+            Case(
+                f"messages/gs-closed-endpoint-{slug}",
+                lambda c, a=argv: a,
+                env=lambda c: {
+                    "STORAGE_EMULATOR_HOST": c.state.setdefault(
+                        "url", f"http://127.0.0.1:{_closed_port()}"
+                    )
+                },
+                expect=(7,),
+                keywords=("cannot reach Cloud Storage at http://127.0.0.1:", "connection refused"),
+                check=_within(10),
+            ),
             Case(f"messages/gs-silent-endpoint-{slug}", runner=_silent_endpoint(argv)),
-            Case(f"messages/gs-wrong-bucket-{slug}",
-                 lambda c, a=argv: [x.replace("runs-bucket-47", "no-such-bucket-47") for x in a],
-                 env=lambda c: {"STORAGE_EMULATOR_HOST": c.fx.gcs_url},
-                 expect=(3,), keywords=("bucket 'no-such-bucket-47' does not exist",),
-                 check=_within(10), needs=("gcs",)),
+            Case(
+                f"messages/gs-wrong-bucket-{slug}",
+                lambda c, a=argv: [x.replace("runs-bucket-47", "no-such-bucket-47") for x in a],
+                env=lambda c: {"STORAGE_EMULATOR_HOST": c.fx.gcs_url},
+                expect=(3,),
+                keywords=("bucket 'no-such-bucket-47' does not exist",),
+                check=_within(10),
+                needs=("gcs",),
+            ),
         ]
-    out.append(Case("messages/gs-missing-run-hint-names-the-store",
-                    lambda c: ["delete", "run", "r", "--runs-dir", "gs://runs-bucket-47/runs",
-                               "--yes"],
-                    env=lambda c: {"STORAGE_EMULATOR_HOST": c.fx.gcs_url}, expect=(3,),
-                    keywords=("rlctl status --runs-dir gs://runs-bucket-47/runs",),
-                    needs=("gcs",)))
+    out.append(
+        Case(
+            "messages/gs-missing-run-hint-names-the-store",
+            lambda c: ["delete", "run", "r", "--runs-dir", "gs://runs-bucket-47/runs", "--yes"],
+            env=lambda c: {"STORAGE_EMULATOR_HOST": c.fx.gcs_url},
+            expect=(3,),
+            keywords=("rlctl status --runs-dir gs://runs-bucket-47/runs",),
+            needs=("gcs",),
+        )
+    )
     return out
 
 
@@ -3674,8 +3997,10 @@ def _ro_home(c: Ctx) -> None:
 
 def _gold_exprs(c: Ctx) -> None:
     golds = ["x^2+1", "{1,2}", "sqrt(2)", "2^{10}", "\\frac{1}{2}", "a+b"]
-    write(c.p("gold.jsonl"), _jsonl({"question": f"Q{i}?", "answer": g}
-                                    for i, g in enumerate(golds * 2)))
+    write(
+        c.p("gold.jsonl"),
+        _jsonl({"question": f"Q{i}?", "answer": g} for i, g in enumerate(golds * 2)),
+    )
 
 
 # the shell named on the command line (typer's switch for tests), not detected from the
@@ -3687,27 +4012,53 @@ def guest_cases() -> list[Case]:
     """#47 point 6: a reward is a guest."""
     rw = {"needs": ("model",), "timeout": TRAIN_TIMEOUT}
     return [
-        Case("reward-guest/prints-with-json-output",
-             lambda c: [*c.train(name="noisy", steps="1",
-                                 rewards='rewards=["./r.py:noisy"]'), "-o", "json"],
-             setup=_reward_file, expect=(0,), post=_noisy_log, **rw),
+        Case(
+            "reward-guest/prints-with-json-output",
+            lambda c: [
+                *c.train(name="noisy", steps="1", rewards='rewards=["./r.py:noisy"]'),
+                "-o",
+                "json",
+            ],
+            setup=_reward_file,
+            expect=(0,),
+            post=_noisy_log,
+            **rw,
+        ),
         Case("reward-guest/exits-at-step-2", runner=_bad_then_fixed("exit"), **rw),
-        Case("reward-guest/exits-on-its-trial",
-             lambda c: c.train(rewards='rewards=["./r.py:exits_at_once"]'),
-             setup=_reward_file, keywords=("exits_at_once", "sys.exit(0)"), train=True, **rw),
-        Case("reward-guest/gold-answers-are-expressions",
-             lambda c: c.train(override={"--data-path": str(c.p("gold.jsonl"))},
-                               extra=["--print-prompt"]),
-             setup=_gold_exprs, expect=(0,), needs=("model",)),
-        Case("reward-guest/install-completion-read-only-home",
-             lambda c: ["--install-completion", "bash"], setup=_ro_home,
-             env=lambda c: {"HOME": str(c.p("home")), **NAMED_SHELL}, expect=(1,),
-             keywords=("cannot install shell completion", "Read-only"), skip=need_mount),
-        Case("reward-guest/install-completion-home-is-a-file",
-             lambda c: ["--install-completion", "bash"],
-             setup=lambda c: write(c.p("homefile"), "x") and None,
-             env=lambda c: {"HOME": str(c.p("homefile")), **NAMED_SHELL}, expect=(1,),
-             keywords=("cannot install shell completion",)),
+        Case(
+            "reward-guest/exits-on-its-trial",
+            lambda c: c.train(rewards='rewards=["./r.py:exits_at_once"]'),
+            setup=_reward_file,
+            keywords=("exits_at_once", "sys.exit(0)"),
+            train=True,
+            **rw,
+        ),
+        Case(
+            "reward-guest/gold-answers-are-expressions",
+            lambda c: c.train(
+                override={"--data-path": str(c.p("gold.jsonl"))}, extra=["--print-prompt"]
+            ),
+            setup=_gold_exprs,
+            expect=(0,),
+            needs=("model",),
+        ),
+        Case(
+            "reward-guest/install-completion-read-only-home",
+            lambda c: ["--install-completion", "bash"],
+            setup=_ro_home,
+            env=lambda c: {"HOME": str(c.p("home")), **NAMED_SHELL},
+            expect=(1,),
+            keywords=("cannot install shell completion", "Read-only"),
+            skip=need_mount,
+        ),
+        Case(
+            "reward-guest/install-completion-home-is-a-file",
+            lambda c: ["--install-completion", "bash"],
+            setup=lambda c: write(c.p("homefile"), "x") and None,
+            env=lambda c: {"HOME": str(c.p("homefile")), **NAMED_SHELL},
+            expect=(1,),
+            keywords=("cannot install shell completion",),
+        ),
     ]
 
 

@@ -35,8 +35,9 @@ TIMING = {"step_seconds", "rollout_seconds", "tokens_per_s"}
 
 
 def rlctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlctl", *args], env=env,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "rlctl", *args], env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def metrics(run: Path) -> list[dict]:
@@ -52,7 +53,8 @@ def close(a: object, b: object) -> bool:
 
 def same(a: list[dict], b: list[dict]) -> bool:
     return [r["step"] for r in a] == [r["step"] for r in b] and all(
-        r.keys() == s.keys() and all(close(r[k], s[k]) for k in r) for r, s in zip(a, b))
+        r.keys() == s.keys() and all(close(r[k], s[k]) for k in r) for r, s in zip(a, b)
+    )
 
 
 def main() -> int:
@@ -69,16 +71,45 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     model = write_tiny_llama(work / "model")
     data = work / "train.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {a} + 1?", "answer": a + 1})
-                            + "\n" for a in range(16)))
+    data.write_text(
+        "".join(
+            json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(16)
+        )
+    )
 
     def train_args(root: Path, name: str) -> list[str]:
-        return ["train", "grpo", "--name", name, "--runs-dir", str(root), "--model", str(model),
-                "--dataset", "jsonl", "--data-path", str(data), "--prompts-per-step", "1",
-                "-G", "2", "--max-new-tokens", "6", "--eval-size", "2", "--lr", "3e-3",
-                "--steps", str(opts.steps), "--set", "checkpoint.interval=2",
-                "--set", "eval.batch_size=2",
-                "--set", 'rewards=["tests.fakes.rewards.digit_count"]']
+        return [
+            "train",
+            "grpo",
+            "--name",
+            name,
+            "--runs-dir",
+            str(root),
+            "--model",
+            str(model),
+            "--dataset",
+            "jsonl",
+            "--data-path",
+            str(data),
+            "--prompts-per-step",
+            "1",
+            "-G",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--eval-size",
+            "2",
+            "--lr",
+            "3e-3",
+            "--steps",
+            str(opts.steps),
+            "--set",
+            "checkpoint.interval=2",
+            "--set",
+            "eval.batch_size=2",
+            "--set",
+            'rewards=["tests.fakes.rewards.digit_count"]',
+        ]
 
     t0 = time.monotonic()
     r = rlctl(*train_args(work / "whole", "whole"), env=env)
@@ -97,8 +128,13 @@ def main() -> int:
     for i, sig in enumerate(trials, 1):
         root = work / f"t{i}"
         at = rng.uniform(0.2, wall)
-        p = subprocess.Popen([sys.executable, "-m", "rlctl", *train_args(root, "k")], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "rlctl", *train_args(root, "k")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(at)
         p.send_signal(sig)
         _, err = p.communicate(timeout=300)
@@ -108,8 +144,11 @@ def main() -> int:
             notes.append("traceback")
         late = False
         if sig == signal.SIGTERM and p.returncode not in (0, 130):
-            st = json.loads((run / "status.json").read_text()) if (run / "status.json") \
-                .exists() else {}
+            st = (
+                json.loads((run / "status.json").read_text())
+                if (run / "status.json").exists()
+                else {}
+            )
             # after the run completed and the handler was gone: the default action
             late = p.returncode == -signal.SIGTERM and st.get("phase") == "completed"
             if not late:
@@ -124,8 +163,9 @@ def main() -> int:
                 notes.append(f"train again exit {rr.returncode}")
         else:
             st = rlctl("status", "k", "--runs-dir", str(root), "-o", "json", env=env)
-            phase = (json.loads(st.stdout)["phase"] if st.returncode == 0
-                     else f"exit {st.returncode}")
+            phase = (
+                json.loads(st.stdout)["phase"] if st.returncode == 0 else f"exit {st.returncode}"
+            )
             if phase == "running":
                 notes.append("status says running for a dead process")
             while phase != "completed" and resumes < 3:
@@ -140,8 +180,9 @@ def main() -> int:
         if not ok:
             notes.append("metrics differ from the uninterrupted run")
         name = signal.Signals(sig).name
-        row = results.setdefault(name, {"trials": 0, "equal": 0, "shown running": 0,
-                                        "tracebacks": 0})
+        row = results.setdefault(
+            name, {"trials": 0, "equal": 0, "shown running": 0, "tracebacks": 0}
+        )
         row["trials"] += 1
         row["equal"] += ok and not [n for n in notes if "exit" in n]
         row["shown running"] += phase == "running"
@@ -149,17 +190,24 @@ def main() -> int:
         verdict = "; ".join(notes) or "ok"
         if late:
             verdict += " (the signal came after the run completed: default action, -15)"
-        print(f"{i:3d} {name:7s} at {at:5.1f} s  status after: {phase:12s} resumes {resumes}  "
-              f"{verdict}", flush=True)
+        print(
+            f"{i:3d} {name:7s} at {at:5.1f} s  status after: {phase:12s} resumes {resumes}  "
+            f"{verdict}",
+            flush=True,
+        )
         if notes:
             failures.append(i)
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\n{'signal':8s} {'trials':>6s} {'equal metrics':>14s} {'shown running':>14s} "
-          f"{'tracebacks':>10s}")
+    print(
+        f"\n{'signal':8s} {'trials':>6s} {'equal metrics':>14s} {'shown running':>14s} "
+        f"{'tracebacks':>10s}"
+    )
     for name, row in sorted(results.items()):
-        print(f"{name:8s} {row['trials']:6d} {row['equal']:14d} {row['shown running']:14d} "
-              f"{row['tracebacks']:10d}")
+        print(
+            f"{name:8s} {row['trials']:6d} {row['equal']:14d} {row['shown running']:14d} "
+            f"{row['tracebacks']:10d}"
+        )
     print(f"total wall {time.monotonic() - t0:.0f} s; trials with a problem: {failures or 'none'}")
     shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0

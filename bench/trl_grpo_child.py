@@ -64,20 +64,28 @@ def reward_functions() -> list[Any]:
     """rlctl's ``correct`` and ``format`` in TRL's batched signature."""
     v = load_verifier()
 
-    def correct(prompts: list[str], completions: list[str], answer: list[str],
-                **_: Any) -> list[float]:
+    def correct(
+        prompts: list[str], completions: list[str], answer: list[str], **_: Any
+    ) -> list[float]:
         return [v.correct_reward(c, g) for c, g in zip(completions, answer, strict=True)]
 
-    def format_(prompts: list[str], completions: list[str], answer: list[str],
-                **_: Any) -> list[float]:
+    def format_(
+        prompts: list[str], completions: list[str], answer: list[str], **_: Any
+    ) -> list[float]:
         return [v.format_reward(c, g) for c, g in zip(completions, answer, strict=True)]
 
     format_.__name__ = "format"
     return [correct, format_]
 
 
-def config(setting: str, steps: int, output_dir: str, prompts_per_step: int,
-           group: int, max_new_tokens: int) -> dict[str, Any]:
+def config(
+    setting: str,
+    steps: int,
+    output_dir: str,
+    prompts_per_step: int,
+    group: int,
+    max_new_tokens: int,
+) -> dict[str, Any]:
     """GRPOConfig keyword arguments: rlctl's default run, one optimizer step per
     generation of ``prompts_per_step`` x ``group`` completions."""
     return {
@@ -131,8 +139,10 @@ def check_tokens(tokenizer: Any, rows: list[dict[str, Any]]) -> None:
     got = tokenizer(text=[r["prompt"] for r in rows])["input_ids"]
     for i, (ids, r) in enumerate(zip(got, rows, strict=True)):
         if list(ids) != r["prompt_ids"]:
-            raise SystemExit(f"prompt {i}: TRL's tokenizer gives {len(ids)} tokens, rlctl "
-                             f"{len(r['prompt_ids'])}; the two sides would differ")
+            raise SystemExit(
+                f"prompt {i}: TRL's tokenizer gives {len(ids)} tokens, rlctl "
+                f"{len(r['prompt_ids'])}; the two sides would differ"
+            )
 
 
 def main() -> None:
@@ -161,8 +171,9 @@ def main() -> None:
     rows = rows[:need]
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     check_tokens(tokenizer, rows)
-    dataset = datasets.Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]}
-                                          for r in rows])
+    dataset = datasets.Dataset.from_list(
+        [{"prompt": r["prompt"], "answer": r["answer"]} for r in rows]
+    )
 
     steps: list[dict[str, Any]] = []
 
@@ -179,16 +190,21 @@ def main() -> None:
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            steps.append({"step": state.global_step + 1, "rollout_seconds": 0.0,
-                          "completion_tokens": 0, "_t0": time.perf_counter()})
+            steps.append(
+                {
+                    "step": state.global_step + 1,
+                    "rollout_seconds": 0.0,
+                    "completion_tokens": 0,
+                    "_t0": time.perf_counter(),
+                }
+            )
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             row = steps[-1]
             row["step_seconds"] = round(time.perf_counter() - row.pop("_t0"), 3)
             row["rollout_seconds"] = round(row["rollout_seconds"], 3)
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None,
-                   **_: Any) -> None:
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
             if logs and steps and "reward" in logs:
                 steps[-1]["reward_mean"] = logs["reward"]
                 steps[-1]["accuracy"] = logs.get("rewards/correct/mean")
@@ -199,26 +215,36 @@ def main() -> None:
         result = {
             "setting": a.setting,
             "config": SETTINGS[a.setting],
-            "versions": {"torch": torch.__version__, "trl": trl.__version__,
-                         "transformers": transformers.__version__},
+            "versions": {
+                "torch": torch.__version__,
+                "trl": trl.__version__,
+                "transformers": transformers.__version__,
+            },
             "torch_threads": torch.get_num_threads(),
             "steps": done,
             "partial": partial,
             "setup_seconds": None if t_train is None else round(t_train - t_start, 2),
             "train_seconds": None if train_s is None else round(train_s, 2),
-            "median_step": (statistics.median(r["step_seconds"] for r in done[1:])
-                            if len(done) > 1 else None),
+            "median_step": (
+                statistics.median(r["step_seconds"] for r in done[1:]) if len(done) > 1 else None
+            ),
             "ru_maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
         a.out.write_text(json.dumps(result, indent=1))
 
     t_train: float | None = None
     with tempfile.TemporaryDirectory(prefix="trl-grpo-") as out_dir:
-        args = trl.GRPOConfig(**config(a.setting, a.steps, out_dir, a.prompts_per_step,
-                                       a.group, a.max_new_tokens))
-        trainer = Timed(model=a.model, reward_funcs=reward_functions(), args=args,
-                        train_dataset=dataset, processing_class=tokenizer,
-                        callbacks=[Clock()])
+        args = trl.GRPOConfig(
+            **config(a.setting, a.steps, out_dir, a.prompts_per_step, a.group, a.max_new_tokens)
+        )
+        trainer = Timed(
+            model=a.model,
+            reward_funcs=reward_functions(),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[Clock()],
+        )
         t_train = time.perf_counter()
         trainer.train()
         write(train_s=time.perf_counter() - t_train)

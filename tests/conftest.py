@@ -39,14 +39,15 @@ def in_ci() -> bool:
 
 def _skip_reason(longrepr: object) -> str:
     # a skip's longrepr is (path, lineno, "Skipped: reason")
-    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 \
-        else str(longrepr)
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
 
 
 def _fail_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
     report.outcome = "failed"
-    report.longrepr = (f"CI=true: this would have been skipped ({_skip_reason(report.longrepr)}); "
-                       "in CI a missing fixture or extra is a failure: install it")
+    report.longrepr = (
+        f"CI=true: this would have been skipped ({_skip_reason(report.longrepr)}); "
+        "in CI a missing fixture or extra is a failure: install it"
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -71,8 +72,12 @@ def pytest_make_collect_report(
 
 def _loopback_only(self, address):  # type: ignore[no-untyped-def]
     host = address[0] if isinstance(address, tuple) else address
-    if isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1", "") \
-            and not host.startswith("127.") and not host.startswith("/"):
+    if (
+        isinstance(host, str)
+        and host not in ("127.0.0.1", "localhost", "::1", "")
+        and not host.startswith("127.")
+        and not host.startswith("/")
+    ):
         raise OSError(f"tests may only connect to loopback, not {host!r}")
     return _real_connect(self, address)
 
@@ -163,16 +168,18 @@ def fake(gcs_server):
     with urllib.request.urlopen(f"{gcs_server.url}/storage/v1/b") as r:
         names = [b["name"] for b in json.loads(r.read()).get("items", [])]
     for n in names:  # buckets outlive a test only if it failed half-way
-        urllib.request.urlopen(urllib.request.Request(
-            f"{gcs_server.url}/storage/v1/b/{n}", method="DELETE"))
+        urllib.request.urlopen(
+            urllib.request.Request(f"{gcs_server.url}/storage/v1/b/{n}", method="DELETE")
+        )
 
 
 @pytest.fixture
 def clients(fake):
     from rlctl.core.clients import Clients
 
-    return Clients.local(fake.url, project="p", region="us-central1",
-                         retry_initial=0.01, retry_deadline=5.0)
+    return Clients.local(
+        fake.url, project="p", region="us-central1", retry_initial=0.01, retry_deadline=5.0
+    )
 
 
 CLUSTER_BUCKET = "rl-runs"

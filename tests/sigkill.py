@@ -14,12 +14,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def kill_when(argv: list[str], ready: Callable[[], bool], env: dict[str, str],
-              timeout: float = 300) -> None:
+def kill_when(
+    argv: list[str], ready: Callable[[], bool], env: dict[str, str], timeout: float = 300
+) -> None:
     """Start rlctl with ``argv``, SIGKILL it once ``ready()``; fail if it never got there
     (it died, finished or hung first)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rlctl", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlctl", *argv],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + timeout
     while not ready() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)

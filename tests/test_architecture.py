@@ -17,19 +17,25 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` on the package at ``root``, with pyproject.toml's contracts."""
-    code = ("import sys; from importlinter.cli import lint_imports; "
-            "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True))")
+    code = (
+        "import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True))"
+    )
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("repo")
     shutil.copy(REPO / "pyproject.toml", root)
-    shutil.copytree(REPO / "rlctl", root / "rlctl",
-                    ignore=shutil.ignore_patterns("__pycache__", "data", "templates"))
+    shutil.copytree(
+        REPO / "rlctl",
+        root / "rlctl",
+        ignore=shutil.ignore_patterns("__pycache__", "data", "templates"),
+    )
     return root
 
 
@@ -39,19 +45,25 @@ def test_the_package_keeps_its_layers_and_has_no_circle():
     assert "Contracts: 3 kept, 0 broken." in r.stdout
 
 
-@pytest.mark.parametrize(("module", "upward", "contract"), [
-    # the run store reaching up into the run lifecycle
-    ("rlctl/core/store/base.py", "from rlctl.core.runs import status", "layers"),
-    # the trainer reaching up into the run lifecycle (the old pod entry point did)
-    ("rlctl/core/trainer/rewards/loading.py", "from rlctl.core.runs import local", "layers"),
-    # configuration reaching up into a GCP module (the old catalog import)
-    ("rlctl/core/config/infra.py", "from rlctl.core.gcp import operations", "layers"),
-    # the trainer calling Google Cloud itself instead of through the run store
-    ("rlctl/core/trainer/checkpointing.py", "from rlctl.core import clients",
-     "the trainer never imports"),
-    # a circle between two sibling modules of one layer
-    ("rlctl/core/k8s/shapes.py", "from rlctl.core.k8s import render", "no circles"),
-])
+@pytest.mark.parametrize(
+    ("module", "upward", "contract"),
+    [
+        # the run store reaching up into the run lifecycle
+        ("rlctl/core/store/base.py", "from rlctl.core.runs import status", "layers"),
+        # the trainer reaching up into the run lifecycle (the old pod entry point did)
+        ("rlctl/core/trainer/rewards/loading.py", "from rlctl.core.runs import local", "layers"),
+        # configuration reaching up into a GCP module (the old catalog import)
+        ("rlctl/core/config/infra.py", "from rlctl.core.gcp import operations", "layers"),
+        # the trainer calling Google Cloud itself instead of through the run store
+        (
+            "rlctl/core/trainer/checkpointing.py",
+            "from rlctl.core import clients",
+            "the trainer never imports",
+        ),
+        # a circle between two sibling modules of one layer
+        ("rlctl/core/k8s/shapes.py", "from rlctl.core.k8s import render", "no circles"),
+    ],
+)
 def test_one_added_upward_import_breaks_a_contract(copy, module, upward, contract):
     path = copy / module
     original = path.read_text()

@@ -24,14 +24,14 @@ def missing_model():
 TESTS = {
     "test_fixture.py": "def test_needs_a_model(missing_model):\n    pass\n",
     "test_module.py": "import pytest\n"
-                      "pytest.importorskip('rlctl_no_such_module')\n"
-                      "def test_never_runs():\n    pass\n",
+    "pytest.importorskip('rlctl_no_such_module')\n"
+    "def test_never_runs():\n    pass\n",
     "test_marks.py": "import pytest\n"
-                     "@pytest.mark.skipif(True, reason='no GGUF')\n"
-                     "def test_skipif():\n    pass\n"
-                     "@pytest.mark.xfail(reason='known')\n"
-                     "def test_xfail():\n    assert False\n"
-                     "def test_passes():\n    pass\n",
+    "@pytest.mark.skipif(True, reason='no GGUF')\n"
+    "def test_skipif():\n    pass\n"
+    "@pytest.mark.xfail(reason='known')\n"
+    "def test_xfail():\n    assert False\n"
+    "def test_passes():\n    pass\n",
 }
 
 
@@ -49,9 +49,25 @@ def _pytest(suite: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     if ci is not None:
         env["CI"] = ci
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-         "--continue-on-collection-errors", "--rootdir", str(suite), str(suite)],
-        cwd=suite, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "--continue-on-collection-errors",
+            "--rootdir",
+            str(suite),
+            str(suite),
+        ],
+        cwd=suite,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_outside_ci_missing_fixtures_skip(suite: Path) -> None:

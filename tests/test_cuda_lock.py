@@ -40,8 +40,16 @@ def script_value(name: str) -> str:
 def test_every_line_is_one_exact_pin():
     got = pins(LOCK)
     assert len(got) > 100
-    assert {"jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt", "google-tunix", "flax",
-            "setuptools", "wheel"} <= set(got)
+    assert {
+        "jax",
+        "jaxlib",
+        "jax-cuda13-plugin",
+        "jax-cuda13-pjrt",
+        "google-tunix",
+        "flax",
+        "setuptools",
+        "wheel",
+    } <= set(got)
     assert "rlctl" not in got
 
 
@@ -49,11 +57,15 @@ def test_it_was_made_from_the_current_pyproject():
     """A change to rlctl's requirements or the two extras without `.ci/cuda-lock --write`
     fails here, offline (CI's resolve would fail too, later)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    want = [*project["dependencies"], *project["optional-dependencies"]["train"],
-            *project["optional-dependencies"]["cuda"]]
+    want = [
+        *project["dependencies"],
+        *project["optional-dependencies"]["train"],
+        *project["optional-dependencies"]["cuda"],
+    ]
     text = LOCK.read_text()
-    recorded = [ln[len("# requires: "):] for ln in text.splitlines()
-                if ln.startswith("# requires: ")]
+    recorded = [
+        ln[len("# requires: ") :] for ln in text.splitlines() if ln.startswith("# requires: ")
+    ]
     assert recorded == want, "stale: run 'bash .ci/cuda-lock --write'"
     inputs = [ln[4:] for ln in text.splitlines() if ln.startswith("#   ")]
     assert inputs == script_value("INPUTS").strip("()").replace('"', "").split()
@@ -69,8 +81,9 @@ def test_jax_and_its_cuda_plugin_are_one_release_the_range_admits():
     for r in ranges:  # jax>=0.10.2,<0.12 and jax[cuda13]>=0.10.2,<0.12
         lo, hi = re.fullmatch(r"jax(?:\[cuda13\])?>=([\d.]+),<([\d.]+)", r).groups()
         version = tuple(int(x) for x in jax.split("."))
-        assert tuple(int(x) for x in lo.split(".")) <= version < \
-            tuple(int(x) for x in hi.split(".")), (r, jax)
+        assert (
+            tuple(int(x) for x in lo.split(".")) <= version < tuple(int(x) for x in hi.split("."))
+        ), (r, jax)
     assert jax.startswith("0.11."), "the GPU host's Python 3.12 takes the 0.11 line"
 
 
@@ -86,8 +99,9 @@ def test_only_jaxs_own_packages_leave_the_versions_the_suite_passed_with():
     assert moved == allowed, f"constraints.txt already has {allowed - moved}: drop from MOVES"
     only_here = set(cuda) - set(tested)
     assert only_here, "the CUDA plugin and libraries are only here"
-    assert all(n.startswith(("jax-cuda13-", "nvidia-")) or n == "wheel" for n in only_here), \
+    assert all(n.startswith(("jax-cuda13-", "nvidia-")) or n == "wheel" for n in only_here), (
         only_here
+    )
 
 
 def test_ci_checks_it_and_the_gpu_page_installs_with_it():
@@ -96,8 +110,12 @@ def test_ci_checks_it_and_the_gpu_page_installs_with_it():
     assert "(docs/gpu.md)" in (ROOT / "README.md").read_text()
     section = (ROOT / "docs" / "gpu.md").read_text()  # "On a GPU host", moved from the README
     assert section.startswith("# On a GPU host\n")
-    commands = [ln for b in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
-                for ln in b.splitlines() if ln and ln[0] != "#"]
+    commands = [
+        ln
+        for b in re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+        for ln in b.splitlines()
+        if ln and ln[0] != "#"
+    ]
     installs = [part for c in commands for part in c.split("&&") if "pip install" in part]
     assert len(installs) == 4
     assert all(p.strip().startswith(".venv/bin/pip install") for p in installs)
@@ -109,8 +127,10 @@ def test_ci_checks_it_and_the_gpu_page_installs_with_it():
     assert len(offline) == 2 and all("--find-links wheels" in p for p in offline)
     downloads = [c for c in commands if "pip download" in c]
     assert downloads and "-r constraints-cuda.txt" in downloads[0]
-    assert all(c.startswith(("python3.12 ", ".venv/bin/", "XLA_PYTHON_CLIENT_PREALLOCATE"))
-               for c in commands), commands
+    assert all(
+        c.startswith(("python3.12 ", ".venv/bin/", "XLA_PYTHON_CLIENT_PREALLOCATE"))
+        for c in commands
+    ), commands
     assert "Python 3.12" in section
 
 
@@ -127,10 +147,14 @@ def test_the_vllm_lock_is_made_from_the_current_pyproject_and_holds_both_framewo
     extras = project["optional-dependencies"]
     want = [*project["dependencies"], *extras["train"], *extras["cuda"], *extras["vllm"]]
     text = VLLM_LOCK.read_text()
-    assert [ln[len("# requires: "):] for ln in text.splitlines()
-            if ln.startswith("# requires: ")] == want
-    assert [ln[4:] for ln in text.splitlines() if ln.startswith("#   ")] == \
-        [".[train,cuda,vllm]", "setuptools", "wheel"]
+    assert [
+        ln[len("# requires: ") :] for ln in text.splitlines() if ln.startswith("# requires: ")
+    ] == want
+    assert [ln[4:] for ln in text.splitlines() if ln.startswith("#   ")] == [
+        ".[train,cuda,vllm]",
+        "setuptools",
+        "wheel",
+    ]
     assert [f"vllm=={got['vllm']}"] == extras["vllm"]
     assert got["jaxlib"] == got["jax-cuda13-plugin"] == got["jax-cuda13-pjrt"] == got["jax"]
     assert got["google-tunix"] == pins(LOCK)["google-tunix"]

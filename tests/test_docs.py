@@ -12,7 +12,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
 
 def _generator():
     spec = importlib.util.spec_from_file_location(
-        "gen_cli_reference", ROOT / "tools" / "gen_cli_reference.py")
+        "gen_cli_reference", ROOT / "tools" / "gen_cli_reference.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -34,9 +35,12 @@ def _relative_links(page: Path):
 
 def test_every_relative_link_points_at_a_file():
     pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages
-              for target in _relative_links(page)
-              if not (page.parent / target).resolve().is_file()]
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in pages
+        for target in _relative_links(page)
+        if not (page.parent / target).resolve().is_file()
+    ]
     assert not broken, broken
     # and the README leads into every page
     readme = set(_relative_links(ROOT / "README.md"))
@@ -61,10 +65,16 @@ def test_the_cli_reference_is_current():
     """Regenerated from rlctl.cli.app, it equals the committed page: a new command, option
     or help text without `python tools/gen_cli_reference.py` fails here."""
     text = _generator().render()
-    assert text == (DOCS / "reference" / "cli.md").read_text(), \
+    assert text == (DOCS / "reference" / "cli.md").read_text(), (
         "docs/reference/cli.md is out of date: run python tools/gen_cli_reference.py"
-    for command in ("rlctl train grpo", "rlctl resume", "rlctl cluster create",
-                    "rlctl checkpoint-convert", "rlctl delete run"):
+    )
+    for command in (
+        "rlctl train grpo",
+        "rlctl resume",
+        "rlctl cluster create",
+        "rlctl checkpoint-convert",
+        "rlctl delete run",
+    ):
         assert f"## `{command}`" in text
     assert "| 130 |" in text  # the README's exit-code table, copied
 
@@ -81,10 +91,14 @@ def test_the_docs_extra_is_pinned_and_kept_apart():
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     names = {re.split(r"[<>=!~\[ ]", r, maxsplit=1)[0] for r in extras["docs"]}
     assert names == {"mkdocs", "mkdocs-material"}
     assert "docs" not in " ".join(extras["all"] + extras["test"])
-    pins = {line.split("==")[0].lower() for line in
-            (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    pins = {
+        line.split("==")[0].lower()
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line
+    }
     assert names <= pins

@@ -3,8 +3,19 @@
 import subprocess
 import sys
 
-HEAVY = ("jax", "tunix", "flax", "orbax", "google.cloud", "google.auth", "kubernetes",
-         "tensorboardX", "tensorboard", "optax", "matplotlib")
+HEAVY = (
+    "jax",
+    "tunix",
+    "flax",
+    "orbax",
+    "google.cloud",
+    "google.auth",
+    "kubernetes",
+    "tensorboardX",
+    "tensorboard",
+    "optax",
+    "matplotlib",
+)
 
 
 def test_cli_import_is_light():

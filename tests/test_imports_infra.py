@@ -7,10 +7,12 @@ import sys
 
 
 def test_help_runs_offline_without_google_imports():
-    code = ("import sys; sys.argv=['rlctl', 'cluster', 'create', '--help']\n"
-            "from rlctl.cli.app import main\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
-            "assert not any(m.startswith('google.cloud') for m in sys.modules)")
+    code = (
+        "import sys; sys.argv=['rlctl', 'cluster', 'create', '--help']\n"
+        "from rlctl.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code in (0, None)\n"
+        "assert not any(m.startswith('google.cloud') for m in sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 

@@ -34,9 +34,20 @@ def test_constraints_pin_the_trainer_stack():
         for line in (ROOT / "constraints.txt").read_text().splitlines()
         if "==" in line and not line.startswith("#")
     )
-    for name in ("jax", "jaxlib", "orbax-checkpoint", "flax", "google-tunix", "typer",
-                 "pydantic", "kubernetes", "kubernetes-validate", "jsonschema",
-                 "google-cloud-storage", "tokenizers"):
+    for name in (
+        "jax",
+        "jaxlib",
+        "orbax-checkpoint",
+        "flax",
+        "google-tunix",
+        "typer",
+        "pydantic",
+        "kubernetes",
+        "kubernetes-validate",
+        "jsonschema",
+        "google-cloud-storage",
+        "tokenizers",
+    ):
         assert name in pins, f"{name} is not pinned in constraints.txt"
 
 
@@ -51,10 +62,12 @@ def test_the_exit_code_table_names_every_error_class_with_its_code():
     text = (ROOT / "README.md").read_text()
     rows = re.findall(r"^\| (\d+) \| [^|]+ \|\s*([^|]*?)\s*\|$", text, re.MULTILINE)
     assert rows, "no exit-code table in README.md"
-    documented = {name: int(code) for code, names in rows
-                  for name in re.findall(r"`(\w+)`", names)}
-    classes = {name: cls for name, cls in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(cls, errors.RlctlError)}
+    documented = {name: int(code) for code, names in rows for name in re.findall(r"`(\w+)`", names)}
+    classes = {
+        name: cls
+        for name, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.RlctlError)
+    }
     assert set(documented) == set(classes)
     for name, cls in classes.items():
         assert documented[name] == cls.exit_code, name

@@ -29,9 +29,12 @@ def _walk(command, ctx):
             sub = command.get_command(ctx, name)
             if sub is None or sub.hidden:
                 continue
-            yield from _walk(sub, sub.context_class(sub, info_name=name, parent=ctx,
-                                                    terminal_width=WIDTH,
-                                                    max_content_width=WIDTH))
+            yield from _walk(
+                sub,
+                sub.context_class(
+                    sub, info_name=name, parent=ctx, terminal_width=WIDTH, max_content_width=WIDTH
+                ),
+            )
 
 
 def _exit_codes() -> str:
@@ -51,8 +54,7 @@ def render() -> str:
     from rlctl.cli.app import app
 
     root = typer.main.get_command(app)
-    ctx = root.context_class(root, info_name="rlctl", terminal_width=WIDTH,
-                             max_content_width=WIDTH)
+    ctx = root.context_class(root, info_name="rlctl", terminal_width=WIDTH, max_content_width=WIDTH)
     out = [
         "# CLI reference",
         "",
@@ -65,9 +67,14 @@ def render() -> str:
         path = sub_ctx.command_path
         help_text = command.get_help(sub_ctx).rstrip()
         out += ["", f"## `{path}`", "", "```text", help_text, "```"]
-    out += ["", "## Exit codes", "",
-            "From the README's exit-code table (`rlctl/core/errors.py` holds the classes):",
-            "", _exit_codes()]
+    out += [
+        "",
+        "## Exit codes",
+        "",
+        "From the README's exit-code table (`rlctl/core/errors.py` holds the classes):",
+        "",
+        _exit_codes(),
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -75,8 +82,10 @@ def main(argv: list[str]) -> int:
     text = render()
     if "--check" in argv:
         if OUT.read_text() != text:
-            print(f"{OUT.relative_to(ROOT)} is out of date: run python tools/gen_cli_reference.py",
-                  file=sys.stderr)
+            print(
+                f"{OUT.relative_to(ROOT)} is out of date: run python tools/gen_cli_reference.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     OUT.parent.mkdir(parents=True, exist_ok=True)

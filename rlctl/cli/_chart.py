@@ -16,8 +16,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = "_.-:=+*#"  # where the output's encoding has no block characters
-LABELS = {"reward_mean": "reward", "accuracy": "accuracy", "loss": "loss",
-          "entropy": "entropy", "kl": "kl", "clip_fraction": "clipped"}
+LABELS = {
+    "reward_mean": "reward",
+    "accuracy": "accuracy",
+    "loss": "loss",
+    "entropy": "entropy",
+    "kl": "kl",
+    "clip_fraction": "clipped",
+}
 LABEL_WIDTH = 10  # "accuracy" plus a space, and "held-out"
 # a reward's name under "reward", indented one: the column widens to show it whole, up
 # to this many characters (longer ones are cut, so the marks keep most of the width)
@@ -44,7 +50,7 @@ def buckets(values: list[float | None], cells: int) -> list[float | None]:
         return list(values)
     out: list[float | None] = []
     for i in range(cells):
-        part = [v for v in values[i * n // cells:(i + 1) * n // cells] if v is not None]
+        part = [v for v in values[i * n // cells : (i + 1) * n // cells] if v is not None]
         out.append(sum(part) / len(part) if part else None)
     return out
 
@@ -86,8 +92,7 @@ def _eval_lines(curve: Curve, width: int, arrow: str, more: str) -> list[str]:
     value = (lambda p: p.accuracy) if curve.scores_accuracy else (lambda p: p.reward)
     parts = [f"{p.which} {num(value(p))}" for p in curve.eval]
     for keep in range(len(parts) - 1, 0, -1):
-        shown = parts if keep == len(parts) - 1 else \
-            [*parts[:1], more, *parts[len(parts) - keep:]]
+        shown = parts if keep == len(parts) - 1 else [*parts[:1], more, *parts[len(parts) - keep :]]
         line = head + arrow.join(shown)
         if len(line) <= width:
             return [line]
@@ -127,12 +132,20 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
     # each reward's own mean under the summed reward, so a reader sees which one moved;
     # accuracy where the run scores with 'correct'; the policy's entropy, KL and clip
     # fraction where they say something, not the loss (near zero by construction)
-    keys = ["reward_mean", *curve.reward_keys(),
-            *(["accuracy"] if curve.scores_accuracy else []),
-            *(k for k in POLICY if curve.informative(k))]
+    keys = [
+        "reward_mean",
+        *curve.reward_keys(),
+        *(["accuracy"] if curve.scores_accuracy else []),
+        *(k for k in POLICY if curve.informative(k)),
+    ]
     width_of_labels = label_width(curve)
-    labels = {**LABELS, **{f"rewards/{name}/mean": " " + _cut(name, REWARD_LABEL - 1, more)
-                           for name in curve.rewards}}
+    labels = {
+        **LABELS,
+        **{
+            f"rewards/{name}/mean": " " + _cut(name, REWARD_LABEL - 1, more)
+            for name in curve.rewards
+        },
+    }
     n = len(curve.step)
     if not n and not curve.eval:
         return []
@@ -140,8 +153,10 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
     if n:
         stats = {k: _stats(curve.series(k)) for k in keys}
         w_last, w_min, w_max = (max(len(s[i]) for s in stats.values()) for i in range(3))
-        text = {k: f"last {a:>{w_last}}  min {b:>{w_min}}  max {c:>{w_max}}"
-                for k, (a, b, c) in stats.items()}
+        text = {
+            k: f"last {a:>{w_last}}  min {b:>{w_min}}  max {c:>{w_max}}"
+            for k, (a, b, c) in stats.items()
+        }
         stats_len = max(len(t) for t in text.values())
         lead = len(INDENT) + width_of_labels
         cells = width - lead - 2 - stats_len
@@ -160,8 +175,11 @@ def curve_lines(curve: Curve, width: int = 80, ascii_only: bool = False) -> list
             else:
                 lines.append(f"{row}  {text[k]}")
         first, last = str(curve.step[0]), str(curve.step[-1])
-        axis = first if n == 1 or marks < len(first) + len(last) + 1 else \
-            first + last.rjust(marks - len(first))
+        axis = (
+            first
+            if n == 1 or marks < len(first) + len(last) + 1
+            else first + last.rjust(marks - len(first))
+        )
         lines.append(f"{INDENT}{'step':<{width_of_labels}}{axis}")
     else:
         lines.append("learning curve: no step yet")

@@ -48,8 +48,9 @@ def local_run_names(root: str) -> list[str]:
         return []
     root = os.path.expanduser(root)
     with os.scandir(root) as it:
-        return sorted(e.name for e in it
-                      if e.is_dir() and os.path.isfile(os.path.join(e.path, SPEC)))
+        return sorted(
+            e.name for e in it if e.is_dir() and os.path.isfile(os.path.join(e.path, SPEC))
+        )
 
 
 @_quiet
@@ -74,8 +75,11 @@ def accelerators(incomplete: str) -> Suggestions:
     """Accelerator types of the catalog, e.g. v6e-16, a3-highgpu-8g."""
     from rlctl.core.config.catalog import all_types
 
-    return [(a.name, f"{a.kind}, {a.chips} {'chips' if a.kind == 'tpu' else 'GPUs'}")
-            for a in all_types() if a.name.startswith(incomplete.lower())]
+    return [
+        (a.name, f"{a.kind}, {a.chips} {'chips' if a.kind == 'tpu' else 'GPUs'}")
+        for a in all_types()
+        if a.name.startswith(incomplete.lower())
+    ]
 
 
 @_quiet
@@ -97,8 +101,11 @@ def spec_keys(model: type[BaseModel]) -> list[str]:
 
         if typing.get_origin(annotation) is list:
             return True
-        return any(is_list(a) for a in typing.get_args(annotation)
-                   if typing.get_origin(a) is not None or a is list)
+        return any(
+            is_list(a)
+            for a in typing.get_args(annotation)
+            if typing.get_origin(a) is not None or a is list
+        )
 
     def walk(m: type[BaseModel], prefix: str) -> None:
         for name, field in m.model_fields.items():

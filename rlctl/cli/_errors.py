@@ -37,7 +37,9 @@ def unexpected_message(e: BaseException) -> str:
 def _is_cli_flow(e: BaseException) -> bool:
     """typer's own exits and usage errors: typer reports them itself."""
     return isinstance(e, (typer.Exit, typer.Abort)) or type(e).__module__.split(".")[0] in (
-        "click", "typer")
+        "click",
+        "typer",
+    )
 
 
 def guarded(fn: F) -> F:
@@ -67,8 +69,11 @@ def guarded(fn: F) -> F:
         except Exception as e:
             if debug or _is_cli_flow(e):
                 raise
-            out.failure(f"unexpected error: {unexpected_message(e)}",
-                        "run again with --debug for the traceback, and report it", 1)
+            out.failure(
+                f"unexpected error: {unexpected_message(e)}",
+                "run again with --debug for the traceback, and report it",
+                1,
+            )
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
@@ -123,7 +128,7 @@ def _given(e: Any, argv: list[str]) -> str:
             if arg == opt and i + 1 < len(argv):
                 value = argv[i + 1]
             elif opt.startswith("--") and arg.startswith(opt + "="):
-                value = arg[len(opt) + 1:]
+                value = arg[len(opt) + 1 :]
             else:
                 continue
             return "" if repr(value) in e.format_message() else f" (given: {value!r})"

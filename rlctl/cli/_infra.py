@@ -17,8 +17,13 @@ from rlctl.cli._output import Output, make_table, styled
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.plan import Change, Plan
 
-_STYLE = {"create": "green", "update": "yellow", "delete": "red", "wait": "cyan",
-          "unchanged": "dim"}
+_STYLE = {
+    "create": "green",
+    "update": "yellow",
+    "delete": "red",
+    "wait": "cyan",
+    "unchanged": "dim",
+}
 
 
 def clients_for(ctx: typer.Context, project: str | None, region: str | None) -> Any:
@@ -36,8 +41,9 @@ def clients_for(ctx: typer.Context, project: str | None, region: str | None) -> 
 ASSUMED_PROJECT, ASSUMED_REGION = "my-project", "us-east5"
 
 
-def assumed_location(ctx: typer.Context, dry_run: bool, config: str | None,
-                     project: str | None, region: str | None) -> tuple[str, str] | None:
+def assumed_location(
+    ctx: typer.Context, dry_run: bool, config: str | None, project: str | None, region: str | None
+) -> tuple[str, str] | None:
     """(project, region) when this ``--dry-run`` plans against an empty project: no
     injected clients and no Google Cloud credentials on this machine (the way
     ``terraform plan`` plans with no state). None: plan against the real project."""
@@ -57,13 +63,20 @@ def assumed_location(ctx: typer.Context, dry_run: bool, config: str | None,
 
 
 def assumed_note(project: str, region: str) -> str:
-    return (f"no Google Cloud credentials: this plan assumes an empty project {project} "
-            f"in {region} with every API enabled and no quota short (nothing was read or "
-            "changed); 'gcloud auth application-default login' plans against the real one")
+    return (
+        f"no Google Cloud credentials: this plan assumes an empty project {project} "
+        f"in {region} with every API enabled and no quota short (nothing was read or "
+        "changed); 'gcloud auth application-default login' plans against the real one"
+    )
 
 
-def existing_cluster(ctx: typer.Context, name: str | None, config: str | None,
-                     project: str | None, region: str | None) -> tuple[str, str, str, Any]:
+def existing_cluster(
+    ctx: typer.Context,
+    name: str | None,
+    config: str | None,
+    project: str | None,
+    region: str | None,
+) -> tuple[str, str, str, Any]:
     """(name, project, region, clients) of a cluster named by argument or --config."""
     from rlctl.core.config.infra import resolve_cluster_name, resolve_location
 
@@ -80,27 +93,38 @@ def build_spec(config: str | None, name: str | None, **opts: Any):
     accel = opts.pop("accelerators", None) or None
     num_slices = opts.pop("num_slices", None)
     if accel is None and num_slices and config:
-        accel = [a if isinstance(a, str) else f"{a['type']} x{a.get('count', 1)}"
-                 for a in read_yaml(config).get("accelerators", [])]
+        accel = [
+            a if isinstance(a, str) else f"{a['type']} x{a.get('count', 1)}"
+            for a in read_yaml(config).get("accelerators", [])
+        ]
     if accel and num_slices:
         accel = [a if " x" in a else f"{a} x{num_slices}" for a in accel]
     capacity = None
     if opts.get("spot") and opts.get("reservation"):
         from rlctl.core.errors import ConfigError
 
-        raise ConfigError("--spot and --reservation exclude each other",
-                          hint="pick one: spot capacity, or the named reservation")
+        raise ConfigError(
+            "--spot and --reservation exclude each other",
+            hint="pick one: spot capacity, or the named reservation",
+        )
     if opts.pop("spot", False):
         capacity = {"kind": "spot"}
     reservation = opts.pop("reservation", None)
     if reservation:
         capacity = {"kind": "reservation", "reservation": reservation}
-    dcn = {"count": opts.pop("dcn_networks", None), "mtu": opts.pop("mtu", None),
-           "cidrs": opts.pop("dcn_cidrs", None) or None}
+    dcn = {
+        "count": opts.pop("dcn_networks", None),
+        "mtu": opts.pop("mtu", None),
+        "cidrs": opts.pop("dcn_cidrs", None) or None,
+    }
     bucket = {"name": opts.pop("bucket", None), "location": opts.pop("bucket_location", None)}
     flags: dict[str, Any] = {
-        "cluster": name, "accelerators": accel, "capacity": capacity, "dcn": dcn,
-        "bucket": bucket, "mode": "autopilot" if opts.pop("autopilot", False) else None,
+        "cluster": name,
+        "accelerators": accel,
+        "capacity": capacity,
+        "dcn": dcn,
+        "bucket": bucket,
+        "mode": "autopilot" if opts.pop("autopilot", False) else None,
         **opts,
     }
     overrides = flags.pop("overrides", None)
@@ -138,8 +162,10 @@ def _title(plan: Plan) -> str:
 
 
 def plan_table(plan: Plan):
-    rows = [[styled(c.action, _STYLE.get(c.action, "")), c.kind, c.name, _details(c),
-             _cost(plan, c)] for c in plan.changes]
+    rows = [
+        [styled(c.action, _STYLE.get(c.action, "")), c.kind, c.name, _details(c), _cost(plan, c)]
+        for c in plan.changes
+    ]
     return make_table(_title(plan), ["ACTION", "RESOURCE", "NAME", "DETAILS", "EST. $/H"], rows)
 
 
@@ -156,9 +182,14 @@ def plan_text(plan: Plan, width: int) -> str:
         lines.append(f"  {c.action:<9} {c.kind} {c.name}" + (f"  ({cost}/h)" if cost else ""))
         details = _details(c)
         if details:
-            lines += textwrap.wrap(details, width=max(width - 1, 40), initial_indent=" " * 12,
-                                   subsequent_indent=" " * 12, break_long_words=False,
-                                   break_on_hyphens=False)
+            lines += textwrap.wrap(
+                details,
+                width=max(width - 1, 40),
+                initial_indent=" " * 12,
+                subsequent_indent=" " * 12,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
     return "\n".join(lines)
 
 
@@ -190,8 +221,9 @@ def apply_with_progress(out: Output, plan: Plan, apply: Any) -> dict[str, Any]:
     """Run ``apply(on_event)`` showing one progress line per change on stderr."""
     pending = plan.pending()
     with out.progress() as progress:
-        tasks = {c.key: progress.add_task(f"{c.action} {c.key}", total=1, info="queued")
-                 for c in pending}
+        tasks = {
+            c.key: progress.add_task(f"{c.action} {c.key}", total=1, info="queued") for c in pending
+        }
 
         def on_event(key: str, state_: str, info: str) -> None:
             t = tasks.get(key)
@@ -218,8 +250,11 @@ def run_plan(out: Output, plan: Plan, dry_run: bool, apply: Any, done_msg: str) 
             out.info("dry run: nothing was changed")
         return
     if plan.noop:
-        msg = (f"nothing to do: {plan.target} already matches the spec"
-               if plan.operation == "create" else f"nothing to delete for {plan.target}")
+        msg = (
+            f"nothing to do: {plan.target} already matches the spec"
+            if plan.operation == "create"
+            else f"nothing to delete for {plan.target}"
+        )
         out.info(msg)
         if out.json:
             out.result({"plan": dump, "result": {"noop": True, "applied": []}})

@@ -14,8 +14,22 @@ import os
 import warnings
 
 LIBRARY_LOGGERS = (
-    "absl", "jax", "jaxlib", "orbax", "flax", "tunix", "etils", "tensorstore", "google",
-    "urllib3", "kubernetes", "tensorboardX", "numba", "datasets", "huggingface_hub", "grain",
+    "absl",
+    "jax",
+    "jaxlib",
+    "orbax",
+    "flax",
+    "tunix",
+    "etils",
+    "tensorstore",
+    "google",
+    "urllib3",
+    "kubernetes",
+    "tensorboardX",
+    "numba",
+    "datasets",
+    "huggingface_hub",
+    "grain",
 )
 # 2 and more: INFO (JAX accepts named levels only, so CRITICAL rather than CRITICAL + 1)
 _LEVELS = {0: logging.CRITICAL, 1: logging.WARNING}

@@ -21,8 +21,11 @@ from rlctl.core.k8s import backends
 OutputOpt = Annotated[
     str,
     typer.Option(
-        "--output", "-o", help="table (human) or json (only JSON on stdout).",
-        envvar="RLCTL_OUTPUT", case_sensitive=False,
+        "--output",
+        "-o",
+        help="table (human) or json (only JSON on stdout).",
+        envvar="RLCTL_OUTPUT",
+        case_sensitive=False,
     ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
@@ -35,8 +38,12 @@ ConfigOpt = Annotated[
 ]
 InfraConfigOpt = Annotated[
     str | None,
-    typer.Option("--config", "-c", help="YAML file with the cluster/network spec.",
-                 envvar="RLCTL_INFRA_CONFIG"),
+    typer.Option(
+        "--config",
+        "-c",
+        help="YAML file with the cluster/network spec.",
+        envvar="RLCTL_INFRA_CONFIG",
+    ),
 ]
 SetOpt = Annotated[
     list[str] | None,
@@ -47,8 +54,8 @@ RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the c
 
 # --- cluster and network commands ----------------------------------------------------
 ClusterNameArg = Annotated[
-    str | None, typer.Argument(help="Cluster name (or 'cluster' in --config).",
-                               autocompletion=cluster_names)
+    str | None,
+    typer.Argument(help="Cluster name (or 'cluster' in --config).", autocompletion=cluster_names),
 ]
 MtuOpt = Annotated[int | None, typer.Option("--mtu", help="MTU of DCN networks (8896).")]
 CidrOpt = Annotated[list[str] | None, typer.Option("--dcn-cidr", help="Subnet range per network.")]
@@ -74,18 +81,28 @@ def _image(help_: str) -> Any:
     return typer.Option("--image", help=help_, envvar="RLCTL_IMAGE")
 
 
-RootOpt = Annotated[str | None, _runs_dir(
-    "Run store root: a local path (default ./runs) or gs://BUCKET/runs.")]
-ClusterOpt = Annotated[str | None, _cluster(
-    "GKE cluster of the run (default: the one its status records); its bucket's "
-    "gs://BUCKET/runs is the run store.")]
-ImageOpt = Annotated[str | None, _image(
-    "Image for the re-submitted workload (default: the one recorded).")]
+RootOpt = Annotated[
+    str | None, _runs_dir("Run store root: a local path (default ./runs) or gs://BUCKET/runs.")
+]
+ClusterOpt = Annotated[
+    str | None,
+    _cluster(
+        "GKE cluster of the run (default: the one its status records); its bucket's "
+        "gs://BUCKET/runs is the run store."
+    ),
+]
+ImageOpt = Annotated[
+    str | None, _image("Image for the re-submitted workload (default: the one recorded).")
+]
 TrainRootOpt = Annotated[str | None, _runs_dir("Run store root.")]
 TrainClusterOpt = Annotated[str | None, _cluster("Run on this GKE cluster instead of locally.")]
-TrainImageOpt = Annotated[str | None, _image(
-    "Container image of the trainer (cluster runs; default: the one 'rlctl image build' "
-    "made of this rlctl for the cluster's accelerator).")]
+TrainImageOpt = Annotated[
+    str | None,
+    _image(
+        "Container image of the trainer (cluster runs; default: the one 'rlctl image build' "
+        "made of this rlctl for the cluster's accelerator)."
+    ),
+]
 
 
 def _backend_help() -> str:
@@ -95,8 +112,9 @@ def _backend_help() -> str:
     return f"Cluster workload: {', '.join(first)} or {last}."
 
 
-BackendOpt = Annotated[str, typer.Option("--backend", help=_backend_help(),
-                                          autocompletion=complete_backends)]
+BackendOpt = Annotated[
+    str, typer.Option("--backend", help=_backend_help(), autocompletion=complete_backends)
+]
 
 
 @dataclass

@@ -91,8 +91,9 @@ class Output:
             human = json.dumps(data, indent=2, default=str)
         if isinstance(human, Table) and not self.out.is_terminal:
             # print(width=) is capped at the console's width: a console as wide as the table
-            wide = Console(width=self.natural_width(human), soft_wrap=True, markup=False,
-                           highlight=False)
+            wide = Console(
+                width=self.natural_width(human), soft_wrap=True, markup=False, highlight=False
+            )
             wide.print(human)
             return
         self.out.print(_text(human))
@@ -242,11 +243,16 @@ class PlainProgress:
     def __exit__(self, *exc: Any) -> None:
         pass
 
-    def add_task(self, description: str, total: float | None = None, completed: float = 0,
-                 **fields: Any) -> int:
+    def add_task(
+        self, description: str, total: float | None = None, completed: float = 0, **fields: Any
+    ) -> int:
         task_id = len(self._tasks)
-        self._tasks[task_id] = {"description": description, "total": total,
-                                "completed": completed, "info": fields.get("info", "")}
+        self._tasks[task_id] = {
+            "description": description,
+            "total": total,
+            "completed": completed,
+            "info": fields.get("info", ""),
+        }
         return task_id
 
     def update(self, task_id: int, completed: float | None = None, **fields: Any) -> None:
@@ -259,16 +265,19 @@ class PlainProgress:
         if (t["completed"], t["info"]) == before:
             return
         total = "?" if t["total"] is None else f"{t['total']:g}"
-        self.console.print(Text(f"{t['description']}: {t['completed']:g}/{total}  "
-                                f"{t['info']}".rstrip()))
+        self.console.print(
+            Text(f"{t['description']}: {t['completed']:g}/{total}  {t['info']}".rstrip())
+        )
 
 
 def make_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    table = Table(title=None if title is None else Text(title), title_justify="left",
-                  header_style="bold")
+    table = Table(
+        title=None if title is None else Text(title), title_justify="left", header_style="bold"
+    )
     for c in columns:  # a narrow terminal wraps a long value; it never cuts it to "…"
         table.add_column(c, overflow="fold")
     for r in rows:
-        table.add_row(*(Text("") if v is None else _text(v if isinstance(v, Text) else str(v))
-                        for v in r))
+        table.add_row(
+            *(Text("") if v is None else _text(v if isinstance(v, Text) else str(v)) for v in r)
+        )
     return table

@@ -65,9 +65,11 @@ app.command("checkpoint-convert")(checkpoint.checkpoint_convert)
 
 # `rlctl delete run|cluster|network`: the same functions as `cluster delete` and
 # `network delete`, registered a second time under the verb-first spelling.
-delete_app = typer.Typer(help="Delete a run's objects, or a cluster or network rlctl made."
-                         "\n\nExample: rlctl delete run my-first-run --yes",
-                         no_args_is_help=True)
+delete_app = typer.Typer(
+    help="Delete a run's objects, or a cluster or network rlctl made."
+    "\n\nExample: rlctl delete run my-first-run --yes",
+    no_args_is_help=True,
+)
 delete_app.command("run")(runs.delete_run)
 delete_app.command("cluster")(cluster.delete)
 delete_app.command("network")(network.delete)
@@ -121,10 +123,16 @@ def _outside_a_command(e: OSError, argv: list[str]) -> int:
     why = e.strerror or unexpected_message(e)
     out = Output("table")
     if "--install-completion" in argv:
-        out.failure(f"cannot install shell completion: {where}{why}",
-                    "print the script with 'rlctl --show-completion' and add it to your "
-                    "shell's startup file yourself", 1)
+        out.failure(
+            f"cannot install shell completion: {where}{why}",
+            "print the script with 'rlctl --show-completion' and add it to your "
+            "shell's startup file yourself",
+            1,
+        )
     else:
-        out.failure(f"unexpected error: {where}{why}",
-                    "run again with --debug for the traceback, and report it", 1)
+        out.failure(
+            f"unexpected error: {where}{why}",
+            "run again with --debug for the traceback, and report it",
+            1,
+        )
     return 1

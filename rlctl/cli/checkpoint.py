@@ -14,25 +14,47 @@ import typer
 from rlctl.cli._errors import guarded
 from rlctl.cli._options import OutputOpt, RootOpt, make_output
 
-SrcArg = Annotated[str, typer.Argument(
-    help="A run (runs/NAME, NAME, gs://BUCKET/runs/NAME), an Orbax checkpoint folder, a "
-    "trainer folder, a Hugging Face safetensors folder or file, or a .gguf file.")]
+SrcArg = Annotated[
+    str,
+    typer.Argument(
+        help="A run (runs/NAME, NAME, gs://BUCKET/runs/NAME), an Orbax checkpoint folder, a "
+        "trainer folder, a Hugging Face safetensors folder or file, or a .gguf file."
+    ),
+]
 DstArg = Annotated[str, typer.Argument(help="Output folder: a local path or gs://BUCKET/PATH.")]
-ToOpt = Annotated[str, typer.Option(
-    "--to", help="hf (safetensors + config + tokenizer, for transformers/vLLM; a LoRA run's "
-    "adapters merged into its base), trainer (an Orbax checkpoint that model.source can "
-    "name) or peft (a LoRA run's adapters alone, as a PEFT adapter folder).",
-    case_sensitive=False)]
-StepOpt = Annotated[int | None, typer.Option(
-    "--step", help="Checkpoint step of a run (default: its latest complete one).")]
-DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", help="bf16 or fp32 (default: the source's).", case_sensitive=False)]
-VerifyOpt = Annotated[bool, typer.Option(
-    "--verify", help="Read DST back: count, names, shapes, dtypes, SHA-256 of each tensor.")]
+ToOpt = Annotated[
+    str,
+    typer.Option(
+        "--to",
+        help="hf (safetensors + config + tokenizer, for transformers/vLLM; a LoRA run's "
+        "adapters merged into its base), trainer (an Orbax checkpoint that model.source can "
+        "name) or peft (a LoRA run's adapters alone, as a PEFT adapter folder).",
+        case_sensitive=False,
+    ),
+]
+StepOpt = Annotated[
+    int | None,
+    typer.Option("--step", help="Checkpoint step of a run (default: its latest complete one)."),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option("--dtype", help="bf16 or fp32 (default: the source's).", case_sensitive=False),
+]
+VerifyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verify", help="Read DST back: count, names, shapes, dtypes, SHA-256 of each tensor."
+    ),
+]
 OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace DST if it exists.")]
-AllowNonFiniteOpt = Annotated[bool, typer.Option(
-    "--allow-non-finite", help="Export tensors holding NaN or inf as they are (refused "
-    "otherwise: a model that diverged).")]
+AllowNonFiniteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-non-finite",
+        help="Export tensors holding NaN or inf as they are (refused "
+        "otherwise: a model that diverged).",
+    ),
+]
 
 
 @guarded
@@ -80,14 +102,24 @@ def checkpoint_convert(
                 task = bar.add_task("tensors", total=total, info=info)
             bar.update(task, completed=n, info=info)
 
-        result = convert(src, dst, to=to.lower(), step=step,  # type: ignore[arg-type]
-                         dtype=None if dtype is None else dtype.lower(), verify=verify,
-                         overwrite=overwrite, runs_dir=runs_dir, on_progress=on_progress,
-                         allow_non_finite=allow_non_finite)
+        result = convert(
+            src,
+            dst,
+            to=to.lower(),  # type: ignore[arg-type]
+            step=step,
+            dtype=None if dtype is None else dtype.lower(),
+            verify=verify,
+            overwrite=overwrite,
+            runs_dir=runs_dir,
+            on_progress=on_progress,
+            allow_non_finite=allow_non_finite,
+        )
     rate = result.bytes / result.seconds if result.seconds else 0.0
-    human = (f"wrote {result.dst} ({result.to}, {result.family}, {result.dtype}): "
-             f"{result.tensors} tensors, {human_bytes(result.bytes)} in {result.seconds:.1f} s "
-             f"({human_bytes(rate)}/s), peak RSS {human_bytes(result.peak_rss_bytes)}"
-             + (f", {result.resumed} already done by an earlier run" if result.resumed else "")
-             + ("; verified" if result.verified else ""))
+    human = (
+        f"wrote {result.dst} ({result.to}, {result.family}, {result.dtype}): "
+        f"{result.tensors} tensors, {human_bytes(result.bytes)} in {result.seconds:.1f} s "
+        f"({human_bytes(rate)}/s), peak RSS {human_bytes(result.peak_rss_bytes)}"
+        + (f", {result.resumed} already done by an earlier run" if result.resumed else "")
+        + ("; verified" if result.verified else "")
+    )
     out.result(result.to_dict(), human)

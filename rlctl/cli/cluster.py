@@ -32,20 +32,25 @@ from rlctl.cli._options import (
 )
 from rlctl.cli._output import make_table
 
-app = typer.Typer(help="GKE clusters with TPU/GPU node pools (plan, then apply).\n\n"
-                  "Example: rlctl cluster create rl --region us-east5 -a v6e-16 --dry-run",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="GKE clusters with TPU/GPU node pools (plan, then apply).\n\n"
+    "Example: rlctl cluster create rl --region us-east5 -a v6e-16 --dry-run",
+    no_args_is_help=True,
+)
 
 ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone of accelerator pools.")]
 AccelOpt = Annotated[
     list[str] | None,
-    typer.Option("--accelerator", "-a", autocompletion=accelerators,
-                 help="Slices as you say them: 'v6e-16 x2', v5p-128, tpu7x-128, a3-highgpu-8g "
-                 "(repeatable)."),
+    typer.Option(
+        "--accelerator",
+        "-a",
+        autocompletion=accelerators,
+        help="Slices as you say them: 'v6e-16 x2', v5p-128, tpu7x-128, a3-highgpu-8g (repeatable).",
+    ),
 ]
 NumSlicesOpt = Annotated[
-    int | None, typer.Option("--num-slices", min=1,
-                             help="Slices per --accelerator given without 'xN'.")
+    int | None,
+    typer.Option("--num-slices", min=1, help="Slices per --accelerator given without 'xN'."),
 ]
 SpotOpt = Annotated[bool, typer.Option("--spot", help="Spot capacity for accelerator pools.")]
 ReservationOpt = Annotated[str | None, typer.Option("--reservation", help="Reservation name.")]
@@ -62,8 +67,10 @@ ChannelOpt = Annotated[
     str | None, typer.Option("--release-channel", help="rapid, regular, stable or none.")
 ]
 VersionOpt = Annotated[str | None, typer.Option("--cluster-version", help="GKE version.")]
-AutopilotOpt = Annotated[bool, typer.Option(
-    "--autopilot", help="GKE Autopilot mode: refused (runs need TPU/GPU node pools).")]
+AutopilotOpt = Annotated[
+    bool,
+    typer.Option("--autopilot", help="GKE Autopilot mode: refused (runs need TPU/GPU node pools)."),
+]
 KeepBucketOpt = Annotated[bool, typer.Option("--keep-bucket", help="Do not delete the bucket.")]
 
 
@@ -111,11 +118,26 @@ def create(
         project, region = assumed
         out.info(assumed_note(project, region))
     spec = build_spec(
-        config, name, project=project, region=region, zone=zone, accelerators=accelerator,
-        num_slices=num_slices, spot=spot, reservation=reservation, dcn_networks=dcn_networks,
-        mtu=mtu, dcn_cidrs=dcn_cidr, bucket=bucket, bucket_location=bucket_location,
-        namespace=namespace, service_account=service_account, release_channel=release_channel,
-        version=cluster_version, autopilot=autopilot, overrides=set_,
+        config,
+        name,
+        project=project,
+        region=region,
+        zone=zone,
+        accelerators=accelerator,
+        num_slices=num_slices,
+        spot=spot,
+        reservation=reservation,
+        dcn_networks=dcn_networks,
+        mtu=mtu,
+        dcn_cidrs=dcn_cidr,
+        bucket=bucket,
+        bucket_location=bucket_location,
+        namespace=namespace,
+        service_account=service_account,
+        release_channel=release_channel,
+        version=cluster_version,
+        autopilot=autopilot,
+        overrides=set_,
     )
     if assumed:
         from rlctl.core.clients import EmptyProject
@@ -127,10 +149,15 @@ def create(
     plan = core.plan_create(clients, spec)
     if assumed:
         plan = plan.model_copy(update={"notes": [assumed_note(*assumed), *plan.notes]})
-    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
-             f"cluster {spec.cluster} is ready "
-             f"(next: gcloud container clusters get-credentials {spec.cluster} "
-             f"--region {spec.region} --project {spec.project})")
+    run_plan(
+        out,
+        plan,
+        dry_run,
+        lambda ev: core.apply_plan(clients, plan, ev),
+        f"cluster {spec.cluster} is ready "
+        f"(next: gcloud container clusters get-credentials {spec.cluster} "
+        f"--region {spec.region} --project {spec.project})",
+    )
 
 
 @guarded
@@ -157,8 +184,13 @@ def delete(
     out = make_output(ctx, output, yes)
     name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     plan = core.plan_delete(clients, project, region, name, keep_bucket)
-    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
-             f"deleted what rlctl made for {name}")
+    run_plan(
+        out,
+        plan,
+        dry_run,
+        lambda ev: core.apply_plan(clients, plan, ev),
+        f"deleted what rlctl made for {name}",
+    )
 
 
 @guarded
@@ -179,15 +211,23 @@ def list_(
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
-    project, default_region = resolve_location(config, project, region or "-",
-                                               adc_project=adc_project)
+    project, default_region = resolve_location(
+        config, project, region or "-", adc_project=adc_project
+    )
     clients = clients_for(ctx, project, default_region)
-    rows = [c for c in core.list_clusters(clients, project, region or "-")
-            if all_ or c["managed_by_rlctl"]]
-    out.result(rows, make_table(
-        None, ["NAME", "LOCATION", "STATUS", "VERSION", "POOLS"],
-        [[c["name"], c["location"], c["status"], c["version"], c["node_pools"]] for c in rows],
-    ))
+    rows = [
+        c
+        for c in core.list_clusters(clients, project, region or "-")
+        if all_ or c["managed_by_rlctl"]
+    ]
+    out.result(
+        rows,
+        make_table(
+            None,
+            ["NAME", "LOCATION", "STATUS", "VERSION", "POOLS"],
+            [[c["name"], c["location"], c["status"], c["version"], c["node_pools"]] for c in rows],
+        ),
+    )
 
 
 @guarded
@@ -216,10 +256,20 @@ def describe(
         f"multi-networking={d['multi_networking']}\n  workload pool: {d['workload_pool']}"
     )
     pools = make_table(
-        "node pools", ["NAME", "STATUS", "VERSION", "MACHINE", "NODES", "TOPOLOGY", "NETWORKS"],
-        [[p["name"], p["status"], p["version"], p["machine_type"], p["nodes"],
-          p.get("topology", ""), ",".join(p.get("additional_networks", []))]
-         for p in d["node_pools"]],
+        "node pools",
+        ["NAME", "STATUS", "VERSION", "MACHINE", "NODES", "TOPOLOGY", "NETWORKS"],
+        [
+            [
+                p["name"],
+                p["status"],
+                p["version"],
+                p["machine_type"],
+                p["nodes"],
+                p.get("topology", ""),
+                ",".join(p.get("additional_networks", [])),
+            ]
+            for p in d["node_pools"]
+        ],
     )
     if out.json:
         out.result(d)

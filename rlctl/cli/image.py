@@ -24,21 +24,39 @@ from rlctl.cli._options import (
 )
 from rlctl.cli._output import make_table
 
-app = typer.Typer(help="Container images for cluster runs (Cloud Build -> Artifact Registry)."
-                  "\n\nExample: rlctl image build --cluster rl --region us-east5",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Container images for cluster runs (Cloud Build -> Artifact Registry)."
+    "\n\nExample: rlctl image build --cluster rl --region us-east5",
+    no_args_is_help=True,
+)
 
-ClusterOpt = Annotated[str | None, typer.Option(
-    "--cluster", help="Build for this cluster: its accelerator and its bucket (for the "
-    "build context).")]
-KindOpt = Annotated[str | None, typer.Option(
-    "--accelerator", "-a", help="tpu or gpu (default: the cluster's, else tpu).")]
-TagOpt = Annotated[list[str] | None, typer.Option(
-    "--tag", help="Another tag besides the content hash (repeatable), e.g. latest.")]
-BucketOpt = Annotated[str | None, typer.Option(
-    "--bucket", help="Bucket for the build context (default: the cluster's run bucket).")]
-LocalOpt = Annotated[bool, typer.Option(
-    "--local", help="Build and push with a local Docker or Podman instead of Cloud Build.")]
+ClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        help="Build for this cluster: its accelerator and its bucket (for the build context).",
+    ),
+]
+KindOpt = Annotated[
+    str | None,
+    typer.Option("--accelerator", "-a", help="tpu or gpu (default: the cluster's, else tpu)."),
+]
+TagOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tag", help="Another tag besides the content hash (repeatable), e.g. latest."),
+]
+BucketOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--bucket", help="Bucket for the build context (default: the cluster's run bucket)."
+    ),
+]
+LocalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--local", help="Build and push with a local Docker or Podman instead of Cloud Build."
+    ),
+]
 
 
 def _where(project: str | None, region: str | None) -> tuple[str, str]:
@@ -93,22 +111,35 @@ def build(
         if cluster:
             from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL
 
-            clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL,
-                                                                 CLUSTER_LABEL: cluster}
-        out.info(assumed_note(project, region) + ("" if accelerator or not cluster else
-                 f"; cluster {cluster}'s accelerator is not known: a tpu image (-a gpu for "
-                 "the other)"))
+            clients.buckets[assumed_bucket(project, cluster)] = {
+                MANAGED_BY: RLCTL,
+                CLUSTER_LABEL: cluster,
+            }
+        out.info(
+            assumed_note(project, region)
+            + (
+                ""
+                if accelerator or not cluster
+                else f"; cluster {cluster}'s accelerator is not known: a tpu image (-a gpu for "
+                "the other)"
+            )
+        )
         accelerator = accelerator or "tpu"
     else:
         project, region = _where(project, region)
         clients = clients_for(ctx, project, region)
     out.info("packing the build context ...")
-    target, context, plan = core.prepare(clients, project, region, accelerator, cluster,
-                                         bucket, tag, engine)
+    target, context, plan = core.prepare(
+        clients, project, region, accelerator, cluster, bucket, tag, engine
+    )
     uri = target.uri(context.tag)
-    run_plan(out, plan, dry_run,
-             lambda ev: core.apply_build(clients, plan, target, context, ev).model_dump(),
-             f"image {uri} is ready (train --cluster uses it)")
+    run_plan(
+        out,
+        plan,
+        dry_run,
+        lambda ev: core.apply_build(clients, plan, target, context, ev).model_dump(),
+        f"image {uri} is ready (train --cluster uses it)",
+    )
     if not out.json and not dry_run:
         out.result(None, uri)
 
@@ -130,9 +161,14 @@ def list_(
     out = make_output(ctx, output, yes)
     project, region = _where(project, region)
     rows = core.list_images(clients_for(ctx, project, region), project, region)
-    out.result(rows, make_table(
-        None, ["IMAGE", "TAGS", "SIZE", "UPLOADED"],
-        [[r["uri"], ",".join(r["tags"]), r["bytes"], r["uploaded"] or ""] for r in rows]))
+    out.result(
+        rows,
+        make_table(
+            None,
+            ["IMAGE", "TAGS", "SIZE", "UPLOADED"],
+            [[r["uri"], ",".join(r["tags"]), r["bytes"], r["uploaded"] or ""] for r in rows],
+        ),
+    )
 
 
 app.command("build")(build)

@@ -23,12 +23,13 @@ from rlctl.cli._options import (
 )
 from rlctl.cli._output import make_table
 
-app = typer.Typer(help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).\n\n"
-                  "Example: rlctl network create rl --region us-east5 --count 2 --dry-run",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).\n\n"
+    "Example: rlctl network create rl --region us-east5 --count 2 --dry-run",
+    no_args_is_help=True,
+)
 
-CountOpt = Annotated[int, typer.Option("--count", min=1, max=4, help="How many networks "
-                                       "(1-4).")]
+CountOpt = Annotated[int, typer.Option("--count", min=1, max=4, help="How many networks (1-4).")]
 
 
 @guarded
@@ -53,12 +54,25 @@ def create(
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
-    spec = build_spec(config, name, project=project, region=region, dcn_networks=count,
-                      mtu=mtu, dcn_cidrs=dcn_cidr, overrides=set_)
+    spec = build_spec(
+        config,
+        name,
+        project=project,
+        region=region,
+        dcn_networks=count,
+        mtu=mtu,
+        dcn_cidrs=dcn_cidr,
+        overrides=set_,
+    )
     clients = clients_for(ctx, spec.project, spec.region)
     plan = core.network_plan_create(clients, spec)
-    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
-             f"networks for {spec.cluster} are ready")
+    run_plan(
+        out,
+        plan,
+        dry_run,
+        lambda ev: core.apply_plan(clients, plan, ev),
+        f"networks for {spec.cluster} are ready",
+    )
 
 
 @guarded
@@ -79,13 +93,22 @@ def show(
 
     out = make_output(ctx, output, yes)
     name, project, region, clients = existing_cluster(ctx, name, config, project, region)
-    rows = [{"kind": c.kind, "name": c.name, **c.fields}
-            for c in core.found(clients, name, region)]
-    out.result(rows, make_table(
-        None, ["RESOURCE", "NAME", "DETAILS"],
-        [[r["kind"], r["name"], " ".join(f"{k}={v}" for k, v in r.items()
-                                          if k not in ("kind", "name"))] for r in rows],
-    ))
+    rows = [{"kind": c.kind, "name": c.name, **c.fields} for c in core.found(clients, name, region)]
+    out.result(
+        rows,
+        make_table(
+            None,
+            ["RESOURCE", "NAME", "DETAILS"],
+            [
+                [
+                    r["kind"],
+                    r["name"],
+                    " ".join(f"{k}={v}" for k, v in r.items() if k not in ("kind", "name")),
+                ]
+                for r in rows
+            ],
+        ),
+    )
 
 
 @guarded
@@ -108,8 +131,13 @@ def delete(
     out = make_output(ctx, output, yes)
     name, project, region, clients = existing_cluster(ctx, name, config, project, region)
     plan = core.network_plan_delete(clients, project, region, name)
-    run_plan(out, plan, dry_run, lambda ev: core.apply_plan(clients, plan, ev),
-             f"networks for {name} are deleted")
+    run_plan(
+        out,
+        plan,
+        dry_run,
+        lambda ev: core.apply_plan(clients, plan, ev),
+        f"networks for {name} are deleted",
+    )
 
 
 app.command("create")(create)

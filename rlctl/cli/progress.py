@@ -70,9 +70,14 @@ class TrainProgress:
             self._end_phase()
         if kind == "start":
             total, step = int(event["total_steps"]), int(event.get("step", 0))
-            self._task = self._bar.add_task(event.get("name", "train"), total=total,
-                                            completed=step, count=f"{step}/{total}",
-                                            info="", eta="")
+            self._task = self._bar.add_task(
+                event.get("name", "train"),
+                total=total,
+                completed=step,
+                count=f"{step}/{total}",
+                info="",
+                eta="",
+            )
         for line in lines:
             self._print(line)
         if kind == "step" and self._task is not None:
@@ -88,11 +93,9 @@ class TrainProgress:
             return
         if p.text != self._phase_text or self._phase_task is None:
             self._end_phase()
-            self._phase_task = self._bar.add_task(p.text, total=p.total, count="",
-                                                  info="", eta="")
+            self._phase_task = self._bar.add_task(p.text, total=p.total, count="", info="", eta="")
             self._phase_text, self._phase_since = p.text, time.monotonic()
-        self._bar.update(self._phase_task, completed=p.done or 0, total=p.total,
-                         count=p.count)
+        self._bar.update(self._phase_task, completed=p.done or 0, total=p.total, count=p.count)
 
     def _end_phase(self) -> None:
         """The phase's live line becomes a plain one with how long it took."""
@@ -108,10 +111,17 @@ class TrainProgress:
         total = self._lines.total
         from rlctl.core.runs.headline import step_parts
 
-        self._info = (f"{'  '.join(step_parts(m))}  loss {m.get('loss', 0):+.4f}  "
-                      f"{m.get('step_seconds', 0):.1f}s/step")
-        self._bar.update(self._task, completed=step, count=f"{step}/{total}", info=self._info,
-                         eta="" if eta is None else f"eta {duration(eta)}")
+        self._info = (
+            f"{'  '.join(step_parts(m))}  loss {m.get('loss', 0):+.4f}  "
+            f"{m.get('step_seconds', 0):.1f}s/step"
+        )
+        self._bar.update(
+            self._task,
+            completed=step,
+            count=f"{step}/{total}",
+            info=self._info,
+            eta="" if eta is None else f"eta {duration(eta)}",
+        )
 
     def summary(self, record: TrainResult) -> str:
         lines = [f"run {record.name}: {record.phase} at step {record.step}"]

@@ -31,41 +31,77 @@ if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.runs.where import Where
 
 RunArg = Annotated[str, typer.Argument(help="Run name.", autocompletion=run_names)]
-OptRunArg = Annotated[str | None, typer.Argument(help="Run name; omit to list all runs.",
-                                                 autocompletion=run_names)]
-WatchOpt = Annotated[
-    bool, typer.Option("--watch", "-w", help="Refresh until the run ends (table output only; "
-                       "not with -o json).")
+OptRunArg = Annotated[
+    str | None, typer.Argument(help="Run name; omit to list all runs.", autocompletion=run_names)
 ]
-IntervalOpt = Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between "
-                                            "refreshes (--watch, logs -f).")]
-FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines "
-                                         "until the run ends (Ctrl-C stops).")]
+WatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--watch", "-w", help="Refresh until the run ends (table output only; not with -o json)."
+    ),
+]
+IntervalOpt = Annotated[
+    float, typer.Option("--interval", min=0.5, help="Seconds between refreshes (--watch, logs -f).")
+]
+FollowOpt = Annotated[
+    bool,
+    typer.Option(
+        "--follow", "-f", help="Keep printing new lines until the run ends (Ctrl-C stops)."
+    ),
+]
 TailOpt = Annotated[int, typer.Option("--tail", min=1, help="Lines to show first.")]
-RecoverOpt = Annotated[bool, typer.Option(
-    "--recover", help="Bring back the checkpoints set aside as damaged whose data may be "
-    "intact (a missing or damaged manifest), read every array to check it, and resume "
-    "from the newest that reads (a run on this machine only).")]
-PlotOpt = Annotated[str | None, typer.Option(
-    "--plot", metavar="FILE.png", help="Also write the run's learning curve (reward, "
-    "accuracy with the held-out evals, loss) as a PNG (needs the 'plot' extra).")]
-ResumeStepsOpt = Annotated[int | None, typer.Option(
-    "--steps", help="Train to this many steps in all (more than the run has done): extends "
-    "a completed run too; written to its spec.yaml, the final eval redone at the new end "
-    "(a run on this machine only).")]
-PurgeOpt = Annotated[bool, typer.Option("--purge", help="Also delete the run's files "
-                                        "(spec, status, metrics, checkpoints) from the store.")]
+RecoverOpt = Annotated[
+    bool,
+    typer.Option(
+        "--recover",
+        help="Bring back the checkpoints set aside as damaged whose data may be "
+        "intact (a missing or damaged manifest), read every array to check it, and resume "
+        "from the newest that reads (a run on this machine only).",
+    ),
+]
+PlotOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--plot",
+        metavar="FILE.png",
+        help="Also write the run's learning curve (reward, "
+        "accuracy with the held-out evals, loss) as a PNG (needs the 'plot' extra).",
+    ),
+]
+ResumeStepsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--steps",
+        help="Train to this many steps in all (more than the run has done): extends "
+        "a completed run too; written to its spec.yaml, the final eval redone at the new end "
+        "(a run on this machine only).",
+    ),
+]
+PurgeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--purge",
+        help="Also delete the run's files (spec, status, metrics, checkpoints) from the store.",
+    ),
+]
 
 
-def _where(ctx: typer.Context, runs_dir: str | None, cluster: str | None,
-           project: str | None, region: str | None, run: str | None = None) -> Where:
+def _where(
+    ctx: typer.Context,
+    runs_dir: str | None,
+    cluster: str | None,
+    project: str | None,
+    region: str | None,
+    run: str | None = None,
+) -> Where:
     """The flags mapped to ``core/runs/where.py``, which decides local or cluster
     (``run``: also ask the store whether that run was trained on this machine)."""
     from rlctl.cli._infra import clients_for
     from rlctl.core.runs.where import locate
 
-    return locate(runs_dir, cluster, project, region,
-                  lambda: clients_for(ctx, project, region), run=run)
+    return locate(
+        runs_dir, cluster, project, region, lambda: clients_for(ctx, project, region), run=run
+    )
 
 
 def _check_name(run: str | None) -> None:
@@ -95,7 +131,9 @@ def _phase_cell(r: RunInfo) -> str:
 
 def _cells(r: RunInfo) -> list[str]:
     return [
-        r.name, r.algorithm or "-", _phase_cell(r),
+        r.name,
+        r.algorithm or "-",
+        _phase_cell(r),
         f"{r.step}/{r.total_steps or '?'}",
         _fmt((r.latest_metrics or {}).get("reward_mean")),
         _fmt(r.latest_checkpoint),
@@ -115,8 +153,10 @@ def _runs_table(rows: list[RunInfo], width: int | None = None):
     blocks = []
     for r in rows:
         c = _cells(r)
-        blocks.append(f"{c[0]}\n  {c[2]}\n  {c[1]} step {c[3]}\n  reward {c[4]} ckpt {c[5]}"
-                      f"\n  acc {c[6]} -> {c[7]}")
+        blocks.append(
+            f"{c[0]}\n  {c[2]}\n  {c[1]} step {c[3]}\n  reward {c[4]} ckpt {c[5]}"
+            f"\n  acc {c[6]} -> {c[7]}"
+        )
     return "\n".join(blocks)
 
 
@@ -167,8 +207,10 @@ def _run_view(r: RunInfo) -> str:
         lines.append(f"  engine      {r.engine}")
     if r.precision:
         sampling = r.sampling_precision
-        lines.append(f"  precision   {r.precision} matmuls" + (
-            f" (sampling {sampling})" if sampling and sampling != r.precision else ""))
+        lines.append(
+            f"  precision   {r.precision} matmuls"
+            + (f" (sampling {sampling})" if sampling and sampling != r.precision else "")
+        )
     if r.compiles:
         lines.append("  compiled    " + _compiles(r.compiles))
     if r.peak_device_bytes is not None:
@@ -182,9 +224,12 @@ def _run_view(r: RunInfo) -> str:
         from rlctl.core.runs.headline import step_parts
 
         keys = ("loss", "kl", "grad_norm", "step_seconds")
-        lines.append("  last step   " + "  ".join(p.replace(" ", "=", 1)
-                                                  for p in step_parts(m))
-                     + "  " + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys))
+        lines.append(
+            "  last step   "
+            + "  ".join(p.replace(" ", "=", 1) for p in step_parts(m))
+            + "  "
+            + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys)
+        )
     for which, e in r.eval.present():
         from rlctl.core.runs.headline import eval_parts
 
@@ -219,8 +264,10 @@ def _view(info: RunInfo) -> str:
     if isinstance(info, ClusterRunInfo):
         w = info.workload
         pods = ", ".join(f"{n} {ph}" for ph, n in w.pods.items()) or "none"
-        text += (f"\n  cluster     {info.cluster or '-'} ({info.backend})"
-                 f"\n  workload    {w.phase}  pods: {pods}")
+        text += (
+            f"\n  cluster     {info.cluster or '-'} ({info.backend})"
+            f"\n  workload    {w.phase}  pods: {pods}"
+        )
         if info.reason:
             text += f"\n  why         {info.reason}"
     return text
@@ -261,8 +308,10 @@ def status(
 
     out = make_output(ctx, output)
     if watch and out.json:
-        raise ConfigError("--watch is table output only",
-                          hint="drop -o json, or poll 'rlctl status RUN -o json' yourself")
+        raise ConfigError(
+            "--watch is table output only",
+            hint="drop -o json, or poll 'rlctl status RUN -o json' yourself",
+        )
     _check_name(run)
     plot_path = _plot_path(plot, run, watch)
     where = _where(ctx, runs_dir, cluster, project, region)
@@ -309,11 +358,14 @@ def _plot_path(plot: str | None, run: str | None, watch: bool) -> Any:
     from rlctl.core.runs.plot import EXTRA, check_plot_path
 
     if run is None:
-        raise ConfigError("--plot draws one run's curve: name the run",
-                          hint="rlctl status RUN --plot curve.png")
+        raise ConfigError(
+            "--plot draws one run's curve: name the run", hint="rlctl status RUN --plot curve.png"
+        )
     if watch:
-        raise ConfigError("--plot writes the curve once; not with --watch",
-                          hint="drop --watch, or plot again when the run has ended")
+        raise ConfigError(
+            "--plot writes the curve once; not with --watch",
+            hint="drop --watch, or plot again when the run has ended",
+        )
     path = check_plot_path(plot)
     require_extra("matplotlib", EXTRA)
     return path
@@ -359,8 +411,10 @@ def _watch_line(r: RunInfo) -> str:
     from rlctl.core.runs.results import ClusterRunInfo
 
     c = _cells(r)
-    line = (f"{c[0]} phase={c[2].replace(' ', '-')} step={c[3]} reward={c[4]} ckpt={c[5]} "
-            f"baseline_acc={c[6]} final_acc={c[7]}")
+    line = (
+        f"{c[0]} phase={c[2].replace(' ', '-')} step={c[3]} reward={c[4]} ckpt={c[5]} "
+        f"baseline_acc={c[6]} final_acc={c[7]}"
+    )
     if isinstance(r, ClusterRunInfo):
         line += f" workload={r.workload.phase}"
     return line
@@ -404,22 +458,28 @@ def resume(
             from rlctl.core.errors import ConfigError
 
             flag = "--recover" if recover else "--steps"
-            raise ConfigError(f"{flag} is for a run trained on this machine",
-                              hint="copy the run's folder here, resume it, then copy it "
-                                   "back")
-        result = core.resume(where.clients, where.ref, run,
-                             hf_token=core.hf_token_from_env(), image=image)
+            raise ConfigError(
+                f"{flag} is for a run trained on this machine",
+                hint="copy the run's folder here, resume it, then copy it back",
+            )
+        result = core.resume(
+            where.clients, where.ref, run, hf_token=core.hf_token_from_env(), image=image
+        )
         for line in result.applied:
             out.info(f"  {line}")
-        out.result(result.model_dump(mode="json"), f"resumed run {run} on {result.cluster} "
-                   f"from checkpoint {result.checkpoint} ({result.backend})")
+        out.result(
+            result.model_dump(mode="json"),
+            f"resumed run {run} on {result.cluster} "
+            f"from checkpoint {result.checkpoint} ({result.backend})",
+        )
         return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import resume_local
 
     with out.stdout_for_json_only(), TrainProgress(out) as progress:
-        record = resume_local(where.known_root, run, progress=progress.callback,
-                              recover=recover, steps=steps)
+        record = resume_local(
+            where.known_root, run, progress=progress.callback, recover=recover, steps=steps
+        )
     out.result(record.model_dump(mode="json"), progress.summary(record))
 
 
@@ -461,8 +521,9 @@ def logs(
     if isinstance(where, Local):  # trained on this machine (its store may be gs://)
         from rlctl.core.store import open_store
 
-        _run_log(out, where.run or open_store(where.known_root).existing(run), follow, tail,
-                 interval)
+        _run_log(
+            out, where.run or open_store(where.known_root).existing(run), follow, tail, interval
+        )
         return
     from rlctl.core.runs import cluster as core
 
@@ -490,8 +551,10 @@ def _run_log(out: Output, run: Any, follow: bool, tail: int, interval: float) ->
     uri = f"{run.uri}/{LOG}"
     text = read_log(run)
     if text is None:
-        out.info(f"run {run.name} has no {LOG} yet: a run trained before rlctl kept one "
-                 f"shows its steps in 'rlctl status {run.name}'")
+        out.info(
+            f"run {run.name} has no {LOG} yet: a run trained before rlctl kept one "
+            f"shows its steps in 'rlctl status {run.name}'"
+        )
     if not follow:
         lines = tail_lines(text or "", tail)
         if out.json:
@@ -539,15 +602,23 @@ def delete_run(
 
         root = where.known_root
         local = plan_delete_local(root, run)
-        run_plan(out, local, dry_run,
-                 lambda ev: delete_local(root, local, ev).model_dump(mode="json"),
-                 f"deleted run {run} ({local.changes[-1].fields['path']})")
+        run_plan(
+            out,
+            local,
+            dry_run,
+            lambda ev: delete_local(root, local, ev).model_dump(mode="json"),
+            f"deleted run {run} ({local.changes[-1].fields['path']})",
+        )
         return
     from rlctl.core.runs import cluster as core
 
     clients, ref = where.clients, where.ref
     plan = core.plan_delete(clients, ref, run, purge)
     n = len(plan.pending())
-    run_plan(out, plan, dry_run,
-             lambda ev: core.delete(clients, ref, plan, ev).model_dump(mode="json"),
-             f"deleted {n} item{'s' if n != 1 else ''} of run {run}")
+    run_plan(
+        out,
+        plan,
+        dry_run,
+        lambda ev: core.delete(clients, ref, plan, ev).model_dump(mode="json"),
+        f"deleted {n} item{'s' if n != 1 else ''} of run {run}",
+    )

@@ -29,9 +29,11 @@ from rlctl.cli._options import (
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.runs.where import OnCluster, Where
 
-app = typer.Typer(help="Start a training run (GRPO or GSPO).\n\n"
-                  "Example: rlctl train grpo --steps 20 --name my-first-run",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Start a training run (GRPO or GSPO).\n\n"
+    "Example: rlctl train grpo --steps 20 --name my-first-run",
+    no_args_is_help=True,
+)
 
 _EXAMPLES = {
     "grpo": "rlctl train grpo --steps 20 --name my-first-run",
@@ -50,16 +52,22 @@ ModelOpt = Annotated[
 ]
 DatasetOpt = Annotated[
     str | None,
-    typer.Option("--dataset", help="arithmetic (embedded generator, the default), gsm8k "
-                 "(openai/gsm8k), or a Hugging Face hub dataset id OWNER/NAME (config: --set "
-                 "data.config=main; splits: data.split, data.eval_split)."),
+    typer.Option(
+        "--dataset",
+        help="arithmetic (embedded generator, the default), gsm8k "
+        "(openai/gsm8k), or a Hugging Face hub dataset id OWNER/NAME (config: --set "
+        "data.config=main; splits: data.split, data.eval_split).",
+    ),
 ]
 DataPathOpt = Annotated[
     str | None,
-    typer.Option("--data-path", help="Train on a local file: JSONL, JSON, Parquet or CSV, "
-                 "with question/answer, prompt + answer (or solution, ...) or chat 'messages' "
-                 "columns (else name them: --set data.prompt_column=C --set "
-                 "data.answer_column=C); eval file: --set data.eval_path=F."),
+    typer.Option(
+        "--data-path",
+        help="Train on a local file: JSONL, JSON, Parquet or CSV, "
+        "with question/answer, prompt + answer (or solution, ...) or chat 'messages' "
+        "columns (else name them: --set data.prompt_column=C --set "
+        "data.answer_column=C); eval file: --set data.eval_path=F.",
+    ),
 ]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
 GenOpt = Annotated[int | None, typer.Option("--num-generations", "-G", help="Samples per prompt.")]
@@ -70,74 +78,125 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="Training seed.")]
 EvalOpt = Annotated[int | None, typer.Option("--eval-size", help="Held-out prompts (0 = off).")]
 AcceleratorOpt = Annotated[
     str | None,
-    typer.Option("--accelerator", "-a", autocompletion=accelerators,
-                 help="Which accelerator pools to use when the cluster has several (v6e-16)."),
+    typer.Option(
+        "--accelerator",
+        "-a",
+        autocompletion=accelerators,
+        help="Which accelerator pools to use when the cluster has several (v6e-16).",
+    ),
 ]
 MinSlicesOpt = Annotated[
     int | None,
-    typer.Option("--min-slices", min=1,
-                 help="Cluster runs, ray backend: fewest slices the elastic job may shrink "
-                 "to (default: all of them)."),
+    typer.Option(
+        "--min-slices",
+        min=1,
+        help="Cluster runs, ray backend: fewest slices the elastic job may shrink "
+        "to (default: all of them).",
+    ),
 ]
 HostMemoryOpt = Annotated[
     str | None,
-    typer.Option("--memory", help="Cluster runs: memory of each accelerator host's pod, "
-                 "requested and limited (e.g. 200G; default: what a node of its pool offers "
-                 "pods; checked before submitting)."),
+    typer.Option(
+        "--memory",
+        help="Cluster runs: memory of each accelerator host's pod, "
+        "requested and limited (e.g. 200G; default: what a node of its pool offers "
+        "pods; checked before submitting).",
+    ),
 ]
 HostCpuOpt = Annotated[
     str | None,
-    typer.Option("--cpu", help="Cluster runs: CPUs each accelerator host's pod requests "
-                 "(default: what a node of its pool offers pods, after threads per core; "
-                 "checked before submitting)."),
+    typer.Option(
+        "--cpu",
+        help="Cluster runs: CPUs each accelerator host's pod requests "
+        "(default: what a node of its pool offers pods, after threads per core; "
+        "checked before submitting).",
+    ),
 ]
 RewardOpt = Annotated[
     list[str] | None,
-    typer.Option("--reward", help="A reward function, repeatable (they are summed, each "
-                 "weighted): correct, format, package.module:function or "
-                 "file.py:function (TRL's signature or fn(completion, gold)), with :WEIGHT "
-                 "to weigh it (default 1, format 0.1), e.g. --reward my_rewards.py:length:0.5. "
-                 "Replaces the default correct + format."),
+    typer.Option(
+        "--reward",
+        help="A reward function, repeatable (they are summed, each "
+        "weighted): correct, format, package.module:function or "
+        "file.py:function (TRL's signature or fn(completion, gold)), with :WEIGHT "
+        "to weigh it (default 1, format 0.1), e.g. --reward my_rewards.py:length:0.5. "
+        "Replaces the default correct + format.",
+    ),
 ]
 LoraRankOpt = Annotated[
-    int | None, typer.Option("--lora-rank", help="Train LoRA adapters of this rank instead "
-                             "of every weight (as TRL's peft_config r).")]
+    int | None,
+    typer.Option(
+        "--lora-rank",
+        help="Train LoRA adapters of this rank instead of every weight (as TRL's peft_config r).",
+    ),
+]
 LoraAlphaOpt = Annotated[
-    float | None, typer.Option("--lora-alpha", help="LoRA scale numerator (default 2 x "
-                               "--lora-rank).")]
+    float | None,
+    typer.Option("--lora-alpha", help="LoRA scale numerator (default 2 x --lora-rank)."),
+]
 TrainSetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", autocompletion=run_spec_keys,
-                 help="Override any spec field: --set training.steps=5 (repeatable; "
-                 "keys complete with TAB)."),
+    typer.Option(
+        "--set",
+        autocompletion=run_spec_keys,
+        help="Override any spec field: --set training.steps=5 (repeatable; "
+        "keys complete with TAB).",
+    ),
 ]
 # the flag that sets each spec path, for --print-config's "where it came from"
-FLAG_OF = {"name": "--name", "training.steps": "--steps", "model.source": "--model",
-           "data.dataset": "--dataset", "data.path": "--data-path",
-           "training.learning_rate": "--lr", "rollout.num_generations": "--num-generations",
-           "training.prompts_per_step": "--prompts-per-step",
-           "rollout.max_new_tokens": "--max-new-tokens", "training.beta": "--beta",
-           "training.seed": "--seed", "eval.size": "--eval-size", "rewards": "--reward",
-           "training.lora_rank": "--lora-rank", "training.lora_alpha": "--lora-alpha",
-           "output.root": "--runs-dir"}
+FLAG_OF = {
+    "name": "--name",
+    "training.steps": "--steps",
+    "model.source": "--model",
+    "data.dataset": "--dataset",
+    "data.path": "--data-path",
+    "training.learning_rate": "--lr",
+    "rollout.num_generations": "--num-generations",
+    "training.prompts_per_step": "--prompts-per-step",
+    "rollout.max_new_tokens": "--max-new-tokens",
+    "training.beta": "--beta",
+    "training.seed": "--seed",
+    "eval.size": "--eval-size",
+    "rewards": "--reward",
+    "training.lora_rank": "--lora-rank",
+    "training.lora_alpha": "--lora-alpha",
+    "output.root": "--runs-dir",
+}
 
 PrintOpt = Annotated[
-    bool, typer.Option("--print-config", help="Print the resolved spec and exit, each value "
-                       "set by a flag, --set, RLCTL_SET or --config marked with its source.")
+    bool,
+    typer.Option(
+        "--print-config",
+        help="Print the resolved spec and exit, each value "
+        "set by a flag, --set, RLCTL_SET or --config marked with its source.",
+    ),
 ]
 PrintPromptOpt = Annotated[
-    bool, typer.Option("--print-prompt",
-                       help="Print the exact prompt text (chat template applied) of the first "
-                       "training and the first eval problem, and exit; reads the model's "
-                       "tokenizer and the data, creates no run.")
+    bool,
+    typer.Option(
+        "--print-prompt",
+        help="Print the exact prompt text (chat template applied) of the first "
+        "training and the first eval problem, and exit; reads the model's "
+        "tokenizer and the data, creates no run.",
+    ),
 ]
 
 
 def _run(
-    algorithm: str, ctx: typer.Context, config: str | None, overrides: list[str] | None,
-    flags: dict[str, object], print_config: bool, output: str, yes: bool,
-    where: Where, backend: str, image: str | None, dry_run: bool,
-    resources: dict[str, Any] | None = None, print_prompt: bool = False,
+    algorithm: str,
+    ctx: typer.Context,
+    config: str | None,
+    overrides: list[str] | None,
+    flags: dict[str, object],
+    print_config: bool,
+    output: str,
+    yes: bool,
+    where: Where,
+    backend: str,
+    image: str | None,
+    dry_run: bool,
+    resources: dict[str, Any] | None = None,
+    print_prompt: bool = False,
 ) -> None:
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
@@ -151,8 +210,10 @@ def _run(
     if given and local:
         from rlctl.core.errors import ConfigError
 
-        raise ConfigError(f"--{given[0].replace('_', '-')} is for cluster runs",
-                          hint="add --cluster NAME, or leave it out for a run on this machine")
+        raise ConfigError(
+            f"--{given[0].replace('_', '-')} is for cluster runs",
+            hint="add --cluster NAME, or leave it out for a run on this machine",
+        )
     spec = resolve_run_spec(algorithm, config, overrides, flags)
     if print_prompt:
         _print_prompts(out, spec)
@@ -188,8 +249,11 @@ def _print_prompts(out, spec) -> None:
 
     shown = first_prompts(spec)
     text = [f"--- first training prompt (step 1) ---\n{shown['train']}"]
-    text.append(f"--- first eval prompt ---\n{shown['eval']}" if shown["eval"] is not None
-                else "--- no eval prompt (eval.size is 0) ---")
+    text.append(
+        f"--- first eval prompt ---\n{shown['eval']}"
+        if shown["eval"] is not None
+        else "--- no eval prompt (eval.size is 0) ---"
+    )
     out.result(shown, "\n".join(text).rstrip("\n"))
 
 
@@ -200,14 +264,22 @@ def _no_reward_files(spec) -> None:
 
     files = [e.fn for e in spec.rewards if is_reward_file(e.fn)]
     if files:
-        raise ConfigError(f"reward {files[0]!r} is a file on this machine, which the "
-                          "cluster's pods cannot read",
-                          hint="put the function in a package installed in the --image and "
-                          "name it package.module:function")
+        raise ConfigError(
+            f"reward {files[0]!r} is a file on this machine, which the cluster's pods cannot read",
+            hint="put the function in a package installed in the --image and "
+            "name it package.module:function",
+        )
 
 
-def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_run: bool,
-            resources: dict[str, Any]) -> None:
+def _submit(
+    out,
+    spec,
+    where: OnCluster,
+    backend: str,
+    image: str | None,
+    dry_run: bool,
+    resources: dict[str, Any],
+) -> None:
     from rlctl.core.clients import EmptyProject
     from rlctl.core.runs import cluster as core
     from rlctl.core.runs.results import SubmitPreview
@@ -220,21 +292,32 @@ def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_ru
 
         name = where.ref.cluster
         assert name is not None, "train --cluster NAME: locate_new sets it"
-        out.info(f"{assumed_note(clients.project, clients.region)}; cluster {name} as "
-                 f"\"rlctl cluster create {name} -a {shlex.quote(where.ref.accelerator or '')} "
-                 f"--bucket {core.assumed_bucket(clients.project, name)}\" makes it")
+        out.info(
+            f"{assumed_note(clients.project, clients.region)}; cluster {name} as "
+            f'"rlctl cluster create {name} -a {shlex.quote(where.ref.accelerator or "")} '
+            f'--bucket {core.assumed_bucket(clients.project, name)}" makes it'
+        )
     out.info(f"looking up cluster {where.ref.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
-    result = core.submit(clients, where.ref, spec, backend, image,
-                         hf_token=core.hf_token_from_env(), dry_run=dry_run,
-                         resources=core.HostResources(**resources))
+    result = core.submit(
+        clients,
+        where.ref,
+        spec,
+        backend,
+        image,
+        hf_token=core.hf_token_from_env(),
+        dry_run=dry_run,
+        resources=core.HostResources(**resources),
+    )
     for p in result.placements:  # where each pod group goes (the fit check passed)
         out.info(f"  {p.group}: {p.pods} pod{'s' * (p.pods != 1)} -> {', '.join(p.pools)}")
     for note in result.notes:
         out.info(f"  note: {note}")
     if isinstance(result, SubmitPreview):
-        out.info(f"dry run: {len(result.manifests)} objects for {where.ref.cluster} "
-                 f"({result.accelerator}), run store {result.runs_dir}; nothing changed")
+        out.info(
+            f"dry run: {len(result.manifests)} objects for {where.ref.cluster} "
+            f"({result.accelerator}), run store {result.runs_dir}; nothing changed"
+        )
         if out.json:
             out.result(result.manifests)
         else:  # raw text: YAML brackets must not be read as rich markup
@@ -242,10 +325,15 @@ def _submit(out, spec, where: OnCluster, backend: str, image: str | None, dry_ru
         return
     for line in result.applied:
         out.info(f"  {line}")
-    out.info(f"next: rlctl status {result.name} --runs-dir {result.runs_dir}"
-             f"  |  rlctl logs {result.name} -f --runs-dir {result.runs_dir}")
-    out.result(result.model_dump(mode="json"), f"submitted run {result.name} to "
-               f"{result.cluster} ({result.backend}, {result.accelerator}); store {result.path}")
+    out.info(
+        f"next: rlctl status {result.name} --runs-dir {result.runs_dir}"
+        f"  |  rlctl logs {result.name} -f --runs-dir {result.runs_dir}"
+    )
+    out.result(
+        result.model_dump(mode="json"),
+        f"submitted run {result.name} to "
+        f"{result.cluster} ({result.backend}, {result.accelerator}); store {result.path}",
+    )
 
 
 def _command(algorithm: str):
@@ -313,14 +401,39 @@ def _command(algorithm: str):
             from rlctl.core.runs.cluster import assumed_cluster
 
             project, region = assumed
-            where = locate_new(runs_dir, cluster, project, region, accelerator,
-                               lambda: assumed_cluster(*assumed, cluster, accelerator))
+            where = locate_new(
+                runs_dir,
+                cluster,
+                project,
+                region,
+                accelerator,
+                lambda: assumed_cluster(*assumed, cluster, accelerator),
+            )
         else:
-            where = locate_new(runs_dir, cluster, project, region, accelerator,
-                               lambda: clients_for(ctx, project, region))
-        _run(algorithm, ctx, config, set_, flags, print_config, output, yes, where, backend,
-             image, dry_run, {"min_slices": min_slices, "memory": memory, "cpu": cpu},
-             print_prompt)
+            where = locate_new(
+                runs_dir,
+                cluster,
+                project,
+                region,
+                accelerator,
+                lambda: clients_for(ctx, project, region),
+            )
+        _run(
+            algorithm,
+            ctx,
+            config,
+            set_,
+            flags,
+            print_config,
+            output,
+            yes,
+            where,
+            backend,
+            image,
+            dry_run,
+            {"min_slices": min_slices, "memory": memory, "cpu": cpu},
+            print_prompt,
+        )
 
     command.__name__ = f"train_{algorithm}"
     command.__doc__ = (

@@ -45,8 +45,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from google.cloud.storage import Client as StorageClient  # noqa: F401 (gcs.py hints)
     from kubernetes.client import ApiClient
 
-SERVICES = ("compute", "container", "tpu", "serviceusage", "storage", "cloudbuild",
-            "artifactregistry", "cloudresourcemanager", "cloudquotas")
+SERVICES = (
+    "compute",
+    "container",
+    "tpu",
+    "serviceusage",
+    "storage",
+    "cloudbuild",
+    "artifactregistry",
+    "cloudresourcemanager",
+    "cloudquotas",
+)
 USER_AGENT = f"rlctl/{__version__}"
 ENDPOINT_ENV_PREFIX = "RLCTL_API_ENDPOINT_OVERRIDES_"
 DISABLE_CREDENTIALS_ENV = "RLCTL_AUTH_DISABLE_CREDENTIALS"
@@ -64,15 +73,17 @@ def _require(module: str, extra: str) -> None:
 
 def _endpoint(variable: str, value: str) -> str:
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
-            or parts.fragment:
-        raise ConfigError(f"{variable}={value!r} is not an endpoint URL",
-                          hint="give a scheme and host, e.g. https://HOST or "
-                          "http://127.0.0.1:PORT")
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ConfigError(
+            f"{variable}={value!r} is not an endpoint URL",
+            hint="give a scheme and host, e.g. https://HOST or http://127.0.0.1:PORT",
+        )
     if parts.path.strip("/"):
-        raise ConfigError(f"{variable}={value!r}: give the endpoint without a path",
-                          hint="the client libraries add the API path (/compute/v1, /v1, ...) "
-                          "themselves; unlike gcloud's overrides, leave it out")
+        raise ConfigError(
+            f"{variable}={value!r}: give the endpoint without a path",
+            hint="the client libraries add the API path (/compute/v1, /v1, ...) "
+            "themselves; unlike gcloud's overrides, leave it out",
+        )
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -87,11 +98,12 @@ def endpoints_from_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     for variable, value in env.items():
         if not variable.startswith(ENDPOINT_ENV_PREFIX) or not value.strip():
             continue
-        service = variable[len(ENDPOINT_ENV_PREFIX):].lower()
+        service = variable[len(ENDPOINT_ENV_PREFIX) :].lower()
         if service not in SERVICES:
-            raise ConfigError(f"{variable}: unknown service {service!r}",
-                              hint="use one of " + ", ".join(
-                                  ENDPOINT_ENV_PREFIX + s.upper() for s in SERVICES))
+            raise ConfigError(
+                f"{variable}: unknown service {service!r}",
+                hint="use one of " + ", ".join(ENDPOINT_ENV_PREFIX + s.upper() for s in SERVICES),
+            )
         out[service] = _endpoint(variable, value.strip())
     return out
 
@@ -102,8 +114,9 @@ def credentials_disabled(env: Mapping[str, str] | None = None) -> bool:
     raw = env.get(DISABLE_CREDENTIALS_ENV, "")
     value = raw.strip().lower()
     if value not in _TRUE + _FALSE:
-        raise ConfigError(f"{DISABLE_CREDENTIALS_ENV}={raw!r} is not a boolean",
-                          hint="use true or false")
+        raise ConfigError(
+            f"{DISABLE_CREDENTIALS_ENV}={raw!r} is not a boolean", hint="use true or false"
+        )
     return value in _TRUE
 
 
@@ -254,8 +267,9 @@ class Clients:
     # --- Resource Manager: the project's IAM policy ------------------------
     @cached_property
     def resource_manager(self) -> Any:
-        return self._gapic("google.cloud.resourcemanager_v3", "ProjectsClient",
-                           "cloudresourcemanager")
+        return self._gapic(
+            "google.cloud.resourcemanager_v3", "ProjectsClient", "cloudresourcemanager"
+        )
 
     # --- GKE, TPU, Service Usage -----------------------------------------
     @cached_property
@@ -277,13 +291,13 @@ class Clients:
     # --- Cloud Build, Artifact Registry (rlctl image) ---------------------
     @cached_property
     def cloudbuild(self) -> Any:
-        return self._gapic("google.cloud.devtools.cloudbuild_v1", "CloudBuildClient",
-                           "cloudbuild")
+        return self._gapic("google.cloud.devtools.cloudbuild_v1", "CloudBuildClient", "cloudbuild")
 
     @cached_property
     def artifactregistry(self) -> Any:
-        return self._gapic("google.cloud.artifactregistry_v1", "ArtifactRegistryClient",
-                           "artifactregistry")
+        return self._gapic(
+            "google.cloud.artifactregistry_v1", "ArtifactRegistryClient", "artifactregistry"
+        )
 
     @property
     def cloudbuild_types(self) -> Any:
@@ -309,7 +323,8 @@ class Clients:
                 from google.auth.credentials import AnonymousCredentials
 
                 return storage.Client(
-                    project=self.project or "test", credentials=AnonymousCredentials(),
+                    project=self.project or "test",
+                    credentials=AnonymousCredentials(),
                     client_options={"api_endpoint": emulator},
                     client_info=self._client_info(),
                 )
@@ -390,7 +405,8 @@ def credentials_available(env: Mapping[str, str] | None = None) -> bool:
     if env.get("GCE_METADATA_HOST") or env.get("GCE_METADATA_IP"):
         return True
     config = env.get("CLOUDSDK_CONFIG") or os.path.join(
-        env.get("HOME") or os.path.expanduser("~"), ".config", "gcloud")
+        env.get("HOME") or os.path.expanduser("~"), ".config", "gcloud"
+    )
     if os.path.isfile(os.path.join(config, "application_default_credentials.json")):
         return True
     try:  # google.auth's own test for a GCE machine: its DMI product name
@@ -414,15 +430,19 @@ class _Absent:
             answer = self._answers[method]
             return lambda *a, **kw: answer(*a, **kw) if callable(answer) else answer
         if method.startswith(("get", "lookup")):
+
             def missing(*_a: Any, **_kw: Any) -> Any:
                 from google.api_core.exceptions import NotFound
 
                 raise NotFound(f"{self._what}: not in the empty project of this dry run")
+
             return missing
         if method.startswith("list"):
             return lambda *_a, **_kw: []
-        raise ConfigError(f"{self._what}.{method}: a dry run without credentials changes "
-                          "nothing", hint="run 'gcloud auth application-default login'")
+        raise ConfigError(
+            f"{self._what}.{method}: a dry run without credentials changes nothing",
+            hint="run 'gcloud auth application-default login'",
+        )
 
 
 class EmptyProject(Clients):
@@ -436,8 +456,13 @@ class EmptyProject(Clients):
     project: str  # always given (Clients' may be None: resolved from the environment)
     region: str
 
-    def __init__(self, project: str, region: str, clusters: Mapping[str, Any] | None = None,
-                 buckets: Mapping[str, Mapping[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        project: str,
+        region: str,
+        clusters: Mapping[str, Any] | None = None,
+        buckets: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         super().__init__(project, region, endpoints={})
         self.clusters = dict(clusters or {})
         self.buckets = {k: dict(v) for k, v in (buckets or {}).items()}
@@ -491,9 +516,13 @@ class EmptyProject(Clients):
         from types import SimpleNamespace
 
         def enabled(request: Mapping[str, Any], **_kw: Any) -> Any:
-            return SimpleNamespace(services=[
-                SimpleNamespace(name=n, state=SimpleNamespace(name="ENABLED"))
-                for n in request.get("names", [])])
+            return SimpleNamespace(
+                services=[
+                    SimpleNamespace(name=n, state=SimpleNamespace(name="ENABLED"))
+                    for n in request.get("names", [])
+                ]
+            )
+
         return self._empty("services", batch_get_services=enabled)
 
     @cached_property
@@ -502,8 +531,7 @@ class EmptyProject(Clients):
 
         from rlctl.core.config.catalog import all_types
 
-        types = [SimpleNamespace(type_=a.name, name=a.name) for a in all_types()
-                 if a.kind == "tpu"]
+        types = [SimpleNamespace(type_=a.name, name=a.name) for a in all_types() if a.kind == "tpu"]
         return self._empty("acceleratorTypes", list_accelerator_types=types)
 
     @cached_property
@@ -517,10 +545,14 @@ class EmptyProject(Clients):
 
                 raise NotFound(f"cluster {short}: not in the empty project of this dry run")
             return self.clusters[short]
-        config = SimpleNamespace(valid_master_versions=[], channels=[],
-                                 default_cluster_version="")
-        return self._empty("clusters", get_cluster=cluster, get_server_config=config,
-                           list_clusters=SimpleNamespace(clusters=list(self.clusters.values())))
+
+        config = SimpleNamespace(valid_master_versions=[], channels=[], default_cluster_version="")
+        return self._empty(
+            "clusters",
+            get_cluster=cluster,
+            get_server_config=config,
+            list_clusters=SimpleNamespace(clusters=list(self.clusters.values())),
+        )
 
     @cached_property
     def cloud_quotas(self) -> Any:
@@ -545,14 +577,19 @@ class EmptyProject(Clients):
         listed = [SimpleNamespace(name=n, labels=labels) for n, labels in self.buckets.items()]
 
         def lookup(name: str, *_a: Any, **_kw: Any) -> Any:  # an assumed bucket is empty
-            return _Absent(f"bucket {name}", {"get_blob": None, "list_blobs": []}) \
-                if name in self.buckets else None
-        return self._empty("buckets", lookup_bucket=lookup, list_buckets=listed,
-                           bucket=real.bucket)
+            return (
+                _Absent(f"bucket {name}", {"get_blob": None, "list_blobs": []})
+                if name in self.buckets
+                else None
+            )
+
+        return self._empty("buckets", lookup_bucket=lookup, list_buckets=listed, bucket=real.bucket)
 
     def access_token(self) -> str | None:
         return None
 
     def kubernetes(self, endpoint: str, ca_cert_b64: str | None) -> ApiClient:
-        raise ConfigError("a dry run without credentials reaches no cluster",
-                          hint="run 'gcloud auth application-default login'")
+        raise ConfigError(
+            "a dry run without credentials reaches no cluster",
+            hint="run 'gcloud auth application-default login'",
+        )

@@ -131,7 +131,10 @@ class UnschedulableError(PreflightError):
     def __init__(self, lines: list[str]) -> None:
         super().__init__(lines)
         n = len(lines)
-        head = (f"{'a pod group' if n == 1 else f'{n} pod groups'} of this run would stay "
-                "Pending on the cluster")
-        self.message = f"{head}: {lines[0]}" if n == 1 else \
-            head + ":\n" + "\n".join(f"  - {x}" for x in lines)
+        head = (
+            f"{'a pod group' if n == 1 else f'{n} pod groups'} of this run would stay "
+            "Pending on the cluster"
+        )
+        self.message = (
+            f"{head}: {lines[0]}" if n == 1 else head + ":\n" + "\n".join(f"  - {x}" for x in lines)
+        )

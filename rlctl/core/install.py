@@ -21,8 +21,9 @@ def _source() -> tuple[str, bool] | None:
 
     # every copy of the metadata on sys.path: run from a checkout, the build's
     # rlctl.egg-info (no direct_url.json) comes before the installed dist-info
-    text = next((t for d in im.distributions(name=DIST)
-                 if (t := d.read_text("direct_url.json"))), None)
+    text = next(
+        (t for d in im.distributions(name=DIST) if (t := d.read_text("direct_url.json"))), None
+    )
     if not text:
         return None
     try:

@@ -62,11 +62,12 @@ class Phase(str, Enum):
         return self in ACTIVE
 
 
-FINISHED: frozenset[Phase] = frozenset({
-    Phase.COMPLETED, Phase.FAILED, Phase.INTERRUPTED, Phase.SUSPENDED, Phase.ABSENT,
-    Phase.STALE})
-ACTIVE: frozenset[Phase] = frozenset({
-    Phase.PENDING, Phase.STARTING, Phase.EVALUATING, Phase.RUNNING})
+FINISHED: frozenset[Phase] = frozenset(
+    {Phase.COMPLETED, Phase.FAILED, Phase.INTERRUPTED, Phase.SUSPENDED, Phase.ABSENT, Phase.STALE}
+)
+ACTIVE: frozenset[Phase] = frozenset(
+    {Phase.PENDING, Phase.STARTING, Phase.EVALUATING, Phase.RUNNING}
+)
 
 
 class StatusUpdate(BaseModel):

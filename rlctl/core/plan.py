@@ -90,9 +90,13 @@ class ApplyResult(BaseModel):
 
     @classmethod
     def of(cls, plan: Plan, applied: list[str]) -> ApplyResult:
-        return cls(operation=plan.operation, target=plan.target, applied=applied,
-                   unchanged=[c.key for c in plan.changes if c.action == "unchanged"],
-                   noop=plan.noop)
+        return cls(
+            operation=plan.operation,
+            target=plan.target,
+            applied=applied,
+            unchanged=[c.key for c in plan.changes if c.action == "unchanged"],
+            noop=plan.noop,
+        )
 
 
 def topo_order(changes: list[Change]) -> list[Change]:
@@ -122,6 +126,4 @@ def topo_order(changes: list[Change]) -> list[Change]:
 
 def diff_fields(observed: dict[str, Any], desired: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Fields of ``desired`` whose observed value differs (missing counts as None)."""
-    return {
-        k: (observed.get(k), v) for k, v in desired.items() if observed.get(k) != v
-    }
+    return {k: (observed.get(k), v) for k, v in desired.items() if observed.get(k) != v}

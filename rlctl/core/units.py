@@ -29,9 +29,22 @@ def parse_bytes(text: str) -> int:
 # Kubernetes resource quantities (k8s.io/apimachinery pkg/api/resource/quantity.go):
 # decimal suffixes k..E, binary Ki..Ei, and m for thousandths (millicores).
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_QUANTITY_SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-                   "E": 1e18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-                   "Pi": 2**50, "Ei": 2**60}
+_QUANTITY_SCALE = {
+    None: 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 
 
 def quantity(v: object) -> float:

@@ -25,8 +25,12 @@ class TestWorkloads:
         one_b = bg.workload("1b")
         assert one_b.generated and one_b.label == "2x8x48" and one_b.eval_size == 0
         custom = bg.workload("3x4x5")
-        assert (custom.prompts, custom.group, custom.new_tokens, custom.generated) == \
-            (3, 4, 5, None)
+        assert (custom.prompts, custom.group, custom.new_tokens, custom.generated) == (
+            3,
+            4,
+            5,
+            None,
+        )
         for bad in ("big", "2x8", "0x8x48", "2x8x48x1"):
             with pytest.raises(Exception, match="PxGxL"):
                 bg.workload(bad)
@@ -44,8 +48,9 @@ class TestWorkloads:
         assert "--eval-size" not in default and "--model" not in default
         assert default[default.index("-G") + 1] == "8"
         assert default[default.index("--max-new-tokens") + 1] == "48"
-        other = bg.rlctl_args(bg.workload("4x8x256"), "/m", 3, "bfloat16", None,
-                              ["training.remat=true"], tmp_path)
+        other = bg.rlctl_args(
+            bg.workload("4x8x256"), "/m", 3, "bfloat16", None, ["training.remat=true"], tmp_path
+        )
         assert other[other.index("--eval-size") + 1] == "0"
         assert other[other.index("--prompts-per-step") + 1] == "4"
         assert other[other.index("--model") + 1] == "/m"
@@ -55,10 +60,12 @@ class TestWorkloads:
 
 
 def test_figures_take_step_1_apart():
-    rows = [{"step_seconds": 30.0, "rollout_seconds": 10.0, "completion_tokens": 100},
-            {"step_seconds": 2.0, "rollout_seconds": 1.5, "completion_tokens": 40},
-            {"step_seconds": 4.0, "rollout_seconds": 1.0, "completion_tokens": 80},
-            {"step_seconds": 3.0, "rollout_seconds": 2.0, "completion_tokens": 60}]
+    rows = [
+        {"step_seconds": 30.0, "rollout_seconds": 10.0, "completion_tokens": 100},
+        {"step_seconds": 2.0, "rollout_seconds": 1.5, "completion_tokens": 40},
+        {"step_seconds": 4.0, "rollout_seconds": 1.0, "completion_tokens": 80},
+        {"step_seconds": 3.0, "rollout_seconds": 2.0, "completion_tokens": 60},
+    ]
     f = bg.figures(rows)
     assert f["first_step_s"] == 30.0 and f["median_step_s"] == 3.0
     assert f["median_rollout_s"] == 1.5 and f["median_update_s"] == 1.0
@@ -71,9 +78,25 @@ def test_a_run_on_the_cpu_with_the_tiny_model(tiny_model_dir, tmp_path):
     pytest.importorskip("tunix")
     env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_CACHE": str(tmp_path / "cache")}
     env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "bench_gpu.py"), "--model",
-                        str(tiny_model_dir), "--workload", "2x2x8", "--steps", "2", "-o", "json"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "bench_gpu.py"),
+            "--model",
+            str(tiny_model_dir),
+            "--workload",
+            "2x2x8",
+            "--steps",
+            "2",
+            "-o",
+            "json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout)  # only JSON on stdout
     assert result["workload"]["label"] == "2x2x8" and result["steps"] == 2
@@ -89,9 +112,11 @@ def test_a_run_on_the_cpu_with_the_tiny_model(tiny_model_dir, tmp_path):
     assert run["median_step_s"] == steps[1]["step_seconds"] > 0
     assert run["median_rollout_s"] == steps[1]["rollout_seconds"] > 0
     assert run["median_update_s"] == pytest.approx(
-        steps[1]["step_seconds"] - steps[1]["rollout_seconds"], abs=1e-3)
+        steps[1]["step_seconds"] - steps[1]["rollout_seconds"], abs=1e-3
+    )
     assert run["tokens_per_s"] == pytest.approx(
-        steps[1]["completion_tokens"] / steps[1]["step_seconds"], rel=1e-3)
+        steps[1]["completion_tokens"] / steps[1]["step_seconds"], rel=1e-3
+    )
     # the whole run holds both steps and the start-up around them
     assert run["wall_s"] > steps[0]["step_seconds"] + steps[1]["step_seconds"]
     # no device count on the CPU: host peak RSS stands in, and says so
@@ -115,24 +140,38 @@ def test_phases_are_read_from_the_runs_log_and_eval_records(tmp_path):
     for which, seconds in (("baseline", 14.5), ("final", 3.25)):
         (tmp_path / "eval" / f"{which}.json").write_text(json.dumps({"seconds": seconds}))
     stamp = "2026-11-27T10:00:00Z  "
-    (tmp_path / "train.log").write_text("\n".join(stamp + x for x in [
-        "==== attempt 1: rlctl train r (pid 1)",
-        "compiled the update (jit(step)) in 41.2 s",
-        "compiled the sampler (jit(sample_groups)) in 12.5 s",
-        "compiled jit(step) again after warm-up (2.1 s): different input types",
-        "loaded the sampler (jit(sample_groups)) from the compilation cache in 0.5 s",
-        "checkpoint 2 saved in the background in 4.9 s (the step waited 0.05 s)",
-        "checkpoint 4 saved (1.39 GiB) in 3.0 s",
-    ]) + "\n")
+    (tmp_path / "train.log").write_text(
+        "\n".join(
+            stamp + x
+            for x in [
+                "==== attempt 1: rlctl train r (pid 1)",
+                "compiled the update (jit(step)) in 41.2 s",
+                "compiled the sampler (jit(sample_groups)) in 12.5 s",
+                "compiled jit(step) again after warm-up (2.1 s): different input types",
+                "loaded the sampler (jit(sample_groups)) from the compilation cache in 0.5 s",
+                "checkpoint 2 saved in the background in 4.9 s (the step waited 0.05 s)",
+                "checkpoint 4 saved (1.39 GiB) in 3.0 s",
+            ]
+        )
+        + "\n"
+    )
     assert bg.phases(tmp_path) == {
-        "update_compile_s": 41.2, "update_compiles": 1, "sampler_compile_s": 13.0,
-        "sampler_compiles": 2, "evals_s": 17.75, "evals": 2, "saves_in_steps_s": 3.05,
-        "saves_in_background_s": 4.9, "saves": 2}
+        "update_compile_s": 41.2,
+        "update_compiles": 1,
+        "sampler_compile_s": 13.0,
+        "sampler_compiles": 2,
+        "evals_s": 17.75,
+        "evals": 2,
+        "saves_in_steps_s": 3.05,
+        "saves_in_background_s": 4.9,
+        "saves": 2,
+    }
 
 
 class TestTheTrlSide:
-    def test_a_checkout_without_the_trl_child_says_so_in_one_line(self, tmp_path, monkeypatch,
-                                                                  capsys):
+    def test_a_checkout_without_the_trl_child_says_so_in_one_line(
+        self, tmp_path, monkeypatch, capsys
+    ):
         monkeypatch.setattr(bg, "TRL_CHILD", tmp_path / "trl_grpo_child.py")
         assert bg.main(["--trl", "--steps", "1", "--model", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
@@ -145,14 +184,16 @@ class TestTheTrlSide:
         monkeypatch.setattr(bg, "TRL_CHILD", tmp_path / "trl_grpo_child.py")
         monkeypatch.setattr(bg, "TRL_PROMPTS", tmp_path / "bench_vs_trl.py")
         fake = tmp_path / "python"
-        fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'trl'\" >&2\n"
-                        "exit 1\n")
+        fake.write_text(
+            "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'trl'\" >&2\nexit 1\n"
+        )
         fake.chmod(0o755)
         problem = bg.trl_problem(fake)
         assert problem and str(fake) in problem and "No module named 'trl'" in problem
 
     def test_the_child_runs_on_the_device_torch_sees_and_its_steps_are_read(
-            self, tmp_path, monkeypatch):
+        self, tmp_path, monkeypatch
+    ):
         """A stand-in with the child's interface: the probe loads it by path, turns its
         use_cpu off when torch sees a GPU, and adds the device to its result."""
         pytest.importorskip("torch")
@@ -174,12 +215,14 @@ class TestTheTrlSide:
             "    steps = [{'step': i + 1, 'step_seconds': 2.0 - i, 'rollout_seconds': 0.5,\n"
             "              'completion_tokens': a.group * a.max_new_tokens}\n"
             "             for i in range(a.steps)]\n"
-            "    json.dump({'steps': steps, 'config': c}, open(a.out, 'w'))\n")
+            "    json.dump({'steps': steps, 'config': c}, open(a.out, 'w'))\n"
+        )
         monkeypatch.setattr(bg, "TRL_CHILD", child)
         assert bg.trl_settings() == {"fp32": {"bf16": False}}
         w = bg.workload("2x4x6")
-        run = bg.run_trl(Path(sys.executable), "fp32", tmp_path / "p.jsonl", tmp_path, w, 2,
-                         tmp_path)
+        run = bg.run_trl(
+            Path(sys.executable), "fp32", tmp_path / "p.jsonl", tmp_path, w, 2, tmp_path
+        )
         assert not run.error, run.error
         assert [s["step"] for s in run.steps] == [1, 2]
         import torch

@@ -13,13 +13,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_update as bu
 
 
-@pytest.mark.parametrize("against", ["jax-mlp-grad", "ynn-reduce", "whole-grid", "whole-head",
-                                     "scan-layers", "accelerator", "float32", "remat-all",
-                                     "no-remat"])
-def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(tiny_model_dir, tmp_path,
-                                                                    against):
-    out = bu.main(["--against", against, "--repeats", "2", "--set",
-                   f"model.source={tiny_model_dir}", "-o", str(tmp_path / "u.json")])
+@pytest.mark.parametrize(
+    "against",
+    [
+        "jax-mlp-grad",
+        "ynn-reduce",
+        "whole-grid",
+        "whole-head",
+        "scan-layers",
+        "accelerator",
+        "float32",
+        "remat-all",
+        "no-remat",
+    ],
+)
+def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(
+    tiny_model_dir, tmp_path, against
+):
+    out = bu.main(
+        [
+            "--against",
+            against,
+            "--repeats",
+            "2",
+            "--set",
+            f"model.source={tiny_model_dir}",
+            "-o",
+            str(tmp_path / "u.json"),
+        ]
+    )
     assert [len(s) for s in out["seconds"].values()] == [3, 3]
     assert set(out["compile_seconds"]) == {"rlctl", against}
     assert set(out["temporaries_bytes"]) == {"rlctl", against}
@@ -41,11 +63,15 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     real_layer, real_options = logprobs.decoder_layer, compiles.update_options
     real_head, real_mlp, real_scan = logprobs.head_logps, mlp_grad.gated_mlp, layers_lib.scan
     monkeypatch.setattr(logprobs, "head_logps", lambda *a: heads.append(1) or real_head(*a))
-    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a, **k: packs.append(
-        len(a) >= 6 and a[5] is not None) or real_layer(*a, **k))
+    monkeypatch.setattr(
+        logprobs,
+        "decoder_layer",
+        lambda *a, **k: packs.append(len(a) >= 6 and a[5] is not None) or real_layer(*a, **k),
+    )
     monkeypatch.setattr(mlp_grad, "gated_mlp", lambda *a: own.append(1) or real_mlp(*a))
-    monkeypatch.setattr(compiles, "update_options",
-                        lambda *a: options.append(a) or real_options(*a))
+    monkeypatch.setattr(
+        compiles, "update_options", lambda *a: options.append(a) or real_options(*a)
+    )
     monkeypatch.setattr(layers_lib, "scan", lambda *a: scans.append(1) or real_scan(*a))
     t = bu.trainer([f"model.source={tiny_model_dir}"])
     batch = bu.rollout_batch(t)
@@ -56,18 +82,29 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
             seen.clear()
         u = bu.yardstick_update(t, against, batch)
         options_on = bool(real_options(*options[0])) if options else False
-        return {"own": bool(own), "options": options_on, "packs": any(packs),
-                "head": bool(heads), "scan": bool(scans), "row": u.numerics.row}
+        return {
+            "own": bool(own),
+            "options": options_on,
+            "packs": any(packs),
+            "head": bool(heads),
+            "scan": bool(scans),
+            "row": u.numerics.row,
+        }
 
-    cpu = {"own": True, "options": True, "packs": True, "head": True, "scan": False,
-           "row": "cpu"}
+    cpu = {"own": True, "options": True, "packs": True, "head": True, "scan": False, "row": "cpu"}
     assert traced("jax-mlp-grad") == {**cpu, "own": False}
     assert traced("ynn-reduce") == {**cpu, "options": False}
     assert traced("whole-grid") == {**cpu, "packs": False, "head": False}
     assert traced("whole-head") == {**cpu, "head": False}
     assert traced("scan-layers") == {**cpu, "scan": True}
-    assert traced("accelerator") == {"own": False, "options": False, "packs": False,
-                                     "head": False, "scan": True, "row": "gpu"}
+    assert traced("accelerator") == {
+        "own": False,
+        "options": False,
+        "packs": False,
+        "head": False,
+        "scan": True,
+        "row": "gpu",
+    }
     assert traced("float32") == cpu  # only the dtype
     for against, level in (("remat-all", True), ("no-remat", False)):
         u = bu.yardstick_update(t, against, batch)

@@ -19,15 +19,23 @@ from rlctl.core.config.models import RunSpec
 
 
 def _rows(steps: list[tuple[float, float, int]], acc: list[float] | None = None) -> list[dict]:
-    return [{"step": i + 1, "step_seconds": s, "rollout_seconds": r, "completion_tokens": n,
-             "accuracy": None if acc is None else acc[i]}
-            for i, (s, r, n) in enumerate(steps)]
+    return [
+        {
+            "step": i + 1,
+            "step_seconds": s,
+            "rollout_seconds": r,
+            "completion_tokens": n,
+            "accuracy": None if acc is None else acc[i],
+        }
+        for i, (s, r, n) in enumerate(steps)
+    ]
 
 
 class TestFigures:
     def test_first_step_apart_and_medians_of_the_rest(self):
-        f = bv.figures(_rows([(60.0, 50.0, 100), (10.0, 4.0, 200), (12.0, 5.0, 300),
-                              (30.0, 6.0, 400)]))
+        f = bv.figures(
+            _rows([(60.0, 50.0, 100), (10.0, 4.0, 200), (12.0, 5.0, 300), (30.0, 6.0, 400)])
+        )
         assert f["first_step"] == 60.0
         assert f["median_step"] == 12.0  # of 10, 12, 30: the compile step left out
         assert f["median_rollout"] == 5.0
@@ -49,10 +57,14 @@ class TestFigures:
 
 class TestRatios:
     def test_ours_over_theirs(self):
-        ours = bv.Run("rlctl", _rows([(9.0, 1.0, 10), (2.0, 1.0, 100), (2.0, 1.0, 100)]),
-                      peak_rss=2 * bv.GiB)
-        theirs = bv.Run("trl-fp32", _rows([(9.0, 1.0, 10), (8.0, 2.0, 200), (8.0, 2.0, 200)]),
-                        peak_rss=4 * bv.GiB)
+        ours = bv.Run(
+            "rlctl", _rows([(9.0, 1.0, 10), (2.0, 1.0, 100), (2.0, 1.0, 100)]), peak_rss=2 * bv.GiB
+        )
+        theirs = bv.Run(
+            "trl-fp32",
+            _rows([(9.0, 1.0, 10), (8.0, 2.0, 200), (8.0, 2.0, 200)]),
+            peak_rss=4 * bv.GiB,
+        )
         q = bv.ratios(ours, theirs)
         assert q["median_step"] == 0.25
         assert q["peak_rss"] == 0.5
@@ -61,8 +73,9 @@ class TestRatios:
     def test_fastest_is_the_lowest_median_step_that_ran(self):
         slow = bv.Run("trl-fp32", _rows([(1.0, 0.1, 1), (30.0, 10.0, 1)]))
         quick = bv.Run("trl-bf16", _rows([(99.0, 0.1, 1), (20.0, 10.0, 1)]))
-        broken = bv.Run("trl-fp32-compile", _rows([(1.0, 0.1, 1), (1.0, 0.1, 1)]),
-                        error="exit 1: boom")
+        broken = bv.Run(
+            "trl-fp32-compile", _rows([(1.0, 0.1, 1), (1.0, 0.1, 1)]), error="exit 1: boom"
+        )
         one_step = bv.Run("trl-fp32-nockpt", _rows([(1.0, 0.1, 1)]))
         assert bv.fastest([slow, quick, broken, one_step]) is quick
         assert bv.fastest([broken]) is None
@@ -72,16 +85,33 @@ class TestRatios:
             "machine": bv.machine("model name\t: Test CPU\nflags\t\t: fpu avx2 avx512f\n"),
             "steps": 3,
             "runs": [
-                vars(bv.Run("rlctl", _rows([(9.0, 1.0, 10), (2.0, 1.0, 100), (2.0, 1.0, 100)]),
-                            peak_rss=2 * bv.GiB,
-                            extra={"eval": {"baseline": {"n": 64, "accuracy": 0.25,
-                                                         "seconds": 5.0},
-                                            "final": {"n": 64, "accuracy": 0.5,
-                                                      "seconds": 4.0}}})),
-                vars(bv.Run("trl-fp32", _rows([(9.0, 1.0, 10), (8.0, 2.0, 200),
-                                               (8.0, 2.0, 200)]), peak_rss=4 * bv.GiB)),
-                vars(bv.Run("trl-bf16", _rows([(9.0, 1.0, 10), (4.0, 2.0, 200),
-                                               (4.0, 2.0, 200)]), peak_rss=8 * bv.GiB)),
+                vars(
+                    bv.Run(
+                        "rlctl",
+                        _rows([(9.0, 1.0, 10), (2.0, 1.0, 100), (2.0, 1.0, 100)]),
+                        peak_rss=2 * bv.GiB,
+                        extra={
+                            "eval": {
+                                "baseline": {"n": 64, "accuracy": 0.25, "seconds": 5.0},
+                                "final": {"n": 64, "accuracy": 0.5, "seconds": 4.0},
+                            }
+                        },
+                    )
+                ),
+                vars(
+                    bv.Run(
+                        "trl-fp32",
+                        _rows([(9.0, 1.0, 10), (8.0, 2.0, 200), (8.0, 2.0, 200)]),
+                        peak_rss=4 * bv.GiB,
+                    )
+                ),
+                vars(
+                    bv.Run(
+                        "trl-bf16",
+                        _rows([(9.0, 1.0, 10), (4.0, 2.0, 200), (4.0, 2.0, 200)]),
+                        peak_rss=8 * bv.GiB,
+                    )
+                ),
             ],
         }
         text = bv.report(json.loads(json.dumps(result)))
@@ -133,8 +163,9 @@ class TestChild:
     def test_config_is_the_default_run(self):
         spec = RunSpec()
         t, r = spec.training, spec.rollout
-        c = child.config("fp32", 20, "/tmp/x", t.prompts_per_step, r.num_generations,
-                         r.max_new_tokens)
+        c = child.config(
+            "fp32", 20, "/tmp/x", t.prompts_per_step, r.num_generations, r.max_new_tokens
+        )
         assert c["per_device_train_batch_size"] == t.prompts_per_step * r.num_generations == 16
         assert c["num_generations"] == r.num_generations
         # one generation per optimizer step, one update per generation
@@ -159,27 +190,39 @@ class TestChild:
 
         correct, fmt = child.reward_functions()
         assert [correct.__name__, fmt.__name__] == [e.name for e in RunSpec().rewards]
-        completions = ["7 + 22 = 29. <answer>29</answer>", "<answer>30</answer>",
-                       "<answer>18 + 11</answer>", "twenty-nine"]
+        completions = [
+            "7 + 22 = 29. <answer>29</answer>",
+            "<answer>30</answer>",
+            "<answer>18 + 11</answer>",
+            "twenty-nine",
+        ]
         gold = ["29"] * len(completions)
-        assert correct([""] * 4, completions, answer=gold) == [
-            correct_reward(c, g) for c, g in zip(completions, gold)] == [1.0, 0.0, 0.0, 0.0]
-        assert fmt([""] * 4, completions, answer=gold) == [
-            format_reward(c, g) for c, g in zip(completions, gold)] == [1.0, 1.0, 0.0, 0.0]
+        assert (
+            correct([""] * 4, completions, answer=gold)
+            == [correct_reward(c, g) for c, g in zip(completions, gold)]
+            == [1.0, 0.0, 0.0, 0.0]
+        )
+        assert (
+            fmt([""] * 4, completions, answer=gold)
+            == [format_reward(c, g) for c, g in zip(completions, gold)]
+            == [1.0, 1.0, 0.0, 0.0]
+        )
 
 
 def test_rlctl_run_folder(tmp_path):
     run = tmp_path / "r"
     (run / "eval").mkdir(parents=True)
-    rows = [{"step": 1, "step_seconds": 9.0, "rollout_seconds": 3.0, "completion_tokens": 400},
-            {"step": 2, "step_seconds": 5.0, "rollout_seconds": 2.0, "completion_tokens": 300}]
+    rows = [
+        {"step": 1, "step_seconds": 9.0, "rollout_seconds": 3.0, "completion_tokens": 400},
+        {"step": 2, "step_seconds": 5.0, "rollout_seconds": 2.0, "completion_tokens": 300},
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
-    (run / "eval" / "baseline.json").write_text(json.dumps(
-        {"n": 64, "accuracy": 0.2, "format_rate": 0.5, "seconds": 7.0, "samples": []}))
+    (run / "eval" / "baseline.json").write_text(
+        json.dumps({"n": 64, "accuracy": 0.2, "format_rate": 0.5, "seconds": 7.0, "samples": []})
+    )
     got, evals = bv.read_rlctl_run(run)
     assert got == rows
-    assert evals == {"baseline": {"n": 64, "accuracy": 0.2, "format_rate": 0.5,
-                                  "seconds": 7.0}}
+    assert evals == {"baseline": {"n": 64, "accuracy": 0.2, "format_rate": 0.5, "seconds": 7.0}}
 
 
 def test_exit_reasons():
@@ -191,11 +234,18 @@ def test_exit_reasons():
 
 
 def test_machine_flags():
-    m = bv.machine("model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16 amx_tile\n"
-                   "model name\t: other\nflags\t\t: fpu\n")
+    m = bv.machine(
+        "model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16 amx_tile\n"
+        "model name\t: other\nflags\t\t: fpu\n"
+    )
     assert m["cpu"] == "AMD EPYC"
-    assert m["flags"] == {"avx2": True, "avx512f": False, "avx512_bf16": True,
-                          "amx_bf16": False, "amx_tile": True}
+    assert m["flags"] == {
+        "avx2": True,
+        "avx512f": False,
+        "avx512_bf16": True,
+        "amx_bf16": False,
+        "amx_tile": True,
+    }
 
 
 def test_missing_trl_venv_is_one_line_and_exit_2(tmp_path, capsys):
@@ -209,7 +259,10 @@ def test_missing_trl_venv_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_settings_and_their_step_caps():
     assert bv.parse_settings("fp32, bf16:2,,fp32-nockpt:50", 20) == [
-        ("fp32", 20), ("bf16", 2), ("fp32-nockpt", 20)]  # a cap above --steps is --steps
+        ("fp32", 20),
+        ("bf16", 2),
+        ("fp32-nockpt", 20),
+    ]  # a cap above --steps is --steps
     assert bv.parse_settings(bv.DEFAULT_SETTINGS, 3)[-1] == ("bf16", 2)
     for bad in ("fp64", "bf16:0", "bf16:x", "bf16:-1"):
         with pytest.raises(ValueError):

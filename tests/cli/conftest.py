@@ -7,9 +7,17 @@ import pytest
 def _no_local_gcloud(tmp_path, monkeypatch):
     """Isolate from the machine's gcloud config and RLCTL_* env."""
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
-    for v in ("RLCTL_PROJECT", "RLCTL_REGION", "RLCTL_ZONE", "GOOGLE_CLOUD_PROJECT",
-              "CLOUDSDK_CORE_PROJECT", "CLOUDSDK_COMPUTE_REGION", "CLOUDSDK_COMPUTE_ZONE",
-              "RLCTL_OUTPUT", "RLCTL_SET"):
+    for v in (
+        "RLCTL_PROJECT",
+        "RLCTL_REGION",
+        "RLCTL_ZONE",
+        "GOOGLE_CLOUD_PROJECT",
+        "CLOUDSDK_CORE_PROJECT",
+        "CLOUDSDK_COMPUTE_REGION",
+        "CLOUDSDK_COMPUTE_ZONE",
+        "RLCTL_OUTPUT",
+        "RLCTL_SET",
+    ):
         monkeypatch.delenv(v, raising=False)
 
 

@@ -12,12 +12,32 @@ from typer.testing import CliRunner
 
 from rlctl.cli.app import app
 
-COMMANDS = [[], ["train"], ["train", "grpo"], ["train", "gspo"], ["status"], ["resume"],
-            ["logs"], ["checkpoint-convert"], ["delete"], ["delete", "run"],
-            ["delete", "cluster"], ["delete", "network"], ["network"], ["network", "create"],
-            ["network", "show"], ["network", "delete"], ["cluster"], ["cluster", "create"],
-            ["cluster", "delete"], ["cluster", "list"], ["cluster", "describe"], ["image"],
-            ["image", "build"], ["image", "list"]]
+COMMANDS = [
+    [],
+    ["train"],
+    ["train", "grpo"],
+    ["train", "gspo"],
+    ["status"],
+    ["resume"],
+    ["logs"],
+    ["checkpoint-convert"],
+    ["delete"],
+    ["delete", "run"],
+    ["delete", "cluster"],
+    ["delete", "network"],
+    ["network"],
+    ["network", "create"],
+    ["network", "show"],
+    ["network", "delete"],
+    ["cluster"],
+    ["cluster", "create"],
+    ["cluster", "delete"],
+    ["cluster", "list"],
+    ["cluster", "describe"],
+    ["image"],
+    ["image", "build"],
+    ["image", "list"],
+]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "root")
@@ -49,20 +69,35 @@ class TestStatus:
         run = tmp_path / "r1"
         run.mkdir()
         (run / "spec.yaml").write_text("name: r1\n")
-        (run / "status.json").write_text(json.dumps({"phase": "running", "step": 2,
-                                                     "total_steps": 5, "algorithm": "grpo"}))
+        (run / "status.json").write_text(
+            json.dumps({"phase": "running", "step": 2, "total_steps": 5, "algorithm": "grpo"})
+        )
         (run / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.5}\n{"step": 2, "rew')
         out = subprocess.run(
             [sys.executable, "-m", "rlctl", "status", "--runs-dir", str(tmp_path), "-o", "json"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         rows = json.loads(out.stdout)
         # the step its files hold (#47): row 2 is torn, so 1, whatever status.json says
         assert rows[0]["name"] == "r1" and rows[0]["step"] == 1
         assert rows[0]["latest_metrics"] == {"step": 1, "reward_mean": 0.5}  # torn line skipped
         one = subprocess.run(
-            [sys.executable, "-m", "rlctl", "status", "r1", "--runs-dir", str(tmp_path),
-             "-o", "json"], capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-m",
+                "rlctl",
+                "status",
+                "r1",
+                "--runs-dir",
+                str(tmp_path),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert json.loads(one.stdout)["phase"] == "running"
 
@@ -102,8 +137,11 @@ class TestBadInput:
     def test_errors(self, args, code, text, tmp_path):
         out = subprocess.run(
             [sys.executable, "-m", "rlctl", *args, "--runs-dir", str(tmp_path)]
-            if args[0] != "status" else [sys.executable, "-m", "rlctl", *args],
-            capture_output=True, text=True, cwd=tmp_path,
+            if args[0] != "status"
+            else [sys.executable, "-m", "rlctl", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
         )
         assert out.returncode == code, out.stderr
         assert text in out.stderr
@@ -113,38 +151,72 @@ class TestBadInput:
         assert [p.name for p in tmp_path.iterdir()] == []
 
     def test_reward_and_lora_flags_set_what_trl_users_set(self, runner, tmp_path):
-        r = runner.invoke(app, ["train", "grpo", "--print-config", "-o", "json", "--reward",
-                                "correct", "--reward", "my_rewards.py:length:0.5", "--reward",
-                                "pkg.mod:brevity", "--lora-rank", "8"])
+        r = runner.invoke(
+            app,
+            [
+                "train",
+                "grpo",
+                "--print-config",
+                "-o",
+                "json",
+                "--reward",
+                "correct",
+                "--reward",
+                "my_rewards.py:length:0.5",
+                "--reward",
+                "pkg.mod:brevity",
+                "--lora-rank",
+                "8",
+            ],
+        )
         assert r.exit_code == 0, r.output
         spec = json.loads(r.stdout)
         assert [(e["fn"], e["weight"], e["name"]) for e in spec["rewards"]] == [
             ("correct", 1.0, "correct"),
             (str(Path.cwd() / "my_rewards.py") + ":length", 0.5, "length"),
-            ("pkg.mod:brevity", 1.0, "brevity")]
+            ("pkg.mod:brevity", 1.0, "brevity"),
+        ]
         assert spec["training"]["lora_rank"] == 8 and spec["training"]["lora_alpha"] == 16.0
 
-    @pytest.mark.parametrize(("args", "says"), [
-        (["--reward", "x.py:f:inf"], "--reward 'x.py:f:inf': the weight 'inf' is not a finite"),
-        (["--reward", " "], "--reward is empty"),
-        (["--lora-rank", "0"], "training.lora_rank: Input should be greater than or equal to 1"),
-        (["--lora-alpha", "4"], "training.lora_alpha needs training.lora_rank"),
-        (["--reward", "a:1", "--reward", "b.a:2"], "two rewards are named 'a'"),
-    ])
+    @pytest.mark.parametrize(
+        ("args", "says"),
+        [
+            (["--reward", "x.py:f:inf"], "--reward 'x.py:f:inf': the weight 'inf' is not a finite"),
+            (["--reward", " "], "--reward is empty"),
+            (
+                ["--lora-rank", "0"],
+                "training.lora_rank: Input should be greater than or equal to 1",
+            ),
+            (["--lora-alpha", "4"], "training.lora_alpha needs training.lora_rank"),
+            (["--reward", "a:1", "--reward", "b.a:2"], "two rewards are named 'a'"),
+        ],
+    )
     def test_bad_reward_and_lora_flags_are_one_line(self, runner, args, says):
         r = runner.invoke(app, ["train", "grpo", "--print-config", *args])
         assert r.exit_code == 2
         (err,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert says in err
 
-    def test_print_config_marks_where_each_value_came_from(self, runner, tmp_path,
-                                                           monkeypatch):
+    def test_print_config_marks_where_each_value_came_from(self, runner, tmp_path, monkeypatch):
         cfg = tmp_path / "run.yaml"
         cfg.write_text("training:\n  learning_rate: 3.0e-6\nrollout:\n  top_p: 0.9\n")
         monkeypatch.setenv("RLCTL_SET", "eval.size=8")
-        r = runner.invoke(app, ["train", "grpo", "--print-config", "--config", str(cfg),
-                                "--set", "rollout.top_p=0.95", "--steps", "7", "--reward",
-                                "correct"])
+        r = runner.invoke(
+            app,
+            [
+                "train",
+                "grpo",
+                "--print-config",
+                "--config",
+                str(cfg),
+                "--set",
+                "rollout.top_p=0.95",
+                "--steps",
+                "7",
+                "--reward",
+                "correct",
+            ],
+        )
         assert r.exit_code == 0, r.output
         lines = r.stdout.splitlines()
         assert "  steps: 7  # from --steps" in lines
@@ -162,6 +234,10 @@ class TestBadInput:
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rlctl", "--debug", "train", "grpo", "--name",
-                          "Bad_Name"], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlctl", "--debug", "train", "grpo", "--name", "Bad_Name"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert out.returncode != 0 and "Traceback" in out.stderr and "ConfigError" in out.stderr

@@ -10,15 +10,26 @@ import pytest
 from rlctl.cli._chart import ASCII_BLOCKS, BLOCKS, buckets, curve_lines, num, sparkline
 from rlctl.core.runs.curve import build_curve
 
-EVALS = {"baseline": {"which": "baseline", "step": 0, "accuracy": 0.219},
-         "step-10": {"which": "step-10", "step": 10, "accuracy": 0.4},
-         "final": {"which": "final", "step": 20, "accuracy": 0.547}}
+EVALS = {
+    "baseline": {"which": "baseline", "step": 0, "accuracy": 0.219},
+    "step-10": {"which": "step-10", "step": 10, "accuracy": 0.4},
+    "final": {"which": "final", "step": 20, "accuracy": 0.547},
+}
 
 
 def rows(n: int) -> list[dict]:
-    return [{"step": i, "reward_mean": 0.1 + i / n, "accuracy": i / n, "loss": -1e-5 * i,
-             "entropy": 1.5 - i / n, "kl": 0.0, "clip_fraction": 0.0}
-            for i in range(1, n + 1)]
+    return [
+        {
+            "step": i,
+            "reward_mean": 0.1 + i / n,
+            "accuracy": i / n,
+            "loss": -1e-5 * i,
+            "entropy": 1.5 - i / n,
+            "kl": 0.0,
+            "clip_fraction": 0.0,
+        }
+        for i in range(1, n + 1)
+    ]
 
 
 class TestSparkline:
@@ -38,8 +49,16 @@ class TestSparkline:
 
 
 class TestNumbers:
-    @pytest.mark.parametrize("v,text", [(0.5, "0.500"), (0.0, "0.000"), (-3.2e-5, "-3.20e-05"),
-                                        (None, "-"), (12345.0, "1.23e+04")])
+    @pytest.mark.parametrize(
+        "v,text",
+        [
+            (0.5, "0.500"),
+            (0.0, "0.000"),
+            (-3.2e-5, "-3.20e-05"),
+            (None, "-"),
+            (12345.0, "1.23e+04"),
+        ],
+    )
     def test_a_tiny_loss_is_not_printed_as_zero(self, v, text):
         assert num(v) == text
 
@@ -52,8 +71,17 @@ class TestCurveLines:
         reward = next(x for x in lines if x.strip().startswith("reward"))
         assert BLOCKS[0] in reward and BLOCKS[-1] in reward
         assert reward.split()[-6:] == ["last", "1.100", "min", "0.150", "max", "1.100"]
-        assert lines[-1].split() == ["held-out", "baseline", "0.219", "→", "step-10", "0.400",
-                                     "→", "final", "0.547"]
+        assert lines[-1].split() == [
+            "held-out",
+            "baseline",
+            "0.219",
+            "→",
+            "step-10",
+            "0.400",
+            "→",
+            "final",
+            "0.547",
+        ]
         assert any(x.split() == ["step", "1", "20"] for x in lines)
 
     def test_plain_text_only(self):
@@ -80,7 +108,7 @@ class TestCurveLines:
         assert curve.accuracy[4] is None and curve.entropy[5] is None
         lines = curve_lines(curve, 80)
         entropy = next(x for x in lines if x.strip().startswith("entropy"))
-        spark = entropy[len("  entropy   "):][:6]
+        spark = entropy[len("  entropy   ") :][:6]
         assert [c == " " for c in spark] == [False, False, True, False, False, True], spark
 
     def test_a_series_with_no_value_at_all(self):
@@ -98,10 +126,15 @@ class TestCurveLines:
 
     def test_a_run_on_its_own_reward_draws_it_and_no_accuracy(self):
         data = [{**r, "rewards/length/mean": r["reward_mean"]} for r in rows(5)]
-        evals = {"baseline": {"step": 0, "accuracy": 0.0, "mean_reward": 0.2,
-                              "rewards": {"length": 0.2}},
-                 "final": {"step": 5, "accuracy": 0.0, "mean_reward": 0.7,
-                           "rewards": {"length": 0.7}}}
+        evals = {
+            "baseline": {
+                "step": 0,
+                "accuracy": 0.0,
+                "mean_reward": 0.2,
+                "rewards": {"length": 0.2},
+            },
+            "final": {"step": 5, "accuracy": 0.0, "mean_reward": 0.7, "rewards": {"length": 0.7}},
+        }
         lines = curve_lines(build_curve(data, evals), 80)
         assert [x.split()[0] for x in lines[1:-2]] == ["reward", "length", "entropy"]
         assert lines[-1] == "  held-out  baseline 0.200 → final 0.700"
@@ -140,10 +173,17 @@ class TestCurveLines:
 class TestPerRewardLines:
     """Two rewards: one line each under the summed reward, so a reader sees which moved."""
 
-    ROWS: ClassVar[list[dict]] = [{"step": i, "reward_mean": i / 10, "accuracy": 0.5, "loss": 0.0,
-                                   "rewards/correct/mean": i / 20,
-                                   "rewards/a_very_long_reward_name/mean": 1 - i / 10}
-                                  for i in range(1, 11)]
+    ROWS: ClassVar[list[dict]] = [
+        {
+            "step": i,
+            "reward_mean": i / 10,
+            "accuracy": 0.5,
+            "loss": 0.0,
+            "rewards/correct/mean": i / 20,
+            "rewards/a_very_long_reward_name/mean": 1 - i / 10,
+        }
+        for i in range(1, 11)
+    ]
 
     def test_the_curve_keeps_each_rewards_series_in_order(self):
         curve = build_curve(self.ROWS, {})
@@ -155,8 +195,9 @@ class TestPerRewardLines:
         labels = [x[:28] for x in lines[1:5]]
         assert labels[0].strip().startswith("reward") and "correct" in labels[1]
         assert "a_very_long_reward_name" in labels[2]  # whole: the column widens for it
-        cut = build_curve([{**r, "rewards/an_even_longer_reward_name_here/mean": 0.1}
-                           for r in self.ROWS], {})
+        cut = build_curve(
+            [{**r, "rewards/an_even_longer_reward_name_here/mean": 0.1} for r in self.ROWS], {}
+        )
         assert " an_even_longer_reward_… " in "\n".join(curve_lines(cut, 80))  # cut at 24
         assert lines[2].split()[-6:] == ["last", "0.500", "min", "0.050", "max", "0.500"]
         assert all(len(x) <= 80 for x in lines)

@@ -12,8 +12,20 @@ import pytest
 
 from rlctl.cli.app import app
 
-TINY = ("--prompts-per-step", "2", "-G", "2", "--max-new-tokens", "8", "--lr", "3e-2",
-        "--eval-size", "0", "--set", 'rewards=["tests.fakes.rewards.digit_count"]')
+TINY = (
+    "--prompts-per-step",
+    "2",
+    "-G",
+    "2",
+    "--max-new-tokens",
+    "8",
+    "--lr",
+    "3e-2",
+    "--eval-size",
+    "0",
+    "--set",
+    'rewards=["tests.fakes.rewards.digit_count"]',
+)
 
 
 def test_help_shows_an_example(runner):
@@ -77,8 +89,9 @@ class TestBadInput:
         from tests.fakes.tiny_model import write_tiny_model
 
         src = write_tiny_model(tmp_path / "m", "llama")
-        r = runner.invoke(app, ["checkpoint-convert", str(src), str(tmp_path / "out"),
-                                "--dtype", "fp8"])
+        r = runner.invoke(
+            app, ["checkpoint-convert", str(src), str(tmp_path / "out"), "--dtype", "fp8"]
+        )
         assert r.exit_code == 2 and "--dtype 'fp8'" in r.stderr
         assert not list(tmp_path.glob("out*"))
 
@@ -93,8 +106,9 @@ def _restore_run_policy(run: Path, source: Path):
 
     model, info = ta.load_model(source)
     step = max(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
-    tree = ocp.PyTreeCheckpointer().restore((run / "checkpoints" / str(step) / "default"
-                                             ).absolute())["model"]
+    tree = ocp.PyTreeCheckpointer().restore(
+        (run / "checkpoints" / str(step) / "default").absolute()
+    )["model"]
     params = nnx.state(model, nnx.Param)
     pure = nnx.to_pure_dict(params)
 
@@ -108,8 +122,7 @@ def _restore_run_policy(run: Path, source: Path):
 
 @pytest.mark.trainer
 @pytest.mark.slow
-def test_trained_policy_exported_to_hf_runs_the_same_in_transformers(
-        tmp_path, monkeypatch, runner):
+def test_trained_policy_exported_to_hf_runs_the_same_in_transformers(tmp_path, monkeypatch, runner):
     pytest.importorskip("tunix")
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -127,41 +140,83 @@ def test_trained_policy_exported_to_hf_runs_the_same_in_transformers(
 
     monkeypatch.chdir(tmp_path)
     src = write_tiny_model(tmp_path / "tiny", "llama")
-    (tmp_path / "train.jsonl").write_text("".join(
-        json.dumps({"question": f"What is {a} + {a + 1}?", "answer": 2 * a + 1}) + "\n"
-        for a in range(8)))
-    r = runner.invoke(app, ["train", "grpo", "--name", "pol", "--model", str(src),
-                            "--dataset", "jsonl", "--data-path", "train.jsonl", "--steps", "2",
-                            "--set", "checkpoint.interval=2", *TINY])
+    (tmp_path / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"question": f"What is {a} + {a + 1}?", "answer": 2 * a + 1}) + "\n"
+            for a in range(8)
+        )
+    )
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--name",
+            "pol",
+            "--model",
+            str(src),
+            "--dataset",
+            "jsonl",
+            "--data-path",
+            "train.jsonl",
+            "--steps",
+            "2",
+            "--set",
+            "checkpoint.interval=2",
+            *TINY,
+        ],
+    )
     assert r.exit_code == 0, r.output
 
-    r = runner.invoke(app, ["checkpoint-convert", "runs/pol", "exported", "--to", "hf",
-                            "--verify", "-o", "json"])
+    r = runner.invoke(
+        app, ["checkpoint-convert", "runs/pol", "exported", "--to", "hf", "--verify", "-o", "json"]
+    )
     assert r.exit_code == 0, r.output
     result = json.loads(r.stdout)  # stdout is the JSON document alone
     assert (result["src_kind"], result["step"], result["verified"]) == ("run", 2, True)
     assert "tensors:" in r.stderr  # progress went to stderr
     out = tmp_path / "exported"
-    for f in ("config.json", "generation_config.json", "tokenizer.json",
-              "tokenizer_config.json", "model.safetensors"):
+    for f in (
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "model.safetensors",
+    ):
         assert (out / f).is_file(), f
 
     # the same policy by run name, by step, and from the step folder itself
-    for src_arg, extra in (("pol", ()), ("runs/pol", ("--step", "2")),
-                           ("runs/pol/checkpoints/2", ())):
-        r = runner.invoke(app, ["checkpoint-convert", src_arg, f"again-{len(extra)}",
-                                "--overwrite", "-o", "json", *extra])
+    for src_arg, extra in (
+        ("pol", ()),
+        ("runs/pol", ("--step", "2")),
+        ("runs/pol/checkpoints/2", ()),
+    ):
+        r = runner.invoke(
+            app,
+            [
+                "checkpoint-convert",
+                src_arg,
+                f"again-{len(extra)}",
+                "--overwrite",
+                "-o",
+                "json",
+                *extra,
+            ],
+        )
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["step"] == 2
         assert (tmp_path / f"again-{len(extra)}" / "model.safetensors").read_bytes() == (
-            out / "model.safetensors").read_bytes()
+            out / "model.safetensors"
+        ).read_bytes()
     r = runner.invoke(app, ["checkpoint-convert", "runs/pol", "x", "--step", "1"])
     assert r.exit_code == 2 and "no complete checkpoint 1" in r.stderr
 
     policy, info, step = _restore_run_policy(tmp_path / "runs" / "pol", src)
     assert step == 2
-    before, after = load_file(str(src / "model.safetensors")), load_file(
-        str(out / "model.safetensors"))
+    before, after = (
+        load_file(str(src / "model.safetensors")),
+        load_file(str(out / "model.safetensors")),
+    )
     assert any(not np.array_equal(before[k], after[k]) for k in before)  # it did train
 
     m = hf_model(out)
@@ -185,11 +240,31 @@ def test_train_starts_from_a_trainer_folder(tmp_path, monkeypatch, runner, famil
     r = runner.invoke(app, ["checkpoint-convert", str(src), "conv", "--to", "trainer"])
     assert r.exit_code == 0, r.output
     assert not list((tmp_path / "conv").glob("*.safetensors"))
-    (tmp_path / "train.jsonl").write_text("".join(
-        json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(4)))
-    r = runner.invoke(app, ["train", "grpo", "--name", "fromconv", "--model", "conv",
-                            "--dataset", "jsonl", "--data-path", "train.jsonl", "--steps", "1",
-                            "-o", "json", *TINY])
+    (tmp_path / "train.jsonl").write_text(
+        "".join(
+            json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(4)
+        )
+    )
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--name",
+            "fromconv",
+            "--model",
+            "conv",
+            "--dataset",
+            "jsonl",
+            "--data-path",
+            "train.jsonl",
+            "--steps",
+            "1",
+            "-o",
+            "json",
+            *TINY,
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["phase"] == "completed"
 
@@ -210,16 +285,29 @@ def test_killed_conversion_leaves_no_dst_and_the_rerun_resumes(tmp_path):
     from rlctl.core.checkpoints.places import PARTIAL
     from tests.fakes.tiny_model import write_tiny_model
 
-    src = write_tiny_model(tmp_path / "m", "llama", layers=16, hidden=512, heads=8,
-                           kv_heads=4, ffn=2048)  # ~240 MB: a few seconds to convert
+    src = write_tiny_model(
+        tmp_path / "m", "llama", layers=16, hidden=512, heads=8, kv_heads=4, ffn=2048
+    )  # ~240 MB: a few seconds to convert
     dst, progress = tmp_path / "out", tmp_path / f"out{PARTIAL}" / PROGRESS
-    cmd = [sys.executable, "-m", "rlctl", "checkpoint-convert", str(src), str(dst),
-           "--to", "trainer", "-o", "json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlctl",
+        "checkpoint-convert",
+        str(src),
+        str(dst),
+        "--to",
+        "trainer",
+        "-o",
+        "json",
+    ]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and p.poll() is None:
-        if progress.is_file() and len(json.loads(progress.read_text() or "{}")
-                                      .get("done", [])) >= 5:
+        if (
+            progress.is_file()
+            and len(json.loads(progress.read_text() or "{}").get("done", [])) >= 5
+        ):
             break
         time.sleep(0.005)
     assert p.poll() is None, "finished before it could be killed"

@@ -7,8 +7,18 @@ import json
 import pytest
 
 BASE = ["--project", "p", "--region", "us-central1", "--zone", "us-central1-b"]
-CREATE = ["cluster", "create", "rl", *BASE, "-a", "v6e-16 x2", "--dcn-networks", "2",
-          "--bucket", "rl-runs"]
+CREATE = [
+    "cluster",
+    "create",
+    "rl",
+    *BASE,
+    "-a",
+    "v6e-16 x2",
+    "--dcn-networks",
+    "2",
+    "--bucket",
+    "rl-runs",
+]
 
 
 class TestClusterCreate:
@@ -33,8 +43,7 @@ class TestClusterCreate:
         assert "dry run" in r.stderr and fake.mutations() == []
 
     @pytest.mark.parametrize("flags", [["-a", "v6e-8 x2"], ["-a", "v6e-8", "--num-slices", "2"]])
-    def test_several_single_host_slices_are_one_line_and_nothing_is_called(self, cli, fake,
-                                                                           flags):
+    def test_several_single_host_slices_are_one_line_and_nothing_is_called(self, cli, fake, flags):
         r = cli("cluster", "create", "rl", *BASE, *flags, "--dry-run")
         assert r.exit_code == 2
         (err,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
@@ -43,8 +52,19 @@ class TestClusterCreate:
         assert "Traceback" not in r.stderr and fake.requests == []
 
     def test_num_slices(self, cli):
-        r = cli("cluster", "create", "rl", *BASE, "-a", "v6e-16", "--num-slices", "2",
-                "--dry-run", "-o", "json")
+        r = cli(
+            "cluster",
+            "create",
+            "rl",
+            *BASE,
+            "-a",
+            "v6e-16",
+            "--num-slices",
+            "2",
+            "--dry-run",
+            "-o",
+            "json",
+        )
         names = [c["name"] for c in json.loads(r.stdout)["changes"] if c["kind"] == "nodepool"]
         assert names == ["v6e-16-0", "v6e-16-1", "pathways"]
 
@@ -60,8 +80,11 @@ class TestClusterCreate:
         # 13 Google Cloud resources (the Pathways pool and the nodes' bucket binding
         # among them) + 2 controllers + the KSA (namespace: default)
         assert len(doc["result"]["applied"]) == 16
-        assert {"controller/jobset", "controller/pathways-job",
-                "serviceaccount/default/rlctl"} <= set(doc["result"]["applied"])
+        assert {
+            "controller/jobset",
+            "controller/pathways-job",
+            "serviceaccount/default/rlctl",
+        } <= set(doc["result"]["applied"])
         n, k = len(fake.mutations()), len(kube.mutations())
         r = cli(*CREATE, "--yes")
         assert r.exit_code == 0, r.stderr
@@ -70,16 +93,18 @@ class TestClusterCreate:
 
     def test_config_file(self, cli, fake, tmp_path):
         cfg = tmp_path / "infra.yaml"
-        cfg.write_text("project: p\nregion: us-central1\ncluster: rl\n"
-                       "accelerators: ['v5litepod-16']\n")
+        cfg.write_text(
+            "project: p\nregion: us-central1\ncluster: rl\naccelerators: ['v5litepod-16']\n"
+        )
         r = cli("cluster", "create", "-c", str(cfg), "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
         pool = next(c for c in json.loads(r.stdout)["changes"] if c["kind"] == "nodepool")
         assert pool["fields"]["machine_type"] == "ct5lp-hightpu-4t"
 
     def test_quota_error_is_one_line_and_exits_6(self, cli, fake):
-        fake.fail_operation(r"/nodePools$", 8, "Insufficient quota to satisfy the request: "
-                            "TPUV6E chips limit 16")
+        fake.fail_operation(
+            r"/nodePools$", 8, "Insufficient quota to satisfy the request: TPUV6E chips limit 16"
+        )
         r = cli(*CREATE, "--yes")
         assert r.exit_code == 6
         err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
@@ -87,8 +112,9 @@ class TestClusterCreate:
         assert "Traceback" not in r.stderr
 
     def test_permission_error_is_one_line_and_exits_5(self, cli, fake):
-        fake.fail("GET", r"/services:batchGet$", 403, "Permission denied on project p",
-                  reason="forbidden")
+        fake.fail(
+            "GET", r"/services:batchGet$", 403, "Permission denied on project p", reason="forbidden"
+        )
         r = cli(*CREATE, "--yes")
         assert r.exit_code == 5
         err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
@@ -113,8 +139,11 @@ class TestClusterOthers:
         d = json.loads(r.stdout)
         assert d["status"] == "RUNNING" and d["addons"]["ray_operator"]
         assert {p["name"]: p["status"] for p in d["node_pools"]} == {
-            "cpu": "RUNNING", "v6e-16-0": "RUNNING", "v6e-16-1": "RUNNING",
-            "pathways": "RUNNING"}
+            "cpu": "RUNNING",
+            "v6e-16-0": "RUNNING",
+            "v6e-16-1": "RUNNING",
+            "pathways": "RUNNING",
+        }
         r = cli("cluster", "describe", "rl", *BASE[:4])
         assert "v6e-16-1" in r.stdout and "4x4" in r.stdout
         r = cli("cluster", "list", "--project", "p", "-o", "json")
@@ -148,11 +177,21 @@ class TestNetwork:
         assert fake.is_empty()
 
 
-@pytest.mark.parametrize("args", [
-    [], ["cluster"], ["network"], ["cluster", "create"], ["cluster", "delete"],
-    ["cluster", "list"], ["cluster", "describe"], ["network", "create"], ["network", "show"],
-    ["network", "delete"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["cluster"],
+        ["network"],
+        ["cluster", "create"],
+        ["cluster", "delete"],
+        ["cluster", "list"],
+        ["cluster", "describe"],
+        ["network", "create"],
+        ["network", "show"],
+        ["network", "delete"],
+    ],
+)
 def test_help(args):
     from typer.testing import CliRunner
 

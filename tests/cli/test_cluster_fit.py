@@ -18,8 +18,20 @@ from tests.fakes.k8s import nodes_of_cluster
 from tests.fakes.seed import seed_cluster
 
 IMAGE = "us-docker.pkg.dev/p/r/rlctl:1"
-WHERE = ["--cluster", "rl", "--project", "p", "--region", "us-central1",
-         "--runs-dir", "gs://rl-runs/runs", "--image", IMAGE, "--name", "r1"]
+WHERE = [
+    "--cluster",
+    "rl",
+    "--project",
+    "p",
+    "--region",
+    "us-central1",
+    "--runs-dir",
+    "gs://rl-runs/runs",
+    "--image",
+    IMAGE,
+    "--name",
+    "r1",
+]
 SHAPES = {"v6e-16 x2": 2, "v5p-16 x2": 0, "a3-highgpu-8g x2": 0}  # -> DCN networks
 
 
@@ -61,10 +73,14 @@ class TestRefusedBeforeAnythingIsApplied:
         doc["nodePools"] = [p for p in doc["nodePools"] if p["name"] != "pathways"]
         r = _train(cli, "--backend", "pathways", "--dry-run")
         assert r.exit_code == 2
-        assert "pathways-head (1 pod): no node pool has cloud.google.com/gke-nodepool=" \
-               "pathways" in r.stderr
-        assert "re-run 'rlctl cluster create rl --region us-central1 -a v6e-16' to add " \
-               "the 'pathways' pool" in r.stderr
+        assert (
+            "pathways-head (1 pod): no node pool has cloud.google.com/gke-nodepool="
+            "pathways" in r.stderr
+        )
+        assert (
+            "re-run 'rlctl cluster create rl --region us-central1 -a v6e-16' to add "
+            "the 'pathways' pool" in r.stderr
+        )
 
     def test_pools_made_with_two_threads_per_core_size_pods_by_those(self, cli, fake):
         doc = seed_cluster(fake, "rl", ["v6e-16 x2"])

@@ -12,15 +12,23 @@ CTL = "rlctl.dev/controller"
 
 
 def _controller_objects(kube) -> list[tuple]:
-    return [k for k, o in kube.objects.items()
-            if CTL in ((o.get("metadata") or {}).get("labels") or {})]
+    return [
+        k for k, o in kube.objects.items() if CTL in ((o.get("metadata") or {}).get("labels") or {})
+    ]
 
 
 class TestPlan:
-    def test_dry_run_lists_controllers_with_versions_and_changes_nothing(self, cli, fake,
-                                                                         kube):
-        r = cli(*CREATE, "--namespace", "train", "--service-account", "trainer", "--dry-run",
-                "-o", "json")
+    def test_dry_run_lists_controllers_with_versions_and_changes_nothing(self, cli, fake, kube):
+        r = cli(
+            *CREATE,
+            "--namespace",
+            "train",
+            "--service-account",
+            "trainer",
+            "--dry-run",
+            "-o",
+            "json",
+        )
         assert r.exit_code == 0, r.stderr
         changes = {(c["kind"], c["name"]): c for c in json.loads(r.stdout)["changes"]}
         js = changes[("controller", "jobset")]
@@ -39,30 +47,35 @@ class TestPlan:
         r = cli(*CREATE, "--dry-run")
         assert r.exit_code == 0, r.stderr
         lines = r.stdout.splitlines()  # at 80 columns: the change, then its details
-        i = next(i for i, ln in enumerate(lines) if ln.split()[:3] == ["create", "controller",
-                                                                      "jobset"])
+        i = next(
+            i for i, ln in enumerate(lines) if ln.split()[:3] == ["create", "controller", "jobset"]
+        )
         assert "version=v0.12.0" in lines[i + 1]
 
     def test_autopilot_is_refused_in_one_line_before_anything(self, cli, fake, kube):
         r = cli("cluster", "create", "rl", *BASE, "-a", "v6e-16", "--autopilot", "--dry-run")
         assert r.exit_code == 2
         err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-        assert err == ["error: Autopilot clusters are not supported: rlctl runs on TPU/GPU "
-                       "node pools of a Standard cluster"]
+        assert err == [
+            "error: Autopilot clusters are not supported: rlctl runs on TPU/GPU "
+            "node pools of a Standard cluster"
+        ]
         assert "Traceback" not in r.stderr and fake.requests == []
 
 
 class TestApply:
     def test_create_installs_controllers_namespace_and_ksa(self, cli, fake, kube):
-        r = cli(*CREATE, "--namespace", "train", "--service-account", "trainer", "--yes",
-                "-o", "json")
+        r = cli(
+            *CREATE, "--namespace", "train", "--service-account", "trainer", "--yes", "-o", "json"
+        )
         assert r.exit_code == 0, r.stderr
         crds = [n for n in kube.names("customresourcedefinitions", cluster=True)]
-        assert crds == ["CustomResourceDefinition/jobsets.jobset.x-k8s.io",
-                        "CustomResourceDefinition/pathwaysjobs.pathways-job.pathways.domain"]
+        assert crds == [
+            "CustomResourceDefinition/jobsets.jobset.x-k8s.io",
+            "CustomResourceDefinition/pathwaysjobs.pathways-job.pathways.domain",
+        ]
         for name in ("jobsets.jobset.x-k8s.io", "pathwaysjobs.pathways-job.pathways.domain"):
-            crd = kube.objects[("apiextensions.k8s.io/v1", "customresourcedefinitions", "",
-                                name)]
+            crd = kube.objects[("apiextensions.k8s.io/v1", "customresourcedefinitions", "", name)]
             assert crd["status"]["conditions"][0]["type"] == "Established"
         ns = kube.objects[("v1", "namespaces", "", "train")]
         assert ns["metadata"]["labels"]["managed-by"] == "rlctl"
@@ -83,8 +96,12 @@ class TestApply:
 
     def test_a_controller_of_another_version_is_updated(self, cli, kube):
         assert cli(*CREATE, "--yes").exit_code == 0
-        key = ("apiextensions.k8s.io/v1", "customresourcedefinitions", "",
-               "jobsets.jobset.x-k8s.io")
+        key = (
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            "",
+            "jobsets.jobset.x-k8s.io",
+        )
         kube.objects[key]["metadata"]["labels"]["rlctl.dev/controller-version"] = "v0.11.0"
         r = cli(*CREATE, "--dry-run", "-o", "json")
         js = next(c for c in json.loads(r.stdout)["changes"] if c["name"] == "jobset")
@@ -108,6 +125,5 @@ class TestApply:
         r = cli("cluster", "delete", "rl", *BASE[:4], "--yes", "-o", "json")
         assert r.exit_code == 0, r.stderr
         doc = json.loads(r.stdout)
-        assert any("controllers are deleted with the cluster" in n
-                   for n in doc["plan"]["notes"])
+        assert any("controllers are deleted with the cluster" in n for n in doc["plan"]["notes"])
         assert fake.is_empty()

@@ -46,9 +46,15 @@ def clients(fake, kube):
 
     from rlctl.core.clients import SERVICES, Clients
 
-    c = Clients("p", "us-central1", Credentials(token=KUBE_TOKEN),
-                {s: fake.url for s in SERVICES}, retry_initial=0.01, poll_interval=0.01,
-                retry_deadline=5.0)
+    c = Clients(
+        "p",
+        "us-central1",
+        Credentials(token=KUBE_TOKEN),
+        {s: fake.url for s in SERVICES},
+        retry_initial=0.01,
+        poll_interval=0.01,
+        retry_deadline=5.0,
+    )
     _seed_cluster(fake, kube.url)
     kube.seed_ready()  # what 'cluster create' installs: CRDs, namespace, KSA
     kube.nodes = nodes_of_cluster(fake, "c")  # applied workloads become scheduled pods
@@ -99,8 +105,20 @@ def cli(clients, crds, kube):
 
 
 def _submit(cli, *extra: str):
-    return cli("train", "grpo", "--cluster", "c", *LOC, "--image", IMAGE, "--name", RUN,
-               "--steps", "4", *extra)
+    return cli(
+        "train",
+        "grpo",
+        "--cluster",
+        "c",
+        *LOC,
+        "--image",
+        IMAGE,
+        "--name",
+        RUN,
+        "--steps",
+        "4",
+        *extra,
+    )
 
 
 def _store_text(clients) -> str:
@@ -110,22 +128,33 @@ def _store_text(clients) -> str:
 def _pod(kube, phase: str = "Running", scheduled: bool = True) -> None:
     status: dict = {"phase": phase}
     if not scheduled:
-        status["conditions"] = [{"type": "PodScheduled", "status": "False",
-                                 "reason": "Unschedulable",
-                                 "message": "0/3 nodes are available: 3 Insufficient "
-                                 "google.com/tpu."}]
-    kube.put("v1", "pods", {
-        "metadata": {"name": f"{RUN}-slice-0-0-abcde",
-                     "labels": {"managed-by": "rlctl", "rlctl.dev/run": RUN}},
-        "spec": {"containers": [{"name": "trainer"}],
-                 "nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}},
-        "status": status,
-    })
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient google.com/tpu.",
+            }
+        ]
+    kube.put(
+        "v1",
+        "pods",
+        {
+            "metadata": {
+                "name": f"{RUN}-slice-0-0-abcde",
+                "labels": {"managed-by": "rlctl", "rlctl.dev/run": RUN},
+            },
+            "spec": {
+                "containers": [{"name": "trainer"}],
+                "nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"},
+            },
+            "status": status,
+        },
+    )
 
 
 class TestTrainOnCluster:
-    def test_dry_run_json_prints_only_the_manifests_and_changes_nothing(self, cli, kube,
-                                                                        clients):
+    def test_dry_run_json_prints_only_the_manifests_and_changes_nothing(self, cli, kube, clients):
         r = _submit(cli, "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
         objs = json.loads(r.stdout)  # nothing else on stdout
@@ -133,8 +162,14 @@ class TestTrainOnCluster:
         assert kinds == ["ServiceAccount", "JobSet"]
         js = objs[-1]
         assert js["metadata"]["name"] == RUN
-        assert len(js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-                   ["containers"]) >= 1
+        assert (
+            len(
+                js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+                    "containers"
+                ]
+            )
+            >= 1
+        )
         text = json.dumps(objs)
         assert "tpu-v6e-slice" in text and "4x4" in text and IMAGE in text
         assert STORE in text  # the pods use the cluster's bucket as the run store
@@ -153,61 +188,103 @@ class TestTrainOnCluster:
         workload and in the run's first lines; another --image decides in its pods."""
         ours = "us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:0.1-abc"
         for image, want in ((ours, "vanilla"), (IMAGE, "auto")):
-            r = cli("train", "grpo", "--cluster", "c", *LOC, "--image", image, "--name", RUN,
-                    "--dry-run", "-o", "json")
+            r = cli(
+                "train",
+                "grpo",
+                "--cluster",
+                "c",
+                *LOC,
+                "--image",
+                image,
+                "--name",
+                RUN,
+                "--dry-run",
+                "-o",
+                "json",
+            )
             assert r.exit_code == 0, r.stderr
             js = json.loads(r.stdout)[-1]
             assert js["metadata"]["annotations"]["rlctl.dev/rollout-engine"] == want
-            assert js["metadata"]["annotations"][
-                "alpha.jobset.sigs.k8s.io/exclusive-topology"] == "cloud.google.com/gke-nodepool"
+            assert (
+                js["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"]
+                == "cloud.google.com/gke-nodepool"
+            )
         assert "rollout engine: rollout.engine=auto: decided in the pods" in r.stderr
-        r = cli("train", "grpo", "--cluster", "c", *LOC, "--image", ours, "--name", RUN,
-                "--dry-run", "--backend", "ray")
+        r = cli(
+            "train",
+            "grpo",
+            "--cluster",
+            "c",
+            *LOC,
+            "--image",
+            ours,
+            "--name",
+            RUN,
+            "--dry-run",
+            "--backend",
+            "ray",
+        )
         assert "rlctl.dev/rollout-engine: vanilla" in r.stdout
-        assert "rollout engine: rollout.engine=auto: vanilla on tpu (rlctl's tpu image has " \
-               "no vLLM)" in r.stderr
+        assert (
+            "rollout engine: rollout.engine=auto: vanilla on tpu (rlctl's tpu image has "
+            "no vLLM)" in r.stderr
+        )
 
-    def test_vllm_where_rlctls_image_has_none_fails_before_anything(self, cli, kube,
-                                                                    clients):
+    def test_vllm_where_rlctls_image_has_none_fails_before_anything(self, cli, kube, clients):
         ours = "us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:0.1-abc"
         for extra in ([], ["--dry-run"]):
-            r = cli("train", "grpo", "--cluster", "c", *LOC, "--image", ours, "--name", RUN,
-                    "--set", "rollout.engine=vllm", *extra)
+            r = cli(
+                "train",
+                "grpo",
+                "--cluster",
+                "c",
+                *LOC,
+                "--image",
+                ours,
+                "--name",
+                RUN,
+                "--set",
+                "rollout.engine=vllm",
+                *extra,
+            )
             assert r.exit_code == 2, r.stderr
             assert "rlctl's tpu image carries no vLLM" in r.stderr
             assert "Traceback" not in r.stderr
         assert kube.mutations() == [] and _store_text(clients) == ""
 
-    def test_submit_creates_exactly_the_run_objects_and_writes_the_store(self, cli, kube,
-                                                                         clients):
+    def test_submit_creates_exactly_the_run_objects_and_writes_the_store(self, cli, kube, clients):
         r = _submit(cli, "-o", "json")
         assert r.exit_code == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["name"] == RUN and out["path"] == f"{STORE}/{RUN}"
         assert out["cluster"] == "c" and out["accelerator"] == "v6e-16"
-        assert kube.names() == ["JobSet/r1", "Secret/r1-hf-token",
-                                "ServiceAccount/rlctl"]
+        assert kube.names() == ["JobSet/r1", "Secret/r1-hf-token", "ServiceAccount/rlctl"]
         js = kube.objects[JOBSET]
         assert js["spec"]["replicatedJobs"][0]["replicas"] == 2  # two v6e-16 pools
         assert {r["authorization"] for r in kube.requests} == {f"Bearer {KUBE_TOKEN}"}
-        st = json.loads(clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/status.json")
-                        .download_as_text())
+        st = json.loads(
+            clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/status.json").download_as_text()
+        )
         assert st["cluster"] == "c" and st["backend"] == "jobset" and st["image"] == IMAGE
         assert HF_SENTINEL not in _store_text(clients)
         others = [o for k, o in kube.objects.items() if k[1] != "secrets"]
         assert HF_SENTINEL not in json.dumps(others)
 
     def test_runs_go_to_the_namespace_and_account_the_cluster_was_made_with(
-            self, cli, kube, fake, clients):
+        self, cli, kube, fake, clients
+    ):
         """'cluster create --namespace ml --service-account trainer' bound the bucket to
         ml/trainer; a run anywhere else would be refused by the bucket."""
         fake.clusters[("us-central1", "c")]["resourceLabels"].update(
-            {"rlctl-namespace": "ml", "rlctl-ksa": "trainer"})
+            {"rlctl-namespace": "ml", "rlctl-ksa": "trainer"}
+        )
         # not made yet: refused before anything is written, naming the fix
         r = _submit(cli)
         assert r.exit_code == 2 and "namespace 'ml' does not exist" in r.stderr
-        assert "rlctl cluster create c --region us-central1 --namespace ml " \
+        assert (
+            "rlctl cluster create c --region us-central1 --namespace ml "
             "--service-account trainer" in r.stderr
+        )
         assert not list(clients.storage.list_blobs(BUCKET))
         kube.seed_ready("ml", "trainer")
         assert _submit(cli).exit_code == 0
@@ -217,35 +294,41 @@ class TestTrainOnCluster:
         pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "trainer"
         assert kube.objects[("v1", "serviceaccounts", "ml", "trainer")]
-        st = json.loads(clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/status.json")
-                        .download_as_text())
+        st = json.loads(
+            clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/status.json").download_as_text()
+        )
         assert (st["namespace"], st["service_account"]) == ("ml", "trainer")
 
     def test_runs_dir_must_be_gs(self, cli, kube, tmp_path):
         r = _submit(cli, "--runs-dir", str(tmp_path), "--dry-run")
         assert r.exit_code == 2 and "gs://" in r.stderr and kube.mutations() == []
 
-    def test_without_image_the_built_one_is_picked_and_checked(self, cli, fake, kube,
-                                                                  monkeypatch):
+    def test_without_image_the_built_one_is_picked_and_checked(self, cli, fake, kube, monkeypatch):
         from rlctl.core.gcp.image import default_tag
 
         monkeypatch.delenv("RLCTL_IMAGE", raising=False)
         want = f"us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:{default_tag('tpu')}"
-        r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN, "--dry-run",
-                "-o", "json")
+        r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN, "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
-        assert json.loads(r.stdout)[-1]["spec"]["replicatedJobs"][0]["template"]["spec"][
-            "template"]["spec"]["containers"][0]["image"] == want
+        assert (
+            json.loads(r.stdout)[-1]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+                "spec"
+            ]["containers"][0]["image"]
+            == want
+        )
         # not built yet: refused before anything is written, naming the command
         r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN)
         assert r.exit_code == 2
-        assert f"image {want} does not exist: run 'rlctl image build --cluster c " \
+        assert (
+            f"image {want} does not exist: run 'rlctl image build --cluster c "
             "--region us-central1 --accelerator tpu'" in r.stderr
+        )
         assert kube.names("jobsets") == []
         # built: submitted with it
         fake.repositories[("us-central1", "rlctl")] = {"name": "x"}
         fake.docker_images[("us-central1", "rlctl", "rlctl-tpu")] = {
-            default_tag("tpu"): "sha256:" + "1" * 64}
+            default_tag("tpu"): "sha256:" + "1" * 64
+        }
         r = cli("train", "grpo", "--cluster", "c", *LOC, "--name", RUN, "--steps", "4")
         assert r.exit_code == 0, r.stderr
         assert kube.names("jobsets") == ["JobSet/r1"]
@@ -265,8 +348,11 @@ def _with_dcn(fake) -> None:
     for pool in fake.clusters[("us-central1", "c")]["nodePools"]:
         if not pool["name"].startswith("v6e-16-"):
             continue
-        pool["networkConfig"] = {"additionalNodeNetworkConfigs": [
-            {"network": f"c-dcn-{i}", "subnetwork": f"c-dcn-{i}-sub"} for i in range(2)]}
+        pool["networkConfig"] = {
+            "additionalNodeNetworkConfigs": [
+                {"network": f"c-dcn-{i}", "subnetwork": f"c-dcn-{i}-sub"} for i in range(2)
+            ]
+        }
 
 
 class TestSeedShapedDryRun:
@@ -288,11 +374,19 @@ class TestSeedShapedDryRun:
         # the seed's two-netdev claim (issue 24 point 6: c255c2d selected on an attribute
         # no GKE or dranet source publishes)
         (claim,) = objs["ResourceClaimTemplate"]["spec"]["spec"]["devices"]["requests"]
-        assert claim["exactly"] == {"deviceClassName": "netdev.google.com",
-                                    "allocationMode": "ExactCount", "count": 2}
-        for needle in ('--megascale_grpc_interface_prefixes=eth1,eth2,lo"',
-                       '"privileged": true', '"value": "9915"', '"value": "tpu,cpu"',
-                       '"memory": "628Gi"', '"cpu": "80"'):
+        assert claim["exactly"] == {
+            "deviceClassName": "netdev.google.com",
+            "allocationMode": "ExactCount",
+            "count": 2,
+        }
+        for needle in (
+            '--megascale_grpc_interface_prefixes=eth1,eth2,lo"',
+            '"privileged": true',
+            '"value": "9915"',
+            '"value": "tpu,cpu"',
+            '"memory": "628Gi"',
+            '"cpu": "80"',
+        ):
             assert needle in text, needle
         if backend == "ray":
             driver = objs["ConfigMap"]["data"]["ray_driver.py"]
@@ -302,8 +396,20 @@ class TestSeedShapedDryRun:
 
     def test_memory_cpu_and_min_slices_flags(self, cli, fake):
         _with_dcn(fake)
-        r = _submit(cli, "--backend", "ray", "--memory", "200G", "--cpu", "64",
-                    "--min-slices", "1", "--dry-run", "-o", "json")
+        r = _submit(
+            cli,
+            "--backend",
+            "ray",
+            "--memory",
+            "200G",
+            "--cpu",
+            "64",
+            "--min-slices",
+            "1",
+            "--dry-run",
+            "-o",
+            "json",
+        )
         assert r.exit_code == 0, r.stderr
         rj = next(o for o in json.loads(r.stdout) if o["kind"] == "RayJob")
         (wg,) = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
@@ -323,41 +429,61 @@ class TestSeedShapedDryRun:
 
 
 class TestInputsOnGcs:
-    def test_gs_inputs_are_mounted_and_the_stored_spec_reads_them_there(self, cli, kube,
-                                                                        clients):
-        r = _submit(cli, "--model", "gs://models-b/qwen3", "--dataset", "gsm8k",
-                    "--data-path", "gs://data-b/gsm8k/train.jsonl", "--backend", "ray")
+    def test_gs_inputs_are_mounted_and_the_stored_spec_reads_them_there(self, cli, kube, clients):
+        r = _submit(
+            cli,
+            "--model",
+            "gs://models-b/qwen3",
+            "--dataset",
+            "gsm8k",
+            "--data-path",
+            "gs://data-b/gsm8k/train.jsonl",
+            "--backend",
+            "ray",
+        )
         assert r.exit_code == 0, r.stderr
         spec = clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/spec.yaml").download_as_text()
         assert "source: /gcs/models-b/qwen3" in spec
         assert "path: /gcs/data-b/gsm8k/train.jsonl" in spec
         rj = kube.objects[("ray.io/v1", "rayjobs", "default", RUN)]
-        for group in [rj["spec"]["rayClusterSpec"]["headGroupSpec"],
-                      *rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]]:
+        for group in [
+            rj["spec"]["rayClusterSpec"]["headGroupSpec"],
+            *rj["spec"]["rayClusterSpec"]["workerGroupSpecs"],
+        ]:
             t = group["template"]
             # the seed's sidecar limits lifted (issue 24 point 9)
             assert t["metadata"]["annotations"] == {
-                "gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "0",
-                "gke-gcsfuse/memory-limit": "0", "gke-gcsfuse/ephemeral-storage-limit": "0"}
+                "gke-gcsfuse/volumes": "true",
+                "gke-gcsfuse/cpu-limit": "0",
+                "gke-gcsfuse/memory-limit": "0",
+                "gke-gcsfuse/ephemeral-storage-limit": "0",
+            }
             vols = {v["name"]: v for v in t["spec"]["volumes"]}
-            assert [vols[f"gcs-{i}"]["csi"]["volumeAttributes"]["bucketName"]
-                    for i in range(2)] == ["models-b", "data-b"]
+            assert [
+                vols[f"gcs-{i}"]["csi"]["volumeAttributes"]["bucketName"] for i in range(2)
+            ] == ["models-b", "data-b"]
             mounts = t["spec"]["containers"][0]["volumeMounts"]
             assert {"name": "gcs-1", "mountPath": "/gcs/data-b", "readOnly": True} in mounts
 
     @pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
     def test_every_pod_that_mounts_a_bucket_gets_its_sidecar_as_the_controllers_make_it(
-            self, cli, kube, backend):
+        self, cli, kube, backend
+    ):
         """The GCS FUSE webhook acts on a pod's annotations as its controller wrote them:
         pathways-job gives the head the PathwaysJob's own annotations only, so they are
         rendered there. Mounts are owned by the image's non-root user (uid 1000), and the
         host-network Pathways head authenticates as its KSA (hostNetworkPodKSA)."""
         r = _submit(cli, "--model", "gs://models-b/qwen3", "--backend", backend)
         assert r.exit_code == 0, r.stderr
-        mounting = [p for p in kube.pods_of(RUN)
-                    if any(m["mountPath"].startswith("/gcs/")
-                           for c in p["spec"]["containers"]
-                           for m in c.get("volumeMounts") or [])]
+        mounting = [
+            p
+            for p in kube.pods_of(RUN)
+            if any(
+                m["mountPath"].startswith("/gcs/")
+                for c in p["spec"]["containers"]
+                for m in c.get("volumeMounts") or []
+            )
+        ]
         assert mounting
         for pod in mounting:
             name = pod["metadata"]["name"]
@@ -365,18 +491,21 @@ class TestInputsOnGcs:
             assert "gke-gcsfuse-sidecar" in [c["name"] for c in pod["spec"]["initContainers"]]
             (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == "gcs-0"]
             attrs = vol["csi"]["volumeAttributes"]
-            assert attrs["mountOptions"] == \
-                "implicit-dirs,uid=1000,gid=1000,file-mode=664,dir-mode=775"
-            assert (attrs.get("hostNetworkPodKSA") == "true") == \
-                bool(pod["spec"].get("hostNetwork")), name
+            assert (
+                attrs["mountOptions"]
+                == "implicit-dirs,uid=1000,gid=1000,file-mode=664,dir-mode=775"
+            )
+            assert (attrs.get("hostNetworkPodKSA") == "true") == bool(
+                pod["spec"].get("hostNetwork")
+            ), name
         if backend == "pathways":
-            (head,) = kube.pods_of(RUN, **{
-                "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"})
+            (head,) = kube.pods_of(
+                RUN, **{"jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"}
+            )
             assert head in mounting and head["spec"]["hostNetwork"]
             assert "rlctl.dev/run" not in head["metadata"]["labels"]  # as upstream
 
-    def test_a_local_data_file_is_refused_before_anything_is_written(self, cli, clients,
-                                                                     tmp_path):
+    def test_a_local_data_file_is_refused_before_anything_is_written(self, cli, clients, tmp_path):
         f = tmp_path / "train.jsonl"
         f.write_text('{"question": "1+1", "answer": "#### 2"}\n')
         r = _submit(cli, "--dataset", "gsm8k", "--data-path", str(f))
@@ -414,8 +543,7 @@ class TestStatus:
 
     def test_watch_in_a_pipe_prints_a_line_until_the_run_ends(self, cli, kube):
         assert _submit(cli).exit_code == 0
-        kube.objects[JOBSET]["status"] = {"conditions": [
-            {"type": "Completed", "status": "True"}]}
+        kube.objects[JOBSET]["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
         r = cli("status", RUN, "--runs-dir", STORE, "--watch", "--interval", "0.5")
         assert r.exit_code == 0, r.stderr
         (line,) = r.stdout.splitlines()
@@ -427,14 +555,14 @@ class TestLogs:
         assert _submit(cli).exit_code == 0
         _pod(kube)
         kube.logs[("default", f"{RUN}-slice-0-0-abcde")] = "\n".join(
-            f"step {i}" for i in range(1, 6))
+            f"step {i}" for i in range(1, 6)
+        )
         r = cli("logs", RUN, "--runs-dir", STORE, "--tail", "2")
         assert r.exit_code == 0, r.stderr
         assert r.stdout.splitlines() == ["step 4", "step 5"]
         r = cli("logs", RUN, "--runs-dir", STORE, "-o", "json", "--tail", "1")
         assert json.loads(r.stdout)["lines"] == ["step 5"]
-        kube.objects[JOBSET]["status"] = {"conditions": [
-            {"type": "Completed", "status": "True"}]}
+        kube.objects[JOBSET]["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
         r = cli("logs", RUN, "--runs-dir", STORE, "-f", "--tail", "3")
         assert r.exit_code == 0, r.stderr
         assert r.stdout.splitlines() == ["step 3", "step 4", "step 5"]
@@ -464,9 +592,11 @@ class TestLogs:
 # tests/fakes/controllers.py), never by a name or label rlctl chose: JobSet's process 0,
 # pathways-job's head (JobSet's labels only), KubeRay's submitter (the Job controller's).
 LEADERS = {
-    "jobset": {"jobset.sigs.k8s.io/replicatedjob-name": "slice",
-               "jobset.sigs.k8s.io/job-index": "0",
-               "batch.kubernetes.io/job-completion-index": "0"},
+    "jobset": {
+        "jobset.sigs.k8s.io/replicatedjob-name": "slice",
+        "jobset.sigs.k8s.io/job-index": "0",
+        "batch.kubernetes.io/job-completion-index": "0",
+    },
     "pathways": {"jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"},
     "ray": {"batch.kubernetes.io/job-name": RUN},
 }
@@ -497,8 +627,9 @@ class TestLogsOfEveryBackend:
         assert out["log"] == f"{STORE}/{RUN}/train.log" and "pod" not in out
         assert out["lines"][0].endswith(STEPS[-1])
 
-    def test_follow_reads_it_until_the_workload_ends(self, cli, kube, clients, backend,
-                                                     monkeypatch):
+    def test_follow_reads_it_until_the_workload_ends(
+        self, cli, kube, clients, backend, monkeypatch
+    ):
         from rlctl.core.runs.run_log import RunLog
         from rlctl.core.store import open_store
 
@@ -517,8 +648,9 @@ class TestLogsOfEveryBackend:
                 (key,) = [k for k in kube.objects if k[1] == kind[backend]]
                 kube.objects[key]["status"] = (
                     {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
-                    if backend == "ray" else
-                    {"conditions": [{"type": "Completed", "status": "True"}]})
+                    if backend == "ray"
+                    else {"conditions": [{"type": "Completed", "status": "True"}]}
+                )
 
         monkeypatch.setattr("time.sleep", later)
         r = cli("logs", RUN, "--runs-dir", STORE, "-f", "--interval", "0.5")
@@ -526,8 +658,7 @@ class TestLogsOfEveryBackend:
         lines = [ln.split("  ", 1)[1] for ln in r.stdout.splitlines()]
         assert lines[-3:] == STEPS and len(rounds) == 1
 
-    def test_from_the_leading_pod_before_the_trainer_wrote_its_log(self, cli, kube,
-                                                                   backend):
+    def test_from_the_leading_pod_before_the_trainer_wrote_its_log(self, cli, kube, backend):
         assert _submit(cli, "--backend", backend).exit_code == 0
         (leader, *_) = kube.pods_of(RUN, **LEADERS[backend])
         others = [p for p in kube.pods_of(RUN) if p is not leader]
@@ -537,24 +668,28 @@ class TestLogsOfEveryBackend:
         kube.logs[("default", leader["metadata"]["name"])] = "\n".join(STEPS)
         r = cli("logs", RUN, "--runs-dir", STORE, "-o", "json", "--tail", "2")
         assert r.exit_code == 0, r.stderr
-        assert json.loads(r.stdout) == {"run": RUN, "pod": leader["metadata"]["name"],
-                                        "lines": STEPS[1:]}
+        assert json.loads(r.stdout) == {
+            "run": RUN,
+            "pod": leader["metadata"]["name"],
+            "lines": STEPS[1:],
+        }
 
 
 class TestResume:
-    def test_refuses_while_running_then_resubmits_after_a_checkpoint(self, cli, kube,
-                                                                     clients):
+    def test_refuses_while_running_then_resubmits_after_a_checkpoint(self, cli, kube, clients):
         assert _submit(cli).exit_code == 0
         _pod(kube)
         r = cli("resume", RUN, "--runs-dir", STORE)
         assert r.exit_code == 4 and "no complete checkpoint" in r.stderr
         bucket = clients.storage.bucket(BUCKET)
         bucket.blob(f"runs/{RUN}/checkpoints/2/COMMITTED").upload_from_string(
-            '{"step": 2, "files": []}')
+            '{"step": 2, "files": []}'
+        )
         r = cli("resume", RUN, "--runs-dir", STORE)
         assert r.exit_code == 4 and "still running" in r.stderr
-        kube.objects[JOBSET]["status"] = {"conditions": [
-            {"type": "Failed", "status": "True", "message": "preempted"}]}
+        kube.objects[JOBSET]["status"] = {
+            "conditions": [{"type": "Failed", "status": "True", "message": "preempted"}]
+        }
         kube.objects.pop(("v1", "pods", "default", f"{RUN}-slice-0-0-abcde"))
         r = cli("resume", RUN, "--runs-dir", STORE, "-o", "json")
         assert r.exit_code == 0, r.stderr
@@ -567,17 +702,32 @@ class TestResume:
 class TestDeleteRun:
     def test_lists_then_removes_only_this_runs_objects(self, cli, kube, clients):
         assert _submit(cli).exit_code == 0
-        kube.put("v1", "configmaps", {"metadata": {"name": "other", "labels": {
-            "managed-by": "rlctl", "rlctl.dev/run": "r2"}}})
-        kube.put("v1", "configmaps", {"metadata": {"name": "theirs", "labels": {
-            "rlctl.dev/run": RUN}}})
+        kube.put(
+            "v1",
+            "configmaps",
+            {
+                "metadata": {
+                    "name": "other",
+                    "labels": {"managed-by": "rlctl", "rlctl.dev/run": "r2"},
+                }
+            },
+        )
+        kube.put(
+            "v1", "configmaps", {"metadata": {"name": "theirs", "labels": {"rlctl.dev/run": RUN}}}
+        )
         r = cli("delete", "run", RUN, "--runs-dir", STORE, "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
         plan = json.loads(r.stdout)
         assert (plan["operation"], plan["target"], plan["project"], plan["location"]) == (
-            "delete", RUN, "p", "us-central1")
+            "delete",
+            RUN,
+            "p",
+            "us-central1",
+        )
         assert [(c["action"], c["kind"], c["name"]) for c in plan["changes"]] == [
-            ("delete", "JobSet", "r1"), ("delete", "Secret", "r1-hf-token")]
+            ("delete", "JobSet", "r1"),
+            ("delete", "Secret", "r1-hf-token"),
+        ]
         assert any("cluster c" in n for n in plan["notes"])
         r = cli("delete", "run", RUN, "--runs-dir", STORE)
         assert r.exit_code == 2 and "--yes" in r.stderr
@@ -599,8 +749,11 @@ class TestDeleteRun:
         assert r.exit_code == 0, r.stderr
         doc = json.loads(r.stdout)
         files = doc["plan"]["changes"][-1]
-        assert (files["action"], files["kind"], files["name"]) == ("delete", "files",
-                                                                  f"{STORE}/{RUN}")
+        assert (files["action"], files["kind"], files["name"]) == (
+            "delete",
+            "files",
+            f"{STORE}/{RUN}",
+        )
         assert f"files/{STORE}/{RUN}" in doc["result"]["applied"]
         assert doc["result"]["operation"] == "delete" and doc["result"]["target"] == RUN
         assert list(clients.storage.list_blobs(BUCKET)) == []

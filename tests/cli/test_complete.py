@@ -12,8 +12,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("jax", "tunix", "flax", "orbax", "google.cloud", "google.auth", "kubernetes",
-         "matplotlib", "tensorboardX")
+HEAVY = (
+    "jax",
+    "tunix",
+    "flax",
+    "orbax",
+    "google.cloud",
+    "google.auth",
+    "kubernetes",
+    "matplotlib",
+    "tensorboardX",
+)
 # what the `rlctl` console script does, with sys.argv[0] = "rlctl": typer names the
 # completion variable after the program (_RLCTL_COMPLETE)
 SCRIPT = (
@@ -31,9 +40,20 @@ def complete(line: str, cwd: Path, **env: str) -> list[str]:
     """The suggestions for the last word of ``line`` (an empty one after a space)."""
     words = line.split(" ")
     r = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=cwd, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO), "_RLCTL_COMPLETE": "complete_bash",
-             "COMP_WORDS": line, "COMP_CWORD": str(len(words) - 1), **env})
+        [sys.executable, "-c", SCRIPT],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "_RLCTL_COMPLETE": "complete_bash",
+            "COMP_WORDS": line,
+            "COMP_CWORD": str(len(words) - 1),
+            **env,
+        },
+    )
     assert r.returncode == 0, r.stderr
     assert "heavy: []" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
@@ -75,10 +95,17 @@ class TestValues:
 
     def test_set_keys_from_the_run_specs_schema(self, tmp_path):
         assert complete("rlctl train grpo --set mo", tmp_path) == [
-            "model.source=", "model.dtype=", "model.compute_dtype="]
+            "model.source=",
+            "model.dtype=",
+            "model.compute_dtype=",
+        ]
         got = complete("rlctl train gspo --set training.lo", tmp_path)
-        assert got == ["training.loss_aggregation=", "training.lora_rank=",
-                       "training.lora_alpha=", "training.lora_target_modules="]
+        assert got == [
+            "training.loss_aggregation=",
+            "training.lora_rank=",
+            "training.lora_alpha=",
+            "training.lora_target_modules=",
+        ]
         assert "rewards=" in complete("rlctl train grpo --set re", tmp_path)
 
     def test_clusters_rlctl_remembered(self, tmp_path):

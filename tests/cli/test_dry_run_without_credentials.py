@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ASSUMED = "no Google Cloud credentials: this plan assumes an empty project my-project in " \
-    "us-east5"
+ASSUMED = "no Google Cloud credentials: this plan assumes an empty project my-project in us-east5"
 # every socket refused in the subprocess: a dry run reaches nothing, not even the
 # metadata server
 NO_NETWORK = """
@@ -32,17 +31,27 @@ socket.socket.connect_ex = _refuse
 """
 
 
-def _rlctl(args: list[str], home: Path, **extra: str) -> tuple[subprocess.CompletedProcess[str],
-                                                                float]:
+def _rlctl(
+    args: list[str], home: Path, **extra: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
     site = home / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(NO_NETWORK)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RLCTL_", "GOOGLE_", "CLOUDSDK_", "GCE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RLCTL_", "GOOGLE_", "CLOUDSDK_", "GCE_"))
+    }
     env.update(HOME=str(home), PYTHONPATH=f"{site}{os.pathsep}{REPO}", **extra)
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=home, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return r, time.monotonic() - t0
 
 
@@ -56,34 +65,53 @@ def test_cluster_create_plans_an_empty_project_and_says_so_first(home):
     r, took = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run"], home)
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[0].startswith(ASSUMED)
-    for line in ("Plan: create demo (my-project, us-east5)", "nodepool v6e-16-0",
-                 "nodepool v6e-16-1", "controller jobset", "9 to create"):
+    for line in (
+        "Plan: create demo (my-project, us-east5)",
+        "nodepool v6e-16-0",
+        "nodepool v6e-16-1",
+        "controller jobset",
+        "9 to create",
+    ):
         assert line in r.stdout, line
     assert "Estimated node cost (on-demand): $" in r.stdout
     assert "Traceback" not in r.stderr and took < 20
 
 
 def test_its_json_is_the_plan_with_the_assumption_as_its_first_note(home):
-    r, _ = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run", "-o", "json"],
-                  home)
+    r, _ = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run", "-o", "json"], home)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["notes"][0].startswith(ASSUMED)
-    assert {c["name"] for c in plan["changes"] if c["kind"] == "nodepool"} == \
-        {"v6e-16-0", "v6e-16-1", "pathways"}
+    assert {c["name"] for c in plan["changes"] if c["kind"] == "nodepool"} == {
+        "v6e-16-0",
+        "v6e-16-1",
+        "pathways",
+    }
 
 
 @pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
 def test_train_renders_and_places_on_the_cluster_create_would_make(home, backend):
-    r, took = _rlctl(["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--backend",
-                      backend, "--dry-run", "-o", "json"], home)
+    r, took = _rlctl(
+        [
+            "train",
+            "grpo",
+            "--cluster",
+            "demo",
+            "-a",
+            "v6e-16 x2",
+            "--backend",
+            backend,
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+        home,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[0].startswith(ASSUMED)
-    assert "rlctl cluster create demo -a 'v6e-16 x2' --bucket my-project-demo-runs" \
-        in r.stderr
+    assert "rlctl cluster create demo -a 'v6e-16 x2' --bucket my-project-demo-runs" in r.stderr
     kinds = [m["kind"] for m in json.loads(r.stdout)]
-    assert kinds[-1] == {"jobset": "JobSet", "pathways": "PathwaysJob",
-                         "ray": "RayJob"}[backend]
+    assert kinds[-1] == {"jobset": "JobSet", "pathways": "PathwaysJob", "ray": "RayJob"}[backend]
     assert "-> v6e-16-0, v6e-16-1" in r.stderr  # the fit check, against the planned pools
     assert "run store gs://my-project-demo-runs/runs" in r.stderr
     assert took < 20
@@ -99,21 +127,48 @@ def test_what_it_cannot_assume_is_one_line(home):
     r, _ = _rlctl(["train", "grpo", "--cluster", "demo", "--dry-run"], home)
     assert r.returncode == 2
     err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-    assert err == ["error: without Google Cloud credentials rlctl cannot read the node pools "
-                   "of cluster demo"]
+    assert err == [
+        "error: without Google Cloud credentials rlctl cannot read the node pools of cluster demo"
+    ]
     assert "-a 'v6e-16 x2'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_with_credentials_or_without_dry_run_nothing_is_assumed(home):
     """A plan against the real project needs credentials: a broken credentials file is
     reported as such, and without --dry-run nothing is ever planned on assumptions."""
-    r, _ = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run", "--project",
-                   "p", "--region", "us-east5"], home,
-                  GOOGLE_APPLICATION_CREDENTIALS=str(home / "missing.json"))
+    r, _ = _rlctl(
+        [
+            "cluster",
+            "create",
+            "demo",
+            "-a",
+            "v6e-16 x2",
+            "--dry-run",
+            "--project",
+            "p",
+            "--region",
+            "us-east5",
+        ],
+        home,
+        GOOGLE_APPLICATION_CREDENTIALS=str(home / "missing.json"),
+    )
     assert r.returncode == 5 and "GOOGLE_APPLICATION_CREDENTIALS" in r.stderr
     assert ASSUMED not in r.stderr
-    r, _ = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--project", "p",
-                   "--region", "us-east5", "--yes"], home)
+    r, _ = _rlctl(
+        [
+            "cluster",
+            "create",
+            "demo",
+            "-a",
+            "v6e-16 x2",
+            "--project",
+            "p",
+            "--region",
+            "us-east5",
+            "--yes",
+        ],
+        home,
+    )
     assert r.returncode == 5 and "no Google Cloud credentials found" in r.stderr
     assert ASSUMED not in r.stderr
 

@@ -20,24 +20,37 @@ from rlctl.cli.app import app
 REPO = Path(__file__).resolve().parents[2]
 
 
-def rlctl(*args: str, cwd: Path, env: dict[str, str] | None = None,
-          timeout: float = 60) -> subprocess.CompletedProcess:
+def rlctl(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """``python -m rlctl`` with stdout and stderr pipes: what a script or CI sees."""
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith("RLCTL_") and k not in ("COLUMNS", "LINES")}
-    return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**base, **(env or {})})
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("RLCTL_") and k not in ("COLUMNS", "LINES")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, **(env or {})},
+    )
 
 
-def write_run(root: Path, name: str, phase: str = "completed", step: int = 5,
-              **status: object) -> Path:
+def write_run(
+    root: Path, name: str, phase: str = "completed", step: int = 5, **status: object
+) -> Path:
     run = root / name
     run.mkdir(parents=True, exist_ok=True)
     (run / "spec.yaml").write_text(f"name: {name}\n")
-    (run / "status.json").write_text(json.dumps(
-        {"phase": phase, "step": step, "total_steps": 5, "algorithm": "grpo", **status}))
-    (run / "metrics.jsonl").write_text(json.dumps({"step": step, "reward_mean": 0.5,
-                                                   "grad_norm": 1.25}) + "\n")
+    (run / "status.json").write_text(
+        json.dumps({"phase": phase, "step": step, "total_steps": 5, "algorithm": "grpo", **status})
+    )
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"step": step, "reward_mean": 0.5, "grad_norm": 1.25}) + "\n"
+    )
     return run
 
 
@@ -52,12 +65,16 @@ def one_error_line(stderr: str) -> str:
 class TestJsonErrors:
     """With -o json a failure is one JSON object on stdout; the line stays on stderr."""
 
-    @pytest.mark.parametrize(("args", "code", "words"), [
-        (["status", "nope", "-o", "json"], 3, "not found"),  # rlctl's own error
-        (["train", "grpo", "--steps", "0", "-o", "json"], 2, "training.steps"),
-        (["status", "--interval", "0.1", "-o", "json"], 2, "--interval"),  # click's check
-        (["status", "nope", "--output=json", "--bogus"], 2, "--bogus"),
-    ], ids=["not-found", "bad-value", "out-of-range", "unknown-flag"])
+    @pytest.mark.parametrize(
+        ("args", "code", "words"),
+        [
+            (["status", "nope", "-o", "json"], 3, "not found"),  # rlctl's own error
+            (["train", "grpo", "--steps", "0", "-o", "json"], 2, "training.steps"),
+            (["status", "--interval", "0.1", "-o", "json"], 2, "--interval"),  # click's check
+            (["status", "nope", "--output=json", "--bogus"], 2, "--bogus"),
+        ],
+        ids=["not-found", "bad-value", "out-of-range", "unknown-flag"],
+    )
     def test_error_object_on_stdout(self, tmp_path, args, code, words):
         r = rlctl(*args, "--runs-dir", str(tmp_path), cwd=tmp_path)
         assert r.returncode == code, r.stderr
@@ -72,19 +89,23 @@ class TestJsonErrors:
 
 
 class TestUsageErrors:
-    @pytest.mark.parametrize("args", [
-        ["train", "grpo", "--print-config", "true"],
-        ["delete", "run", "x", "--dry-run", "true"],
-        ["status", "--no-such-flag"],
-    ])
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["train", "grpo", "--print-config", "true"],
+            ["delete", "run", "x", "--dry-run", "true"],
+            ["status", "--no-such-flag"],
+        ],
+    )
     def test_one_line_with_a_hint_and_exit_2(self, tmp_path, args):
         r = rlctl(*args, cwd=tmp_path)
         assert r.returncode == 2 and r.stdout == ""
         one_error_line(r.stderr)
         assert "--help" in r.stderr.splitlines()[-1]
 
-    @pytest.mark.parametrize("args", [["train", "grpo", "--steps", "1.5"],
-                                      ["train", "grpo", "--steps=1.5"]])
+    @pytest.mark.parametrize(
+        "args", [["train", "grpo", "--steps", "1.5"], ["train", "grpo", "--steps=1.5"]]
+    )
     def test_a_bad_value_is_named(self, tmp_path, args):
         """click names the option, not always the value ("Input should be a valid
         integer"): the line says what was typed (fuzz hyperparams/steps-frac)."""
@@ -103,15 +124,21 @@ class TestStatusInAPipe:
     @pytest.mark.parametrize("columns", [None, "80"])
     def test_listing_keeps_a_long_name_whole(self, tmp_path, columns):
         write_run(tmp_path, self.NAME)
-        r = rlctl("status", "--runs-dir", str(tmp_path), cwd=tmp_path,
-                  env={"COLUMNS": columns} if columns else None)
+        r = rlctl(
+            "status",
+            "--runs-dir",
+            str(tmp_path),
+            cwd=tmp_path,
+            env={"COLUMNS": columns} if columns else None,
+        )
         assert r.returncode == 0, r.stderr
         assert self.NAME in r.stdout and "…" not in r.stdout
 
     def test_watch_of_an_ended_run_prints_one_line_and_exits(self, tmp_path):
         write_run(tmp_path, self.NAME)
-        r = rlctl("status", self.NAME, "--watch", "--runs-dir", str(tmp_path), cwd=tmp_path,
-                  timeout=30)
+        r = rlctl(
+            "status", self.NAME, "--watch", "--runs-dir", str(tmp_path), cwd=tmp_path, timeout=30
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.endswith("\n") and len(r.stdout.splitlines()) == 1
         line = r.stdout.splitlines()[0]
@@ -119,20 +146,35 @@ class TestStatusInAPipe:
         assert "\x1b" not in r.stdout + r.stderr  # no live display, no escape codes
 
     def test_watch_prints_a_line_per_change_until_the_run_ends(self, tmp_path, runner):
-        run = write_run(tmp_path, "r1", phase="running", step=1, backend="local",
-                        pid=os.getpid(), host=socket.gethostname())
+        run = write_run(
+            tmp_path,
+            "r1",
+            phase="running",
+            step=1,
+            backend="local",
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
 
         def train() -> None:
             for step, phase in ((2, "running"), (5, "completed")):
                 time.sleep(0.8)
-                write_run(tmp_path, "r1", phase=phase, step=step, backend="local",
-                          pid=os.getpid(), host=socket.gethostname())
+                write_run(
+                    tmp_path,
+                    "r1",
+                    phase=phase,
+                    step=step,
+                    backend="local",
+                    pid=os.getpid(),
+                    host=socket.gethostname(),
+                )
 
         writer = threading.Thread(target=train)
         writer.start()
         try:
-            r = runner.invoke(app, ["status", "r1", "--watch", "--interval", "0.5",
-                                    "--runs-dir", str(tmp_path)])
+            r = runner.invoke(
+                app, ["status", "r1", "--watch", "--interval", "0.5", "--runs-dir", str(tmp_path)]
+            )
         finally:
             writer.join()
         assert r.exit_code == 0, r.output
@@ -154,13 +196,34 @@ class TestPlans:
         assert other.startswith("estimate for us-east5 from ") and "us-east5 may differ" in other
 
     def test_plan_at_80_columns_keeps_names_and_costs_whole(self, cli):
-        r = cli("cluster", "create", "rl", "--project", "p", "--region", "us-east5",
-                "--zone", "us-east5-b", "-a", "v6e-16 x2", "--dcn-networks", "2",
-                "--bucket", "rl-runs", "--dry-run")
+        r = cli(
+            "cluster",
+            "create",
+            "rl",
+            "--project",
+            "p",
+            "--region",
+            "us-east5",
+            "--zone",
+            "us-east5-b",
+            "-a",
+            "v6e-16 x2",
+            "--dcn-networks",
+            "2",
+            "--bucket",
+            "rl-runs",
+            "--dry-run",
+        )
         assert r.exit_code == 0, r.stderr
-        for name in ("rl-dcn-0-internal", "rl-dcn-1-sub", "v6e-16-0", "v6e-16-1",
-                     "roles/container.defaultNodeServiceAccount", "($43.20/h)",
-                     "machine_type=ct6e-standard-4t"):
+        for name in (
+            "rl-dcn-0-internal",
+            "rl-dcn-1-sub",
+            "v6e-16-0",
+            "v6e-16-1",
+            "roles/container.defaultNodeServiceAccount",
+            "($43.20/h)",
+            "machine_type=ct6e-standard-4t",
+        ):
             assert name in r.stdout
         assert "…" not in r.stdout
         cost = next(x for x in r.stdout.splitlines() if x.startswith("Estimated node cost"))
@@ -173,9 +236,15 @@ class TestPlans:
         from rlctl.cli._output import Output
         from rlctl.core.plan import Change, Plan
 
-        plan = Plan(operation="create", target="rl", project="p", location="us-east5",
-                    changes=[Change(kind="network", name="rl-dcn-0", action="create",
-                                    fields={"mtu": 8896})])
+        plan = Plan(
+            operation="create",
+            target="rl",
+            project="p",
+            location="us-east5",
+            changes=[
+                Change(kind="network", name="rl-dcn-0", action="create", fields={"mtu": 8896})
+            ],
+        )
         out = Output()
         out.out = Console(width=200, force_terminal=True)
         assert out.fits(plan_table(plan))
@@ -187,14 +256,33 @@ class TestPlans:
 class TestHints:
     @pytest.mark.trainer
     def test_a_reward_failing_before_the_run_exists_does_not_say_resume(
-            self, tmp_path, runner, tiny_model_dir):
+        self, tmp_path, runner, tiny_model_dir
+    ):
         data = tmp_path / "d.jsonl"
-        data.write_text("".join(json.dumps({"question": f"{a}+1?", "answer": a + 1}) + "\n"
-                                for a in range(8)))
-        r = runner.invoke(app, ["train", "grpo", "--name", "r1", "--runs-dir",
-                                str(tmp_path / "runs"), "--model", str(tiny_model_dir),
-                                "--dataset", "jsonl", "--data-path", str(data), "--eval-size", "2",
-                                "--set", 'rewards=["operator.truediv"]'])
+        data.write_text(
+            "".join(json.dumps({"question": f"{a}+1?", "answer": a + 1}) + "\n" for a in range(8))
+        )
+        r = runner.invoke(
+            app,
+            [
+                "train",
+                "grpo",
+                "--name",
+                "r1",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--model",
+                str(tiny_model_dir),
+                "--dataset",
+                "jsonl",
+                "--data-path",
+                str(data),
+                "--eval-size",
+                "2",
+                "--set",
+                'rewards=["operator.truediv"]',
+            ],
+        )
         assert r.exit_code == 2, r.output
         assert "operator.truediv" in r.stderr and "resume" not in r.stderr
         assert "run the same 'rlctl train' again" in r.stderr

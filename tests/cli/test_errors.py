@@ -19,8 +19,9 @@ from rlctl.cli._output import Output, make_table
 
 
 def _rlctl(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlctl", *args], capture_output=True,
-                          text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "rlctl", *args], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def _boom_app(exc: BaseException) -> typer.Typer:
@@ -36,8 +37,9 @@ def _boom_app(exc: BaseException) -> typer.Typer:
 
 class TestUnexpected:
     def test_one_line_exit_1_and_how_to_see_more(self):
-        r = CliRunner().invoke(_boom_app(RuntimeError("disk on fire\nsecond line")), [],
-                               obj=AppState())
+        r = CliRunner().invoke(
+            _boom_app(RuntimeError("disk on fire\nsecond line")), [], obj=AppState()
+        )
         assert r.exit_code == 1
         assert r.stderr.splitlines() == [
             "error: unexpected error: RuntimeError: disk on fire",
@@ -116,8 +118,18 @@ class TestProgressOutsideATerminal:
         with TrainProgress(out) as p:
             p.callback({"event": "start", "name": "r", "step": 0, "total_steps": 3})
             for k in (1, 2, 3):
-                p.callback({"event": "step", "step": k, "metrics": {
-                    "reward_mean": 0.5, "accuracy": 0.25, "loss": 0.0, "step_seconds": 2.0}})
+                p.callback(
+                    {
+                        "event": "step",
+                        "step": k,
+                        "metrics": {
+                            "reward_mean": 0.5,
+                            "accuracy": 0.25,
+                            "loss": 0.0,
+                            "step_seconds": 2.0,
+                        },
+                    }
+                )
         lines = capsys.readouterr().err.splitlines()
         steps = [x for x in lines if x.startswith("step ")]
         assert steps == [
@@ -148,12 +160,14 @@ class TestLibraryLogging:
 
     def test_orbax_style_warning_does_not_reach_stderr(self, tmp_path):
         """absl's logger (what Orbax logs through) prints nothing under rlctl by default."""
-        code = ("import sys, json; from rlctl.cli.app import app; "
-                "from rlctl.cli._logging import configure_library_logging; "
-                "configure_library_logging(0); "
-                "from absl import logging as absl_logging; "
-                "absl_logging.error('orbax-style background error'); "
-                "absl_logging.warning('orbax-style warning')")
+        code = (
+            "import sys, json; from rlctl.cli.app import app; "
+            "from rlctl.cli._logging import configure_library_logging; "
+            "configure_library_logging(0); "
+            "from absl import logging as absl_logging; "
+            "absl_logging.error('orbax-style background error'); "
+            "absl_logging.warning('orbax-style warning')"
+        )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0 and out.stderr == "", out.stderr
 
@@ -161,8 +175,10 @@ class TestLibraryLogging:
 def test_json_errors_are_one_json_object_on_stdout(tmp_path):
     out = _rlctl("status", "nope", "--runs-dir", str(tmp_path), "-o", "json")
     assert out.returncode == 3
-    assert json.loads(out.stdout) == {"error": f"run 'nope' not found in {tmp_path}",
-                                      "hint": "list the runs there with 'rlctl status "
-                                              f"--runs-dir {tmp_path}', or pass the "
-                                              "--runs-dir that holds it",
-                                      "exit_code": 3}
+    assert json.loads(out.stdout) == {
+        "error": f"run 'nope' not found in {tmp_path}",
+        "hint": "list the runs there with 'rlctl status "
+        f"--runs-dir {tmp_path}', or pass the "
+        "--runs-dir that holds it",
+        "exit_code": 3,
+    }

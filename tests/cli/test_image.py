@@ -20,11 +20,20 @@ def bucket(cluster_bucket):
 
 def _seed_cluster(fake) -> None:
     fake.clusters[("us-central1", "rl")] = {
-        "name": "rl", "location": "us-central1", "status": "RUNNING",
+        "name": "rl",
+        "location": "us-central1",
+        "status": "RUNNING",
         "resourceLabels": {"managed-by": "rlctl", "rlctl-cluster": "rl"},
         "selfLink": "projects/p/locations/us-central1/clusters/rl",
-        "nodePools": [{"name": "a3-highgpu-8g-0", "status": "RUNNING", "initialNodeCount": 2,
-                       "config": {"machineType": "a3-highgpu-8g"}}]}
+        "nodePools": [
+            {
+                "name": "a3-highgpu-8g-0",
+                "status": "RUNNING",
+                "initialNodeCount": 2,
+                "config": {"machineType": "a3-highgpu-8g"},
+            }
+        ],
+    }
 
 
 class TestBuild:
@@ -82,8 +91,7 @@ class TestLocal:
         assert r.exit_code == 2
         assert "--local needs Docker or Podman, and neither is on PATH" in r.stderr
 
-    def test_a_local_engine_builds_and_pushes_every_tag(self, cli, fake, monkeypatch,
-                                                        tmp_path):
+    def test_a_local_engine_builds_and_pushes_every_tag(self, cli, fake, monkeypatch, tmp_path):
         bin_ = tmp_path / "bin"
         bin_.mkdir()
         log = tmp_path / "calls.txt"
@@ -92,8 +100,9 @@ class TestLocal:
         podman.chmod(podman.stat().st_mode | stat.S_IEXEC)
         monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
         monkeypatch.setenv("RLCTL_CONTAINER_ENGINE", "podman")  # even if docker is there
-        r = cli("image", "build", "--local", "-a", "gpu", "--tag", "latest", *LOC, "--yes",
-                "-o", "json")
+        r = cli(
+            "image", "build", "--local", "-a", "gpu", "--tag", "latest", *LOC, "--yes", "-o", "json"
+        )
         assert r.exit_code == 0, r.stderr
         uri = json.loads(r.stdout)["result"]["image"]
         lines = log.read_text().splitlines()
@@ -101,11 +110,12 @@ class TestLocal:
         assert lines[0].endswith("-t us-central1-docker.pkg.dev/p/rlctl/rlctl-gpu:latest .")
         assert lines[1:4] == ["Dockerfile", "requirements.txt", "rlctl-0.1.0-py3-none-any.whl"]
         assert [x for x in lines if x.startswith("push")] == [
-            f"push {uri}", "push us-central1-docker.pkg.dev/p/rlctl/rlctl-gpu:latest"]
+            f"push {uri}",
+            "push us-central1-docker.pkg.dev/p/rlctl/rlctl-gpu:latest",
+        ]
         assert not fake.builds  # no Cloud Build
 
-    def test_a_failing_engine_is_one_line_naming_the_command(self, cli, monkeypatch,
-                                                            tmp_path):
+    def test_a_failing_engine_is_one_line_naming_the_command(self, cli, monkeypatch, tmp_path):
         bin_ = tmp_path / "bin"
         bin_.mkdir()
         docker = bin_ / "docker"
@@ -116,8 +126,9 @@ class TestLocal:
         r = cli("image", "build", "--local", *LOC, "--yes")
         assert r.exit_code == 7
         err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-        assert err == [f"error: '{docker} build' failed with exit code 1: Cannot connect to "
-                       "the Docker daemon"]
+        assert err == [
+            f"error: '{docker} build' failed with exit code 1: Cannot connect to the Docker daemon"
+        ]
         assert f"'{docker} info'" in r.stderr
 
 

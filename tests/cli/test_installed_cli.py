@@ -22,9 +22,26 @@ KINDS = {"jobset": "JobSet", "pathways": "PathwaysJob", "ray": "RayJob"}
 def fake_url(tmp_path_factory) -> Iterator[str]:
     url_file = tmp_path_factory.mktemp("fake") / "url"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.serve", "--port", "0", "--cluster", "rl",
-         "--accelerator", "v6e-16 x2", "--dcn-networks", "2", "--url-file", str(url_file)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "tests.fakes.serve",
+            "--port",
+            "0",
+            "--cluster",
+            "rl",
+            "--accelerator",
+            "v6e-16 x2",
+            "--dcn-networks",
+            "2",
+            "--url-file",
+            str(url_file),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not url_file.exists():
@@ -40,21 +57,50 @@ def fake_url(tmp_path_factory) -> Iterator[str]:
 
 
 def _rlctl(args: list[str], url: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RLCTL_", "GOOGLE_", "CLOUDSDK_"))}
-    env.update(HOME=str(home), CLOUDSDK_CONFIG=str(home / "gcloud"),
-               RLCTL_AUTH_DISABLE_CREDENTIALS="true",
-               **{f"RLCTL_API_ENDPOINT_OVERRIDES_{s}": url
-                  for s in ("COMPUTE", "CONTAINER", "STORAGE")})
-    return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=home, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("RLCTL_", "GOOGLE_", "CLOUDSDK_"))
+    }
+    env.update(
+        HOME=str(home),
+        CLOUDSDK_CONFIG=str(home / "gcloud"),
+        RLCTL_AUTH_DISABLE_CREDENTIALS="true",
+        **{f"RLCTL_API_ENDPOINT_OVERRIDES_{s}": url for s in ("COMPUTE", "CONTAINER", "STORAGE")},
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("backend", sorted(KINDS))
 def test_dry_run_renders_each_backend_against_the_fake(backend, fake_url, tmp_path):
-    r = _rlctl(["train", "grpo", "--cluster", "rl", "--project", "p", "--region", "us-central1",
-                "--runs-dir", "gs://rl-runs/runs", "--image", "us-docker.pkg.dev/p/r/rlctl:1",
-                "--backend", backend, "--dry-run", "-o", "json"], fake_url, tmp_path)
+    r = _rlctl(
+        [
+            "train",
+            "grpo",
+            "--cluster",
+            "rl",
+            "--project",
+            "p",
+            "--region",
+            "us-central1",
+            "--runs-dir",
+            "gs://rl-runs/runs",
+            "--image",
+            "us-docker.pkg.dev/p/r/rlctl:1",
+            "--backend",
+            backend,
+            "--dry-run",
+            "-o",
+            "json",
+        ],
+        fake_url,
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     manifests = json.loads(r.stdout)  # stdout is only JSON
     kinds = [m["kind"] for m in manifests]
@@ -63,13 +109,16 @@ def test_dry_run_renders_each_backend_against_the_fake(backend, fake_url, tmp_pa
 
 
 def test_a_misspelt_override_is_one_line_and_exit_2(fake_url, tmp_path):
-    r = _rlctl(["cluster", "list", "--project", "p", "--region", "us-central1"], fake_url,
-               tmp_path)
+    r = _rlctl(["cluster", "list", "--project", "p", "--region", "us-central1"], fake_url, tmp_path)
     assert r.returncode == 0, r.stderr
     env_typo = subprocess.run(
         [sys.executable, "-m", "rlctl", "cluster", "list", "--project", "p"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "RLCTL_API_ENDPOINT_OVERRIDES_CONTAINR": fake_url})
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLCTL_API_ENDPOINT_OVERRIDES_CONTAINR": fake_url},
+    )
     assert env_typo.returncode == 2, env_typo.stderr
     assert "unknown service 'containr'" in env_typo.stderr
     assert "Traceback" not in env_typo.stderr

@@ -30,8 +30,9 @@ def test_a_second_resume_of_a_held_run_is_refused_and_writes_nothing(tmp_path):
 def test_a_name_taken_while_starting_is_refused_before_any_write(tmp_path):
     run = LocalRunStore(tmp_path).run("dup")
     run.write_text(SPEC, "name: dup\n")
-    r = CliRunner().invoke(app, ["train", "grpo", "--name", "dup", "--runs-dir",
-                                 str(tmp_path), "-o", "json"])
+    r = CliRunner().invoke(
+        app, ["train", "grpo", "--name", "dup", "--runs-dir", str(tmp_path), "-o", "json"]
+    )
     assert r.exit_code == 4 and "already exists" in r.stderr, r.output
     assert sorted(os.listdir(run.path)) == [SPEC] and json.loads(r.stdout)["exit_code"] == 4
     json.dumps(r.stderr)  # plain text

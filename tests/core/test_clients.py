@@ -19,21 +19,27 @@ URL = "http://127.0.0.1:8123"
 
 class TestEndpointsFromEnv:
     def test_each_service_is_read_and_normalised(self):
-        env = {"RLCTL_API_ENDPOINT_OVERRIDES_CONTAINER": URL + "/",
-               "RLCTL_API_ENDPOINT_OVERRIDES_COMPUTE": " https://compute-psc.p.googleapis.com ",
-               "RLCTL_API_ENDPOINT_OVERRIDES_TPU": "",  # empty: unset
-               "PATH": "/bin"}
+        env = {
+            "RLCTL_API_ENDPOINT_OVERRIDES_CONTAINER": URL + "/",
+            "RLCTL_API_ENDPOINT_OVERRIDES_COMPUTE": " https://compute-psc.p.googleapis.com ",
+            "RLCTL_API_ENDPOINT_OVERRIDES_TPU": "",  # empty: unset
+            "PATH": "/bin",
+        }
         assert endpoints_from_env(env) == {
-            "container": URL, "compute": "https://compute-psc.p.googleapis.com"}
+            "container": URL,
+            "compute": "https://compute-psc.p.googleapis.com",
+        }
 
-    @pytest.mark.parametrize(("variable", "value", "says"), [
-        ("RLCTL_API_ENDPOINT_OVERRIDES_COMPUTEE", URL, "unknown service 'computee'"),
-        ("RLCTL_API_ENDPOINT_OVERRIDES_STORAGE", "127.0.0.1:9", "not an endpoint URL"),
-        ("RLCTL_API_ENDPOINT_OVERRIDES_STORAGE", "ftp://h", "not an endpoint URL"),
-        ("RLCTL_API_ENDPOINT_OVERRIDES_COMPUTE", "https://h/compute/v1/", "without a path"),
-    ])
-    def test_a_bad_override_is_a_config_error_not_a_call_to_production(self, variable, value,
-                                                                       says):
+    @pytest.mark.parametrize(
+        ("variable", "value", "says"),
+        [
+            ("RLCTL_API_ENDPOINT_OVERRIDES_COMPUTEE", URL, "unknown service 'computee'"),
+            ("RLCTL_API_ENDPOINT_OVERRIDES_STORAGE", "127.0.0.1:9", "not an endpoint URL"),
+            ("RLCTL_API_ENDPOINT_OVERRIDES_STORAGE", "ftp://h", "not an endpoint URL"),
+            ("RLCTL_API_ENDPOINT_OVERRIDES_COMPUTE", "https://h/compute/v1/", "without a path"),
+        ],
+    )
+    def test_a_bad_override_is_a_config_error_not_a_call_to_production(self, variable, value, says):
         with pytest.raises(ConfigError, match=says) as e:
             endpoints_from_env({variable: value})
         assert e.value.hint

@@ -42,11 +42,21 @@ def suffix(rng: random.Random | None = None, n: int = 5) -> str:
     return "".join(r.choice(string.ascii_lowercase + string.digits) for _ in range(n))
 
 
-def job_pod(job: str, uid: str, template_labels: dict[str, str], index: int | None = None,
-            rng: random.Random | None = None) -> tuple[str, dict[str, str]]:
+def job_pod(
+    job: str,
+    uid: str,
+    template_labels: dict[str, str],
+    index: int | None = None,
+    rng: random.Random | None = None,
+) -> tuple[str, dict[str, str]]:
     """(name, labels) of one pod of the Job ``job`` (``index``: an Indexed Job's)."""
-    labels = {**template_labels, "batch.kubernetes.io/controller-uid": uid, JOB_NAME: job,
-              "controller-uid": uid, "job-name": job}
+    labels = {
+        **template_labels,
+        "batch.kubernetes.io/controller-uid": uid,
+        JOB_NAME: job,
+        "controller-uid": uid,
+        "job-name": job,
+    }
     if index is None:
         return f"{job}-{suffix(rng)}", labels
     return f"{job}-{index}-{suffix(rng)}", {**labels, COMPLETION_INDEX: str(index)}
@@ -58,23 +68,31 @@ def jobset_job_name(jobset: str, rjob: str, job_index: int) -> str:
     return f"{jobset}-{rjob}-{job_index}"
 
 
-def jobset_pod_labels(jobset: str, uid: str, rjob: str, replicas: int, job_index: int,
-                      template_labels: dict[str, str]) -> dict[str, str]:
+def jobset_pod_labels(
+    jobset: str, uid: str, rjob: str, replicas: int, job_index: int, template_labels: dict[str, str]
+) -> dict[str, str]:
     """``pkg/controllers/jobset_controller.go`` ``labelAndAnnotateObject``: the replicated
     job's pod template labels plus JobSet's own. The JobSet's metadata labels are not
     copied (only its exclusive-topology annotation is)."""
-    return {**template_labels, "jobset.sigs.k8s.io/jobset-name": jobset,
-            "jobset.sigs.k8s.io/jobset-uid": uid,
-            "jobset.sigs.k8s.io/replicatedjob-name": rjob,
-            "jobset.sigs.k8s.io/restart-attempt": "0",
-            "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
-            "jobset.sigs.k8s.io/job-index": str(job_index)}
+    return {
+        **template_labels,
+        "jobset.sigs.k8s.io/jobset-name": jobset,
+        "jobset.sigs.k8s.io/jobset-uid": uid,
+        "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+        "jobset.sigs.k8s.io/restart-attempt": "0",
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
+        "jobset.sigs.k8s.io/job-index": str(job_index),
+    }
 
 
 # --- pathways-job v0.1.4 (tag v0.1.4, internal/controller/pathwaysjob_controller.go) -------
-def pathways_child_jobset(pw: dict[str, Any], head_spec: dict[str, Any],
-                          worker_spec: dict[str, Any], slices: int, vms: int
-                          ) -> dict[str, Any]:
+def pathways_child_jobset(
+    pw: dict[str, Any],
+    head_spec: dict[str, Any],
+    worker_spec: dict[str, Any],
+    slices: int,
+    vms: int,
+) -> dict[str, Any]:
     """The JobSet ``createJobSet`` makes: named after the PathwaysJob, with its labels and
     annotations on the JobSet itself. The head's pod template metadata is built by
     ``MakePathwaysHeadReplicatedJob`` from the PathwaysJob's annotations only (plus the
@@ -82,25 +100,53 @@ def pathways_child_jobset(pw: dict[str, Any], head_spec: dict[str, Any],
     annotations never reach the pod. The workers' (``MakeWorkerJob``) carry only the
     node-pool exclusive placement."""
     md = pw["metadata"]
-    head_ann = {**(md.get("annotations") or {}),
-                "alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"}
+    head_ann = {
+        **(md.get("annotations") or {}),
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname",
+    }
     return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": md["name"], "namespace": md.get("namespace"),
-                     "labels": dict(md.get("labels") or {}),
-                     "annotations": dict(md.get("annotations") or {})},
-        "spec": {"replicatedJobs": [
-            {"name": "pathways-head", "replicas": 1, "template": {
-                "metadata": {"annotations": head_ann},
-                "spec": {"parallelism": 1, "completions": 1, "template": {
-                    "metadata": {"annotations": head_ann}, "spec": head_spec}}}},
-            {"name": "worker", "replicas": slices, "template": {
-                "spec": {"parallelism": vms, "completions": vms, "template": {
-                    "metadata": {"annotations": {
-                        "alpha.jobset.sigs.k8s.io/exclusive-topology":
-                            "cloud.google.com/gke-nodepool"}},
-                    "spec": worker_spec}}}},
-        ]},
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": md["name"],
+            "namespace": md.get("namespace"),
+            "labels": dict(md.get("labels") or {}),
+            "annotations": dict(md.get("annotations") or {}),
+        },
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "pathways-head",
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"annotations": head_ann},
+                        "spec": {
+                            "parallelism": 1,
+                            "completions": 1,
+                            "template": {"metadata": {"annotations": head_ann}, "spec": head_spec},
+                        },
+                    },
+                },
+                {
+                    "name": "worker",
+                    "replicas": slices,
+                    "template": {
+                        "spec": {
+                            "parallelism": vms,
+                            "completions": vms,
+                            "template": {
+                                "metadata": {
+                                    "annotations": {
+                                        "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"  # noqa: E501
+                                    }
+                                },
+                                "spec": worker_spec,
+                            },
+                        }
+                    },
+                },
+            ]
+        },
     }
 
 
@@ -111,19 +157,28 @@ def ray_cluster_name(rayjob: str, rng: random.Random | None = None) -> str:
     return f"{rayjob}-{suffix(rng)}"
 
 
-def ray_pod(cluster: str, group: str | None, template_labels: dict[str, str],
-            rng: random.Random | None = None) -> tuple[str, dict[str, str]]:
+def ray_pod(
+    cluster: str,
+    group: str | None,
+    template_labels: dict[str, str],
+    rng: random.Random | None = None,
+) -> tuple[str, dict[str, str]]:
     """(name, labels) of a head (``group`` None) or worker pod: ``utils/util.go`` ``PodName``
     (CLUSTER-head-xxxxx, CLUSTER-GROUP-worker-xxxxx; raycluster_controller.go lines 1396,
     1424) and ``common/pod.go`` ``labelPod`` (the template's labels, then KubeRay's; node
     type, group and cluster cannot be overridden)."""
     kind = "head" if group is None else "worker"
     prefix = cluster if group is None else f"{cluster}-{group}"
-    labels = {**template_labels, RAY_IS_NODE: "yes", RAY_CLUSTER: cluster,
-              RAY_NODE_TYPE: kind, RAY_GROUP: group or HEAD_GROUP,
-              "ray.io/identifier": f"{cluster}-{kind}",
-              "app.kubernetes.io/name": "kuberay",
-              "app.kubernetes.io/created-by": "kuberay-operator"}
+    labels = {
+        **template_labels,
+        RAY_IS_NODE: "yes",
+        RAY_CLUSTER: cluster,
+        RAY_NODE_TYPE: kind,
+        RAY_GROUP: group or HEAD_GROUP,
+        "ray.io/identifier": f"{cluster}-{kind}",
+        "app.kubernetes.io/name": "kuberay",
+        "app.kubernetes.io/created-by": "kuberay-operator",
+    }
     return f"{prefix[:50]}-{kind}-{suffix(rng)}", labels
 
 
@@ -135,14 +190,25 @@ def submitter_template(rayjob: dict[str, Any]) -> dict[str, Any]:
     spec = rayjob["spec"]
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     return spec.get("submitterPodTemplate") or {
-        "spec": {"restartPolicy": "Never", "containers": [{
-            "name": "ray-job-submitter", "image": head.get("image"),
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
-                          "requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "ray-job-submitter",
+                    "image": head.get("image"),
+                    "resources": {
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                        "requests": {"cpu": "500m", "memory": "200Mi"},
+                    },
+                }
+            ],
+        }
+    }
 
 
-def ray_start_command(params: dict[str, str], head: bool, limits: dict[str, str] | None = None
-                      ) -> list[str]:
+def ray_start_command(
+    params: dict[str, str], head: bool, limits: dict[str, str] | None = None
+) -> list[str]:
     """The ``ray start`` a Ray pod runs: ``common/pod.go`` ``setMissingRayStartParams``
     (workers' ``address``, the head's ``dashboard-host``, ``metrics-export-port`` 8080,
     ``block``, ``dashboard-agent-listen-port`` 52365, each unless given),
@@ -178,9 +244,11 @@ def submitter_command(rayjob: dict[str, Any], dashboard: str, job_id: str) -> st
     waiting, then follow the job's logs until it ends (that command's exit is the pod's)."""
     address = dashboard if dashboard.startswith("http://") else f"http://{dashboard}"
     entry = rayjob["spec"]["entrypoint"].strip()
-    return (f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then "
-            f"ray job submit --address {address} --no-wait --submission-id {job_id} "
-            f"-- {entry} ; fi ; ray job logs --address {address} --follow {job_id}")
+    return (
+        f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ; then "
+        f"ray job submit --address {address} --no-wait --submission-id {job_id} "
+        f"-- {entry} ; fi ; ray job logs --address {address} --follow {job_id}"
+    )
 
 
 # --- every pod a workload becomes ---------------------------------------------------------
@@ -193,8 +261,7 @@ def _meta(tmpl: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     return dict(md.get("labels") or {}), dict(md.get("annotations") or {})
 
 
-def _jobset_identities(js: dict[str, Any], uid: str, rng: random.Random
-                       ) -> list[list[Identity]]:
+def _jobset_identities(js: dict[str, Any], uid: str, rng: random.Random) -> list[list[Identity]]:
     out = []
     name = js["metadata"]["name"]
     for rjob in js["spec"]["replicatedJobs"]:
@@ -207,14 +274,20 @@ def _jobset_identities(js: dict[str, Any], uid: str, rng: random.Random
             pod_labels = jobset_pod_labels(name, uid, rjob["name"], replicas, j, labels)
             for i in range(int(job_spec.get("parallelism", 1))):
                 pod, pl = job_pod(job, f"{uid}-{j}", pod_labels, index=i, rng=rng)
-                pods.append(Identity(name=pod, labels=pl, annotations={
-                    **annotations, "jobset.sigs.k8s.io/jobset-name": name}))
+                pods.append(
+                    Identity(
+                        name=pod,
+                        labels=pl,
+                        annotations={**annotations, "jobset.sigs.k8s.io/jobset-name": name},
+                    )
+                )
         out.append(pods)
     return out
 
 
-def pod_identities(obj: dict[str, Any], rng: random.Random, worker_vms: int = 1
-                   ) -> list[list[Identity]]:
+def pod_identities(
+    obj: dict[str, Any], rng: random.Random, worker_vms: int = 1
+) -> list[list[Identity]]:
     """The pods of a JobSet, PathwaysJob or RayJob, one list per group in the order of
     ``rlctl.core.k8s.admission.pod_groups`` (JobSet: its replicated jobs; Pathways: head,
     workers; Ray: head, each worker group, submitter), each ``jobs`` x ``pods`` long."""
@@ -224,8 +297,7 @@ def pod_identities(obj: dict[str, Any], rng: random.Random, worker_vms: int = 1
         return _jobset_identities(obj, uid, rng)
     if kind == "PathwaysJob":
         worker = obj["spec"]["workers"][0]
-        child = pathways_child_jobset(obj, {}, {}, int(worker.get("numSlices", 1)),
-                                      worker_vms)
+        child = pathways_child_jobset(obj, {}, {}, int(worker.get("numSlices", 1)), worker_vms)
         return _jobset_identities(child, f"{uid}-js", rng)
     if kind == "RayJob":
         spec = obj["spec"]

@@ -34,9 +34,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-STATUS_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-                409: "ALREADY_EXISTS", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
-                503: "UNAVAILABLE"}
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
 DEFAULT_TPU_TYPES = ["v5litepod-16", "v6e-1", "v6e-4", "v6e-8", "v6e-16", "v6e-32", "v6e-64"]
 MUTATING = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -81,8 +87,13 @@ class Op:
 
 
 class FakeGCP:
-    def __init__(self, project: str = "p", number: str = "123456789012", latency: float = 0.0,
-                 gcs_url: str | None = None) -> None:
+    def __init__(
+        self,
+        project: str = "p",
+        number: str = "123456789012",
+        latency: float = 0.0,
+        gcs_url: str | None = None,
+    ) -> None:
         self.project, self.number, self.latency, self.gcs_url = project, number, latency, gcs_url
         self.lock = threading.RLock()
         self.requests: list[Req] = []
@@ -96,17 +107,29 @@ class FakeGCP:
         self.clusters: dict[tuple[str, str], dict] = {}
         self.bucket_meta: dict[str, dict] = {}
         self.bucket_iam: dict[str, dict] = {}
-        self.enabled = {"compute.googleapis.com", "container.googleapis.com",
-                        "tpu.googleapis.com", "storage.googleapis.com",
-                        "cloudbuild.googleapis.com", "artifactregistry.googleapis.com"}
+        self.enabled = {
+            "compute.googleapis.com",
+            "container.googleapis.com",
+            "tpu.googleapis.com",
+            "storage.googleapis.com",
+            "cloudbuild.googleapis.com",
+            "artifactregistry.googleapis.com",
+        }
         # The project's IAM policy (Resource Manager v3 projects.getIamPolicy): by default
         # a project from before 2024, whose Compute Engine default service account was
         # granted Editor on creation ("Default service accounts", Compute Engine docs);
         # tests of new projects empty it (organization policy
         # iam.automaticIamGrantsForDefaultServiceAccounts).
-        self.project_iam: dict[str, Any] = {"version": 1, "etag": "BwYA", "bindings": [
-            {"role": "roles/editor",
-             "members": [f"serviceAccount:{number}-compute@developer.gserviceaccount.com"]}]}
+        self.project_iam: dict[str, Any] = {
+            "version": 1,
+            "etag": "BwYA",
+            "bindings": [
+                {
+                    "role": "roles/editor",
+                    "members": [f"serviceAccount:{number}-compute@developer.gserviceaccount.com"],
+                }
+            ],
+        }
         # Compute regions.get quotas[] per region: metric -> (limit, usage); a metric not
         # listed is not reported, as for TPU v6e/v5p (kept in the Cloud Quotas API)
         self.quotas: dict[str, dict[str, tuple[float, float]]] = {}
@@ -167,8 +190,15 @@ class FakeGCP:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # --- test helpers ---------------------------------------------------------
-    def fail(self, method: str, pattern: str, status: int, message: str = "injected",
-             reason: str | None = None, times: int = 1) -> None:
+    def fail(
+        self,
+        method: str,
+        pattern: str,
+        status: int,
+        message: str = "injected",
+        reason: str | None = None,
+        times: int = 1,
+    ) -> None:
         """The next ``times`` requests matching ``method`` + ``pattern`` (regex) get ``status``."""
         self.faults.append(Fault(method, re.compile(pattern), status, message, reason, times))
 
@@ -184,8 +214,14 @@ class FakeGCP:
         return [r for r in self.requests if r.method == method and rx.search(r.path)]
 
     def is_empty(self) -> bool:
-        return not (self.networks or self.subnets or self.firewalls or self.clusters
-                    or self.bucket_meta or self._gcs_buckets())
+        return not (
+            self.networks
+            or self.subnets
+            or self.firewalls
+            or self.clusters
+            or self.bucket_meta
+            or self._gcs_buckets()
+        )
 
     def _gcs_buckets(self) -> list[str]:
         if not self.gcs_url:
@@ -199,21 +235,31 @@ class FakeGCP:
         n = int(h.headers.get("content-length") or 0)
         raw = h.rfile.read(n) if n else b""
         try:
-            body = json.loads(raw) if raw and "json" in (h.headers.get("content-type") or "json") \
+            body = (
+                json.loads(raw)
+                if raw and "json" in (h.headers.get("content-type") or "json")
                 else None
+            )
         except ValueError:
             body = None
         req = Req(h.command, parts.path, parse_qs(parts.query), body)
         logged = Req(h.command, parts.path, parse_qs(parts.query), copy.deepcopy(body))
-        if parts.path.startswith(("/storage/", "/upload/", "/download/")) and \
-                not parts.path.endswith("/iam"):
+        if parts.path.startswith(
+            ("/storage/", "/upload/", "/download/")
+        ) and not parts.path.endswith("/iam"):
             with self.lock:
                 self.requests.append(logged)
             return self._proxy(h, parts, raw)
         with self.lock:
             self.requests.append(logged)
-            fault = next((f for f in self.faults if f.times > 0 and f.method == h.command
-                          and f.pattern.search(parts.path)), None)
+            fault = next(
+                (
+                    f
+                    for f in self.faults
+                    if f.times > 0 and f.method == h.command and f.pattern.search(parts.path)
+                ),
+                None,
+            )
             if fault:
                 fault.times -= 1
                 return self._error(h, fault.status, fault.message, fault.reason)
@@ -238,19 +284,39 @@ class FakeGCP:
         h.end_headers()
         h.wfile.write(data)
 
-    def _error(self, h: BaseHTTPRequestHandler, status: int, message: str,
-               reason: str | None = None) -> None:
-        err: dict[str, Any] = {"code": status, "message": message,
-                               "status": STATUS_NAMES.get(status, "UNKNOWN")}
+    def _error(
+        self, h: BaseHTTPRequestHandler, status: int, message: str, reason: str | None = None
+    ) -> None:
+        err: dict[str, Any] = {
+            "code": status,
+            "message": message,
+            "status": STATUS_NAMES.get(status, "UNKNOWN"),
+        }
         if reason:
             err["errors"] = [{"reason": reason, "message": message, "domain": "global"}]
         self._send(h, status, {"error": err})
 
     # --- operations -------------------------------------------------------------
-    def _op(self, api: str, kind: str, target: str, on_done: Any, path: str,
-            region: str | None = None, location: str | None = None) -> Op:
-        op = Op(id=f"operation-{next(self._ids)}", api=api, kind=kind, target=target,
-                created=time.monotonic(), on_done=on_done, region=region, location=location)
+    def _op(
+        self,
+        api: str,
+        kind: str,
+        target: str,
+        on_done: Any,
+        path: str,
+        region: str | None = None,
+        location: str | None = None,
+    ) -> Op:
+        op = Op(
+            id=f"operation-{next(self._ids)}",
+            api=api,
+            kind=kind,
+            target=target,
+            created=time.monotonic(),
+            on_done=on_done,
+            region=region,
+            location=location,
+        )
         for i, (rx, code, msg) in enumerate(self.op_faults):
             if rx.search(path):
                 op.error = (code, msg)
@@ -265,8 +331,13 @@ class FakeGCP:
             return
         if self.latency:
             el = time.monotonic() - op.created
-            state = "DONE" if el >= self.latency else "RUNNING" if el >= self.latency / 10 \
+            state = (
+                "DONE"
+                if el >= self.latency
+                else "RUNNING"
+                if el >= self.latency / 10
                 else "PENDING"
+            )
         else:
             op.polls += 1
             state = "RUNNING" if op.polls == 1 else "DONE"
@@ -280,10 +351,14 @@ class FakeGCP:
             base = f"{self.url}/compute/v1/projects/{self.project}"
             scope = f"regions/{op.region}" if op.region else "global"
             d: dict[str, Any] = {
-                "kind": "compute#operation", "id": str(abs(hash(op.id)) % 10**12), "name": op.id,
-                "operationType": op.kind, "status": op.state, "targetLink": op.target,
-                "selfLink": f"{base}/{scope}/operations/{op.id}", "progress": 100 if
-                op.state == "DONE" else 0,
+                "kind": "compute#operation",
+                "id": str(abs(hash(op.id)) % 10**12),
+                "name": op.id,
+                "operationType": op.kind,
+                "status": op.state,
+                "targetLink": op.target,
+                "selfLink": f"{base}/{scope}/operations/{op.id}",
+                "progress": 100 if op.state == "DONE" else 0,
             }
             if op.region:
                 d["region"] = f"{base}/regions/{op.region}"
@@ -291,9 +366,14 @@ class FakeGCP:
                 d["error"] = {"errors": [{"code": op.error[0], "message": op.error[1]}]}
                 d["httpErrorStatusCode"] = 400
             return d
-        d = {"name": op.id, "operationType": op.kind, "status": op.state,
-             "targetLink": op.target, "location": op.location,
-             "selfLink": f"projects/{self.project}/locations/{op.location}/operations/{op.id}"}
+        d = {
+            "name": op.id,
+            "operationType": op.kind,
+            "status": op.state,
+            "targetLink": op.target,
+            "location": op.location,
+            "selfLink": f"projects/{self.project}/locations/{op.location}/operations/{op.id}",
+        }
         if op.state == "DONE" and op.error:
             d["error"] = {"code": op.error[0], "message": op.error[1]}
             d["statusMessage"] = op.error[1]
@@ -305,31 +385,48 @@ class FakeGCP:
         m = re.fullmatch(r"/compute/v1/projects/([^/]+)(/.*)?", p)
         if m:
             return self._compute(r, m.group(2) or "")
-        m = re.fullmatch(r"/v1/projects/([^/]+)/locations/global/services/([^/]+)/quotaInfos",
-                         p)
+        m = re.fullmatch(r"/v1/projects/([^/]+)/locations/global/services/([^/]+)/quotaInfos", p)
         if m and r.method == "GET":
             # Cloud Quotas v1 projects.locations.services.quotaInfos.list (one page): the
             # QuotaInfo resources of docs/quotas/reference/rest/v1/...quotaInfos, camelCase
-            return 200, {"quotaInfos": [
-                {"name": f"projects/{self.number}/locations/global/services/{m.group(2)}/"
-                         f"quotaInfos/{q['quotaId']}", "service": m.group(2), **q}
-                for q in self.quota_infos.get(m.group(2), [])]}
+            return 200, {
+                "quotaInfos": [
+                    {
+                        "name": f"projects/{self.number}/locations/global/services/{m.group(2)}/"
+                        f"quotaInfos/{q['quotaId']}",
+                        "service": m.group(2),
+                        **q,
+                    }
+                    for q in self.quota_infos.get(m.group(2), [])
+                ]
+            }
         m = re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)(/.*)?", p)
         if m:
             return self._gke(r, m.group(2), m.group(3) or "")
         m = re.fullmatch(r"/v2/projects/([^/]+)/locations/([^/]+)/acceleratorTypes", p)
         if m and r.method == "GET":
             types = self.tpu_types.get(m.group(2), self.default_tpu_types)
-            return 200, {"acceleratorTypes": [
-                {"name": f"projects/{self.project}/locations/{m.group(2)}/acceleratorTypes/{t}",
-                 "type": t} for t in types]}
+            return 200, {
+                "acceleratorTypes": [
+                    {
+                        "name": f"projects/{self.project}/locations/{m.group(2)}/acceleratorTypes/{t}",  # noqa: E501
+                        "type": t,
+                    }
+                    for t in types
+                ]
+            }
         m = re.fullmatch(r"/v1/projects/([^/]+)/services:batchGet", p)
         if m and r.method == "GET":
             names = r.query.get("names", [])
-            return 200, {"services": [
-                {"name": f"projects/{self.number}/services/{n.rsplit('/', 1)[-1]}",
-                 "state": "ENABLED" if n.rsplit("/", 1)[-1] in self.enabled else "DISABLED"}
-                for n in names]}
+            return 200, {
+                "services": [
+                    {
+                        "name": f"projects/{self.number}/services/{n.rsplit('/', 1)[-1]}",
+                        "state": "ENABLED" if n.rsplit("/", 1)[-1] in self.enabled else "DISABLED",
+                    }
+                    for n in names
+                ]
+            }
         m = re.fullmatch(r"/storage/v1/b/([^/]+)/iam", p)
         if m:
             return self._iam(r, m.group(1))
@@ -346,12 +443,17 @@ class FakeGCP:
             return 200, pol
         new = dict(body.get("policy") or {})
         if new.get("etag") and new["etag"] != pol["etag"]:
-            return 409, {"error": {"code": 409, "status": "ABORTED",
-                                   "message": "There were concurrent policy changes."}}
-        n = int.from_bytes(base64.b64decode(pol["etag"] + "=" * (-len(pol["etag"]) % 4)),
-                           "big") + 1
-        pol.update(bindings=new.get("bindings", []),
-                   etag=base64.b64encode(n.to_bytes(4, "big")).decode())
+            return 409, {
+                "error": {
+                    "code": 409,
+                    "status": "ABORTED",
+                    "message": "There were concurrent policy changes.",
+                }
+            }
+        n = int.from_bytes(base64.b64decode(pol["etag"] + "=" * (-len(pol["etag"]) % 4)), "big") + 1
+        pol.update(
+            bindings=new.get("bindings", []), etag=base64.b64encode(n.to_bytes(4, "big")).decode()
+        )
         return 200, pol
 
     # Compute ----------------------------------------------------------------------
@@ -370,8 +472,10 @@ class FakeGCP:
             return 200, self._op_json(op)
         m = re.fullmatch(r"/regions/([^/]+)", rest)
         if m and r.method == "GET":
-            quotas = [{"metric": k, "limit": v[0], "usage": v[1]}
-                      for k, v in self.quotas.get(m.group(1), {}).items()]
+            quotas = [
+                {"metric": k, "limit": v[0], "usage": v[1]}
+                for k, v in self.quotas.get(m.group(1), {}).items()
+            ]
             return 200, {"kind": "compute#region", "name": m.group(1), "quotas": quotas}
         m = re.fullmatch(r"/zones/([^/]+)/machineTypes/([^/]+)", rest)
         if m and r.method == "GET":
@@ -382,8 +486,11 @@ class FakeGCP:
             "global/networks": (self.networks, None),
             "global/firewalls": (self.firewalls, None),
         }
-        m = re.fullmatch(r"/(global/networks|global/firewalls|regions/([^/]+)/subnetworks)"
-                         r"(?:/([^/]+))?", rest)
+        m = re.fullmatch(
+            r"/(global/networks|global/firewalls|regions/([^/]+)/subnetworks)"
+            r"(?:/([^/]+))?",
+            rest,
+        )
         if not m:
             raise KeyError(rest)
         coll, region, name = m.group(1), m.group(2), m.group(3)
@@ -399,8 +506,9 @@ class FakeGCP:
             name = body["name"]
             if name in store:
                 raise Conflict(f"The resource '{coll}/{name}' already exists")
-            body.update(selfLink=f"{base}/{coll}/{name}", id=str(next(self._ids)),
-                        kind=f"compute#{kind}")
+            body.update(
+                selfLink=f"{base}/{coll}/{name}", id=str(next(self._ids)), kind=f"compute#{kind}"
+            )
             if kind == "network":
                 body.setdefault("mtu", 1460)
             if kind == "subnet":
@@ -424,18 +532,26 @@ class FakeGCP:
             return 200, store[name]
         if r.method == "PATCH":
             store[name].update(r.body or {})
-            op = self._op("compute", "patch", store[name]["selfLink"], lambda ok: None, r.path,
-                          region)
+            op = self._op(
+                "compute", "patch", store[name]["selfLink"], lambda ok: None, r.path, region
+            )
             return 200, self._op_json(op)
         if r.method == "DELETE":
             if kind == "network":
-                users = [s for (_, _), s in self.subnets.items()
-                         if s["network"].endswith(f"/{name}")]
+                users = [
+                    s for (_, _), s in self.subnets.items() if s["network"].endswith(f"/{name}")
+                ]
                 users += [f for f in self.firewalls.values() if f["network"].endswith(f"/{name}")]
                 if users:
-                    return 400, {"error": {"code": 400, "message": f"The network resource "
-                                           f"'{name}' is already being used by "
-                                           f"'{users[0]['name']}'", "status": "INVALID_ARGUMENT"}}
+                    return 400, {
+                        "error": {
+                            "code": 400,
+                            "message": f"The network resource "
+                            f"'{name}' is already being used by "
+                            f"'{users[0]['name']}'",
+                            "status": "INVALID_ARGUMENT",
+                        }
+                    }
 
             def gone(ok: bool, kind=kind, region=region, name=name) -> None:
                 if ok:
@@ -486,19 +602,23 @@ class FakeGCP:
                 return 200, self._lro_json(op)
             return 200, self._op_json(op)
         if rest == "/clusters" and r.method == "GET":
-            cl = [self._cluster_json(c) for (lc, _), c in self.clusters.items()
-                  if loc in ("-", lc)]
+            cl = [self._cluster_json(c) for (lc, _), c in self.clusters.items() if loc in ("-", lc)]
             return 200, {"clusters": cl}
         if rest == "/clusters" and r.method == "POST":
             c = dict((r.body or {})["cluster"])
             name = c["name"]
             if (loc, name) in self.clusters:
-                raise Conflict(f"Already exists: projects/{self.project}/locations/{loc}/"
-                               f"clusters/{name}")
+                raise Conflict(
+                    f"Already exists: projects/{self.project}/locations/{loc}/clusters/{name}"
+                )
             version = c.get("initialClusterVersion") or self._channel_default(c)
-            c.update(status="PROVISIONING", location=loc, currentMasterVersion=version,
-                     endpoint=self.kube_endpoint or "203.0.113.10",
-                     selfLink=f"projects/{self.project}/locations/{loc}/clusters/{name}")
+            c.update(
+                status="PROVISIONING",
+                location=loc,
+                currentMasterVersion=version,
+                endpoint=self.kube_endpoint or "203.0.113.10",
+                selfLink=f"projects/{self.project}/locations/{loc}/clusters/{name}",
+            )
             for np in c.get("nodePools", []):
                 np.update(status="PROVISIONING", version=version)
             self.clusters[(loc, name)] = c
@@ -544,13 +664,21 @@ class FakeGCP:
             return 200, {"nodePools": pools}
         if pname is None and r.method == "POST":
             if c["status"] != "RUNNING":
-                return 400, {"error": {"code": 400, "status": "FAILED_PRECONDITION",
-                                       "message": f"Cluster is {c['status']}"}}
+                return 400, {
+                    "error": {
+                        "code": 400,
+                        "status": "FAILED_PRECONDITION",
+                        "message": f"Cluster is {c['status']}",
+                    }
+                }
             np = dict((r.body or {})["nodePool"])
             if any(p["name"] == np["name"] for p in pools):
                 raise Conflict(f"Already exists: node pool {np['name']}")
-            np.update(status="PROVISIONING", version=c["currentMasterVersion"],
-                      selfLink=f"{c['selfLink']}/nodePools/{np['name']}")
+            np.update(
+                status="PROVISIONING",
+                version=c["currentMasterVersion"],
+                selfLink=f"{c['selfLink']}/nodePools/{np['name']}",
+            )
             pools.append(np)
 
             def done(ok: bool, np=np, pools=pools) -> None:
@@ -568,8 +696,9 @@ class FakeGCP:
             return 200, np
         if set_size and r.method == "POST":
             np["initialNodeCount"] = int(r.body["nodeCount"])
-            op = self._op("gke", "SET_NODE_POOL_SIZE", np["selfLink"], lambda ok: None, r.path,
-                          location=loc)
+            op = self._op(
+                "gke", "SET_NODE_POOL_SIZE", np["selfLink"], lambda ok: None, r.path, location=loc
+            )
             return 200, self._op_json(op)
         if r.method == "DELETE":
             np["status"] = "STOPPING"
@@ -588,18 +717,24 @@ class FakeGCP:
         self._build_fault = (step, detail)
 
     def _lro_json(self, op: Op) -> dict:
-        d: dict[str, Any] = {"name": f"projects/{self.project}/locations/{op.location}/"
-                             f"operations/{op.id}", "done": op.state == "DONE"}
+        d: dict[str, Any] = {
+            "name": f"projects/{self.project}/locations/{op.location}/operations/{op.id}",
+            "done": op.state == "DONE",
+        }
         if op.api == "cloudbuild":
-            d["metadata"] = {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1."
-                             "BuildOperationMetadata", "build": self.builds[op.target]}
+            d["metadata"] = {
+                "@type": "type.googleapis.com/google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                "build": self.builds[op.target],
+            }
         elif op.state == "DONE":
             if op.error:
                 d["error"] = {"code": op.error[0], "message": op.error[1]}
             else:
                 repo = self.repositories.get((op.location or "", op.target))
-                d["response"] = {"@type": "type.googleapis.com/google.devtools."
-                                 "artifactregistry.v1.Repository", **(repo or {})}
+                d["response"] = {
+                    "@type": "type.googleapis.com/google.devtools.artifactregistry.v1.Repository",
+                    **(repo or {}),
+                }
         return d
 
     def _ar(self, r: Req, loc: str, rest: str) -> tuple[int, Any]:
@@ -617,8 +752,11 @@ class FakeGCP:
 
             op = self._op("ar", "CREATE_REPOSITORY", rid, done, r.path, location=loc)
             return 200, self._lro_json(op)
-        m = re.fullmatch(r"/repositories/([^/]+)(?:/(dockerImages|packages/([^/]+)/tags/"
-                         r"([^/]+)))?", rest)
+        m = re.fullmatch(
+            r"/repositories/([^/]+)(?:/(dockerImages|packages/([^/]+)/tags/"
+            r"([^/]+)))?",
+            rest,
+        )
         if not m or r.method != "GET":
             raise KeyError(rest)
         repo = self.repositories.get((loc, m.group(1)))
@@ -633,29 +771,38 @@ class FakeGCP:
                 if (lc, rp) != (loc, m.group(1)):
                     continue
                 for digest in sorted(set(tags.values())):
-                    images.append({
-                        "name": f"{base}/{rp}/dockerImages/{pkg}@{digest}",
-                        "uri": f"{host}/{pkg}@{digest}",
-                        "tags": sorted(t for t, d in tags.items() if d == digest),
-                        "imageSizeBytes": "1234567", "uploadTime": "2026-11-23T10:00:00Z"})
+                    images.append(
+                        {
+                            "name": f"{base}/{rp}/dockerImages/{pkg}@{digest}",
+                            "uri": f"{host}/{pkg}@{digest}",
+                            "tags": sorted(t for t, d in tags.items() if d == digest),
+                            "imageSizeBytes": "1234567",
+                            "uploadTime": "2026-11-23T10:00:00Z",
+                        }
+                    )
             return 200, {"dockerImages": images}
         pkg, tag = m.group(3).replace("%2F", "/"), m.group(4)
         tags = self.docker_images.get((loc, m.group(1), pkg), {})
         if tag not in tags:
             raise KeyError(f"{base}/{m.group(1)}/packages/{pkg}/tags/{tag}")
-        return 200, {"name": f"{base}/{m.group(1)}/packages/{m.group(3)}/tags/{tag}",
-                     "version": f"{base}/{m.group(1)}/packages/{m.group(3)}/versions/"
-                     f"{tags[tag]}"}
+        return 200, {
+            "name": f"{base}/{m.group(1)}/packages/{m.group(3)}/tags/{tag}",
+            "version": f"{base}/{m.group(1)}/packages/{m.group(3)}/versions/{tags[tag]}",
+        }
 
     # Cloud Build ------------------------------------------------------------------------
     def _cloudbuild(self, r: Req, loc: str, rest: str) -> tuple[int, Any]:
         if rest == "/builds" and r.method == "POST":
             build = copy.deepcopy(r.body or {})
             bid = f"b{next(self._ids):04d}"
-            build.update(id=bid, projectId=self.project, status="QUEUED",
-                         name=f"projects/{self.project}/locations/{loc}/builds/{bid}",
-                         logUrl=f"https://console.cloud.google.com/cloud-build/builds;"
-                         f"region={loc}/{bid}?project={self.number}")
+            build.update(
+                id=bid,
+                projectId=self.project,
+                status="QUEUED",
+                name=f"projects/{self.project}/locations/{loc}/builds/{bid}",
+                logUrl=f"https://console.cloud.google.com/cloud-build/builds;"
+                f"region={loc}/{bid}?project={self.number}",
+            )
             for st in build.get("steps", []):
                 st["status"] = "QUEUED"
             build["_fault"], self._build_fault = self._build_fault, None
@@ -681,17 +828,24 @@ class FakeGCP:
             return
         src = (b.get("source") or {}).get("storageSource") or {}
         if not self._gcs_object_exists(src.get("bucket", ""), src.get("object", "")):
-            b.update(status="FAILURE", failureInfo={
-                "type": "FETCH_SOURCE_FAILED",
-                "detail": f"gs://{src.get('bucket')}/{src.get('object')}: object not found"})
+            b.update(
+                status="FAILURE",
+                failureInfo={
+                    "type": "FETCH_SOURCE_FAILED",
+                    "detail": f"gs://{src.get('bucket')}/{src.get('object')}: object not found",
+                },
+            )
             return
         fault = b.get("_fault")
         if fault is not None:
             step, detail = fault
             for i, st in enumerate(steps):
                 st["status"] = "SUCCESS" if i < step else "FAILURE" if i == step else "QUEUED"
-            b.update(status="FAILURE", statusDetail=detail,
-                     failureInfo={"type": "USER_BUILD_STEP", "detail": detail})
+            b.update(
+                status="FAILURE",
+                statusDetail=detail,
+                failureInfo={"type": "USER_BUILD_STEP", "detail": detail},
+            )
             return
         for st in steps:
             st["status"] = "SUCCESS"
@@ -702,7 +856,8 @@ class FakeGCP:
             m = re.fullmatch(r"([a-z0-9-]+)-docker\.pkg\.dev/[^/]+/([^/]+)/([^:]+):(.+)", uri)
             if m:
                 self.docker_images.setdefault((m.group(1), m.group(2), m.group(3)), {})[
-                    m.group(4)] = digest
+                    m.group(4)
+                ] = digest
             results.append({"name": uri, "digest": digest})
         b["results"] = {"images": results}
 
@@ -713,7 +868,8 @@ class FakeGCP:
 
         try:
             with urllib.request.urlopen(
-                    f"{self.gcs_url}/storage/v1/b/{bucket}/o/{quote(name, safe='')}"):
+                f"{self.gcs_url}/storage/v1/b/{bucket}/o/{quote(name, safe='')}"
+            ):
                 return True
         except urllib.error.HTTPError:
             return False
@@ -740,8 +896,15 @@ class FakeGCP:
         if bucket not in self._gcs_buckets():
             raise KeyError(f"b/{bucket}")
         pol = self.bucket_iam.setdefault(
-            bucket, {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{bucket}",
-                     "version": 1, "etag": "CAE=", "bindings": []})
+            bucket,
+            {
+                "kind": "storage#policy",
+                "resourceId": f"projects/_/buckets/{bucket}",
+                "version": 1,
+                "etag": "CAE=",
+                "bindings": [],
+            },
+        )
         if r.method == "GET":
             return 200, pol
         if r.method == "PUT":
@@ -749,22 +912,31 @@ class FakeGCP:
             if body.get("etag") and body["etag"] != pol["etag"]:
                 return 412, {"error": {"code": 412, "message": "Precondition Failed"}}
             n = int(pol["etag"].strip("=").encode().hex(), 16) + 1
-            pol.update(bindings=body.get("bindings", []), version=body.get("version", 1),
-                       etag=f"E{n}=")
+            pol.update(
+                bindings=body.get("bindings", []), version=body.get("version", 1), etag=f"E{n}="
+            )
             return 200, pol
         raise KeyError(r.path)
 
     def _proxy(self, h: BaseHTTPRequestHandler, parts: Any, raw: bytes) -> None:
         if not self.gcs_url:  # a 4xx answer: no dropped connection or 5xx to retry
-            return self._error(h, 400, "this fake serves no Cloud Storage: start it with a "
-                               "fake-gcs-server behind it (FakeGCP(gcs_url=...), serve --gcs)")
+            return self._error(
+                h,
+                400,
+                "this fake serves no Cloud Storage: start it with a "
+                "fake-gcs-server behind it (FakeGCP(gcs_url=...), serve --gcs)",
+            )
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         bucket_create = h.command == "POST" and parts.path == "/storage/v1/b"
         sent = json.loads(raw) if bucket_create and raw else None
-        headers = {k: v for k, v in h.headers.items()
-                   if k.lower() not in ("host", "content-length", "connection", "accept-encoding")}
-        req = urllib.request.Request(self.gcs_url + path, data=raw or None, method=h.command,
-                                     headers=headers)
+        headers = {
+            k: v
+            for k, v in h.headers.items()
+            if k.lower() not in ("host", "content-length", "connection", "accept-encoding")
+        }
+        req = urllib.request.Request(
+            self.gcs_url + path, data=raw or None, method=h.command, headers=headers
+        )
         try:
             with urllib.request.urlopen(req) as f:
                 status, data, ctype = f.status, f.read(), f.headers.get("content-type", "")
@@ -805,15 +977,29 @@ class _Later:
         self.wait_for = fn
 
 
-def quota_info(quota_id: str, display_name: str, values: dict[tuple[tuple[str, str], ...], int],
-               dimensions: tuple[str, ...] = ("region",)) -> dict[str, Any]:
+def quota_info(
+    quota_id: str,
+    display_name: str,
+    values: dict[tuple[tuple[str, str], ...], int],
+    dimensions: tuple[str, ...] = ("region",),
+) -> dict[str, Any]:
     """A Cloud Quotas QuotaInfo as its REST API returns it (camelCase; int64 values as
     strings): one dimensions entry per key of ``values``, e.g.
     ``{(("region", "us-central1"), ("tpu_family", "CT6E")): 64}``."""
-    return {"quotaId": quota_id, "quotaDisplayName": display_name, "metric":
-            f"compute.googleapis.com/{quota_id.lower()}", "dimensions": list(dimensions),
-            "metricUnit": "1", "isPrecise": True, "containerType": "PROJECT",
-            "dimensionsInfos": [{"dimensions": dict(k), "details": {"value": str(v)},
-                                 "applicableLocations": [dict(k).get("region", "global")]}
-                                for k, v in values.items()]}
-
+    return {
+        "quotaId": quota_id,
+        "quotaDisplayName": display_name,
+        "metric": f"compute.googleapis.com/{quota_id.lower()}",
+        "dimensions": list(dimensions),
+        "metricUnit": "1",
+        "isPrecise": True,
+        "containerType": "PROJECT",
+        "dimensionsInfos": [
+            {
+                "dimensions": dict(k),
+                "details": {"value": str(v)},
+                "applicableLocations": [dict(k).get("region", "global")],
+            }
+            for k, v in values.items()
+        ],
+    }

@@ -45,13 +45,19 @@ configs:
 
 def gsm8k_rows(split: str, n: int) -> list[dict[str, str]]:
     """GSM8K-shaped rows: a question, and worked text ending in '#### N'."""
-    return [{"question": f"[{split} {i}] Ann has {i} pens and buys {i + 2}. How many now?",
-             "answer": f"She has {i} + {i + 2} = <<{i}+{i + 2}={2 * i + 2}>>{2 * i + 2} pens."
-                       f"\n#### {2 * i + 2}"} for i in range(n)]
+    return [
+        {
+            "question": f"[{split} {i}] Ann has {i} pens and buys {i + 2}. How many now?",
+            "answer": f"She has {i} + {i + 2} = <<{i}+{i + 2}={2 * i + 2}>>{2 * i + 2} pens."
+            f"\n#### {2 * i + 2}",
+        }
+        for i in range(n)
+    ]
 
 
-def write_hub_dataset(hf_home: Path, repo: str, files: dict[str, bytes],
-                      commit: str = COMMIT) -> Path:
+def write_hub_dataset(
+    hf_home: Path, repo: str, files: dict[str, bytes], commit: str = COMMIT
+) -> Path:
     """``files`` (repo path -> content) as the hub cache holds them; the snapshot folder."""
     root = hf_home / "hub" / f"datasets--{repo.replace('/', '--')}"
     snapshot = root / "snapshots" / commit

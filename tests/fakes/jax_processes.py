@@ -24,10 +24,16 @@ def new_run(root: Path, name: str, model: Path, *overrides: str) -> Path:
     from rlctl.core.runs.spec import resolve_run_spec, write_new_run
     from rlctl.core.store import open_store
 
-    spec = resolve_run_spec("grpo", overrides=[
-        f"name={name}", f"model.source={model}", f"output.root={root}",
-        'rewards=["tests.fakes.rewards.digit_count"]', *overrides,
-    ])
+    spec = resolve_run_spec(
+        "grpo",
+        overrides=[
+            f"name={name}",
+            f"model.source={model}",
+            f"output.root={root}",
+            'rewards=["tests.fakes.rewards.digit_count"]',
+            *overrides,
+        ],
+    )
     write_new_run(open_store(str(root)), spec)
     return root / name
 
@@ -36,13 +42,20 @@ def start(run: Path, processes: int, **env: str) -> list[subprocess.Popen]:
     """``processes`` pods of one workload, each ``python -m rlctl.core.runs.pod``."""
     base = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", **env}
     if processes > 1:
-        base.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}",
-                    JAX_NUM_PROCESSES=str(processes))
-    return [subprocess.Popen(
-        [sys.executable, "-m", "rlctl.core.runs.pod", "--run", str(run)], cwd=REPO,
-        env={**base, "JAX_PROCESS_ID": str(i)} if processes > 1 else base,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(processes)]
+        base.update(
+            JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}", JAX_NUM_PROCESSES=str(processes)
+        )
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "rlctl.core.runs.pod", "--run", str(run)],
+            cwd=REPO,
+            env={**base, "JAX_PROCESS_ID": str(i)} if processes > 1 else base,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(processes)
+    ]
 
 
 def finish(procs: list[subprocess.Popen]) -> list[str]:

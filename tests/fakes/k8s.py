@@ -39,15 +39,31 @@ _PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$"
 )
-BUILTIN_GROUPS = {"apps", "batch", "apiextensions.k8s.io", "rbac.authorization.k8s.io",
-                  "admissionregistration.k8s.io", "resource.k8s.io"}
+BUILTIN_GROUPS = {
+    "apps",
+    "batch",
+    "apiextensions.k8s.io",
+    "rbac.authorization.k8s.io",
+    "admissionregistration.k8s.io",
+    "resource.k8s.io",
+}
 KINDS = {
-    "pods": "Pod", "events": "Event", "configmaps": "ConfigMap", "secrets": "Secret",
-    "serviceaccounts": "ServiceAccount", "jobsets": "JobSet", "rayjobs": "RayJob",
-    "pathwaysjobs": "PathwaysJob", "resourceclaimtemplates": "ResourceClaimTemplate",
-    "services": "Service", "namespaces": "Namespace",
-    "customresourcedefinitions": "CustomResourceDefinition", "deployments": "Deployment",
-    "roles": "Role", "rolebindings": "RoleBinding", "clusterroles": "ClusterRole",
+    "pods": "Pod",
+    "events": "Event",
+    "configmaps": "ConfigMap",
+    "secrets": "Secret",
+    "serviceaccounts": "ServiceAccount",
+    "jobsets": "JobSet",
+    "rayjobs": "RayJob",
+    "pathwaysjobs": "PathwaysJob",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
+    "services": "Service",
+    "namespaces": "Namespace",
+    "customresourcedefinitions": "CustomResourceDefinition",
+    "deployments": "Deployment",
+    "roles": "Role",
+    "rolebindings": "RoleBinding",
+    "clusterroles": "ClusterRole",
     "clusterrolebindings": "ClusterRoleBinding",
     "mutatingwebhookconfigurations": "MutatingWebhookConfiguration",
     "validatingwebhookconfigurations": "ValidatingWebhookConfiguration",
@@ -106,27 +122,42 @@ class FakeKube:
         with self.lock:
             self.objects[(api, plural, md["namespace"], md["name"])] = obj
 
-    def seed_ready(self, namespace: str = "default", service_account: str = "rlctl",
-                   crds: tuple[str, ...] = ("jobsets.jobset.x-k8s.io",
-                                            "pathwaysjobs.pathways-job.pathways.domain",
-                                            "rayjobs.ray.io")) -> None:
+    def seed_ready(
+        self,
+        namespace: str = "default",
+        service_account: str = "rlctl",
+        crds: tuple[str, ...] = (
+            "jobsets.jobset.x-k8s.io",
+            "pathwaysjobs.pathways-job.pathways.domain",
+            "rayjobs.ray.io",
+        ),
+    ) -> None:
         """What ``cluster create`` leaves: established CRDs, the namespace and the KSA."""
         for crd in crds:
-            self.put("apiextensions.k8s.io/v1", "customresourcedefinitions", {
-                "metadata": {"name": crd, "namespace": ""},
-                "status": {"conditions": [{"type": "Established", "status": "True"}]}})
+            self.put(
+                "apiextensions.k8s.io/v1",
+                "customresourcedefinitions",
+                {
+                    "metadata": {"name": crd, "namespace": ""},
+                    "status": {"conditions": [{"type": "Established", "status": "True"}]},
+                },
+            )
         self.put("v1", "namespaces", {"metadata": {"name": namespace, "namespace": ""}})
-        self.put("v1", "serviceaccounts", {"metadata": {"name": service_account,
-                                                        "namespace": namespace}})
+        self.put(
+            "v1", "serviceaccounts", {"metadata": {"name": service_account, "namespace": namespace}}
+        )
 
     def names(self, plural: str | None = None, cluster: bool = False) -> list[str]:
         """'Kind/name' of every stored namespaced object (optionally of one plural), sorted;
         cluster-scoped ones (CRDs, namespaces, cluster roles) with ``cluster=True``. Pods
         a controller made (``admit``) only when asked for by plural."""
-        return sorted(f"{o['kind']}/{o['metadata']['name']}"
-                      for (_, p, ns, _), o in self.objects.items()
-                      if plural in (None, p) and (bool(ns) != cluster)
-                      and (plural == "pods" or not o["metadata"].get("ownerReferences")))
+        return sorted(
+            f"{o['kind']}/{o['metadata']['name']}"
+            for (_, p, ns, _), o in self.objects.items()
+            if plural in (None, p)
+            and (bool(ns) != cluster)
+            and (plural == "pods" or not o["metadata"].get("ownerReferences"))
+        )
 
     def _establish(self, crd: dict[str, Any]) -> None:
         name = crd["metadata"]["name"]
@@ -162,22 +193,41 @@ class FakeKube:
             for ident in ids:
                 name = ident["name"]
                 pod: dict[str, Any] = {
-                    "metadata": {"name": name, "namespace": ns, "labels": ident["labels"],
-                                 "annotations": ident["annotations"],
-                                 # owned through Jobs/RayClusters in reality; deleting the
-                                 # workload removes its pods (garbage collection, cascading)
-                                 "ownerReferences": [{"uid": obj["metadata"].get("uid", ""),
-                                                      "kind": obj["kind"], "name": run}]},
-                    "spec": copy.deepcopy(g.pod)}
+                    "metadata": {
+                        "name": name,
+                        "namespace": ns,
+                        "labels": ident["labels"],
+                        "annotations": ident["annotations"],
+                        # owned through Jobs/RayClusters in reality; deleting the
+                        # workload removes its pods (garbage collection, cascading)
+                        "ownerReferences": [
+                            {
+                                "uid": obj["metadata"].get("uid", ""),
+                                "kind": obj["kind"],
+                                "name": run,
+                            }
+                        ],
+                    },
+                    "spec": copy.deepcopy(g.pod),
+                }
                 if placed.fits:
                     pod["spec"]["nodeName"] = f"{placed.pools[0]}-node"
                     pod["status"] = {"phase": "Running"}
                 else:
-                    msg = f"0/{sum(p.nodes for p in self.nodes)} nodes are available: " \
-                          f"{placed.detail}"
-                    pod["status"] = {"phase": "Pending", "conditions": [{
-                        "type": "PodScheduled", "status": "False",
-                        "reason": "Unschedulable", "message": msg}]}
+                    msg = (
+                        f"0/{sum(p.nodes for p in self.nodes)} nodes are available: {placed.detail}"
+                    )
+                    pod["status"] = {
+                        "phase": "Pending",
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": "Unschedulable",
+                                "message": msg,
+                            }
+                        ],
+                    }
                     self.unschedulable.append(f"{name}: {placed.reason}: {placed.detail}")
                 if locked:
                     pod.update(kind="Pod", apiVersion="v1")
@@ -190,12 +240,18 @@ class FakeKube:
         """The pods a controller made for ``run``'s workload with these labels, by name
         (how a test finds them: their names end in random characters, as on GKE)."""
         with self.lock:
-            return sorted((o for (_, p, _, _), o in self.objects.items() if p == "pods"
-                           and any(r.get("name") == run for r in
-                                   o["metadata"].get("ownerReferences") or [])
-                           and all(o["metadata"].get("labels", {}).get(k) == v
-                                   for k, v in labels.items())),
-                          key=lambda o: o["metadata"]["name"])
+            return sorted(
+                (
+                    o
+                    for (_, p, _, _), o in self.objects.items()
+                    if p == "pods"
+                    and any(
+                        r.get("name") == run for r in o["metadata"].get("ownerReferences") or []
+                    )
+                    and all(o["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())
+                ),
+                key=lambda o: o["metadata"]["name"],
+            )
 
     def mutations(self) -> list[tuple[str, str]]:
         return [(r["method"], r["path"]) for r in self.requests if r["method"] != "GET"]
@@ -217,20 +273,33 @@ class FakeKube:
                 self.wfile.write(data)
 
             def _status(self, code: int, reason: str, msg: str) -> None:
-                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                  "reason": reason, "message": msg, "code": code})
+                self._send(
+                    code,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": reason,
+                        "message": msg,
+                        "code": code,
+                    },
+                )
 
             def _route(self, method: str) -> None:
                 url = urlparse(self.path)
                 q = {k: v[0] for k, v in parse_qs(url.query).items()}
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                fake.requests.append({
-                    "method": method, "path": url.path, "query": q,
-                    "content_type": self.headers.get("Content-Type"),
-                    "authorization": self.headers.get("Authorization"),
-                    "body": raw.decode(errors="replace"),
-                })
+                fake.requests.append(
+                    {
+                        "method": method,
+                        "path": url.path,
+                        "query": q,
+                        "content_type": self.headers.get("Content-Type"),
+                        "authorization": self.headers.get("Authorization"),
+                        "body": raw.decode(errors="replace"),
+                    }
+                )
                 m = _PATH.match(url.path)
                 if not m:
                     return self._status(404, "NotFound", f"no route {url.path}")
@@ -238,26 +307,46 @@ class FakeKube:
                 ns, plural, name = m["ns"] or "", m["plural"], m["name"]
                 key = (api, plural, ns, name or "")
                 with fake.lock:
-                    if fake.served_only and m["group"] and m["group"] not in BUILTIN_GROUPS and (
-                            "apiextensions.k8s.io/v1", "customresourcedefinitions", "",
-                            f"{plural}.{m['group']}") not in fake.objects:
-                        return self._status(404, "NotFound",
-                                            "the server could not find the requested resource")
+                    if (
+                        fake.served_only
+                        and m["group"]
+                        and m["group"] not in BUILTIN_GROUPS
+                        and (
+                            "apiextensions.k8s.io/v1",
+                            "customresourcedefinitions",
+                            "",
+                            f"{plural}.{m['group']}",
+                        )
+                        not in fake.objects
+                    ):
+                        return self._status(
+                            404, "NotFound", "the server could not find the requested resource"
+                        )
                     if m["sub"] == "log":
                         if (ns, name) not in fake.logs:
                             return self._status(404, "NotFound", f"no log for {name}")
                         lines = fake.logs[(ns, name)].splitlines()
                         tail = int(q.get("tailLines", len(lines) or 1))
-                        return self._send(200, "".join(f"{ln}\n" for ln in lines[-tail:]),
-                                          "text/plain")
+                        return self._send(
+                            200, "".join(f"{ln}\n" for ln in lines[-tail:]), "text/plain"
+                        )
                     if method == "GET" and not name:
-                        items = [copy.deepcopy(o) for (a, p, n, _), o in fake.objects.items()
-                                 if (a, p, n) == (api, plural, ns)
-                                 and _matches(o, q.get("labelSelector"))]
+                        items = [
+                            copy.deepcopy(o)
+                            for (a, p, n, _), o in fake.objects.items()
+                            if (a, p, n) == (api, plural, ns)
+                            and _matches(o, q.get("labelSelector"))
+                        ]
                         kind = KINDS.get(plural, plural)
-                        return self._send(200, {"kind": f"{kind}List", "apiVersion": api,
-                                                "metadata": {"resourceVersion": str(fake._rv)},
-                                                "items": items})
+                        return self._send(
+                            200,
+                            {
+                                "kind": f"{kind}List",
+                                "apiVersion": api,
+                                "metadata": {"resourceVersion": str(fake._rv)},
+                                "items": items,
+                            },
+                        )
                     if method == "GET":
                         if key not in fake.objects:
                             return self._status(404, "NotFound", f"{plural} {name!r} not found")
@@ -270,26 +359,31 @@ class FakeKube:
                             return self._status(404, "NotFound", f"{plural} {name!r} not found")
                         uid = obj["metadata"].get("uid")
                         for k, o in list(fake.objects.items()):  # the garbage collector
-                            if uid and any(r.get("uid") == uid for r in
-                                           o["metadata"].get("ownerReferences") or []):
+                            if uid and any(
+                                r.get("uid") == uid
+                                for r in o["metadata"].get("ownerReferences") or []
+                            ):
                                 del fake.objects[k]
-                        return self._send(200, {"kind": "Status", "apiVersion": "v1",
-                                                "status": "Success"})
+                        return self._send(
+                            200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+                        )
                     body = json.loads(raw or b"{}")  # JSON is YAML: the client sends JSON
                     fake._rv += 1
                     if method == "POST":
                         key = (api, plural, ns, body["metadata"]["name"])
                         if key in fake.objects:
-                            return self._status(409, "AlreadyExists",
-                                                f"{plural} {key[3]!r} already exists")
+                            return self._status(
+                                409, "AlreadyExists", f"{plural} {key[3]!r} already exists"
+                            )
                         obj = self._stamp(body, ns, None)
                         fake.objects[key] = obj
                         fake.admit(copy.deepcopy(obj), locked=True)
                         return self._send(201, obj)
                     if method == "PATCH":
                         if self.headers.get("Content-Type") != "application/apply-patch+yaml":
-                            return self._status(415, "UnsupportedMediaType",
-                                                "only server-side apply is implemented")
+                            return self._status(
+                                415, "UnsupportedMediaType", "only server-side apply is implemented"
+                            )
                         if not q.get("fieldManager"):
                             return self._status(422, "Invalid", "fieldManager is required")
                         if body.get("metadata", {}).get("name") != name:
@@ -297,15 +391,17 @@ class FakeKube:
                         old = fake.objects.get(key)
                         obj = self._stamp(body, ns, old)
                         obj["metadata"]["managedFields"] = [
-                            {"manager": q["fieldManager"], "operation": "Apply"}]
+                            {"manager": q["fieldManager"], "operation": "Apply"}
+                        ]
                         fake.objects[key] = obj
                         if old is None:
                             fake.admit(copy.deepcopy(obj), locked=True)
                         return self._send(201 if old is None else 200, obj)
                 return self._status(405, "MethodNotAllowed", method)
 
-            def _stamp(self, body: dict[str, Any], ns: str,
-                       old: dict[str, Any] | None) -> dict[str, Any]:
+            def _stamp(
+                self, body: dict[str, Any], ns: str, old: dict[str, Any] | None
+            ) -> dict[str, Any]:
                 obj = copy.deepcopy(body)
                 md = obj.setdefault("metadata", {})
                 if ns:
@@ -341,6 +437,8 @@ def nodes_of_cluster(gcp: Any, cluster: str, region: str = "us-central1") -> lis
     from rlctl.core.gcp.cluster import node_pools_of
 
     doc = gcp.clusters[(region, cluster)]
-    pools = [container_v1.NodePool.from_json(json.dumps(p), ignore_unknown_fields=True)
-             for p in doc.get("nodePools", [])]
+    pools = [
+        container_v1.NodePool.from_json(json.dumps(p), ignore_unknown_fields=True)
+        for p in doc.get("nodePools", [])
+    ]
     return node_pools_of(pools)[0]

@@ -30,25 +30,44 @@ def _rest(message: Any) -> dict[str, Any]:
 def _prune(node: Any) -> Any:
     if isinstance(node, dict):
         kept = {k: _prune(v) for k, v in node.items()}
-        return {k: v for k, v in kept.items() if v not in ("", [], {}, None)
-                and not (isinstance(v, str) and v.endswith("_UNSPECIFIED"))}
+        return {
+            k: v
+            for k, v in kept.items()
+            if v not in ("", [], {}, None)
+            and not (isinstance(v, str) and v.endswith("_UNSPECIFIED"))
+        }
     if isinstance(node, list):
         return [_prune(v) for v in node]
     return node
 
 
-def infra_spec(cluster: str, accelerators: Sequence[str], dcn_networks: int = 0,
-               project: str = "p", region: str = "us-central1") -> Any:
+def infra_spec(
+    cluster: str,
+    accelerators: Sequence[str],
+    dcn_networks: int = 0,
+    project: str = "p",
+    region: str = "us-central1",
+) -> Any:
     from rlctl.core.config.infra import InfraSpec
 
-    return InfraSpec(project=project, region=region, cluster=cluster,
-                     accelerators=list(accelerators), dcn={"count": dcn_networks})
+    return InfraSpec(
+        project=project,
+        region=region,
+        cluster=cluster,
+        accelerators=list(accelerators),
+        dcn={"count": dcn_networks},
+    )
 
 
-def seed_cluster(fake: FakeGCP, cluster: str, accelerators: Sequence[str] = ("v6e-16 x2",),
-                 dcn_networks: int = 0, region: str = "us-central1",
-                 endpoint: str = DEFAULT_ENDPOINT,
-                 version: str = DEFAULT_VERSION) -> dict[str, Any]:
+def seed_cluster(
+    fake: FakeGCP,
+    cluster: str,
+    accelerators: Sequence[str] = ("v6e-16 x2",),
+    dcn_networks: int = 0,
+    region: str = "us-central1",
+    endpoint: str = DEFAULT_ENDPOINT,
+    version: str = DEFAULT_VERSION,
+) -> dict[str, Any]:
     """A RUNNING regional cluster with a CPU pool, one pool per TPU slice (or GPU
     group) of ``accelerators`` (e.g. ``["v6e-16 x2"]``), and ``dcn_networks`` DCN
     networks (networks, subnets, firewall rules, and the pools' additional node
@@ -65,24 +84,38 @@ def seed_cluster(fake: FakeGCP, cluster: str, accelerators: Sequence[str] = ("v6
 
     spec = infra_spec(cluster, accelerators, dcn_networks, fake.project, region)
     body = cluster_body(spec)
-    body["node_pools"] = [*body.get("node_pools", []), *(b for *_, b in desired_pools(spec)),
-                          *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else [])]
+    body["node_pools"] = [
+        *body.get("node_pools", []),
+        *(b for *_, b in desired_pools(spec)),
+        *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else []),
+    ]
     doc = _rest(container_v1.Cluster(body))
     link = f"projects/{fake.project}/locations/{region}/clusters/{cluster}"
-    doc.update(status="RUNNING", location=region, endpoint=endpoint, selfLink=link,
-               currentMasterVersion=version, currentNodeVersion=version)
+    doc.update(
+        status="RUNNING",
+        location=region,
+        endpoint=endpoint,
+        selfLink=link,
+        currentMasterVersion=version,
+        currentNodeVersion=version,
+    )
     for pool in doc.get("nodePools", []):
-        pool.update(status="RUNNING", version=version,
-                    selfLink=f"{link}/nodePools/{pool['name']}")
+        pool.update(status="RUNNING", version=version, selfLink=f"{link}/nodePools/{pool['name']}")
 
     base = f"{fake.url}/compute/v1/projects/{fake.project}"
-    types = {"network": compute_v1.Network, "subnet": compute_v1.Subnetwork,
-             "firewall": compute_v1.Firewall}
+    types = {
+        "network": compute_v1.Network,
+        "subnet": compute_v1.Subnetwork,
+        "firewall": compute_v1.Firewall,
+    }
     with fake.lock:
         for change in network.desired(spec):
             res = _rest(types[change.kind](change.body))
-            coll = {"network": "global/networks", "firewall": "global/firewalls",
-                    "subnet": f"regions/{region}/subnetworks"}[change.kind]
+            coll = {
+                "network": "global/networks",
+                "firewall": "global/firewalls",
+                "subnet": f"regions/{region}/subnetworks",
+            }[change.kind]
             res.update(selfLink=f"{base}/{coll}/{change.name}", kind=f"compute#{change.kind}")
             if "network" in res:  # subnets and firewalls point at their network by URL
                 res["network"] = f"{base}/global/networks/{res['network'].rsplit('/', 1)[-1]}"
@@ -98,11 +131,17 @@ def seed_bucket(fake: FakeGCP, bucket: str, cluster: str, region: str = "us-cent
     (needs the fake to front a fake-gcs-server)."""
     from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL
 
-    body = {"name": bucket, "location": region.upper(),
-            "labels": {MANAGED_BY: RLCTL, CLUSTER_LABEL: cluster},
-            "iamConfiguration": {"uniformBucketLevelAccess": {"enabled": True}}}
-    req = urllib.request.Request(f"{fake.url}/storage/v1/b?project={fake.project}",
-                                 data=json.dumps(body).encode(), method="POST",
-                                 headers={"content-type": "application/json"})
+    body = {
+        "name": bucket,
+        "location": region.upper(),
+        "labels": {MANAGED_BY: RLCTL, CLUSTER_LABEL: cluster},
+        "iamConfiguration": {"uniformBucketLevelAccess": {"enabled": True}},
+    }
+    req = urllib.request.Request(
+        f"{fake.url}/storage/v1/b?project={fake.project}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"content-type": "application/json"},
+    )
     with urllib.request.urlopen(req) as r:
         r.read()

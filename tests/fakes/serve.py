@@ -29,22 +29,37 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tests.fakes.serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tests.fakes.serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
     p.add_argument("--project", default="p")
     p.add_argument("--region", default="us-central1")
     p.add_argument("--cluster", help="seed a RUNNING cluster of this name")
-    p.add_argument("--accelerator", "-a", action="append", default=None,
-                   help="its accelerator pools, as 'cluster create -a' takes them "
-                   "(repeatable; default 'v6e-16 x2')")
-    p.add_argument("--dcn-networks", type=int, default=0,
-                   help="DCN networks attached to the accelerator pools")
-    p.add_argument("--endpoint", default=None,
-                   help="the cluster's Kubernetes endpoint (default: an address nothing "
-                   "answers on; dry runs never call it)")
-    p.add_argument("--gcs", action="store_true",
-                   help="serve Cloud Storage from a fake-gcs-server behind the fake")
+    p.add_argument(
+        "--accelerator",
+        "-a",
+        action="append",
+        default=None,
+        help="its accelerator pools, as 'cluster create -a' takes them "
+        "(repeatable; default 'v6e-16 x2')",
+    )
+    p.add_argument(
+        "--dcn-networks", type=int, default=0, help="DCN networks attached to the accelerator pools"
+    )
+    p.add_argument(
+        "--endpoint",
+        default=None,
+        help="the cluster's Kubernetes endpoint (default: an address nothing "
+        "answers on; dry runs never call it)",
+    )
+    p.add_argument(
+        "--gcs",
+        action="store_true",
+        help="serve Cloud Storage from a fake-gcs-server behind the fake",
+    )
     p.add_argument("--bucket", help="seed the cluster's run bucket (implies --gcs)")
     p.add_argument("--url-file", type=Path, help="also write the URL to this file")
     args = p.parse_args(argv)
@@ -83,9 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         stack.callback(fake.stop)
         if args.cluster:
-            seed_cluster(fake, args.cluster, args.accelerator or ["v6e-16 x2"],
-                         dcn_networks=args.dcn_networks, region=args.region,
-                         endpoint=args.endpoint or DEFAULT_ENDPOINT)
+            seed_cluster(
+                fake,
+                args.cluster,
+                args.accelerator or ["v6e-16 x2"],
+                dcn_networks=args.dcn_networks,
+                region=args.region,
+                endpoint=args.endpoint or DEFAULT_ENDPOINT,
+            )
         if args.bucket:
             seed_bucket(fake, args.bucket, args.cluster, args.region)
         if args.url_file:

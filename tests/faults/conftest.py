@@ -22,24 +22,41 @@ class Cli:
     settings; ``PYTHONPATH`` reaches ``tests.fakes.rewards``."""
 
     def __init__(self, home: Path) -> None:
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("RLCTL_", "CLOUDSDK_", "GOOGLE_"))}
-        self.env.update(PYTHONPATH=str(REPO), CLOUDSDK_CONFIG=str(home / "gcloud"),
-                        RLCTL_CACHE=os.environ.get("RLCTL_CACHE", str(home / "cache")))
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("RLCTL_", "CLOUDSDK_", "GOOGLE_"))
+        }
+        self.env.update(
+            PYTHONPATH=str(REPO),
+            CLOUDSDK_CONFIG=str(home / "gcloud"),
+            RLCTL_CACHE=os.environ.get("RLCTL_CACHE", str(home / "cache")),
+        )
         if os.environ.get("RLCTL_CACHE") is None:
             self.env.pop("RLCTL_CACHE")  # the user's default cache: the converted model
         self.cwd = home
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None,
-                 timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=self.cwd,
-                              env={**self.env, **(env or {})}, capture_output=True,
-                              text=True, timeout=timeout)
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "rlctl", *args],
+            cwd=self.cwd,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "rlctl", *args], cwd=self.cwd,
-                                env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "rlctl", *args],
+            cwd=self.cwd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def one_error(r: subprocess.CompletedProcess, code: int, *words: str) -> str:
@@ -51,8 +68,9 @@ def one_error(r: subprocess.CompletedProcess, code: int, *words: str) -> str:
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, r.stderr
     tail = r.stderr.strip().splitlines()
-    assert tail[-1].startswith(("error:", "hint:")) and len(tail[tail.index(errors[0]):]) <= 2, \
+    assert tail[-1].startswith(("error:", "hint:")) and len(tail[tail.index(errors[0]) :]) <= 2, (
         r.stderr
+    )
     for w in words:
         assert w in errors[0], errors[0]
     return errors[0]
@@ -71,21 +89,49 @@ def cli(tmp_path) -> Cli:
 @pytest.fixture(scope="session")
 def data_file(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("data") / "train.jsonl"
-    p.write_text("".join(json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n"
-                         for a in range(16)))
+    p.write_text(
+        "".join(
+            json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(16)
+        )
+    )
     return p
 
 
 @pytest.fixture(scope="session")
 def tiny_args(tiny_model_dir, data_file):
     """A run of a few seconds a step: 1 prompt x 2 completions x 6 tokens."""
+
     def args(root: Path, name: str, *extra: str, model: Path | None = None) -> list[str]:
-        return ["train", "grpo", "--name", name, "--runs-dir", str(root),
-                "--model", str(model or tiny_model_dir), "--dataset", "jsonl",
-                "--data-path", str(data_file), "--prompts-per-step", "1", "-G", "2",
-                "--max-new-tokens", "6", "--eval-size", "2", "--lr", "3e-3",
-                "--set", "eval.batch_size=2",
-                "--set", 'rewards=["tests.fakes.rewards.digit_count"]', *extra]
+        return [
+            "train",
+            "grpo",
+            "--name",
+            name,
+            "--runs-dir",
+            str(root),
+            "--model",
+            str(model or tiny_model_dir),
+            "--dataset",
+            "jsonl",
+            "--data-path",
+            str(data_file),
+            "--prompts-per-step",
+            "1",
+            "-G",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--eval-size",
+            "2",
+            "--lr",
+            "3e-3",
+            "--set",
+            "eval.batch_size=2",
+            "--set",
+            'rewards=["tests.fakes.rewards.digit_count"]',
+            *extra,
+        ]
+
     return args
 
 

@@ -19,13 +19,17 @@ def model_copy(tiny_model_dir, tmp_path):
     return dst
 
 
-@pytest.mark.parametrize("damage, words", [
-    ("truncated", ("model.safetensors: truncated",)),
-    ("random", ("not a safetensors file",)),
-    ("config", ("config.json: not valid JSON",)),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        ("truncated", ("model.safetensors: truncated",)),
+        ("random", ("not a safetensors file",)),
+        ("config", ("config.json: not valid JSON",)),
+    ],
+)
 def test_a_damaged_model_folder_is_named_before_anything_is_written(
-        cli, tiny_args, tmp_path, model_copy, damage, words):
+    cli, tiny_args, tmp_path, model_copy, damage, words
+):
     st = model_copy / "model.safetensors"
     if damage == "truncated":
         st.write_bytes(st.read_bytes()[: st.stat().st_size // 2])
@@ -39,7 +43,8 @@ def test_a_damaged_model_folder_is_named_before_anything_is_written(
 
 
 def test_a_reward_with_the_wrong_signature_is_refused_before_the_model_loads(
-        cli, tiny_args, tmp_path):
+    cli, tiny_args, tmp_path
+):
     (tmp_path / "myrewards.py").write_text("def one_arg(completion):\n    return 1.0\n")
     args = tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["myrewards.one_arg"]')
     r = cli(*args, env={"PYTHONPATH": str(tmp_path)})
@@ -62,8 +67,17 @@ def test_a_runs_dir_that_cannot_hold_runs(cli, tiny_args, tmp_path, where):
 
 def test_rlctl_cache_that_is_a_file(cli, tmp_path, data_file):
     (tmp_path / "cache").write_text("x")
-    r = cli("train", "grpo", "--runs-dir", str(tmp_path / "runs"), "--dataset", "jsonl",
-            "--data-path", str(data_file), env={"RLCTL_CACHE": str(tmp_path / "cache")})
+    r = cli(
+        "train",
+        "grpo",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--dataset",
+        "jsonl",
+        "--data-path",
+        str(data_file),
+        env={"RLCTL_CACHE": str(tmp_path / "cache")},
+    )
     one_error(r, 2, "RLCTL_CACHE", "is a file")
 
 
@@ -72,13 +86,15 @@ def test_setting_below_a_value_names_the_value(cli):
     one_error(r, 2, "training.steps is a value, not a section")
 
 
-@pytest.mark.parametrize("damage, words", [
-    ("no-tokenizer", ("has no tokenizer.json",)),
-    ("bad-tokenizer", ("tokenizer.json: not a tokenizer file",)),
-    ("config-key", ("cannot build a llama model", "num_hidden_layers")),
-])
-def test_model_files_the_loader_would_trip_on(cli, tiny_args, tmp_path, model_copy, damage,
-                                              words):
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        ("no-tokenizer", ("has no tokenizer.json",)),
+        ("bad-tokenizer", ("tokenizer.json: not a tokenizer file",)),
+        ("config-key", ("cannot build a llama model", "num_hidden_layers")),
+    ],
+)
+def test_model_files_the_loader_would_trip_on(cli, tiny_args, tmp_path, model_copy, damage, words):
     if damage == "no-tokenizer":
         (model_copy / "tokenizer.json").unlink()
     elif damage == "bad-tokenizer":
@@ -91,46 +107,65 @@ def test_model_files_the_loader_would_trip_on(cli, tiny_args, tmp_path, model_co
     assert not (tmp_path / "runs").exists()  # exit 2: nothing was changed
 
 
-@pytest.mark.parametrize("source, words", [
-    ("def fn(completion, gold)\n    return 1.0\n", ("importing 'badmod' failed", "SyntaxError")),
-    ("raise RuntimeError('cannot import me')\n", ("importing 'badmod' failed",)),
-])
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        (
+            "def fn(completion, gold)\n    return 1.0\n",
+            ("importing 'badmod' failed", "SyntaxError"),
+        ),
+        ("raise RuntimeError('cannot import me')\n", ("importing 'badmod' failed",)),
+    ],
+)
 def test_a_reward_module_that_fails_to_import(cli, tiny_args, tmp_path, source, words):
     (tmp_path / "badmod.py").write_text(source)
-    r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["badmod.fn"]'),
-            env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"})
+    r = cli(
+        *tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["badmod.fn"]'),
+        env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"},
+    )
     one_error(r, 2, *words)
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("body, words", [
-    ("return 'one'", ("returned 'one', not a finite number",)),
-    ("return float('nan')", ("returned 'nan'",)),
-    ("raise ValueError('boom')", ("reward 'myreward.fn' raised ValueError: boom",)),
-])
-def test_a_reward_that_misbehaves_is_named_before_the_run_exists(cli, tiny_args, tmp_path, body,
-                                                              words):
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("return 'one'", ("returned 'one', not a finite number",)),
+        ("return float('nan')", ("returned 'nan'",)),
+        ("raise ValueError('boom')", ("reward 'myreward.fn' raised ValueError: boom",)),
+    ],
+)
+def test_a_reward_that_misbehaves_is_named_before_the_run_exists(
+    cli, tiny_args, tmp_path, body, words
+):
     (tmp_path / "myreward.py").write_text(f"def fn(completion, gold):\n    {body}\n")
-    r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["myreward.fn"]'),
-            env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"})
+    r = cli(
+        *tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["myreward.fn"]'),
+        env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"},
+    )
     one_error(r, 2, *words)  # found by one trial call before the run exists
     assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("flag", ["--config", "--data-path"])
 def test_a_device_file_is_not_said_to_be_missing(cli, tmp_path, flag):
-    extra = (["--dataset", "jsonl", "--runs-dir", str(tmp_path / "runs")]
-             if flag == "--data-path" else ["--dry-run"])
+    extra = (
+        ["--dataset", "jsonl", "--runs-dir", str(tmp_path / "runs")]
+        if flag == "--data-path"
+        else ["--dry-run"]
+    )
     r = cli("train", "grpo", *extra, flag, "/dev/null")
     assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("damage, words", [
-    ("missing", ("model.layers.1.mlp.up_proj.weight' is missing",)),
-    ("hidden", ("model.embed_tokens.weight is", "config.json says")),
-])
-def test_weights_that_do_not_fit_the_config(cli, tiny_args, tmp_path, model_copy, damage,
-                                            words):
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        ("missing", ("model.layers.1.mlp.up_proj.weight' is missing",)),
+        ("hidden", ("model.embed_tokens.weight is", "config.json says")),
+    ],
+)
+def test_weights_that_do_not_fit_the_config(cli, tiny_args, tmp_path, model_copy, damage, words):
     from safetensors.numpy import load_file, save_file
 
     st = model_copy / "model.safetensors"

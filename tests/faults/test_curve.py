@@ -14,7 +14,7 @@ def test_status_draws_the_curve_in_a_pipe(cli, store):
     r = cli("status", "ok", "--runs-dir", str(store), env={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    chart = lines[lines.index("  learning curve, steps 1-2"):]
+    chart = lines[lines.index("  learning curve, steps 1-2") :]
     assert all(len(x) <= 80 for x in chart), chart
     assert "\x1b" not in r.stdout  # no colour codes outside a terminal
     # trained on digit_count only: that reward under the total, no accuracy, no loss
@@ -58,6 +58,10 @@ def test_tensorboard_reads_the_runs_events(store):
 
     events = EventAccumulator(str(store / "ok" / "tensorboard"))
     events.Reload()
-    assert {"train/reward_mean", "train/loss", "eval_baseline/accuracy",
-            "eval_final/accuracy"} <= set(events.Tags()["scalars"])
+    assert {
+        "train/reward_mean",
+        "train/loss",
+        "eval_baseline/accuracy",
+        "eval_final/accuracy",
+    } <= set(events.Tags()["scalars"])
     assert [e.step for e in events.Scalars("train/reward_mean")] == [1, 2]

@@ -37,8 +37,9 @@ def test_a_phase_that_is_no_phase_is_shown_as_damaged(cli, store):
     r = cli("status", "--runs-dir", str(store), "-o", "json")
     assert r.returncode == 0, r.stderr
     rows = {row["name"]: row for row in json.loads(r.stdout)}
-    assert rows["odd"]["error"] == ("damaged: status.json: phase 42 is not a phase; "
-                                    "continue with 'rlctl resume odd'")
+    assert rows["odd"]["error"] == (
+        "damaged: status.json: phase 42 is not a phase; continue with 'rlctl resume odd'"
+    )
     assert rows["ok"]["phase"] == "completed" and rows["ok"]["error"] is None
 
 
@@ -82,10 +83,16 @@ def test_status_on_a_narrow_terminal_folds_each_run_into_a_block(cli, store, col
     assert lines.count("  completed") == 2 and "  grpo step 2/2" in lines
 
 
-@pytest.mark.parametrize("damage", [
-    ("status.json", b"\x00\xffgarbage"), ("status.json", b"[1, 2]"), ("status.json", b""),
-    ("metrics.jsonl", None), ("eval/baseline.json", b'{"accuracy": 0.'),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ("status.json", b"\x00\xffgarbage"),
+        ("status.json", b"[1, 2]"),
+        ("status.json", b""),
+        ("metrics.jsonl", None),
+        ("eval/baseline.json", b'{"accuracy": 0.'),
+    ],
+)
 def test_one_damaged_file_does_not_break_status_for_the_others(cli, store, damage):
     rel, content = damage
     shutil.copytree(store / "ok", store / "hurt")
@@ -101,8 +108,12 @@ def test_one_damaged_file_does_not_break_status_for_the_others(cli, store, damag
     if rel == "status.json":
         assert "damaged: status.json" in one.stdout
     if rel == "metrics.jsonl":  # the bad line skipped, the good ones kept
-        assert json.loads(cli("status", "hurt", "--runs-dir", str(store), "-o", "json")
-                          .stdout)["latest_metrics"]["step"] == 2
+        assert (
+            json.loads(cli("status", "hurt", "--runs-dir", str(store), "-o", "json").stdout)[
+                "latest_metrics"
+            ]["step"]
+            == 2
+        )
 
 
 def interrupted_after_step_1(run) -> None:
@@ -126,11 +137,11 @@ class TestResumeRepairs:
         assert sorted(os.listdir(run / "checkpoints")) == ["1", "2", "2.damaged"]
 
     @pytest.mark.parametrize("order", [[1, 1, 2], [2, 1], [1, 2, 2]])
-    def test_duplicated_or_reordered_metrics_come_out_one_row_per_step(self, cli, store,
-                                                                        order):
+    def test_duplicated_or_reordered_metrics_come_out_one_row_per_step(self, cli, store, order):
         run = store / "ok"
-        rows = {r["step"]: r for r in map(json.loads,
-                                            (run / "metrics.jsonl").read_text().splitlines())}
+        rows = {
+            r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        }
         interrupted_after_step_1(run)
         (run / "metrics.jsonl").write_text("".join(json.dumps(rows[k]) + "\n" for k in order))
         r = cli("resume", "ok", "--runs-dir", str(store))
@@ -204,14 +215,20 @@ class TestDamageNeverCostsData:
         elif damage != "none":
             (step / "rlctl-manifest.json").unlink()
             files = sorted(p for p in step.rglob("*") if p.is_file())
-            cut = [step / "default" / "manifest.ocdbt"] if damage.endswith("index cut") else \
-                [p for p in files if p.parent.name == "d"] if damage.endswith("all cut") else \
-                [max(files, key=lambda p: p.stat().st_size)]
+            cut = (
+                [step / "default" / "manifest.ocdbt"]
+                if damage.endswith("index cut")
+                else [p for p in files if p.parent.name == "d"]
+                if damage.endswith("all cut")
+                else [max(files, key=lambda p: p.stat().st_size)]
+            )
             for p in cut:
                 p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
 
-    @pytest.mark.parametrize("damage", ["manifest", "no manifest, data cut",
-                                        "no manifest, index cut", "no manifest, all cut"])
+    @pytest.mark.parametrize(
+        "damage",
+        ["manifest", "no manifest, data cut", "no manifest, index cut", "no manifest, all cut"],
+    )
     def test_resume_refuses_each_time_and_loses_nothing(self, cli, store, damage):
         run = store / "ok"
         self.only_checkpoint_1_with(run, damage)
@@ -227,10 +244,18 @@ class TestDamageNeverCostsData:
             assert status["latest_checkpoint"] is None, (attempt, status)
             # one line per fallback: no TensorStore or asyncio dump (index cut: 257
             # lines, all cut: 907, before they were silenced); the phase lines aside
-            phases = ("loading libraries", "precision: ", "numerics: ", "compiling the update",
-                      "compiled ", "loaded ", "restoring checkpoint 1")
-            assert len([x for x in r.stderr.splitlines() if not x.startswith(phases)]
-                       ) <= 6, r.stderr
+            phases = (
+                "loading libraries",
+                "precision: ",
+                "numerics: ",
+                "compiling the update",
+                "compiled ",
+                "loaded ",
+                "restoring checkpoint 1",
+            )
+            assert len([x for x in r.stderr.splitlines() if not x.startswith(phases)]) <= 6, (
+                r.stderr
+            )
             assert "Event loop is closed" not in r.stderr, r.stderr
         shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
         assert shown["latest_checkpoint"] is None
@@ -256,7 +281,8 @@ class TestDamageNeverCostsData:
         p.write_bytes(p.read_bytes()[:100])
         rows = (run / "metrics.jsonl").read_text()
         one_error(cli("resume", "ok", "--runs-dir", str(store)), 4, "checkpoints/1.damaged")
-        one_error(cli("resume", "ok", "--runs-dir", str(store), "--recover"), 4,
-                  "checkpoints/1.damaged")
+        one_error(
+            cli("resume", "ok", "--runs-dir", str(store), "--recover"), 4, "checkpoints/1.damaged"
+        )
         assert (run / "metrics.jsonl").read_text() == rows
         assert sorted(os.listdir(run / "checkpoints")) == ["1.damaged"]

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.trainer
 
 
 def _mount(where: Path, options: str) -> None:
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True
+    )
     if r.returncode != 0:  # the kernel refuses (no CAP_SYS_ADMIN): nothing to test here
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
 
@@ -35,13 +36,20 @@ def tmpfs(where: Path, options: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def test_a_full_disk_stops_before_the_save_and_resumes_when_there_is_room(
-        cli, tiny_args, tmp_path):
+def test_a_full_disk_stops_before_the_save_and_resumes_when_there_is_room(cli, tiny_args, tmp_path):
     """Checkpoints of the tiny model take about 1.3 MB, and a save asks for 10% more
     plus 256 KiB (``space_needed``): a 5 MiB disk holds 2 or 3 of them."""
     with tmpfs(tmp_path / "disk", "size=5m") as disk:
-        args = tiny_args(disk, "full", "--steps", "6", "--set", "checkpoint.interval=1",
-                         "--set", "checkpoint.keep=10")
+        args = tiny_args(
+            disk,
+            "full",
+            "--steps",
+            "6",
+            "--set",
+            "checkpoint.interval=1",
+            "--set",
+            "checkpoint.keep=10",
+        )
         r = cli(*args)
         line = one_error(r, 1, "not enough disk space for checkpoint", "free in")
         run = disk / "full"
@@ -62,8 +70,7 @@ def test_the_first_checkpoint_fits_a_disk_twice_its_size(cli, tiny_args, trained
     """#47: the first save's free-space check is sized from the state as Orbax will
     write it (compressed), not from its bytes in memory nor with a fixed 16 MiB
     margin, so a disk of twice a checkpoint's size takes the run's first one."""
-    size = sum(p.stat().st_size for p in (trained / "checkpoints" / "1").rglob("*")
-               if p.is_file())
+    size = sum(p.stat().st_size for p in (trained / "checkpoints" / "1").rglob("*") if p.is_file())
     with tmpfs(tmp_path / "disk", f"size={2 * size // 1024 + 1}k") as disk:
         r = cli(*tiny_args(disk, "small", "--steps", "1"))
         assert r.returncode == 0, r.stderr

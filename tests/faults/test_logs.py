@@ -24,8 +24,11 @@ def test_prints_the_log_its_tail_and_json(cli, store):
     assert r.stdout.splitlines() == log[-2:] and log[-1].endswith("run completed: 2 steps")
     r = cli("logs", "ok", "--runs-dir", str(store), "-o", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"run": "ok", "log": str(store / "ok" / "train.log"),
-                                    "lines": log}
+    assert json.loads(r.stdout) == {
+        "run": "ok",
+        "log": str(store / "ok" / "train.log"),
+        "lines": log,
+    }
 
 
 def test_follow_of_a_finished_run_prints_it_and_returns(cli, store):

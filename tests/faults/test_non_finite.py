@@ -18,14 +18,14 @@ pytestmark = pytest.mark.trainer
 
 # a reward that turns bad once the file named by $BAD_AFTER exists (a checkpoint of
 # the run: so the trial call and the first steps see good values)
-REWARD = '''
+REWARD = """
 import os
 
 def flaky(completion, gold):
     if os.path.exists(os.environ.get("BAD_AFTER", "/nonexistent")):
         return float(os.environ["BAD_VALUE"])
     return sum(ch.isdigit() for ch in completion) / 10.0
-'''
+"""
 
 
 def _steps(run: Path) -> list[int]:
@@ -38,15 +38,31 @@ def _checkpoints(run: Path) -> list[str]:
 
 @pytest.mark.parametrize("value", ["1e308", "nan"])
 def test_a_reward_gone_bad_stops_the_run_at_that_step_and_resume_continues(
-        cli, tiny_args, tmp_path, value):
+    cli, tiny_args, tmp_path, value
+):
     (tmp_path / "r.py").write_text(REWARD)
     root = tmp_path / "runs"
     run = root / "bad"
-    args = tiny_args(root, "bad", "--steps", "4", "--set", "checkpoint.interval=1",
-                     "--set", "checkpoint.keep=5", "--set", 'rewards=["./r.py:flaky"]')
+    args = tiny_args(
+        root,
+        "bad",
+        "--steps",
+        "4",
+        "--set",
+        "checkpoint.interval=1",
+        "--set",
+        "checkpoint.keep=5",
+        "--set",
+        'rewards=["./r.py:flaky"]',
+    )
     r = cli(*args, env={"BAD_AFTER": str(run / "checkpoints" / "2"), "BAD_VALUE": value})
-    line = one_error(r, 2, "step 3:", f"reward '{tmp_path}/r.py:flaky' returned",
-                     "the run stopped before its update")
+    line = one_error(
+        r,
+        2,
+        "step 3:",
+        f"reward '{tmp_path}/r.py:flaky' returned",
+        "the run stopped before its update",
+    )
     assert ("outside the range" in line) if value == "1e308" else ("not a finite" in line)
     assert "'rlctl resume bad' continues from checkpoint 2" in r.stderr
     status = json.loads((run / "status.json").read_text())
@@ -63,7 +79,8 @@ def test_a_reward_gone_bad_stops_the_run_at_that_step_and_resume_continues(
 
 
 def test_a_reward_out_of_range_on_its_trial_call_is_refused_before_the_run(
-        cli, tiny_args, tmp_path):
+    cli, tiny_args, tmp_path
+):
     (tmp_path / "r.py").write_text("def huge(completion, gold):\n    return 1e308\n")
     r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["./r.py:huge"]'))
     one_error(r, 2, "returned 1e+308, outside the range")
@@ -84,11 +101,23 @@ def _nan_model(src: Path, dst: Path) -> Path:
 
 
 def test_a_loss_gone_nan_stops_the_run_at_that_step_and_saves_nothing(
-        cli, tiny_args, tiny_model_dir, tmp_path):
+    cli, tiny_args, tiny_model_dir, tmp_path
+):
     model = _nan_model(tiny_model_dir, tmp_path / "nan-model")
     root = tmp_path / "runs"
-    r = cli(*tiny_args(root, "nan", "--steps", "3", "--set", "checkpoint.interval=1",
-                       "--eval-size", "0", model=model))
+    r = cli(
+        *tiny_args(
+            root,
+            "nan",
+            "--steps",
+            "3",
+            "--set",
+            "checkpoint.interval=1",
+            "--eval-size",
+            "0",
+            model=model,
+        )
+    )
     one_error(r, 1, "step 1: the loss is nan (not finite)", "no checkpoint was saved yet")
     run = root / "nan"
     assert not (run / "checkpoints").exists() or _checkpoints(run) == []

@@ -32,8 +32,15 @@ def _in_a_terminal(cli, args: list[str], limit: float = 300) -> tuple[str, float
     env = {**cli.env, "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "rlctl", *args], cwd=cli.cwd, env=env,
-                         stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=cli.cwd,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
     os.close(slave)
     raw, first = b"", None
     try:
@@ -83,17 +90,26 @@ def test_a_terminal_shows_a_line_at_once_and_an_eta_on_every_step(cli, tiny_args
 
 
 def test_without_a_terminal_each_phase_is_a_line_in_order_and_the_log_keeps_them(
-        cli, tiny_args, tmp_path):
+    cli, tiny_args, tmp_path
+):
     root = tmp_path / "runs"
     r = cli(*tiny_args(root, "pipe", "--steps", "2"))
     assert r.returncode == 0, r.stderr
     err = r.stderr.splitlines()
-    order = ["preparing run pipe", "loading libraries", "loading model",
-             "evaluating baseline on 2 held-out prompts (0/1 batches)",
-             "evaluating baseline on 2 held-out prompts (1/1 batches)", "eval/baseline: ",
-             "training pipe: steps 1..2", "step 1: compiling and running", "step 1/2  ",
-             "step 2/2  ", "evaluating final on 2 held-out prompts (0/1 batches)",
-             "eval/final: "]
+    order = [
+        "preparing run pipe",
+        "loading libraries",
+        "loading model",
+        "evaluating baseline on 2 held-out prompts (0/1 batches)",
+        "evaluating baseline on 2 held-out prompts (1/1 batches)",
+        "eval/baseline: ",
+        "training pipe: steps 1..2",
+        "step 1: compiling and running",
+        "step 1/2  ",
+        "step 2/2  ",
+        "evaluating final on 2 held-out prompts (0/1 batches)",
+        "eval/final: ",
+    ]
     at = [next((i for i, x in enumerate(err) if x.startswith(w)), None) for w in order]
     assert None not in at and at == sorted(at), list(zip(order, at))
     steps = [x for x in err if STEP.match(x)]

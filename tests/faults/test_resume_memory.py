@@ -23,8 +23,13 @@ pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 def peak_rss(cli, *args: str) -> int:
     """Run ``rlctl ARGS`` to its end; its peak resident set, in bytes."""
     env = {**cli.env, "RLCTL_COMPILE_CACHE": "off", "PYTHONPATH": str(REPO)}
-    p = subprocess.Popen([sys.executable, "-m", "rlctl", *args], cwd=cli.cwd, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=cli.cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     err = p.stderr.read().decode() if p.stderr else ""

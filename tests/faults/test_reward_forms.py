@@ -11,11 +11,11 @@ import yaml
 
 from tests.faults.conftest import one_error
 
-TRL_FILE = '''
+TRL_FILE = """
 def brevity(prompts, completions, completion_ids, answer, **kwargs):
     assert len(prompts) == len(completions) == len(answer)
     return [1.0 / (1 + len(ids)) for ids in completion_ids]
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +27,17 @@ def two_rewards(tmp_path_factory, tiny_args):
     home = tmp_path_factory.mktemp("two")
     (home / "trl_rewards.py").write_text(TRL_FILE)
     cli = Cli(home)
-    r = cli(*tiny_args(home / "runs", "two", "--steps", "2", "--set",
-                       'rewards=["tests.fakes.rewards.digit_count", '
-                       '{"fn": "./trl_rewards.py:brevity", "weight": 0.5}]'))
+    r = cli(
+        *tiny_args(
+            home / "runs",
+            "two",
+            "--steps",
+            "2",
+            "--set",
+            'rewards=["tests.fakes.rewards.digit_count", '
+            '{"fn": "./trl_rewards.py:brevity", "weight": 0.5}]',
+        )
+    )
     assert r.returncode == 0, r.stderr
     return cli, home
 
@@ -42,8 +50,11 @@ def test_each_reward_has_a_mean_per_step_in_metrics(two_rewards):
         assert 0 < r["rewards/brevity/mean"] <= 1
         assert r["rewards/digit_count/mean"] >= 0
     spec = yaml.safe_load((home / "runs/two/spec.yaml").read_text())
-    assert spec["rewards"][1] == {"fn": f"{home}/trl_rewards.py:brevity", "weight": 0.5,
-                                  "name": "brevity"}  # absolute: a resume finds it anywhere
+    assert spec["rewards"][1] == {
+        "fn": f"{home}/trl_rewards.py:brevity",
+        "weight": 0.5,
+        "name": "brevity",
+    }  # absolute: a resume finds it anywhere
     final = json.loads((home / "runs/two/eval/final.json").read_text())
     assert set(final["rewards"]) == {"digit_count", "brevity"}
 
@@ -56,8 +67,11 @@ def test_each_rewards_mean_is_in_tensorboard(two_rewards):
     events = EventAccumulator(str(home / "runs/two/tensorboard"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train/rewards/brevity/mean", "train/rewards/digit_count/mean",
-            "eval_final/rewards/brevity/mean"} <= tags
+    assert {
+        "train/rewards/brevity/mean",
+        "train/rewards/digit_count/mean",
+        "eval_final/rewards/brevity/mean",
+    } <= tags
     assert [e.step for e in events.Scalars("train/rewards/brevity/mean")] == [1, 2]
 
 
@@ -72,10 +86,10 @@ def test_status_shows_a_line_per_reward(two_rewards):
     assert set(j["curve"]["rewards"]) == {"digit_count", "brevity"}
 
 
-def test_a_trl_reward_that_fails_on_the_data_is_refused_before_the_run(cli, tiny_args,
-                                                                       tmp_path):
-    (tmp_path / "r.py").write_text("def f(prompts, completions, solution, **kw):\n"
-                                   "    return [0.0] * len(completions)\n")
+def test_a_trl_reward_that_fails_on_the_data_is_refused_before_the_run(cli, tiny_args, tmp_path):
+    (tmp_path / "r.py").write_text(
+        "def f(prompts, completions, solution, **kw):\n    return [0.0] * len(completions)\n"
+    )
     r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["./r.py:f"]'))
     one_error(r, 2, f"reward '{tmp_path}/r.py:f' raised TypeError", "solution")
     assert not (tmp_path / "runs").exists()
@@ -87,10 +101,10 @@ def test_a_missing_reward_file_is_one_line(cli, tiny_args, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_print_prompt_shows_the_templated_prompts_and_creates_nothing(cli, tiny_args,
-                                                                      tmp_path):
-    args = tiny_args(tmp_path / "runs", "p", "--set", "prompt.system=Answer in tags.",
-                     "--print-prompt")
+def test_print_prompt_shows_the_templated_prompts_and_creates_nothing(cli, tiny_args, tmp_path):
+    args = tiny_args(
+        tmp_path / "runs", "p", "--set", "prompt.system=Answer in tags.", "--print-prompt"
+    )
     r = cli(*args)
     assert r.returncode == 0, r.stderr
     assert "--- first training prompt (step 1) ---" in r.stdout

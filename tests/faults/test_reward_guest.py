@@ -13,7 +13,7 @@ from tests.faults.test_disk import tmpfs
 
 pytestmark = pytest.mark.trainer
 
-NOISY = '''
+NOISY = """
 import os, subprocess
 
 def noisy(completion, gold):
@@ -21,28 +21,30 @@ def noisy(completion, gold):
     os.write(1, b"raw bytes on descriptor 1\\n")
     subprocess.run(["echo", "a child's output"], check=True)
     return sum(ch.isdigit() for ch in completion) / 10.0
-'''
+"""
 
 # the shell given on the command line (typer's switch for tests), not detected from
 # the parent processes: a test runner's parent is no shell
 NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
 
-EXITS = '''
+EXITS = """
 import os, sys
 
 def exits(completion, gold):
     if os.path.exists(os.environ.get("BAD_AFTER", "/nonexistent")):
         sys.exit(3)
     return 0.5
-'''
+"""
 
 
 def test_what_a_reward_prints_goes_to_the_log_and_json_stdout_stays_one_document(
-        cli, tiny_args, tmp_path):
+    cli, tiny_args, tmp_path
+):
     (tmp_path / "r.py").write_text(NOISY)
     root = tmp_path / "runs"
-    r = cli(*tiny_args(root, "noisy", "--steps", "1", "--set", 'rewards=["./r.py:noisy"]'),
-            "-o", "json")
+    r = cli(
+        *tiny_args(root, "noisy", "--steps", "1", "--set", 'rewards=["./r.py:noisy"]'), "-o", "json"
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)  # the one document, nothing before or after it
     assert result["phase"] == "completed"
@@ -52,12 +54,21 @@ def test_what_a_reward_prints_goes_to_the_log_and_json_stdout_stays_one_document
 
 
 def test_a_reward_that_exits_is_named_and_the_run_resumes_once_it_is_fixed(
-        cli, tiny_args, tmp_path):
+    cli, tiny_args, tmp_path
+):
     (tmp_path / "r.py").write_text(EXITS)
     root = tmp_path / "runs"
     run = root / "ex"
-    args = tiny_args(root, "ex", "--steps", "2", "--set", "checkpoint.interval=1",
-                     "--set", 'rewards=["./r.py:exits"]')
+    args = tiny_args(
+        root,
+        "ex",
+        "--steps",
+        "2",
+        "--set",
+        "checkpoint.interval=1",
+        "--set",
+        'rewards=["./r.py:exits"]',
+    )
     r = cli(*args, env={"BAD_AFTER": str(run / "checkpoints" / "1")})
     one_error(r, 2, "step 2:", f"reward '{tmp_path}/r.py:exits' called sys.exit(3)")
     status = json.loads((run / "status.json").read_text())

@@ -21,9 +21,16 @@ def same(a: list[dict], b: list[dict]) -> bool:
     """Same steps, every value within 1e-4 relative."""
     if [r["step"] for r in a] != [r["step"] for r in b]:
         return False
-    return all(r.keys() == s.keys() and all(
-        r[k] == pytest.approx(s[k], rel=1e-4, abs=1e-7) if isinstance(r[k], float)
-        else r[k] == s[k] for k in r) for r, s in zip(a, b, strict=True))
+    return all(
+        r.keys() == s.keys()
+        and all(
+            r[k] == pytest.approx(s[k], rel=1e-4, abs=1e-7)
+            if isinstance(r[k], float)
+            else r[k] == s[k]
+            for k in r
+        )
+        for r, s in zip(a, b, strict=True)
+    )
 
 
 def rows(run: Path) -> int:
@@ -53,10 +60,13 @@ def whole(tmp_path_factory, tiny_args):
     return metrics(root / "whole")
 
 
-@pytest.mark.parametrize("sig, after_rows", [(signal.SIGKILL, 3), (signal.SIGTERM, 3),
-                                             (signal.SIGKILL, 1), (signal.SIGTERM, 5)])
+@pytest.mark.parametrize(
+    "sig, after_rows",
+    [(signal.SIGKILL, 3), (signal.SIGTERM, 3), (signal.SIGKILL, 1), (signal.SIGTERM, 5)],
+)
 def test_a_signalled_run_is_never_shown_running_and_resumes_to_the_same_metrics(
-        cli, tiny_args, tmp_path, whole, sig, after_rows):
+    cli, tiny_args, tmp_path, whole, sig, after_rows
+):
     root = tmp_path / "runs"
     p = cli.start(*tiny_args(root, "k", *STEPS))
     wait_for_rows(root / "k", after_rows, p)
@@ -67,8 +77,10 @@ def test_a_signalled_run_is_never_shown_running_and_resumes_to_the_same_metrics(
     r = cli("status", "k", "--runs-dir", str(root), "-o", "json")
     info = json.loads(r.stdout)
     assert info["phase"] == ("stale" if sig == signal.SIGKILL else "interrupted"), info
-    assert not [n for n in (root / "k" / "checkpoints").iterdir() if "tmp" in n.name] \
-        or sig == signal.SIGKILL  # a SIGKILLed save's leftovers go at the next start
+    assert (
+        not [n for n in (root / "k" / "checkpoints").iterdir() if "tmp" in n.name]
+        or sig == signal.SIGKILL
+    )  # a SIGKILLed save's leftovers go at the next start
     r = cli("resume", "k", "--runs-dir", str(root))
     assert r.returncode == 0, r.stderr
     assert same(metrics(root / "k"), whole)

@@ -31,7 +31,12 @@ def _steps(run: Path) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_checkpoints_the_last_step_and_resume_repeats_none(
-        cli, tiny_args, tmp_path, whole, sig):  # noqa: F811
+    cli,
+    tiny_args,
+    tmp_path,
+    whole,  # noqa: F811
+    sig,
+):
     k = random.Random(f"issue-25-{sig}").randint(1, 4)  # seeded: the same k every run
     root = tmp_path / "runs"
     p = cli.start(*tiny_args(root, "s", *SPARSE))
@@ -54,11 +59,9 @@ def test_a_stop_checkpoints_the_last_step_and_resume_repeats_none(
     assert same(metrics(root / "s"), whole)
 
 
-def test_a_second_stop_skips_the_save_and_loses_at_most_one_step(
-        cli, tiny_args, tmp_path, whole):  # noqa: F811
+def test_a_second_stop_skips_the_save_and_loses_at_most_one_step(cli, tiny_args, tmp_path, whole):  # noqa: F811
     root = tmp_path / "runs"
-    p = cli.start(*tiny_args(root, "twice", "--steps", "6", "--set",
-                             "checkpoint.interval=2"))
+    p = cli.start(*tiny_args(root, "twice", "--steps", "6", "--set", "checkpoint.interval=2"))
     wait_for_rows(root / "twice", 3, p)
     p.send_signal(signal.SIGINT)
     t0 = time.monotonic()
@@ -77,13 +80,15 @@ def test_a_second_stop_skips_the_save_and_loses_at_most_one_step(
     assert same(metrics(root / "twice"), whole)
 
 
-def test_resume_steps_extends_a_completed_run_to_the_uninterrupted_metrics(
-        cli, store, whole):  # noqa: F811
+def test_resume_steps_extends_a_completed_run_to_the_uninterrupted_metrics(cli, store, whole):  # noqa: F811
     """``store`` holds ``ok``: the same tiny spec, completed at 2 steps."""
     run = store / "ok"
     for bad in ("2", "0", "-1"):
-        one_error(cli("resume", "ok", "--runs-dir", str(store), "--steps", bad), 2,
-                  f"--steps {bad} must be more than the 2 steps")
+        one_error(
+            cli("resume", "ok", "--runs-dir", str(store), "--steps", bad),
+            2,
+            f"--steps {bad} must be more than the 2 steps",
+        )
     r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "6")
     assert r.returncode == 0, r.stderr
     assert same(metrics(run), whole)
@@ -101,8 +106,11 @@ def test_a_hand_edited_step_count_is_said_not_silently_taken(cli, store):
     run = store / "ok"
     spec = run / "spec.yaml"
     spec.write_text(spec.read_text().replace("steps: 2\n", "steps: 1\n"))
-    one_error(cli("resume", "ok", "--runs-dir", str(store)), 2,
-              "says training.steps 1, but run 'ok' has done 2 steps")
+    one_error(
+        cli("resume", "ok", "--runs-dir", str(store)),
+        2,
+        "says training.steps 1, but run 'ok' has done 2 steps",
+    )
     spec.write_text(spec.read_text().replace("steps: 1\n", "steps: 3\n"))
     r = cli("resume", "ok", "--runs-dir", str(store))
     assert r.returncode == 0, r.stderr
@@ -114,8 +122,9 @@ def test_a_hand_edited_step_count_is_said_not_silently_taken(cli, store):
 def test_status_shows_what_the_run_takes_on_disk(cli, store):
     r = cli("status", "ok", "--runs-dir", str(store), "-o", "json")
     info = json.loads(r.stdout)
-    ckpt = sum(f.stat().st_size for f in (store / "ok" / "checkpoints" / "2").rglob("*")
-               if f.is_file())
+    ckpt = sum(
+        f.stat().st_size for f in (store / "ok" / "checkpoints" / "2").rglob("*") if f.is_file()
+    )
     assert info["checkpoint_bytes"] == ckpt > 0
     assert info["disk_bytes"] > ckpt + (store / "ok" / "metrics.jsonl").stat().st_size
     r = cli("status", "ok", "--runs-dir", str(store))
@@ -124,8 +133,18 @@ def test_status_shows_what_the_run_takes_on_disk(cli, store):
 
 def test_keep_1_leaves_one_checkpoint(cli, tiny_args, tmp_path):
     root = tmp_path / "runs"
-    r = cli(*tiny_args(root, "one", "--steps", "3", "--set", "checkpoint.interval=1",
-                       "--set", "checkpoint.keep=1"))
+    r = cli(
+        *tiny_args(
+            root,
+            "one",
+            "--steps",
+            "3",
+            "--set",
+            "checkpoint.interval=1",
+            "--set",
+            "checkpoint.keep=1",
+        )
+    )
     assert r.returncode == 0, r.stderr
     assert _steps(root / "one") == ["3"]
 
@@ -134,8 +153,18 @@ def test_a_500_mb_disk_holds_a_tiny_runs_checkpoints(cli, tiny_args, tmp_path):
     from tests.faults.test_disk import tmpfs
 
     with tmpfs(tmp_path / "disk", "size=500m") as disk:
-        r = cli(*tiny_args(disk, "small", "--steps", "4", "--set", "checkpoint.interval=1",
-                           "--set", "checkpoint.keep=2"))
+        r = cli(
+            *tiny_args(
+                disk,
+                "small",
+                "--steps",
+                "4",
+                "--set",
+                "checkpoint.interval=1",
+                "--set",
+                "checkpoint.keep=2",
+            )
+        )
         assert r.returncode == 0, r.stderr
         assert _steps(disk / "small") == ["3", "4"]
         assert [m["step"] for m in metrics(disk / "small")] == [1, 2, 3, 4]

@@ -59,8 +59,10 @@ def test_only_complete_properly_numbered_checkpoints_count(cli, store, tmp_path)
     assert json.loads((tmp_path / "hf" / "config.json").read_text())
     r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "3")
     assert r.returncode == 0, r.stderr
-    assert "checkpoint 9 is incomplete (its folder is empty); moved to checkpoints/9.damaged" \
+    assert (
+        "checkpoint 9 is incomplete (its folder is empty); moved to checkpoints/9.damaged"
         in r.stderr
+    )
     assert "checkpoint 8 is incomplete" in r.stderr
     assert [m["step"] for m in metrics(store / "ok")] == [1, 2, 3]
     assert {"07", "²", "9.damaged", "8.damaged", "3"} <= {p.name for p in ckpts.iterdir()}
@@ -78,8 +80,9 @@ def test_a_stale_run_shows_its_damage_and_the_command_that_helps(cli, store):
     shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
     assert shown["phase"] == "stale"
     error = shown["error"]
-    assert error.startswith("damaged: checkpoints set aside: checkpoints/2.damaged, "
-                            "checkpoints/1.damaged"), error
+    assert error.startswith(
+        "damaged: checkpoints set aside: checkpoints/2.damaged, checkpoints/1.damaged"
+    ), error
     assert "ended without finishing" in error and "'rlctl resume ok --recover'" in error
     table = cli("status", "--runs-dir", str(store), env={"COLUMNS": "120"})
     assert "stale (damaged)" in table.stdout, table.stdout
@@ -96,7 +99,11 @@ def test_recover_refuses_only_after_reading_and_says_what_helps(cli, store):
     (run / "checkpoints" / "1").rename(run / "checkpoints" / "1.damaged")
     _status(run, phase="interrupted")
     r = cli("resume", "ok", "--runs-dir", str(store), "--recover")
-    line = one_error(r, 4, "nothing to recover", "checkpoints/1.damaged is not newer than "
-                     "the intact checkpoint 2")
+    line = one_error(
+        r,
+        4,
+        "nothing to recover",
+        "checkpoints/1.damaged is not newer than the intact checkpoint 2",
+    )
     assert "resume without --recover: it continues from checkpoint 2" in r.stderr, line
     assert "delete run" not in r.stderr

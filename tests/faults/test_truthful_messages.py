@@ -21,26 +21,51 @@ def _data(tmp_path: Path, name: str, text: str) -> str:
     return str(tmp_path / name)
 
 
-GOOD = "".join(json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n"
-               for a in range(8))
+GOOD = "".join(
+    json.dumps({"question": f"What is {a} + 1?", "answer": a + 1}) + "\n" for a in range(8)
+)
 
 
-@pytest.mark.parametrize(("name", "text", "words"), [
-    ("long.jsonl", GOOD + json.dumps({"question": "x" * 5_000_000, "answer": 3}) + "\n",
-     ("long.jsonl:9", "longer than rollout.max_prompt_tokens=160", "has at least")),
-    ("deep.jsonl", GOOD + "[" * 100_000 + "]" * 100_000 + "\n",
-     ("deep.jsonl:9: nested more than 64 levels deep",)),
-    ("cols.csv", "question,answer\nWhat is 1,000 + 2?,1002\n", ("cols.csv:2: 3 fields",)),
-    ("quote.csv", 'question,answer\n"What is 1+1?,2\nWhat is 2+2?,4\n',
-     ("quote.csv:2: a quoted field opened on line 2 is never closed",)),
-    ("chat.jsonl", json.dumps({"messages": [{"role": "user"}]}) + "\n",
-     ("chat.jsonl:1: 'messages'[0] has no 'content'",)),
-])
-def test_a_bad_data_file_is_one_line_naming_the_row(cli, tiny_model_dir, tmp_path, name,
-                                                    text, words):
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        (
+            "long.jsonl",
+            GOOD + json.dumps({"question": "x" * 5_000_000, "answer": 3}) + "\n",
+            ("long.jsonl:9", "longer than rollout.max_prompt_tokens=160", "has at least"),
+        ),
+        (
+            "deep.jsonl",
+            GOOD + "[" * 100_000 + "]" * 100_000 + "\n",
+            ("deep.jsonl:9: nested more than 64 levels deep",),
+        ),
+        ("cols.csv", "question,answer\nWhat is 1,000 + 2?,1002\n", ("cols.csv:2: 3 fields",)),
+        (
+            "quote.csv",
+            'question,answer\n"What is 1+1?,2\nWhat is 2+2?,4\n',
+            ("quote.csv:2: a quoted field opened on line 2 is never closed",),
+        ),
+        (
+            "chat.jsonl",
+            json.dumps({"messages": [{"role": "user"}]}) + "\n",
+            ("chat.jsonl:1: 'messages'[0] has no 'content'",),
+        ),
+    ],
+)
+def test_a_bad_data_file_is_one_line_naming_the_row(
+    cli, tiny_model_dir, tmp_path, name, text, words
+):
     t = time.monotonic()
-    r = cli("train", "grpo", "--data-path", _data(tmp_path, name, text), "--model",
-            str(tiny_model_dir), "--runs-dir", str(tmp_path / "runs"))
+    r = cli(
+        "train",
+        "grpo",
+        "--data-path",
+        _data(tmp_path, name, text),
+        "--model",
+        str(tiny_model_dir),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    )
     one_error(r, 2, *words)
     assert time.monotonic() - t < 60
     assert "max_prompt_tokens=5" not in r.stderr  # no absurd hint: at most 32,768
@@ -51,8 +76,15 @@ def test_a_hub_dataset_offline_lists_its_configs(cli, tmp_path):
     from tests.fakes.hub_cache import write_gsm8k
 
     write_gsm8k(tmp_path / "hf", train=6, test=4)
-    r = cli("train", "grpo", "--dataset", "openai/gsm8k", "--runs-dir", str(tmp_path / "runs"),
-            env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    r = cli(
+        "train",
+        "grpo",
+        "--dataset",
+        "openai/gsm8k",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"},
+    )
     one_error(r, 2, "openai/gsm8k has several configs (main, socratic): name one")
     assert "--set data.config=main" in r.stderr
     assert not (tmp_path / "runs").exists()
@@ -106,12 +138,15 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("command", [
-    ("status", "--runs-dir", "gs://runs-bucket/runs"),
-    ("status", "r", "--runs-dir", "gs://runs-bucket/runs"),
-    ("delete", "run", "r", "--runs-dir", "gs://runs-bucket/runs", "--yes"),
-    ("checkpoint-convert", "gs://runs-bucket/runs/r", "out"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("status", "--runs-dir", "gs://runs-bucket/runs"),
+        ("status", "r", "--runs-dir", "gs://runs-bucket/runs"),
+        ("delete", "run", "r", "--runs-dir", "gs://runs-bucket/runs", "--yes"),
+        ("checkpoint-convert", "gs://runs-bucket/runs/r", "out"),
+    ],
+)
 class TestGcsStore:
     def test_a_closed_endpoint_fails_within_10_s_naming_it(self, cli, command):
         url = f"http://127.0.0.1:{_closed_port()}"
@@ -139,7 +174,14 @@ class TestGcsStore:
 
 
 def test_a_run_missing_from_a_gs_store_hints_at_that_store(cli, gcs):
-    r = cli("delete", "run", "r", "--runs-dir", "gs://runs-bucket/runs", "--yes",
-            env={"STORAGE_EMULATOR_HOST": gcs})
+    r = cli(
+        "delete",
+        "run",
+        "r",
+        "--runs-dir",
+        "gs://runs-bucket/runs",
+        "--yes",
+        env={"STORAGE_EMULATOR_HOST": gcs},
+    )
     one_error(r, 3, "run 'r' not found in gs://runs-bucket/runs")
     assert "'rlctl status --runs-dir gs://runs-bucket/runs'" in r.stderr

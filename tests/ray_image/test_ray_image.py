@@ -54,8 +54,9 @@ def test_this_venv_is_the_images_lock():
 
     lock = Path(os.environ["RLCTL_IMAGE_LOCK"])
     pinned = parse_lock(lock.read_text())
-    wrong = {n: (v, _installed(version, n)) for n, v in pinned.items()
-             if _installed(version, n) != v}
+    wrong = {
+        n: (v, _installed(version, n)) for n, v in pinned.items() if _installed(version, n) != v
+    }
     assert not wrong, f"installed versions differ from {lock.name}: {wrong}"
     assert canonical("ray") in pinned
 
@@ -74,12 +75,27 @@ def _render(spec, store):
     from rlctl.core.runs.submit import ClusterOptions, _named, build_view
     from tests.fakes.shapes import v6e_16
 
-    bucket = store.uri[len("gs://"):].split("/", 1)[0]
-    on_gcs = _named(spec.model_copy(update={"model": spec.model.model_copy(
-        update={"source": f"gs://{bucket}/models/tiny-llama"})}), store)
-    objs = render_workload(build_view(
-        on_gcs, "ray", v6e_16(1), store.run(spec.name).uri,
-        ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=0), False))
+    bucket = store.uri[len("gs://") :].split("/", 1)[0]
+    on_gcs = _named(
+        spec.model_copy(
+            update={
+                "model": spec.model.model_copy(
+                    update={"source": f"gs://{bucket}/models/tiny-llama"}
+                )
+            }
+        ),
+        store,
+    )
+    objs = render_workload(
+        build_view(
+            on_gcs,
+            "ray",
+            v6e_16(1),
+            store.run(spec.name).uri,
+            ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=0),
+            False,
+        )
+    )
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     (rj,) = [o for o in objs if o["kind"] == "RayJob"]
     return rj, cm["data"]
@@ -144,8 +160,9 @@ def _probe_url(probe: dict) -> str:
     return f"http://127.0.0.1:{get['port']}{get['path']}"
 
 
-def test_the_rayjob_starts_probes_and_trains_from_the_images_lock(gcs, gcs_server_url,
-                                                                  tiny_model_dir, tmp_path):
+def test_the_rayjob_starts_probes_and_trains_from_the_images_lock(
+    gcs, gcs_server_url, tiny_model_dir, tmp_path
+):
     from rlctl.core.store import open_store
 
     client, bucket = gcs
@@ -172,62 +189,99 @@ def test_the_rayjob_starts_probes_and_trains_from_the_images_lock(gcs, gcs_serve
     (tmp_path / "home").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(_env_of(head_c))  # the pods' own env: RLCTL_RUN, JAX_PLATFORMS, ...
-    env.update({
-        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        "PYTHONPATH": str(REPO),  # tests.fakes.rewards in the workers
-        "RLCTL_RAY_DEVICE": "cpu", "JAX_PLATFORMS": "cpu",
-        "STORAGE_EMULATOR_HOST": gcs_server_url,
-        "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_server_url,
-        "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
-        "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
-        "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0",
-        # a pod's fresh home: Ray 2.60 turns token auth on by itself where ~/.ray/auth_token
-        # exists (any local ray.init() writes one), which no pod of the image has
-        "HOME": str(tmp_path / "home"),
-    })
-    head_cmd = kuberay.ray_start_command(head["rayStartParams"], head=True,
-                                         limits=head_c["resources"].get("limits"))
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHONPATH": str(REPO),  # tests.fakes.rewards in the workers
+            "RLCTL_RAY_DEVICE": "cpu",
+            "JAX_PLATFORMS": "cpu",
+            "STORAGE_EMULATOR_HOST": gcs_server_url,
+            "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_server_url,
+            "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
+            "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
+            "RAY_TMPDIR": ray_tmp,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # a pod's fresh home: Ray 2.60 turns token auth on by itself where ~/.ray/auth_token
+            # exists (any local ray.init() writes one), which no pod of the image has
+            "HOME": str(tmp_path / "home"),
+        }
+    )
+    head_cmd = kuberay.ray_start_command(
+        head["rayStartParams"], head=True, limits=head_c["resources"].get("limits")
+    )
     # the worker pod's start: the rendered params, its own ports (another pod on GKE),
     # and 2 CPUs for the TPU host's resources
-    worker_params = {**group["rayStartParams"], "address": "127.0.0.1:6379",
-                     "metrics-export-port": "28080", "dashboard-agent-listen-port": "52366",
-                     "dashboard-agent-grpc-port": "52367", "runtime-env-agent-port": "52368",
-                     "node-manager-port": "52369", "num-cpus": "2", "memory": str(2 << 30)}
+    worker_params = {
+        **group["rayStartParams"],
+        "address": "127.0.0.1:6379",
+        "metrics-export-port": "28080",
+        "dashboard-agent-listen-port": "52366",
+        "dashboard-agent-grpc-port": "52367",
+        "runtime-env-agent-port": "52368",
+        "node-manager-port": "52369",
+        "num-cpus": "2",
+        "memory": str(2 << 30),
+    }
     worker_cmd = kuberay.ray_start_command(worker_params, head=False)
     # the pods' own ports: another Ray on this machine would answer in their place
-    busy = [port for port in (6379, kuberay.DASHBOARD_PORT, kuberay.AGENT_PORT, 10001,
-                              kuberay.METRICS_PORT, 52366) if not _free(port)]
+    busy = [
+        port
+        for port in (
+            6379,
+            kuberay.DASHBOARD_PORT,
+            kuberay.AGENT_PORT,
+            10001,
+            kuberay.METRICS_PORT,
+            52366,
+        )
+        if not _free(port)
+    ]
     assert not busy, f"ports {busy} are taken: is another Ray running here? ('ray stop')"
     procs: list[subprocess.Popen] = []
     log = (tmp_path / "nodes.log").open("w")
     try:
-        procs.append(subprocess.Popen(head_cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                head_cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
         ready, alive = _probe_url(head_c["readinessProbe"]), _probe_url(head_c["livenessProbe"])
-        assert {ready: _answers(ready, 90), alive: _answers(alive, 30)} == \
-            {ready: 200, alive: 200}, (tmp_path / "nodes.log").read_text()[-4000:]
+        assert {ready: _answers(ready, 90), alive: _answers(alive, 30)} == {
+            ready: 200,
+            alive: 200,
+        }, (tmp_path / "nodes.log").read_text()[-4000:]
 
-        procs.append(subprocess.Popen(worker_cmd, env=env, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                worker_cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
         worker_probe = _probe_url(worker_c["readinessProbe"]).replace(
-            f":{kuberay.AGENT_PORT}/", ":52366/")
+            f":{kuberay.AGENT_PORT}/", ":52366/"
+        )
         assert _answers(worker_probe, 60) == 200, (tmp_path / "nodes.log").read_text()[-4000:]
 
         dashboard = f"127.0.0.1:{kuberay.DASHBOARD_PORT}"
         job_id = f"{RUN}-abcde"
-        line = kuberay.submitter_command({**rayjob, "spec": {**rayjob["spec"],
-                                                             "entrypoint": entry}},
-                                         dashboard, job_id)
+        line = kuberay.submitter_command(
+            {**rayjob, "spec": {**rayjob["spec"], "entrypoint": entry}}, dashboard, job_id
+        )
         t0 = time.monotonic()
-        sub = subprocess.run(["bash", "-ec", line], env=env, capture_output=True, text=True,
-                             timeout=480)
+        sub = subprocess.run(
+            ["bash", "-ec", line], env=env, capture_output=True, text=True, timeout=480
+        )
         took = time.monotonic() - t0
         out = sub.stdout + sub.stderr
-        status = subprocess.run([str(BIN / "ray"), "job", "status", "--address",
-                                 f"http://{dashboard}", job_id], env=env,
-                                capture_output=True, text=True, timeout=60)
-        assert sub.returncode == 0 and f"Job '{job_id}' succeeded" in status.stdout, \
+        status = subprocess.run(
+            [str(BIN / "ray"), "job", "status", "--address", f"http://{dashboard}", job_id],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert sub.returncode == 0 and f"Job '{job_id}' succeeded" in status.stdout, (
             out[-6000:] + status.stdout + status.stderr
+        )
     finally:  # each node's process group, as a pod's end stops it ('ray stop' would
         # stop every Ray on the machine)
         for p in reversed(procs):

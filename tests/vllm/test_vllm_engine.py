@@ -46,16 +46,41 @@ main()
 def model_dir(tmp_path_factory) -> Path:
     from tests.fakes.tiny_model import write_tiny_llama
 
-    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama-hd32",
-                            heads=2, kv_heads=1)
+    return write_tiny_llama(
+        tmp_path_factory.mktemp("models") / "tiny-llama-hd32", heads=2, kv_heads=1
+    )
 
 
 def args(model: Path, root: Path, name: str, *extra: str) -> list[str]:
-    return ["train", "grpo", "--model", str(model), "--runs-dir", str(root), "--name", name,
-            "--eval-size", "4", "--prompts-per-step", "2", "-G", "4", "--max-new-tokens",
-            "12", "--lr", "3e-3", "--set", 'rewards=["tests.fakes.rewards.digit_count"]',
-            "--set", "eval.batch_size=4", "--set", "rollout.engine=vllm", "--seed", "5",
-            *extra]
+    return [
+        "train",
+        "grpo",
+        "--model",
+        str(model),
+        "--runs-dir",
+        str(root),
+        "--name",
+        name,
+        "--eval-size",
+        "4",
+        "--prompts-per-step",
+        "2",
+        "-G",
+        "4",
+        "--max-new-tokens",
+        "12",
+        "--lr",
+        "3e-3",
+        "--set",
+        'rewards=["tests.fakes.rewards.digit_count"]',
+        "--set",
+        "eval.batch_size=4",
+        "--set",
+        "rollout.engine=vllm",
+        "--seed",
+        "5",
+        *extra,
+    ]
 
 
 def env() -> dict[str, str]:
@@ -64,8 +89,9 @@ def env() -> dict[str, str]:
 
 def rlctl(*argv: str, launcher: str | None = None) -> subprocess.CompletedProcess[str]:
     head = [sys.executable, "-c", launcher] if launcher else [sys.executable, "-m", "rlctl"]
-    return subprocess.run([*head, *argv], cwd=REPO, env=env(), capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [*head, *argv], cwd=REPO, env=env(), capture_output=True, text=True, timeout=600
+    )
 
 
 def rows(run: Path) -> list[dict]:
@@ -96,15 +122,16 @@ def test_trains_resumes_after_sigkill_and_agrees_every_step(model_dir, tmp_path)
     assert [r["step"] for r in again] == [1, 2, 3]
     assert all(r["engine_logp_diff"] <= AGREEMENT_TOLERANCE for r in again)
     # the engine restarted on the restored weights draws what the uninterrupted run drew
-    strip = [{k: v for k, v in r.items() if k not in TIMING | {"engine_logp_diff"}}
-             for r in again]
-    assert strip == [{k: v for k, v in r.items() if k not in TIMING | {"engine_logp_diff"}}
-                     for r in done]
+    strip = [{k: v for k, v in r.items() if k not in TIMING | {"engine_logp_diff"}} for r in again]
+    assert strip == [
+        {k: v for k, v in r.items() if k not in TIMING | {"engine_logp_diff"}} for r in done
+    ]
 
 
 def test_a_skipped_weight_push_fails_the_check(model_dir, tmp_path):
-    r = rlctl(*args(model_dir, tmp_path, "stale", "--steps", "3", "--eval-size", "0"),
-              launcher=STALE)
+    r = rlctl(
+        *args(model_dir, tmp_path, "stale", "--steps", "3", "--eval-size", "0"), launcher=STALE
+    )
     assert r.returncode == 2, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "step 2: vLLM's log-probs differ" in errors[0], r.stderr
@@ -127,11 +154,20 @@ def test_the_engine_holds_the_trainers_weights(model_dir):
     from safetensors.numpy import load_file
 
     assert names == set(load_file(str(model_dir / "model.safetensors")))
-    engine = VllmSampler(model, model_dir, pad_id=tok.pad_id(), eos_ids=tok.eos_ids,
-                         max_new_tokens=12, max_len=64, dtype="float32", filtered=False)
+    engine = VllmSampler(
+        model,
+        model_dir,
+        pad_id=tok.pad_id(),
+        eos_ids=tok.eos_ids,
+        max_new_tokens=12,
+        max_len=64,
+        dtype="float32",
+        filtered=False,
+    )
     assert engine.last_push.tensors == len(names)
-    prompts = left_pad([tok.encode("What is 4 + 3?"), tok.encode("Tom has 5 apples")], 16,
-                       tok.pad_id())
+    prompts = left_pad(
+        [tok.encode("What is 4 + 3?"), tok.encode("Tom has 5 apples")], 16, tok.pad_id()
+    )
     ours = Sampler(model, info, pad_id=tok.pad_id(), eos_ids=tok.eos_ids, max_new_tokens=12)
     a = engine(prompts, group=1, seed=0, temperature=0.0)
     b = ours(prompts, group=1, seed=0, temperature=0.0)
@@ -160,8 +196,16 @@ def test_a_tied_heads_push_reaches_the_logits(tmp_path):
     folder = write_tiny_llama(tmp_path / "tied", heads=2, kv_heads=1, tie=True)
     tok = ChatTokenizer(folder)
     model, info = ta.load_model(folder, "float32")
-    engine = VllmSampler(model, folder, pad_id=tok.pad_id(), eos_ids=tok.eos_ids,
-                         max_new_tokens=12, max_len=64, dtype="float32", filtered=False)
+    engine = VllmSampler(
+        model,
+        folder,
+        pad_id=tok.pad_id(),
+        eos_ids=tok.eos_ids,
+        max_new_tokens=12,
+        max_len=64,
+        dtype="float32",
+        filtered=False,
+    )
     prompts = left_pad([tok.encode("What is 4 + 3?")], 16, tok.pad_id())
     check = Agreement(tok.pad_id(), 4, 1.0, info)
 

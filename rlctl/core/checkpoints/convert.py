@@ -82,7 +82,8 @@ def check_finite(source: Source, name: str, arr: np.ndarray) -> None:
         f"{where}{source.uri}: tensor {name!r} holds {bad} non-finite value"
         f"{'s' if bad > 1 else ''} (NaN or inf) of {arr.size}: the model diverged",
         hint="convert an earlier checkpoint (--step N), or pass --allow-non-finite to "
-             "export it as it is")
+        "export it as it is",
+    )
 
 
 def _cast(arr: np.ndarray, dtype: str | None) -> np.ndarray:
@@ -91,11 +92,21 @@ def _cast(arr: np.ndarray, dtype: str | None) -> np.ndarray:
     return arr.astype(hf.np_dtype(dtype))
 
 
-def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
-            dtype: str | None = None, verify: bool = False, overwrite: bool = False,
-            client: Any = None, runs_dir: str | None = None,
-            on_progress: OnProgress | None = None, shard_bytes: int = hf.SHARD_BYTES,
-            allow_non_finite: bool = False) -> ConvertResult:
+def convert(
+    src: str,
+    dst: str,
+    *,
+    to: Target = "hf",
+    step: int | None = None,
+    dtype: str | None = None,
+    verify: bool = False,
+    overwrite: bool = False,
+    client: Any = None,
+    runs_dir: str | None = None,
+    on_progress: OnProgress | None = None,
+    shard_bytes: int = hf.SHARD_BYTES,
+    allow_non_finite: bool = False,
+) -> ConvertResult:
     """Convert SRC into DST (see the module docstring); with ``verify``, read DST
     back and compare every tensor with SRC (verify.py). A tensor holding NaN or inf
     is refused (``check_finite``) unless ``allow_non_finite``."""
@@ -107,30 +118,35 @@ def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
         raise ConfigError(f"--to {to!r}: use hf, trainer or peft")
     source = open_source(src, step, client, runs_dir)
     if to == "peft" and not isinstance(source, LoraSource):
-        raise ConfigError(f"--to peft: {src!r} is not a LoRA run (it has no adapters)",
-                          hint="use --to hf for the whole model")
+        raise ConfigError(
+            f"--to peft: {src!r} is not a LoRA run (it has no adapters)",
+            hint="use --to hf for the whole model",
+        )
     if _same_place(src, dst):
         raise ConfigError("SRC and DST are the same place")
     out = open_output(dst, overwrite, client)
     report = on_progress or (lambda *a: None)
-    check = (lambda name, arr: None) if allow_non_finite else (
-        lambda name, arr: check_finite(source, name, arr))
+    check = (
+        (lambda name, arr: None)
+        if allow_non_finite
+        else (lambda name, arr: check_finite(source, name, arr))
+    )
     try:
         if to == "hf":
-            n, nbytes, resumed, out_dtype = _to_hf(source, out, want, report, shard_bytes,
-                                                   check)
+            n, nbytes, resumed, out_dtype = _to_hf(source, out, want, report, shard_bytes, check)
         elif to == "peft":
             assert isinstance(source, LoraSource)
             n, nbytes, resumed, out_dtype = _to_peft(source, out, want, report, check)
         else:
-            n, nbytes, resumed, out_dtype = _to_trainer(source, out, want, report, dst,
-                                                        check)
+            n, nbytes, resumed, out_dtype = _to_trainer(source, out, want, report, dst, check)
         for f in source.sidecar_files():
             if not out.done(f):
                 out.write_bytes(f, source.sidecars.read_bytes(f))
         if verify and to == "peft":
-            raise ConfigError("--verify reads back a model; a PEFT adapter folder is not one",
-                              hint="convert --to hf --verify for the merged model")
+            raise ConfigError(
+                "--verify reads back a model; a PEFT adapter folder is not one",
+                hint="convert --to hf --verify for the merged model",
+            )
         if verify:  # before commit: a DST that differs from SRC never appears
             from rlctl.core.checkpoints.verify import verify_against
 
@@ -141,10 +157,21 @@ def convert(src: str, dst: str, *, to: Target = "hf", step: int | None = None,
     # anything else (Ctrl-C, a kill, a network error) keeps staging for a re-run
     out.commit()
     return ConvertResult(
-        src=source.uri, src_kind=source.kind, dst=out.uri, to=to, family=source.family,
-        step=source.step, dtype=out_dtype, tensors=n, bytes=nbytes,
-        seconds=round(time.monotonic() - started, 3), peak_rss_bytes=peak_rss(),
-        resumed=resumed, skipped=source.skipped, verified=True if verify else None)
+        src=source.uri,
+        src_kind=source.kind,
+        dst=out.uri,
+        to=to,
+        family=source.family,
+        step=source.step,
+        dtype=out_dtype,
+        tensors=n,
+        bytes=nbytes,
+        seconds=round(time.monotonic() - started, 3),
+        peak_rss_bytes=peak_rss(),
+        resumed=resumed,
+        skipped=source.skipped,
+        verified=True if verify else None,
+    )
 
 
 def prefetched(items: list[Any], produce: Callable[[Any], np.ndarray]) -> Iterator[np.ndarray]:
@@ -182,13 +209,22 @@ def _out_dtype(source: Source, want: str | None) -> str:
 Check = Callable[[str, np.ndarray], None]  # a tensor's name and values: raise to refuse
 
 
-def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
-           shard_bytes: int, check: Check) -> tuple[int, int, int, str]:
+def _to_hf(
+    source: Source,
+    out: Output,
+    want: str | None,
+    report: OnProgress,
+    shard_bytes: int,
+    check: Check,
+) -> tuple[int, int, int, str]:
     planned = []
     for name in source.names():
         shape, dt = source.shape_dtype(name)
-        planned.append(hf.Planned(name, shape, want if want and dt in ("float32", "bfloat16",
-                                                                       "float16") else dt))
+        planned.append(
+            hf.Planned(
+                name, shape, want if want and dt in ("float32", "bfloat16", "float16") else dt
+            )
+        )
     shards = hf.plan_shards(planned, shard_bytes)
     names = hf.shard_names(len(shards))
     total = sum(t.nbytes for t in planned)
@@ -208,8 +244,10 @@ def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
                 arr = next(arrays)
                 check(t.name, arr)
                 if arr.shape != t.shape or arr.dtype != hf.np_dtype(t.dtype):
-                    raise ConfigError(f"{source.uri}: tensor {t.name!r} is {arr.dtype}"
-                                      f"{list(arr.shape)}, expected {t.dtype}{list(t.shape)}")
+                    raise ConfigError(
+                        f"{source.uri}: tensor {t.name!r} is {arr.dtype}"
+                        f"{list(arr.shape)}, expected {t.dtype}{list(t.shape)}"
+                    )
                 # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
                 f.write(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
                 del arr
@@ -220,8 +258,9 @@ def _to_hf(source: Source, out: Output, want: str | None, report: OnProgress,
     return len(planned), total, resumed, _out_dtype(source, want)
 
 
-def _to_peft(source: LoraSource, out: Output, want: str | None,
-             report: OnProgress, check: Check) -> tuple[int, int, int, str]:
+def _to_peft(
+    source: LoraSource, out: Output, want: str | None, report: OnProgress, check: Check
+) -> tuple[int, int, int, str]:
     """A PEFT adapter folder (adapter_config.json, adapter_model.safetensors; PEFT's
     save_pretrained layout) that ``PeftModel.from_pretrained`` loads onto the base."""
     from rlctl.core.checkpoints import lora
@@ -230,16 +269,19 @@ def _to_peft(source: LoraSource, out: Output, want: str | None,
     for rule in source.adapted.values():
         a, b = source.adapter(rule)
         assert rule.t_shape is not None  # adapted projections are "t" rules
-        a2, b2 = lora.as_matrices(rule, rule.t_shape(source.base.shape_dtype(rule.hf[0])[0]),
-                                  a, b)
+        a2, b2 = lora.as_matrices(rule, rule.t_shape(source.base.shape_dtype(rule.hf[0])[0]), a, b)
         name_a, name_b = lora.peft_name(rule.hf[0])
         check(name_a, a2)
         check(name_b, b2)
-        tensors += [(name_a, _cast(np.ascontiguousarray(a2.T), want)),
-                    (name_b, _cast(np.ascontiguousarray(b2.T), want))]
+        tensors += [
+            (name_a, _cast(np.ascontiguousarray(a2.T), want)),
+            (name_b, _cast(np.ascontiguousarray(b2.T), want)),
+        ]
     bf16 = hf.np_dtype("bfloat16")
-    planned = [hf.Planned(n, tuple(x.shape), "bfloat16" if x.dtype == bf16 else str(x.dtype))
-               for n, x in tensors]
+    planned = [
+        hf.Planned(n, tuple(x.shape), "bfloat16" if x.dtype == bf16 else str(x.dtype))
+        for n, x in tensors
+    ]
     total = sum(t.nbytes for t in planned)
     with out.open("adapter_model.safetensors") as f:
         f.write(hf.shard_header(planned))
@@ -255,8 +297,9 @@ def _to_peft(source: LoraSource, out: Output, want: str | None,
     return len(planned), total, 0, dtypes.pop() if len(dtypes) == 1 else "+".join(dtypes)
 
 
-def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgress,
-                dst: str, check: Check) -> tuple[int, int, int, str]:
+def _to_trainer(
+    source: Source, out: Output, want: str | None, report: OnProgress, dst: str, check: Check
+) -> tuple[int, int, int, str]:
     from rlctl.core.checkpoints.orbax import CHECKPOINT, OrbaxWriter
 
     stage = out.staging_dir()
@@ -281,8 +324,9 @@ def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgres
         sizes[r.key] = sum(int(np.prod(s, dtype=np.int64)) for s, _ in shape_dtypes) * item
     total_b = sum(sizes.values())
     done_b = resumed = 0
-    arrays = prefetched([r for r in source.rules if r.key not in done],
-                        lambda r: _cast(source.read_rule(r), want))
+    arrays = prefetched(
+        [r for r in source.rules if r.key not in done], lambda r: _cast(source.read_rule(r), want)
+    )
     for i, r in enumerate(source.rules, 1):
         if r.key in done:
             resumed += 1
@@ -297,8 +341,14 @@ def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgres
         report(i, total_n, done_b, total_b)
     writer.finish([r.key for r in source.rules])
     out_dtype = _out_dtype(source, want)
-    marker = {"format": "rlctl-trainer", "version": 1, "family": source.family,
-              "dtype": out_dtype, "tensors": len(source.rules), "bytes": total_b}
+    marker = {
+        "format": "rlctl-trainer",
+        "version": 1,
+        "family": source.family,
+        "dtype": out_dtype,
+        "tensors": len(source.rules),
+        "bytes": total_b,
+    }
     progress_file.unlink(missing_ok=True)
     if out.staging_dir() is None:  # upload what was built locally
         for p in sorted(stage.rglob("*")):
@@ -313,4 +363,3 @@ def _to_trainer(source: Source, out: Output, want: str | None, report: OnProgres
 
         shutil.rmtree(stage, ignore_errors=True)
     return total_n, total_b, resumed, out_dtype
-

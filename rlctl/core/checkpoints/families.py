@@ -40,8 +40,9 @@ class Family:
     enum_fields: tuple[tuple[str, str], ...] = ()
 
 
-def _decoder_fields(c: dict[str, Any], rope_theta: float, norm_eps: float,
-                    tying: str) -> dict[str, Any]:
+def _decoder_fields(
+    c: dict[str, Any], rope_theta: float, norm_eps: float, tying: str
+) -> dict[str, Any]:
     """The fields Llama and Qwen configs share, under Tunix's names; the defaults
     (transformers' for each family) and Tunix's name for tied embeddings differ."""
     heads = c["num_attention_heads"]
@@ -70,8 +71,10 @@ def _qwen_fields(family: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
         # rope_theta, so it always runs 1e6 (every released Qwen3 dense model's value);
         # another value would train a different model than transformers runs
         if family == "qwen3" and float(out["rope_theta"]) != 1e6:
-            raise ConfigError(f"Qwen3 config: rope_theta={out['rope_theta']} is not "
-                              "supported (the trainer's Qwen3 model always uses 1000000)")
+            raise ConfigError(
+                f"Qwen3 config: rope_theta={out['rope_theta']} is not "
+                "supported (the trainer's Qwen3 model always uses 1000000)"
+            )
         return out
 
     return fields
@@ -88,9 +91,12 @@ def _gemma3_fields(c: dict[str, Any]) -> dict[str, Any]:
     different logits than transformers computes: logit soft-capping, a layer pattern
     other than Gemma 3's (5 sliding-window layers, then 1 global), another RMS norm
     epsilon (Tunix's is fixed) or an unusual query scaling."""
+
     def refuse(what: str) -> ConfigError:
-        return ConfigError(f"Gemma 3 config: {what}: not supported by the trainer's "
-                           "Gemma 3 model (Tunix)", hint="use a stock Gemma 3 text model")
+        return ConfigError(
+            f"Gemma 3 config: {what}: not supported by the trainer's Gemma 3 model (Tunix)",
+            hint="use a stock Gemma 3 text model",
+        )
 
     for cap in ("final_logit_softcapping", "attn_logit_softcapping"):
         if c.get(cap) is not None:
@@ -98,8 +104,10 @@ def _gemma3_fields(c: dict[str, Any]) -> dict[str, Any]:
     heads, hidden = c["num_attention_heads"], c["hidden_size"]
     head_dim = c.get("head_dim") or hidden // heads
     layers = c["num_hidden_layers"]
-    pattern = ["full_attention" if (i + 1) % GEMMA3_PATTERN_LENGTH == 0
-               else "sliding_attention" for i in range(layers)]
+    pattern = [
+        "full_attention" if (i + 1) % GEMMA3_PATTERN_LENGTH == 0 else "sliding_attention"
+        for i in range(layers)
+    ]
     if c.get("layer_types") not in (None, pattern):
         raise refuse("layer_types other than 5 sliding-window layers then 1 global")
     if abs(float(c.get("rms_norm_eps", 1e-6)) - 1e-6) > 1e-12:
@@ -132,8 +140,7 @@ def _gemma3_fields(c: dict[str, Any]) -> dict[str, Any]:
         "head_dim": head_dim,
         "num_kv_heads": c.get("num_key_value_heads", heads),
         "sliding_window_size": c.get("sliding_window", 4096),
-        "local_base_frequency": int(local.get("rope_theta",
-                                              c.get("rope_local_base_freq", 10_000))),
+        "local_base_frequency": int(local.get("rope_theta", c.get("rope_local_base_freq", 10_000))),
         "global_base_frequency": int(full.get("rope_theta", c.get("rope_theta", 1_000_000))),
         "global_scale_factor": factor,
         "query_pre_attn_norm": norm,
@@ -142,21 +149,38 @@ def _gemma3_fields(c: dict[str, Any]) -> dict[str, Any]:
 
 # qwix module paths, inside a decoder layer, of the Hugging Face projections LoRA can
 # target (Llama and Qwen layers name them alike)
-_PROJ_PATHS = (("q_proj", "attn/q_proj"), ("k_proj", "attn/k_proj"),
-               ("v_proj", "attn/v_proj"), ("o_proj", "attn/o_proj"),
-               ("gate_proj", "mlp/gate_proj"), ("up_proj", "mlp/up_proj"),
-               ("down_proj", "mlp/down_proj"))
+_PROJ_PATHS = (
+    ("q_proj", "attn/q_proj"),
+    ("k_proj", "attn/k_proj"),
+    ("v_proj", "attn/v_proj"),
+    ("o_proj", "attn/o_proj"),
+    ("gate_proj", "mlp/gate_proj"),
+    ("up_proj", "mlp/up_proj"),
+    ("down_proj", "mlp/down_proj"),
+)
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (
-    Family("llama", "llama3", "Llama3", _llama_fields, lora_paths=_PROJ_PATHS),
-    Family("qwen2", "qwen2", "Qwen2", _qwen_fields("qwen2"), qkv_bias=True,
-           lora_paths=_PROJ_PATHS),
-    Family("qwen3", "qwen3", "Qwen3", _qwen_fields("qwen3"), qk_norm=True,
-           lora_paths=_PROJ_PATHS),
-    Family("gemma3_text", "gemma3", "Gemma3", _gemma3_fields,
-           safetensors_loader="params_safetensors", layout="gemma", tied_by_default=True,
-           enum_fields=(("query_pre_attn_norm", "QueryPreAttentionNormalisation"),)),
-)}
+FAMILIES: dict[str, Family] = {
+    f.model_type: f
+    for f in (
+        Family("llama", "llama3", "Llama3", _llama_fields, lora_paths=_PROJ_PATHS),
+        Family(
+            "qwen2", "qwen2", "Qwen2", _qwen_fields("qwen2"), qkv_bias=True, lora_paths=_PROJ_PATHS
+        ),
+        Family(
+            "qwen3", "qwen3", "Qwen3", _qwen_fields("qwen3"), qk_norm=True, lora_paths=_PROJ_PATHS
+        ),
+        Family(
+            "gemma3_text",
+            "gemma3",
+            "Gemma3",
+            _gemma3_fields,
+            safetensors_loader="params_safetensors",
+            layout="gemma",
+            tied_by_default=True,
+            enum_fields=(("query_pre_attn_norm", "QueryPreAttentionNormalisation"),),
+        ),
+    )
+}
 
 # model_type values that name a family's multimodal sibling, refused with a pointer
 ALIASES = {"gemma3": "gemma3_text"}
@@ -168,8 +192,12 @@ def family(model_type: Any) -> Family:
     if model_type in ALIASES:
         raise ConfigError(
             f"model type {model_type!r} (multimodal) is not supported; its text model "
-            f"'{ALIASES[model_type]}' is", hint=f"supported model types: {supported}")
+            f"'{ALIASES[model_type]}' is",
+            hint=f"supported model types: {supported}",
+        )
     if model_type not in FAMILIES:
-        raise ConfigError(f"model type {model_type!r} is not supported",
-                          hint=f"supported model types: {supported}")
+        raise ConfigError(
+            f"model type {model_type!r} is not supported",
+            hint=f"supported model types: {supported}",
+        )
     return FAMILIES[model_type]

@@ -472,8 +472,9 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def default_model_dir(cache_root: str | os.PathLike[str] | None = None,
-                      on_convert: Callable[[], None] | None = None) -> Path:
+def default_model_dir(
+    cache_root: str | os.PathLike[str] | None = None, on_convert: Callable[[], None] | None = None
+) -> Path:
     """The converted SmolLM2-135M-Instruct folder, converting it on first use (after
     calling ``on_convert``, so the caller can say why this call takes a while)."""
     src = smollm2_gguf_path()
@@ -481,14 +482,21 @@ def default_model_dir(cache_root: str | os.PathLike[str] | None = None,
     folder = root / "models" / SMOLLM2_DIR_NAME
     if _is_current(folder, src):
         return folder
-    what = "the cache folder" if cache_root is not None else (
-        "RLCTL_CACHE" if os.environ.get("RLCTL_CACHE") else "~/.cache/rlctl")
+    what = (
+        "the cache folder"
+        if cache_root is not None
+        else ("RLCTL_CACHE" if os.environ.get("RLCTL_CACHE") else "~/.cache/rlctl")
+    )
     if pseudo := kernel_fs(root):
-        raise ConfigError(f"{what} ({root}) is under {pseudo}, a kernel file system",
-                          hint="point RLCTL_CACHE at a folder on disk")
+        raise ConfigError(
+            f"{what} ({root}) is under {pseudo}, a kernel file system",
+            hint="point RLCTL_CACHE at a folder on disk",
+        )
     if root.exists() and not root.is_dir():
-        raise ConfigError(f"{what} ({root}) is a file, not a folder",
-                          hint="point RLCTL_CACHE at a folder (it is created if missing)")
+        raise ConfigError(
+            f"{what} ({root}) is a file, not a folder",
+            hint="point RLCTL_CACHE at a folder (it is created if missing)",
+        )
     try:
         with _lock(folder.parent / f".{SMOLLM2_DIR_NAME}.lock"):
             if not _is_current(folder, src):
@@ -496,11 +504,17 @@ def default_model_dir(cache_root: str | os.PathLike[str] | None = None,
                     on_convert()
                 convert_gguf_to_hf(src, folder)
     except OSError as e:
-        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
-                           errno.ENOTDIR, errno.EDQUOT):
+        if e.errno not in (
+            errno.EROFS,
+            errno.EACCES,
+            errno.EPERM,
+            errno.ENOSPC,
+            errno.ENOTDIR,
+            errno.EDQUOT,
+        ):
             raise
         raise ConfigError(
-            f"cannot write the converted default model under {what} ({root}): "
-            f"{e.strerror or e}",
-            hint="set RLCTL_CACHE to a writable folder with about 600 MB free") from e
+            f"cannot write the converted default model under {what} ({root}): {e.strerror or e}",
+            hint="set RLCTL_CACHE to a writable folder with about 600 MB free",
+        ) from e
     return folder

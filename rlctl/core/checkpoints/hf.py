@@ -26,13 +26,32 @@ SHARD_BYTES = 2 << 30  # per output shard (HF's own default is 5 GB; 2 GB upload
 _MAX_HEADER = 100 << 20
 _REFETCH = "copy or download the model again"
 # files of a model folder besides its weights, copied as they are
-SIDECARS = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
-            "added_tokens.json", "chat_template.jinja", "chat_template.json")
+SIDECARS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
 
-_TO_NP = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-          "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-          "BOOL": "bool"}
+_TO_NP = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
 _FROM_NP = {v: k for k, v in _TO_NP.items()}
 
 
@@ -76,13 +95,16 @@ class SafetensorsReader:
                 index = json.loads(self.place.read_bytes(INDEX))
                 files = sorted(set(index["weight_map"].values()))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise ConfigError(f"{self.place.uri}/{INDEX}: not a safetensors index ({e})",
-                                  hint=_REFETCH) from e
+                raise ConfigError(
+                    f"{self.place.uri}/{INDEX}: not a safetensors index ({e})", hint=_REFETCH
+                ) from e
             missing = [f for f in files if not self.place.exists(f)]
             if missing:
-                raise ConfigError(f"{self.place.uri}: shard {missing[0]} named by {INDEX} is "
-                                  f"missing" + (f" (and {len(missing) - 1} more)"
-                                                if len(missing) > 1 else ""), hint=_REFETCH)
+                raise ConfigError(
+                    f"{self.place.uri}: shard {missing[0]} named by {INDEX} is "
+                    f"missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                    hint=_REFETCH,
+                )
             return files
         files = [f for f in self.place.list() if f.endswith(".safetensors") and "/" not in f]
         if not files:
@@ -98,15 +120,13 @@ class SafetensorsReader:
         self.place.read_into(f, 0, memoryview(head))
         n = struct.unpack("<Q", head)[0]
         if n < 2 or n > min(size - 8, _MAX_HEADER):
-            raise ConfigError(f"{where}: not a safetensors file (bad header length)",
-                              hint=_REFETCH)
+            raise ConfigError(f"{where}: not a safetensors file (bad header length)", hint=_REFETCH)
         raw = bytearray(n)
         self.place.read_into(f, 8, memoryview(raw))
         try:
             header = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
-            raise ConfigError(f"{where}: not a safetensors file (bad header)",
-                              hint=_REFETCH) from e
+            raise ConfigError(f"{where}: not a safetensors file (bad header)", hint=_REFETCH) from e
         out = {}
         for name, t in header.items():
             if name == "__metadata__":
@@ -116,11 +136,13 @@ class SafetensorsReader:
                 dtype = _TO_NP[t["dtype"]]
                 shape = tuple(int(x) for x in t["shape"])
             except (KeyError, TypeError, ValueError) as e:
-                raise ConfigError(f"{where}: tensor {name!r}: unreadable entry ({e})",
-                                  hint=_REFETCH) from e
+                raise ConfigError(
+                    f"{where}: tensor {name!r}: unreadable entry ({e})", hint=_REFETCH
+                ) from e
             if 8 + n + b > size:
-                raise ConfigError(f"{where}: truncated (tensor {name!r} ends past the end)",
-                                  hint=_REFETCH)
+                raise ConfigError(
+                    f"{where}: truncated (tensor {name!r} ends past the end)", hint=_REFETCH
+                )
             out[name] = TensorInfo(name, shape, dtype, f, 8 + n + a, b - a)
         return out
 
@@ -132,25 +154,29 @@ class SafetensorsReader:
         dtype = np_dtype(info.dtype)
         row_bytes = cols * dtype.itemsize
         if rows * row_bytes != info.nbytes:
-            raise ConfigError(f"{self.place.uri}/{info.file}: tensor {name!r} has "
-                              f"{info.nbytes} bytes, its shape needs {rows * row_bytes}",
-                              hint=_REFETCH)
+            raise ConfigError(
+                f"{self.place.uri}/{info.file}: tensor {name!r} has "
+                f"{info.nbytes} bytes, its shape needs {rows * row_bytes}",
+                hint=_REFETCH,
+            )
         step = max(1, band_bytes // max(1, row_bytes))
         buf = np.empty((min(step, rows), cols), dtype)
         for r0 in range(0, rows, step):
             band = buf[: min(step, rows - r0)]
             # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
-            self.place.read_into(info.file, info.start + r0 * row_bytes,
-                                 memoryview(band.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+            view = memoryview(band.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+            self.place.read_into(info.file, info.start + r0 * row_bytes, view)
             yield r0, band
 
     def read(self, name: str) -> np.ndarray:
         info = self.tensors[name]
         arr = np.empty(info.shape, np_dtype(info.dtype))
         if info.nbytes != arr.nbytes:
-            raise ConfigError(f"{self.place.uri}/{info.file}: tensor {name!r} has "
-                              f"{info.nbytes} bytes, its shape needs {arr.nbytes}",
-                              hint=_REFETCH)
+            raise ConfigError(
+                f"{self.place.uri}/{info.file}: tensor {name!r} has "
+                f"{info.nbytes} bytes, its shape needs {arr.nbytes}",
+                hint=_REFETCH,
+            )
         if arr.nbytes:
             view = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
             self.place.read_into(info.file, info.start, view)
@@ -185,16 +211,20 @@ def plan_shards(tensors: list[Planned], limit: int = SHARD_BYTES) -> list[list[P
 
 
 def shard_names(n: int) -> list[str]:
-    return [SINGLE] if n == 1 else [f"model-{i:05d}-of-{n:05d}.safetensors"
-                                    for i in range(1, n + 1)]
+    return (
+        [SINGLE] if n == 1 else [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    )
 
 
 def shard_header(shard: list[Planned]) -> bytes:
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for t in shard:
-        header[t.name] = {"dtype": _FROM_NP[t.dtype], "shape": list(t.shape),
-                          "data_offsets": [offset, offset + t.nbytes]}
+        header[t.name] = {
+            "dtype": _FROM_NP[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + t.nbytes],
+        }
         offset += t.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as safetensors writes it
@@ -206,5 +236,10 @@ def write_index(out: Output, shards: list[list[Planned]], names: list[str]) -> N
         return
     weight_map = {t.name: f for shard, f in zip(shards, names) for t in shard}
     total = sum(t.nbytes for shard in shards for t in shard)
-    out.write_bytes(INDEX, (json.dumps({"metadata": {"total_size": total},
-                                        "weight_map": weight_map}, indent=2) + "\n").encode())
+    out.write_bytes(
+        INDEX,
+        (
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+            + "\n"
+        ).encode(),
+    )

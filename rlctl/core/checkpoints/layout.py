@@ -63,15 +63,18 @@ def dims_of(config: dict[str, Any]) -> Dims:
     try:
         heads = int(config["num_attention_heads"])
         return Dims(
-            hidden=int(config["hidden_size"]), heads=heads,
+            hidden=int(config["hidden_size"]),
+            heads=heads,
             kv_heads=int(config.get("num_key_value_heads") or heads),
             head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
             layers=int(config["num_hidden_layers"]),
             tied=bool(config.get("tie_word_embeddings", _tied_by_default(config))),
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"config.json lacks what the model's shape needs ({e})",
-                          hint="copy or download the model again") from e
+        raise ConfigError(
+            f"config.json lacks what the model's shape needs ({e})",
+            hint="copy or download the model again",
+        ) from e
 
 
 def _tied_by_default(config: dict[str, Any]) -> bool:
@@ -89,7 +92,7 @@ def transpose(x: np.ndarray, rows: int = 16) -> np.ndarray:
     """
     out = np.empty(x.shape[::-1], x.dtype)
     for i in range(0, x.shape[0], rows):
-        out[:, i:i + rows] = x[i:i + rows].T
+        out[:, i : i + rows] = x[i : i + rows].T
     return out
 
 
@@ -98,8 +101,8 @@ def transpose_into(out: np.ndarray, band: np.ndarray, col: int, rows: int = 16) 
     ``transpose``): how a source fills a transposed tensor from row ranges it reads
     one at a time, so the whole untransposed tensor is never held as well."""
     for i in range(0, band.shape[0], rows):
-        piece = band[i:i + rows]
-        out[:, col + i:col + i + len(piece)] = piece.T
+        piece = band[i : i + rows]
+        out[:, col + i : col + i + len(piece)] = piece.T
 
 
 def _same(xs: list[np.ndarray]) -> np.ndarray:
@@ -110,10 +113,13 @@ def _one(x: np.ndarray) -> list[np.ndarray]:
     return [x]
 
 
-def _transposing(shape: Callable[[tuple[int, ...]], tuple[int, ...]],
-                 view: Callable[[tuple[int, ...]], tuple[int, int]]) -> tuple[Any, ...]:
+def _transposing(
+    shape: Callable[[tuple[int, ...]], tuple[int, ...]],
+    view: Callable[[tuple[int, ...]], tuple[int, int]],
+) -> tuple[Any, ...]:
     """A "t" rule: trainer = transpose(HF [C, R]) reshaped to ``shape(HF shape)``;
     back: the trainer tensor viewed as ``view(its shape)`` = [R, C], transposed."""
+
     def fwd(xs: list[np.ndarray]) -> np.ndarray:
         return transpose(xs[0]).reshape(shape(xs[0].shape))
 
@@ -140,6 +146,7 @@ def _heads_out(n: int, hd: int) -> tuple[Any, ...]:
 def _stack_ndh(n: int, hd: int) -> tuple[Callable, Callable]:
     """HF projections ``[n*hd, D]`` each <-> Gemma's stacked ``[k, n, D, hd]``
     (or ``[n, D, hd]`` for one)."""
+
     def fwd(xs: list[np.ndarray]) -> np.ndarray:
         out = np.empty((len(xs), n, xs[0].shape[1], hd), xs[0].dtype)
         for k, x in enumerate(xs):
@@ -173,15 +180,23 @@ def rules(config: dict[str, Any]) -> list[Rule]:
         attn = f"{h}self_attn."
         if gemma:
             if d.heads == d.kv_heads:
-                add(t + "attn.qkv_einsum.w", (attn + "q_proj.weight", attn + "k_proj.weight",
-                                              attn + "v_proj.weight"),
-                    _stack_ndh(d.heads, d.head_dim))
+                add(
+                    t + "attn.qkv_einsum.w",
+                    (attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+                    _stack_ndh(d.heads, d.head_dim),
+                )
             else:
                 add(t + "attn.q_einsum.w", attn + "q_proj.weight", _stack_ndh(d.heads, d.head_dim))
-                add(t + "attn.kv_einsum.w", (attn + "k_proj.weight", attn + "v_proj.weight"),
-                    _stack_ndh(d.kv_heads, d.head_dim))
-            add(t + "attn.attn_vec_einsum.w", attn + "o_proj.weight",
-                _heads_out(d.heads, d.head_dim))
+                add(
+                    t + "attn.kv_einsum.w",
+                    (attn + "k_proj.weight", attn + "v_proj.weight"),
+                    _stack_ndh(d.kv_heads, d.head_dim),
+                )
+            add(
+                t + "attn.attn_vec_einsum.w",
+                attn + "o_proj.weight",
+                _heads_out(d.heads, d.head_dim),
+            )
             add(t + "attn._query_norm.scale", attn + "q_norm.weight", ident)
             add(t + "attn._key_norm.scale", attn + "k_norm.weight", ident)
             add(t + "pre_attention_norm.scale", h + "input_layernorm.weight", ident)
@@ -222,11 +237,17 @@ def hf_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
             if name == "model.embed_tokens.weight" or name == "lm_head.weight":
                 shapes[name] = (vocab, d.hidden)
             elif leaf in ("q_proj",):
-                shapes[name] = ((d.heads * d.head_dim, d.hidden) if name.endswith("weight")
-                                else (d.heads * d.head_dim,))
+                shapes[name] = (
+                    (d.heads * d.head_dim, d.hidden)
+                    if name.endswith("weight")
+                    else (d.heads * d.head_dim,)
+                )
             elif leaf in ("k_proj", "v_proj"):
-                shapes[name] = ((d.kv_heads * d.head_dim, d.hidden) if name.endswith("weight")
-                                else (d.kv_heads * d.head_dim,))
+                shapes[name] = (
+                    (d.kv_heads * d.head_dim, d.hidden)
+                    if name.endswith("weight")
+                    else (d.kv_heads * d.head_dim,)
+                )
             elif leaf == "o_proj":
                 shapes[name] = (d.hidden, d.heads * d.head_dim)
             elif leaf in ("gate_proj", "up_proj"):

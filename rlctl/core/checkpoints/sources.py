@@ -31,8 +31,10 @@ from rlctl.core.store.base import step_number
 
 TRAINER_MARKER = "rlctl-trainer.json"  # written last into a trainer folder
 RUN_SPEC = "spec.yaml"
-_EXPECTED = ("expected an rlctl run, an Orbax checkpoint, a trainer folder, a Hugging Face "
-             "safetensors folder or file, or a .gguf file")
+_EXPECTED = (
+    "expected an rlctl run, an Orbax checkpoint, a trainer folder, a Hugging Face "
+    "safetensors folder or file, or a .gguf file"
+)
 
 
 @dataclass
@@ -70,21 +72,32 @@ class Source:
 
 
 class HfSource(Source):
-    def __init__(self, uri: str, place: Place, files: list[str] | None, config: dict[str, Any],
-                 sidecars: Place, kind: str = "hf") -> None:
+    def __init__(
+        self,
+        uri: str,
+        place: Place,
+        files: list[str] | None,
+        config: dict[str, Any],
+        sidecars: Place,
+        kind: str = "hf",
+    ) -> None:
         super().__init__(uri, kind, config, sidecars)
         self.reader = SafetensorsReader(place, files)
         want = layout.hf_shapes(config)
         have = self.reader.tensors
         missing = [n for n in want if n not in have]
         if missing:
-            raise ConfigError(f"{uri}: tensor {missing[0]!r} is missing"
-                              + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
-                              hint="copy or download the model again")
+            raise ConfigError(
+                f"{uri}: tensor {missing[0]!r} is missing"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                hint="copy or download the model again",
+            )
         for n, shape in want.items():
             if have[n].shape != shape:
-                raise ConfigError(f"{uri}: tensor {n!r} is {list(have[n].shape)}, config.json "
-                                  f"says {list(shape)}", hint="copy or download the model again")
+                raise ConfigError(
+                    f"{uri}: tensor {n!r} is {list(have[n].shape)}, config.json says {list(shape)}",
+                    hint="copy or download the model again",
+                )
         self.skipped = sorted(set(have) - set(want))
 
     def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
@@ -109,8 +122,15 @@ class HfSource(Source):
 class TrainerSource(Source):
     """An Orbax step folder (a run's, or a trainer folder's) in the trainer's layout."""
 
-    def __init__(self, uri: str, kind: str, step_dir: Path, config: dict[str, Any],
-                 sidecars: Place, step: int | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        kind: str,
+        step_dir: Path,
+        config: dict[str, Any],
+        sidecars: Place,
+        step: int | None = None,
+    ) -> None:
         from rlctl.core.checkpoints.orbax import OrbaxReader
 
         super().__init__(uri, kind, config, sidecars, step)
@@ -118,8 +138,10 @@ class TrainerSource(Source):
         keys = set(self.reader.keys)
         missing = [r.key for r in self.rules if r.key not in keys]
         if missing:
-            raise ConfigError(f"{uri}: array {missing[0]!r} is missing from the checkpoint "
-                              f"(not a {self.family} model of this config.json?)")
+            raise ConfigError(
+                f"{uri}: array {missing[0]!r} is missing from the checkpoint "
+                f"(not a {self.family} model of this config.json?)"
+            )
         self._cached: tuple[str, list[np.ndarray]] | None = None
         self._meta: dict[str, tuple[tuple[int, ...], str]] = {}
         self._hf_shapes = layout.hf_shapes(config)
@@ -154,7 +176,7 @@ class TrainerSource(Source):
             step = max(int(chunk[0]), step // int(chunk[0]) * int(chunk[0]))
         for a in range(0, shape[0], step):
             try:
-                part = arr[a:min(a + step, shape[0])].read().result()
+                part = arr[a : min(a + step, shape[0])].read().result()
             except ValueError as e:  # a cut or garbled chunk
                 from rlctl.core.checkpoints.orbax import unreadable
 
@@ -184,8 +206,9 @@ class LoraSource(Source):
     adapters of the checkpoint merged in, ``W + (alpha / rank) * a @ b`` (lora.py),
     tensor by tensor; ``adapter`` reads the adapters alone (``--to peft``)."""
 
-    def __init__(self, uri: str, step_dir: Path, base: Source, record: dict[str, Any],
-                 step: int | None) -> None:
+    def __init__(
+        self, uri: str, step_dir: Path, base: Source, record: dict[str, Any], step: int | None
+    ) -> None:
         from rlctl.core.checkpoints import lora
         from rlctl.core.checkpoints.orbax import OrbaxReader
 
@@ -197,14 +220,17 @@ class LoraSource(Source):
         try:
             self.scale = float(record["alpha"]) / int(record["rank"])
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
-            raise ConfigError(f"{uri}: checkpoint {step}'s {lora.LORA_FILE} is damaged "
-                              f"({type(e).__name__})", hint="pick another step with --step"
-                              ) from e
+            raise ConfigError(
+                f"{uri}: checkpoint {step}'s {lora.LORA_FILE} is damaged ({type(e).__name__})",
+                hint="pick another step with --step",
+            ) from e
         keys = set(self.adapters.keys)
         self.adapted = {r.key: r for r in self.rules if lora.adapter_keys(r)[0] in keys}
         if not self.adapted:
-            raise ConfigError(f"{uri}: checkpoint {step} holds no adapter of this "
-                              f"{self.family} model", hint="pick another step with --step")
+            raise ConfigError(
+                f"{uri}: checkpoint {step} holds no adapter of this {self.family} model",
+                hint="pick another step with --step",
+            )
 
     def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
         return self.base.shape_dtype(name)
@@ -252,16 +278,19 @@ def _lora_base(uri: str, model_source: str, record: dict[str, Any], client: Any)
 
             folder = Path(snapshot_download(source, local_files_only=True))
         except Exception as e:
-            raise ConfigError(f"{uri}: the LoRA run's base model {source!r} is not on this "
-                              "machine (its weights are needed to merge the adapters)",
-                              hint=f"download it once (huggingface-cli download {source}), "
-                              "then convert again; or --to peft for the adapters alone") from e
+            raise ConfigError(
+                f"{uri}: the LoRA run's base model {source!r} is not on this "
+                "machine (its weights are needed to merge the adapters)",
+                hint=f"download it once (huggingface-cli download {source}), "
+                "then convert again; or --to peft for the adapters alone",
+            ) from e
     want = (record.get("base") or {}).get("sha256")
     if want and base_sha256(folder) != want:
-        raise ConfigError(f"{uri}: the base model {source!r} is not the one the adapters were "
-                          "trained on (its SHA-256 differs)",
-                          hint="put the original model back, or --to peft for the adapters "
-                          "alone")
+        raise ConfigError(
+            f"{uri}: the base model {source!r} is not the one the adapters were "
+            "trained on (its SHA-256 differs)",
+            hint="put the original model back, or --to peft for the adapters alone",
+        )
     return _open_source(str(folder), None, client, None)
 
 
@@ -271,8 +300,9 @@ def _config(place: Place, where: str) -> dict[str, Any]:
     try:
         config = json.loads(place.read_bytes("config.json"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ConfigError(f"{place.uri}/config.json: not valid JSON",
-                          hint="copy or download the model again") from e
+        raise ConfigError(
+            f"{place.uri}/config.json: not valid JSON", hint="copy or download the model again"
+        ) from e
     if not isinstance(config, dict):
         raise ConfigError(f"{place.uri}/config.json: not a JSON object")
     return config
@@ -293,12 +323,16 @@ def _run_model_dir(source: str) -> Place:
         try:
             from huggingface_hub import snapshot_download
 
-            return LocalPlace(snapshot_download(source, local_files_only=True,
-                                                allow_patterns=["*.json", "tokenizer*"]))
+            return LocalPlace(
+                snapshot_download(
+                    source, local_files_only=True, allow_patterns=["*.json", "tokenizer*"]
+                )
+            )
         except Exception as e:
-            raise ConfigError(f"the run's model {source!r} is not in the local Hugging Face "
-                              "cache", hint="download it once (huggingface-cli download "
-                              f"{source}), then convert again") from e
+            raise ConfigError(
+                f"the run's model {source!r} is not in the local Hugging Face cache",
+                hint=f"download it once (huggingface-cli download {source}), then convert again",
+            ) from e
     raise ConfigError(f"the run's model {source!r} is not available on this machine")
 
 
@@ -321,27 +355,35 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
                 f"run {name!r} has no intact checkpoint: set aside as damaged: "
                 + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside),
                 hint=f"'rlctl resume {name}{where} --recover' reads them back and keeps "
-                     "the ones that are intact" if not root.startswith("gs://") else
-                     f"copy the run here and 'rlctl resume {name} --recover' it")
-        raise ConfigError(f"run {name!r} has no complete checkpoint yet",
-                          hint="train it for at least checkpoint.interval steps")
+                "the ones that are intact"
+                if not root.startswith("gs://")
+                else f"copy the run here and 'rlctl resume {name} --recover' it",
+            )
+        raise ConfigError(
+            f"run {name!r} has no complete checkpoint yet",
+            hint="train it for at least checkpoint.interval steps",
+        )
     if step is None:
         step = steps[-1]
     elif step not in steps:
-        raise ConfigError(f"run {name!r} has no complete checkpoint {step}",
-                          hint=f"complete checkpoints: {', '.join(map(str, steps))}")
+        raise ConfigError(
+            f"run {name!r} has no complete checkpoint {step}",
+            hint=f"complete checkpoints: {', '.join(map(str, steps))}",
+        )
     run.fetch_checkpoint(step)  # gs://: into the local staging folder
     step_dir = Path(run.path_for(f"{CHECKPOINTS}/{step}"))
     others = ", ".join(str(s) for s in steps if s != step) or "none"
     why = verify(step_dir)  # as resume judges it: every file against its manifest
     if why is not None:
-        raise ConfigError(f"{uri}: checkpoint {step} is damaged ({why})",
-                          hint=f"convert another with --step N (its other checkpoints: "
-                               f"{others})")
+        raise ConfigError(
+            f"{uri}: checkpoint {step} is damaged ({why})",
+            hint=f"convert another with --step N (its other checkpoints: {others})",
+        )
     if not is_step_folder(step_dir):
-        raise ConfigError(f"{uri}: checkpoint {step} has no Orbax metadata (damaged?)",
-                          hint=f"convert another with --step N (its other checkpoints: "
-                               f"{others})")
+        raise ConfigError(
+            f"{uri}: checkpoint {step} has no Orbax metadata (damaged?)",
+            hint=f"convert another with --step N (its other checkpoints: {others})",
+        )
     try:
         spec = yaml.safe_load(run.read_text(RUN_SPEC)) or {}
         model_source = str(spec.get("model", {}).get("source") or "")
@@ -354,21 +396,23 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
         try:
             record = json.loads((step_dir / LORA_FILE).read_text())
         except (OSError, ValueError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{uri}: checkpoint {step}'s {LORA_FILE} is unreadable",
-                              hint="pick another step with --step") from e
+            raise ConfigError(
+                f"{uri}: checkpoint {step}'s {LORA_FILE} is unreadable",
+                hint="pick another step with --step",
+            ) from e
         base = _lora_base(uri, model_source, record, client)
         lora = LoraSource(uri, step_dir, base, record, step)
         lora.holds = (run, base)
         return lora
     model_dir = _run_model_dir(model_source or DEFAULT_MODEL)
-    source = TrainerSource(uri, "run", step_dir, _config(model_dir, model_dir.uri), model_dir,
-                           step)
+    source = TrainerSource(uri, "run", step_dir, _config(model_dir, model_dir.uri), model_dir, step)
     source.holds = run  # a gs:// run deletes its staging copy when it is collected
     return source
 
 
-def open_source(src: str, step: int | None = None, client: Any = None,
-                runs_dir: str | None = None) -> Source:
+def open_source(
+    src: str, step: int | None = None, client: Any = None, runs_dir: str | None = None
+) -> Source:
     """SRC, recognised by what it holds (see the module docstring)."""
     source = _open_source(src, step, client, runs_dir)
     if step is not None and source.kind != "run":
@@ -410,9 +454,11 @@ def _open_source(src: str, step: int | None, client: Any, runs_dir: str | None) 
         if (p / "config.json").is_file():
             place = LocalPlace(p)
             return TrainerSource(src, "orbax", p, _config(place, src), place)
-        raise ConfigError(f"{src}: an Orbax checkpoint outside a run has no config.json",
-                          hint="convert the run folder instead, or put the model's "
-                          "config.json into the checkpoint folder")
+        raise ConfigError(
+            f"{src}: an Orbax checkpoint outside a run has no config.json",
+            hint="convert the run folder instead, or put the model's "
+            "config.json into the checkpoint folder",
+        )
     if any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").is_file():
         place = LocalPlace(p)
         return HfSource(src, place, None, _config(place, src), place)
@@ -440,8 +486,9 @@ def _open_gcs(src: str, step: int | None, client: Any) -> Source:
         lp = LocalPlace(local)
         from rlctl.core.checkpoints.orbax import CHECKPOINT
 
-        return _removing(TrainerSource(src, "trainer", local / CHECKPOINT, _config(lp, src),
-                                       lp), local)
+        return _removing(
+            TrainerSource(src, "trainer", local / CHECKPOINT, _config(lp, src), lp), local
+        )
     if any(f.endswith(".safetensors") and "/" not in f for f in files):
         return HfSource(src, place, None, _config(place, src), place)
     raise ConfigError(f"{src} is not a checkpoint", hint=_EXPECTED)
@@ -459,8 +506,10 @@ def _gguf(path: Path) -> Source:
     except Exception as e:
         raise ConfigError(f"{path}: not a readable GGUF file ({type(e).__name__})") from e
     place = LocalPlace(folder)
-    return _removing(HfSource(str(path), place, None, _config(place, str(path)), place,
-                              kind="gguf"), folder.parent)
+    return _removing(
+        HfSource(str(path), place, None, _config(place, str(path)), place, kind="gguf"),
+        folder.parent,
+    )
 
 
 def _removing(source: Source, scratch: Path) -> Source:

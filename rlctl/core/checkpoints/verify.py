@@ -33,16 +33,19 @@ def verify_against(src: Source, dst: Source, dtype: str | None = None) -> int:
     a, b = src.names(), dst.names()
     if a != b:
         only = sorted(set(a) ^ set(b))
-        raise VerifyError(f"verify: {len(a)} tensors in SRC, {len(b)} in DST "
-                          f"(differ: {', '.join(only[:3]) or 'order'})")
+        raise VerifyError(
+            f"verify: {len(a)} tensors in SRC, {len(b)} in DST "
+            f"(differ: {', '.join(only[:3]) or 'order'})"
+        )
     for name in a:
         x = src.read(name)
         if dtype is not None and x.dtype.kind in "fV" and x.dtype != np_dtype(dtype):
             x = x.astype(np_dtype(dtype))
         y = dst.read(name)
         if x.shape != y.shape:
-            raise VerifyError(f"verify: {name}: shape {list(y.shape)} in DST, "
-                              f"{list(x.shape)} in SRC")
+            raise VerifyError(
+                f"verify: {name}: shape {list(y.shape)} in DST, {list(x.shape)} in SRC"
+            )
         if x.dtype != y.dtype:
             raise VerifyError(f"verify: {name}: dtype {y.dtype} in DST, {x.dtype} in SRC")
         if digest(x) != digest(y):

@@ -59,8 +59,12 @@ def _load() -> dict[str, Accelerator]:
     for family, fam in raw["tpu"].items():
         for name, t in fam["types"].items():
             out[name] = Accelerator(  # libtpu_flags: see libtpu_flags()
-                name=name, kind="tpu", family=family, gke_accelerator=fam["gke_accelerator"],
-                ray_accelerator_type=fam["ray_accelerator_type"], **t,
+                name=name,
+                kind="tpu",
+                family=family,
+                gke_accelerator=fam["gke_accelerator"],
+                ray_accelerator_type=fam["ray_accelerator_type"],
+                **t,
             )
     for name, g in raw["gpu"].items():
         out[name] = Accelerator(name=name, kind="gpu", machine_type=name, **g)
@@ -86,7 +90,8 @@ def lookup(name: str) -> Accelerator:
         prefix = re.split(r"[-]", key)[0]
         close = [n for n in cat if n.startswith(prefix + "-")][:3]
     hint = (
-        f"did you mean {', '.join(close)}?" if close
+        f"did you mean {', '.join(close)}?"
+        if close
         else "valid names look like v6e-16, v5p-128, v5litepod-16, tpu7x-128, a3-highgpu-8g"
     )
     raise ConfigError(f"unknown accelerator type {name!r}", hint=hint)
@@ -153,8 +158,10 @@ def libtpu_flags(gke_accelerator: str) -> list[str]:
 
 def ray_accelerator_type(gke_accelerator: str) -> str | None:
     """Ray's accelerator type of a GKE TPU accelerator label (tpu-v6e-slice -> TPU-V6E)."""
-    return next((a.ray_accelerator_type for a in _load().values()
-                 if a.gke_accelerator == gke_accelerator), None)
+    return next(
+        (a.ray_accelerator_type for a in _load().values() if a.gke_accelerator == gke_accelerator),
+        None,
+    )
 
 
 def multislice_refusal(acc: Accelerator, count: int) -> str | None:
@@ -167,13 +174,20 @@ def multislice_refusal(acc: Accelerator, count: int) -> str | None:
     """
     if acc.kind != "tpu" or acc.multi_host or count <= 1:
         return None
-    bigger = next((a.name for a in sorted(_load().values(), key=lambda a: a.chips)
-                   if a.family == acc.family and a.multi_host
-                   and a.chips >= acc.chips * count), None)
+    bigger = next(
+        (
+            a.name
+            for a in sorted(_load().values(), key=lambda a: a.chips)
+            if a.family == acc.family and a.multi_host and a.chips >= acc.chips * count
+        ),
+        None,
+    )
     alt = f" or one {bigger} slice" if bigger else ""
-    return (f"{count} slices of {acc.name} cannot train as one job: a {acc.name} slice is a "
-            f"single host, and GKE's Multislice joins multi-host slices only; use one "
-            f"{acc.name}{alt}")
+    return (
+        f"{count} slices of {acc.name} cannot train as one job: a {acc.name} slice is a "
+        f"single host, and GKE's Multislice joins multi-host slices only; use one "
+        f"{acc.name}{alt}"
+    )
 
 
 _SLICES = re.compile(r"^\s*(?P<name>[A-Za-z0-9-]+)\s*(?:\s[xX*]\s*(?P<n>\d+))?\s*$")

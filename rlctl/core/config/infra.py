@@ -43,12 +43,19 @@ class Spec(BaseModel):
 
 class SliceSpec(Spec):
     type: Annotated[
-        str, Field(description="accelerator type: v6e-16, v5p-128, v5litepod-16, tpu7x-128, "
-                   "or a GPU machine type such as a3-highgpu-8g")
+        str,
+        Field(
+            description="accelerator type: v6e-16, v5p-128, v5litepod-16, tpu7x-128, "
+            "or a GPU machine type such as a3-highgpu-8g"
+        ),
     ]
     count: Annotated[
-        int, Field(ge=1, le=64, description="TPU: number of slices (one node pool each); "
-                   "GPU: number of machines")
+        int,
+        Field(
+            ge=1,
+            le=64,
+            description="TPU: number of slices (one node pool each); GPU: number of machines",
+        ),
     ] = 1
 
     @model_validator(mode="before")
@@ -85,9 +92,9 @@ class CapacitySpec(Spec):
         Literal["on-demand", "spot", "reservation"],
         Field(description="how accelerator nodes are obtained"),
     ] = "on-demand"
-    reservation: Annotated[
-        str | None, Field(description="reservation name (kind=reservation)")
-    ] = None
+    reservation: Annotated[str | None, Field(description="reservation name (kind=reservation)")] = (
+        None
+    )
 
     @model_validator(mode="after")
     def _reservation(self) -> CapacitySpec:
@@ -167,8 +174,11 @@ class InfraSpec(Spec):
     )
     cpu_nodes: Annotated[int, Field(ge=1, le=100, description="nodes in the CPU pool")] = 1
     pathways_pool: Annotated[
-        bool, Field(description="with TPU slices: a CPU pool for Pathways heads "
-                    "(n2-standard-64, 0 nodes until a --backend pathways run asks for one)")
+        bool,
+        Field(
+            description="with TPU slices: a CPU pool for Pathways heads "
+            "(n2-standard-64, 0 nodes until a --backend pathways run asks for one)"
+        ),
     ] = True
 
     def wants_pathways_pool(self) -> bool:
@@ -176,8 +186,11 @@ class InfraSpec(Spec):
         pathways runs on TPUs only); ``pathways_pool: false`` in the config leaves it out."""
         from rlctl.core.config.catalog import lookup
 
-        return (self.mode == "standard" and self.pathways_pool
-                and any(lookup(s.type).kind == "tpu" for s in self.accelerators))
+        return (
+            self.mode == "standard"
+            and self.pathways_pool
+            and any(lookup(s.type).kind == "tpu" for s in self.accelerators)
+        )
 
     @model_validator(mode="after")
     def _zone(self) -> InfraSpec:
@@ -265,7 +278,8 @@ def gcloud_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
         return {}
     out = {}
     for key, (section, opt) in {
-        "project": ("core", "project"), "region": ("compute", "region"),
+        "project": ("core", "project"),
+        "region": ("compute", "region"),
         "zone": ("compute", "zone"),
     }.items():
         if cp.has_option(section, opt):
@@ -274,7 +288,8 @@ def gcloud_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def fill_defaults(
-    data: dict[str, Any], env: Mapping[str, str] | None = None,
+    data: dict[str, Any],
+    env: Mapping[str, str] | None = None,
     adc_project: Callable[[], str | None] | None = None,
 ) -> dict[str, Any]:
     """Fill project/region/zone missing in ``data`` from env, gcloud config, then ADC."""
@@ -311,8 +326,11 @@ def resolve_cluster_name(name: str | None, config: str | Path | None) -> str:
 
 
 def resolve_location(
-    config: str | Path | None, project: str | None, region: str | None,
-    env: Mapping[str, str] | None = None, adc_project: Callable[[], str | None] | None = None,
+    config: str | Path | None,
+    project: str | None,
+    region: str | None,
+    env: Mapping[str, str] | None = None,
+    adc_project: Callable[[], str | None] | None = None,
 ) -> tuple[str, str]:
     """(project, region) by the same precedence as ``build_infra_spec``."""
     data: dict[str, Any] = read_yaml(config) if config else {}
@@ -346,9 +364,10 @@ def build_infra_spec(
     # the name first: a typo is reported before credentials or the gcloud config
     # are looked up (which can fail, or take seconds, for reasons of their own)
     if not data.get("cluster"):
-        raise ConfigError("no cluster name given",
-                          hint="pass NAME (e.g. 'rlctl network create rl') or set 'cluster' "
-                          "in --config")
+        raise ConfigError(
+            "no cluster name given",
+            hint="pass NAME (e.g. 'rlctl network create rl') or set 'cluster' in --config",
+        )
     validate_name(str(data["cluster"]), "cluster")
     fill_defaults(data, env, adc_project)
     return build(InfraSpec, data, overrides)

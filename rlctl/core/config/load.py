@@ -22,21 +22,27 @@ M = TypeVar("M", bound=BaseModel)
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"config file {str(p)!r} is a directory, not a file",
-                          hint="pass the path of a YAML file")
+        raise ConfigError(
+            f"config file {str(p)!r} is a directory, not a file",
+            hint="pass the path of a YAML file",
+        )
     if p.exists() and not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} is not a regular file",
-                          hint="pass the path of a YAML file")
+        raise ConfigError(
+            f"config file {str(p)!r} is not a regular file", hint="pass the path of a YAML file"
+        )
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist", hint="check the --config path")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {e.start})",
-                          hint="pass a YAML file") from None
+        raise ConfigError(
+            f"config file {str(p)!r} is not UTF-8 text (byte {e.start})", hint="pass a YAML file"
+        ) from None
     except OSError as e:  # /proc/self/mem, a FIFO, no permission ...
-        raise ConfigError(f"config file {str(p)!r} cannot be read: {e.strerror or e}",
-                          hint="pass a readable YAML file") from None
+        raise ConfigError(
+            f"config file {str(p)!r} cannot be read: {e.strerror or e}",
+            hint="pass a readable YAML file",
+        ) from None
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -44,8 +50,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}") from e
     except RecursionError:  # nested deeper than the parser's stack
-        raise ConfigError(f"config file {str(p)!r} is nested too deeply to read",
-                          hint="pass a run spec YAML file") from None
+        raise ConfigError(
+            f"config file {str(p)!r} is nested too deeply to read", hint="pass a run spec YAML file"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping at the top level")
     return data

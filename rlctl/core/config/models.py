@@ -40,9 +40,11 @@ class ModelSpec(Spec):
     ] = "float32"
     compute_dtype: Annotated[
         Literal["auto", "float32", "bfloat16"],
-        Field(description="dtype the matmuls read, summed in float32 (weights and optimizer "
-              "stay model.dtype); auto: bfloat16 on a GPU or TPU, float32 on a CPU (bfloat16 "
-              "is faster on one with AVX512-BF16 or AMX, but learned less there)"),
+        Field(
+            description="dtype the matmuls read, summed in float32 (weights and optimizer "
+            "stay model.dtype); auto: bfloat16 on a GPU or TPU, float32 on a CPU (bfloat16 "
+            "is faster on one with AVX512-BF16 or AMX, but learned less there)"
+        ),
     ] = "auto"
 
 
@@ -52,50 +54,62 @@ GENERATED = "arithmetic"
 HUB_ALIASES = {"gsm8k": ("openai/gsm8k", "main", "test")}
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 # the keys of DataSpec before #26, read as their new names (old spec.yaml files, old flags)
-_RENAMED = {"name": "dataset", "question_field": "prompt_column",
-            "answer_field": "answer_column"}
+_RENAMED = {"name": "dataset", "question_field": "prompt_column", "answer_field": "answer_column"}
 
 
 class DataSpec(Spec):
     dataset: Annotated[
         str | None,
-        Field(description="'arithmetic' (embedded generator; the default without "
-              "data.path), 'gsm8k' (openai/gsm8k: config main, eval split test) or a "
-              "Hugging Face hub dataset id 'owner/name' (the datasets library; with "
-              "data.path, that file is a local copy of it); unset with data.path: the file"),
+        Field(
+            description="'arithmetic' (embedded generator; the default without "
+            "data.path), 'gsm8k' (openai/gsm8k: config main, eval split test) or a "
+            "Hugging Face hub dataset id 'owner/name' (the datasets library; with "
+            "data.path, that file is a local copy of it); unset with data.path: the file"
+        ),
     ] = None
     path: Annotated[
         str | None,
-        Field(description="local data file to train on: JSONL, JSON, Parquet or CSV (by "
-              "its extension, else its content); its columns are found as for "
-              "data.prompt_column / data.answer_column"),
+        Field(
+            description="local data file to train on: JSONL, JSON, Parquet or CSV (by "
+            "its extension, else its content); its columns are found as for "
+            "data.prompt_column / data.answer_column"
+        ),
     ] = None
-    config: Annotated[
-        str | None, Field(description="hub dataset config (subset), e.g. 'main'")
-    ] = None
+    config: Annotated[str | None, Field(description="hub dataset config (subset), e.g. 'main'")] = (
+        None
+    )
     split: Annotated[str, Field(min_length=1, description="hub dataset split to train on")] = (
-        "train")
+        "train"
+    )
     eval_split: Annotated[
         str | None,
-        Field(description="hub dataset split to evaluate on (e.g. 'test'); default: a "
-              "held-out slice of the training data"),
+        Field(
+            description="hub dataset split to evaluate on (e.g. 'test'); default: a "
+            "held-out slice of the training data"
+        ),
     ] = None
     eval_path: Annotated[
         str | None,
-        Field(description="local file to evaluate on (same formats as data.path); default: "
-              "a held-out slice of the training data"),
+        Field(
+            description="local file to evaluate on (same formats as data.path); default: "
+            "a held-out slice of the training data"
+        ),
     ] = None
     prompt_column: Annotated[
         str | None,
-        Field(description="column holding the prompt: text, or a chat list of "
-              "{role, content}; default: the first of prompt, question, problem, query, "
-              "messages"),
+        Field(
+            description="column holding the prompt: text, or a chat list of "
+            "{role, content}; default: the first of prompt, question, problem, query, "
+            "messages"
+        ),
     ] = None
     answer_column: Annotated[
         str | None,
-        Field(description="column holding the gold answer ('... #### N' or a number); "
-              "default: the first of answer, solution, ground_truth, final_answer, target, "
-              "label, else a chat prompt's last turn when it is the assistant's"),
+        Field(
+            description="column holding the gold answer ('... #### N' or a number); "
+            "default: the first of answer, solution, ground_truth, final_answer, target, "
+            "label, else a chat prompt's last turn when it is the assistant's"
+        ),
     ] = None
     max_operand: Annotated[
         int, Field(ge=2, le=10_000, description="arithmetic generator: largest operand")
@@ -114,8 +128,9 @@ class DataSpec(Spec):
             if old in data:
                 value = data.pop(old)
                 if new in data and data[new] != value:
-                    raise ValueError(f"data.{old} is the old name of data.{new}; set only "
-                                     f"data.{new}")
+                    raise ValueError(
+                        f"data.{old} is the old name of data.{new}; set only data.{new}"
+                    )
                 data[new] = value
         if data.get("dataset") == "jsonl":  # the old "a --data-path file"
             if not data.get("path"):
@@ -138,24 +153,27 @@ class DataSpec(Spec):
         local = Path(v).expanduser().exists() or v.startswith((".", "/", "~"))
         if local:
             raise ValueError(f"{v!r} is a path: a file on this machine is --data-path FILE")
-        raise ValueError(
-            f"{v!r} is not 'arithmetic', 'gsm8k' or a hub dataset id 'owner/name'")
+        raise ValueError(f"{v!r} is not 'arithmetic', 'gsm8k' or a hub dataset id 'owner/name'")
 
     @model_validator(mode="after")
     def _one_source(self) -> DataSpec:
         if self.dataset == GENERATED:
-            given = [k for k in ("path", "eval_path", "config", "eval_split")
-                     if getattr(self, k)]
+            given = [k for k in ("path", "eval_path", "config", "eval_split") if getattr(self, k)]
             if given:
                 raise ValueError(
                     f"dataset 'arithmetic' is generated and takes no {given[0]}; to train "
-                    "on a file pass --data-path without --dataset")
+                    "on a file pass --data-path without --dataset"
+                )
         if self.path and self.eval_split:
-            raise ValueError("eval_split names a split of a hub dataset; with a data.path "
-                             "give the eval file as data.eval_path")
+            raise ValueError(
+                "eval_split names a split of a hub dataset; with a data.path "
+                "give the eval file as data.eval_path"
+            )
         if self.path and self.split != "train":
-            raise ValueError("split names a split of a hub dataset; with a data.path the "
-                             "whole file is the training data")
+            raise ValueError(
+                "split names a split of a hub dataset; with a data.path the "
+                "whole file is the training data"
+            )
         return self
 
     @property
@@ -173,16 +191,20 @@ MAX_PROMPT_TOKENS = 32_768  # rollout.max_prompt_tokens
 class RolloutSpec(Spec):
     engine: Annotated[
         Literal["auto", "vanilla", "vllm"],
-        Field(description="what samples the completions: vanilla (rlctl's JAX sampler) or "
-              "vllm (vLLM, the trainer's weights pushed into it after each update); "
-              "auto = vllm on TPU when vLLM is installed, else vanilla (CPU and GPU "
-              "always vanilla)"),
+        Field(
+            description="what samples the completions: vanilla (rlctl's JAX sampler) or "
+            "vllm (vLLM, the trainer's weights pushed into it after each update); "
+            "auto = vllm on TPU when vLLM is installed, else vanilla (CPU and GPU "
+            "always vanilla)"
+        ),
     ] = "auto"
     sampler_weights: Annotated[
         Literal["auto", "sharded", "whole"],
-        Field(description="weights the sampler decodes on when there are several devices: "
-              "sharded like the model, or one whole copy per device; auto = whole across "
-              "hosts when a copy takes at most a quarter of a device's memory"),
+        Field(
+            description="weights the sampler decodes on when there are several devices: "
+            "sharded like the model, or one whole copy per device; auto = whole across "
+            "hosts when a copy takes at most a quarter of a device's memory"
+        ),
     ] = "auto"
     num_generations: Annotated[
         int, Field(ge=2, le=256, description="completions sampled per prompt (the GRPO group)")
@@ -194,10 +216,12 @@ class RolloutSpec(Spec):
     top_k: Annotated[int | None, Field(ge=1)] = None
     compute_dtype: Annotated[
         Literal["auto", "float32", "bfloat16"],
-        Field(description="dtype the sampler's matmuls and decode weights read, summed in "
-              "float32; auto: bfloat16 where it is native (a GPU, a TPU, a CPU with "
-              "AVX512-BF16 or AMX) unless model.compute_dtype=float32 is set, else "
-              "model.compute_dtype's"),
+        Field(
+            description="dtype the sampler's matmuls and decode weights read, summed in "
+            "float32; auto: bfloat16 where it is native (a GPU, a TPU, a CPU with "
+            "AVX512-BF16 or AMX) unless model.compute_dtype=float32 is set, else "
+            "model.compute_dtype's"
+        ),
     ] = "auto"
 
 
@@ -206,8 +230,7 @@ class RolloutSpec(Spec):
 # adapters (docs/lora.md): 5x full fine-tuning's, as adapters starting at zero
 # move only a low-rank part of each weight
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                     "down_proj"]
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA_LEARNING_RATE = 5e-5
 
 
@@ -244,35 +267,49 @@ class TrainingSpec(Spec):
     ] = "sequence-mean-token-mean"
     lora_rank: Annotated[
         int | None,
-        Field(ge=1, le=1024,
-              description="LoRA rank: train low-rank adapters (qwix) on the frozen base "
-              f"instead of every parameter; None = full fine-tuning. With LoRA use "
-              f"learning_rate={LORA_LEARNING_RATE:g} (tested on the default task)"),
+        Field(
+            ge=1,
+            le=1024,
+            description="LoRA rank: train low-rank adapters (qwix) on the frozen base "
+            f"instead of every parameter; None = full fine-tuning. With LoRA use "
+            f"learning_rate={LORA_LEARNING_RATE:g} (tested on the default task)",
+        ),
     ] = None
     lora_alpha: Annotated[
         float | None,
-        Field(gt=0.0, le=65536.0,
-              description="LoRA scale numerator (adapter output x alpha/rank); default "
-              "2 x lora_rank, so the scale stays 2 when the rank changes"),
+        Field(
+            gt=0.0,
+            le=65536.0,
+            description="LoRA scale numerator (adapter output x alpha/rank); default "
+            "2 x lora_rank, so the scale stays 2 when the rank changes",
+        ),
     ] = None
     lora_target_modules: Annotated[
         list[LoraTarget] | None,
-        Field(min_length=1, description="projections that get adapters (Hugging Face names); "
-              "default all: " + ",".join(LORA_TARGETS)),
+        Field(
+            min_length=1,
+            description="projections that get adapters (Hugging Face names); "
+            "default all: " + ",".join(LORA_TARGETS),
+        ),
     ] = None
     micro_batch_size: Annotated[
         int | None,
-        Field(ge=1, le=1_048_576,
-              description="sequences per forward/backward, gradients accumulated (same "
-              "result as the whole batch); a multiple or a divisor of rollout.num_generations; "
-              "default: the largest that fits the device's free memory"),
+        Field(
+            ge=1,
+            le=1_048_576,
+            description="sequences per forward/backward, gradients accumulated (same "
+            "result as the whole batch); a multiple or a divisor of rollout.num_generations; "
+            "default: the largest that fits the device's free memory",
+        ),
     ] = None
     remat: Annotated[
         bool | None,
-        Field(description="gradient checkpointing: each layer keeps only its inputs for the "
-              "backward pass and recomputes the rest (Llama-family models); default on the "
-              "CPU: three quarters of the layers, or all where that does not fit the update's "
-              "memory; off on accelerators"),
+        Field(
+            description="gradient checkpointing: each layer keeps only its inputs for the "
+            "backward pass and recomputes the rest (Llama-family models); default on the "
+            "CPU: three quarters of the layers, or all where that does not fit the update's "
+            "memory; off on accelerators"
+        ),
     ] = None
     seed: Annotated[int, Field(ge=0)] = 0
 
@@ -291,8 +328,7 @@ class EvalSpec(Spec):
 
 class OutputSpec(Spec):
     root: Annotated[
-        str, Field(min_length=1,
-                   description="run store root: a local path or gs://bucket/prefix")
+        str, Field(min_length=1, description="run store root: a local path or gs://bucket/prefix")
     ] = RUNS_ROOT
     tensorboard: bool = True
 
@@ -316,15 +352,20 @@ class PromptExample(Spec):
 
 
 class PromptSpec(Spec):
-    system: Annotated[
-        str, Field(description="the system message; '' = none")
-    ] = DEFAULT_SYSTEM_PROMPT
+    system: Annotated[str, Field(description="the system message; '' = none")] = (
+        DEFAULT_SYSTEM_PROMPT
+    )
     examples: Annotated[
         list[PromptExample],
-        Field(description="few-shot turns before the question: [{user, assistant}, ...]; "
-              "[] = none (a data row with 'messages' uses those instead of all this)"),
-    ] = Field(default_factory=lambda: [PromptExample(user=DEFAULT_EXAMPLE_USER,
-                                                     assistant=DEFAULT_EXAMPLE_ASSISTANT)])
+        Field(
+            description="few-shot turns before the question: [{user, assistant}, ...]; "
+            "[] = none (a data row with 'messages' uses those instead of all this)"
+        ),
+    ] = Field(
+        default_factory=lambda: [
+            PromptExample(user=DEFAULT_EXAMPLE_USER, assistant=DEFAULT_EXAMPLE_ASSISTANT)
+        ]
+    )
 
 
 # a registry reward's weight when a config names it bare (``rewards: [correct, format]``):
@@ -344,20 +385,23 @@ class RewardEntry(Spec):
 
     fn: Annotated[
         str,
-        Field(min_length=1,
-              description="'correct' or 'format' (built in), package.module:function, or "
-              "path/to/file.py:function (relative to where 'rlctl train' runs; stored "
-              "absolute)"),
+        Field(
+            min_length=1,
+            description="'correct' or 'format' (built in), package.module:function, or "
+            "path/to/file.py:function (relative to where 'rlctl train' runs; stored "
+            "absolute)",
+        ),
     ]
     weight: Annotated[
         float | None,
-        Field(description="multiplies this reward in the per-completion total; default "
-              "0.1 for 'format', else 1.0"),
+        Field(
+            description="multiplies this reward in the per-completion total; default "
+            "0.1 for 'format', else 1.0"
+        ),
     ] = None
     name: Annotated[
         str | None,
-        Field(description="its key in metrics (rewards/NAME/mean); default: the "
-              "function's name"),
+        Field(description="its key in metrics (rewards/NAME/mean); default: the function's name"),
     ] = None
 
     @classmethod
@@ -386,8 +430,10 @@ class RewardEntry(Spec):
             tail = self.fn.rpartition(":")[2] if ":" in self.fn else self.fn
             object.__setattr__(self, "name", tail.rpartition(".")[2] or tail)
         if not _REWARD_NAME.match(self.name or ""):
-            raise ValueError(f"reward name {self.name!r}: use letters, digits, '_', '.' "
-                             "or '-' (it is a metrics key)")
+            raise ValueError(
+                f"reward name {self.name!r}: use letters, digits, '_', '.' "
+                "or '-' (it is a metrics key)"
+            )
         return self
 
 
@@ -446,9 +492,11 @@ class RunSpec(Spec):
         seen: set[str] = set()
         for e in v:
             if e.name in seen:
-                raise ValueError(f"two rewards are named {e.name!r} (their key in metrics): "
-                                 f"give one another name, e.g. {{fn: {e.fn}, name: "
-                                 f"{e.name}_2}}")
+                raise ValueError(
+                    f"two rewards are named {e.name!r} (their key in metrics): "
+                    f"give one another name, e.g. {{fn: {e.fn}, name: "
+                    f"{e.name}_2}}"
+                )
             seen.add(e.name or "")
         return v
 
@@ -479,20 +527,32 @@ class RunSpec(Spec):
         eps_hi = self.training.epsilon_high
         if eps_hi is not None and eps_hi < (self.training.epsilon or 0):
             raise ValueError("training.epsilon_high must be >= training.epsilon")
-        mbs, P, G = (self.training.micro_batch_size, self.training.prompts_per_step,
-                     self.rollout.num_generations)
+        mbs, P, G = (
+            self.training.micro_batch_size,
+            self.training.prompts_per_step,
+            self.rollout.num_generations,
+        )
         if mbs is not None and mbs < P * G and mbs not in micro_batch_sizes(P, G):
             some = ", ".join(map(str, micro_batch_sizes(P, G)[:5]))
             raise ValueError(
                 f"training.micro_batch_size={mbs} must divide rollout.num_generations={G} or "
-                f"be a multiple of it that divides the step's {P * G} sequences ({some}, ...)")
+                f"be a multiple of it that divides the step's {P * G} sequences ({some}, ...)"
+            )
         t = self.training
         if t.lora_rank is None and (t.lora_alpha is not None or t.lora_target_modules):
             which = "lora_alpha" if t.lora_alpha is not None else "lora_target_modules"
             raise ValueError(f"training.{which} needs training.lora_rank (LoRA is off)")
         if t.lora_rank is not None and (t.lora_alpha is None or not t.lora_target_modules):
-            object.__setattr__(self, "training", t.model_copy(update={
-                "lora_alpha": t.lora_alpha or 2.0 * t.lora_rank,
-                "lora_target_modules": list(dict.fromkeys(
-                    t.lora_target_modules or LORA_TARGETS))}))
+            object.__setattr__(
+                self,
+                "training",
+                t.model_copy(
+                    update={
+                        "lora_alpha": t.lora_alpha or 2.0 * t.lora_rank,
+                        "lora_target_modules": list(
+                            dict.fromkeys(t.lora_target_modules or LORA_TARGETS)
+                        ),
+                    }
+                ),
+            )
         return self

@@ -51,8 +51,10 @@ PATHWAYS_POOL = "pathways"
 PATHWAYS_MACHINE_TYPE = "n2-standard-64"
 PATHWAYS_MAX_NODES = 1
 # the limits pathways-job sets on its head's sidecars (requested alike), as it writes them
-PATHWAYS_SIDECARS = {"pathways-rm": {"cpu": "8", "memory": "32000000000"},
-                     "pathways-proxy": {"cpu": "16", "memory": "100000000000"}}
+PATHWAYS_SIDECARS = {
+    "pathways-rm": {"cpu": "8", "memory": "32000000000"},
+    "pathways-proxy": {"cpu": "16", "memory": "100000000000"},
+}
 # GKE's default requests of the GCS FUSE sidecar (GKE docs, "Configure resources for the
 # sidecar container")
 GCSFUSE_SIDECAR = {"cpu": "250m", "memory": "256Mi"}
@@ -119,16 +121,27 @@ def pod_capacity(m: Machine, threads_per_core: int | None) -> tuple[float, float
     return cpu * keep, mem * keep
 
 
-def node_pool(name: str, machine_type: str, nodes: int, *, threads_per_core: int | None = None,
-              accelerator: Accelerator | None = None, labels: dict[str, str] | None = None,
-              autoscaled: bool = False) -> NodePool | None:
+def node_pool(
+    name: str,
+    machine_type: str,
+    nodes: int,
+    *,
+    threads_per_core: int | None = None,
+    accelerator: Accelerator | None = None,
+    labels: dict[str, str] | None = None,
+    autoscaled: bool = False,
+) -> NodePool | None:
     """The nodes of a pool as GKE makes them; None for a machine type the catalog lacks."""
     m = machine(machine_type)
     if m is None:
         return None
     cpu, mem = pod_capacity(m, threads_per_core)
-    node_labels = {**(labels or {}), NODEPOOL_LABEL: name, INSTANCE_TYPE_LABEL: machine_type,
-                   "cloud.google.com/machine-family": machine_type.split("-", 1)[0]}
+    node_labels = {
+        **(labels or {}),
+        NODEPOOL_LABEL: name,
+        INSTANCE_TYPE_LABEL: machine_type,
+        "cloud.google.com/machine-family": machine_type.split("-", 1)[0],
+    }
     extended: dict[str, int] = {}
     taints: list[Taint] = []
     if accelerator is not None and accelerator.kind == "tpu":
@@ -140,9 +153,18 @@ def node_pool(name: str, machine_type: str, nodes: int, *, threads_per_core: int
         node_labels[GPU_ACCELERATOR_LABEL] = accelerator.gpu_type or ""
         extended[GPU_RESOURCE] = accelerator.gpus
         taints.append(Taint(key=GPU_RESOURCE, value="present"))
-    return NodePool(name=name, machine_type=machine_type, nodes=nodes, autoscaled=autoscaled,
-                    vcpus=node_vcpus(m, threads_per_core), cpu=cpu, memory_gib=mem,
-                    extended=extended, labels=node_labels, taints=taints)
+    return NodePool(
+        name=name,
+        machine_type=machine_type,
+        nodes=nodes,
+        autoscaled=autoscaled,
+        vcpus=node_vcpus(m, threads_per_core),
+        cpu=cpu,
+        memory_gib=mem,
+        extended=extended,
+        labels=node_labels,
+        taints=taints,
+    )
 
 
 def host_pod_resources(machine_type: str, threads_per_core: int | None) -> tuple[str, str] | None:

@@ -49,5 +49,7 @@ def caveat(region: str | None = None) -> str:
     source = f"{t['currency']}, as of {t['as_of']}; excludes discounts, storage and network"
     if region is None or region == t["region"]:
         return f"estimate from public list prices ({t['region']}, {source})"
-    return (f"estimate for {region} from {t['region']} public list prices ({source}; "
-            f"prices in {region} may differ)")
+    return (
+        f"estimate for {region} from {t['region']} public list prices ({source}; "
+        f"prices in {region} may differ)"
+    )

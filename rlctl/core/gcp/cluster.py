@@ -41,8 +41,11 @@ CPU_POOL = "cpu"
 # and one thread per core, as `gcloud ... node-pools create --threads-per-core=1`
 # (config.nodes.TPU_THREADS_PER_CORE: it halves a host's vCPUs, which pods are sized by).
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
-_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule",
-            "NO_EXECUTE": "NoExecute"}
+_EFFECTS = {
+    "NO_SCHEDULE": "NoSchedule",
+    "PREFER_NO_SCHEDULE": "PreferNoSchedule",
+    "NO_EXECUTE": "NoExecute",
+}
 _CHANNELS = {"rapid": "RAPID", "regular": "REGULAR", "stable": "STABLE", "none": "UNSPECIFIED"}
 
 
@@ -58,11 +61,13 @@ def _capacity_config(spec: InfraSpec) -> dict[str, Any]:
     if spec.capacity.kind == "spot":
         return {"spot": True}
     if spec.capacity.kind == "reservation":
-        return {"reservation_affinity": {
-            "consume_reservation_type": "SPECIFIC_RESERVATION",
-            "key": "compute.googleapis.com/reservation-name",
-            "values": [spec.capacity.reservation],
-        }}
+        return {
+            "reservation_affinity": {
+                "consume_reservation_type": "SPECIFIC_RESERVATION",
+                "key": "compute.googleapis.com/reservation-name",
+                "values": [spec.capacity.reservation],
+            }
+        }
     return {}
 
 
@@ -96,24 +101,26 @@ def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str
                 config["labels"] = {DRANET_LABEL: "true"}
             config["oauth_scopes"] = [CLOUD_PLATFORM]
             if acc.kind == "tpu":
-                config["advanced_machine_features"] = {
-                    "threads_per_core": TPU_THREADS_PER_CORE}
+                config["advanced_machine_features"] = {"threads_per_core": TPU_THREADS_PER_CORE}
             if acc.kind == "gpu":
-                config["accelerators"] = [{
-                    "accelerator_count": acc.gpus, "accelerator_type": acc.gpu_type,
-                    "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"},
-                }]
+                config["accelerators"] = [
+                    {
+                        "accelerator_count": acc.gpus,
+                        "accelerator_type": acc.gpu_type,
+                        "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"},
+                    }
+                ]
             body: dict[str, Any] = {
-                "name": name, "initial_node_count": nodes, "locations": [spec.zone],
+                "name": name,
+                "initial_node_count": nodes,
+                "locations": [spec.zone],
                 "config": config,
                 "management": {"auto_repair": True, "auto_upgrade": True},
             }
             if acc.kind == "tpu" and acc.multi_host:
                 body["placement_policy"] = {"type_": "COMPACT", "tpu_topology": acc.topology}
             if spec.dcn.count:
-                body["network_config"] = {
-                    "additional_node_network_configs": _node_networks(spec)
-                }
+                body["network_config"] = {"additional_node_network_configs": _node_networks(spec)}
             out.append((name, acc, nodes, body))
     return out
 
@@ -144,8 +151,12 @@ def _pool_accelerator(pool: Any) -> Accelerator | None:
             return acc
     except ConfigError:
         pass
-    found = [a for a in all_types() if a.machine_type == machine
-             and (a.kind == "gpu" or (a.topology == topology if topology else a.hosts == 1))]
+    found = [
+        a
+        for a in all_types()
+        if a.machine_type == machine
+        and (a.kind == "gpu" or (a.topology == topology if topology else a.hosts == 1))
+    ]
     return found[0] if len(found) == 1 else None
 
 
@@ -164,23 +175,28 @@ def slices_from_pools(pools: list[Any]) -> tuple[list[PoolSlices], list[str]]:
             continue
         _, n_pools, nodes = groups.get(acc.name, (acc, 0, 0))
         groups[acc.name] = (acc, n_pools + 1, nodes + int(p.initial_node_count or 0))
-        threads.setdefault(acc.name,
-                           int(p.config.advanced_machine_features.threads_per_core) or None)
+        threads.setdefault(
+            acc.name, int(p.config.advanced_machine_features.threads_per_core) or None
+        )
         for net in p.network_config.additional_node_network_configs:
             if net.network and net.network.rsplit("/", 1)[-1] not in networks:
                 networks.append(net.network.rsplit("/", 1)[-1])
-    found = [PoolSlices(acc, n_pools if acc.kind == "tpu" else max(nodes, 1),
-                        threads.get(acc.name))
-             for acc, n_pools, nodes in groups.values()]
+    found = [
+        PoolSlices(acc, n_pools if acc.kind == "tpu" else max(nodes, 1), threads.get(acc.name))
+        for acc, n_pools, nodes in groups.values()
+    ]
     return found, networks
 
 
 def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
     return {
-        "name": CPU_POOL, "initial_node_count": spec.cpu_nodes,
+        "name": CPU_POOL,
+        "initial_node_count": spec.cpu_nodes,
         "config": {
-            "machine_type": spec.cpu_machine_type, "resource_labels": spec.labels,
-            "gvnic": {"enabled": True}, "workload_metadata_config": {"mode": "GKE_METADATA"},
+            "machine_type": spec.cpu_machine_type,
+            "resource_labels": spec.labels,
+            "gvnic": {"enabled": True},
+            "workload_metadata_config": {"mode": "GKE_METADATA"},
         },
         "management": {"auto_repair": True, "auto_upgrade": True},
     }
@@ -195,16 +211,19 @@ def pathways_pool_body(spec: InfraSpec) -> dict[str, Any]:
     """The CPU pool of Pathways heads (config.nodes: XPK's cpu-np), empty until one asks:
     the cluster autoscaler adds its node for a pending head and removes it when idle."""
     return {
-        "name": PATHWAYS_POOL, "initial_node_count": 0,
+        "name": PATHWAYS_POOL,
+        "initial_node_count": 0,
         "config": {
-            "machine_type": PATHWAYS_MACHINE_TYPE, "resource_labels": spec.labels,
-            "gvnic": {"enabled": True}, "workload_metadata_config": {"mode": "GKE_METADATA"},
+            "machine_type": PATHWAYS_MACHINE_TYPE,
+            "resource_labels": spec.labels,
+            "gvnic": {"enabled": True},
+            "workload_metadata_config": {"mode": "GKE_METADATA"},
             "oauth_scopes": [CLOUD_PLATFORM],
-            "taints": [{"key": PATHWAYS_TAINT.key, "value": PATHWAYS_TAINT.value,
-                        "effect": "NO_SCHEDULE"}],
+            "taints": [
+                {"key": PATHWAYS_TAINT.key, "value": PATHWAYS_TAINT.value, "effect": "NO_SCHEDULE"}
+            ],
         },
-        "autoscaling": {"enabled": True, "min_node_count": 0,
-                        "max_node_count": PATHWAYS_MAX_NODES},
+        "autoscaling": {"enabled": True, "min_node_count": 0, "max_node_count": PATHWAYS_MAX_NODES},
         "management": {"auto_repair": True, "auto_upgrade": True},
     }
 
@@ -227,15 +246,22 @@ def node_pools_of(pools: list[Any]) -> tuple[list[NodePool], list[str]]:
             nodes = int(p.autoscaling.max_node_count) * zones
         else:
             nodes = int(p.initial_node_count or 0) * zones
-        made = node_pool(p.name, cfg.machine_type, nodes,
-                         threads_per_core=int(cfg.advanced_machine_features.threads_per_core)
-                         or None, accelerator=_pool_accelerator(p), labels=dict(cfg.labels),
-                         autoscaled=auto)
+        made = node_pool(
+            p.name,
+            cfg.machine_type,
+            nodes,
+            threads_per_core=int(cfg.advanced_machine_features.threads_per_core) or None,
+            accelerator=_pool_accelerator(p),
+            labels=dict(cfg.labels),
+            autoscaled=auto,
+        )
         if made is None:
             unknown.append(f"{p.name} ({cfg.machine_type})")
             continue
-        extra = [Taint(key=t.key, value=t.value, effect=_EFFECTS.get(t.effect.name, "NoSchedule"))
-                 for t in cfg.taints]
+        extra = [
+            Taint(key=t.key, value=t.value, effect=_EFFECTS.get(t.effect.name, "NoSchedule"))
+            for t in cfg.taints
+        ]
         out.append(made.model_copy(update={"taints": [*made.taints, *extra]}))
     return out, unknown
 
@@ -273,10 +299,13 @@ def cluster_body(spec: InfraSpec) -> dict[str, Any]:
 
 def _cluster_fields(spec: InfraSpec) -> dict[str, Any]:
     return {
-        "location": spec.location, "mode": spec.mode,
+        "location": spec.location,
+        "mode": spec.mode,
         "version": spec.version or f"{spec.release_channel} channel default",
-        "addons": ["RayOperator", "GcsFuseCsiDriver"], "dataplane": "v2",
-        "workload_pool": spec.workload_pool, "multi_networking": spec.dcn.count > 0,
+        "addons": ["RayOperator", "GcsFuseCsiDriver"],
+        "dataplane": "v2",
+        "workload_pool": spec.workload_pool,
+        "multi_networking": spec.dcn.count > 0,
     }
 
 
@@ -285,8 +314,7 @@ def _pool_fields(spec: InfraSpec, acc: Accelerator | None, nodes: int, machine: 
     if acc is not None:
         f.update(accelerator=acc.name, zone=spec.zone, capacity=spec.capacity.kind)
         if acc.kind == "tpu":
-            f.update(topology=acc.topology, chips=acc.chips,
-                     threads_per_core=TPU_THREADS_PER_CORE)
+            f.update(topology=acc.topology, chips=acc.chips, threads_per_core=TPU_THREADS_PER_CORE)
         else:
             f.update(gpus=f"{acc.gpus} x {acc.gpu_type}")
         if spec.dcn.count:
@@ -306,8 +334,11 @@ def planned_cluster(clients: GcpClients, spec: InfraSpec, endpoint: str = "0.0.0
     What a dry run of ``train --cluster`` without credentials places its pods on."""
     ct = clients.container_types
     body = cluster_body(spec)
-    body["node_pools"] = [*body.get("node_pools", []), *(b for *_, b in desired_pools(spec)),
-                          *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else [])]
+    body["node_pools"] = [
+        *body.get("node_pools", []),
+        *(b for *_, b in desired_pools(spec)),
+        *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else []),
+    ]
     cur = ct.Cluster(body)
     cur.status = ct.Cluster.Status.RUNNING
     cur.endpoint = endpoint
@@ -319,8 +350,12 @@ def planned_cluster(clients: GcpClients, spec: InfraSpec, endpoint: str = "0.0.0
 
 def get_cluster(clients: GcpClients, project: str, location: str, name: str) -> Any | None:
     try:
-        return call(clients, f"reading cluster {name}", clients.container.get_cluster,
-                    name=f"{_parent(project, location)}/clusters/{name}")
+        return call(
+            clients,
+            f"reading cluster {name}",
+            clients.container.get_cluster,
+            name=f"{_parent(project, location)}/clusters/{name}",
+        )
     except NotFoundError:
         return None
 
@@ -330,8 +365,9 @@ def _is_ours(labels: Any) -> bool:
 
 
 def project_number(clients: GcpClients, project: str) -> str:
-    return str(call(clients, f"reading project {project}", clients.projects.get,
-                    project=project).id)
+    return str(
+        call(clients, f"reading project {project}", clients.projects.get, project=project).id
+    )
 
 
 def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change], list[str]]:
@@ -346,8 +382,17 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
         cfields["default_pool"] = f"{CPU_POOL}: {spec.cpu_nodes} x {spec.cpu_machine_type}"
     out: list[Change] = []
     if cur is None:
-        out.append(Change(kind="cluster", name=spec.cluster, action="create", fields=cfields,
-                          depends_on=subnets, body=cluster_body(spec), cost_per_hour=cpu_cost))
+        out.append(
+            Change(
+                kind="cluster",
+                name=spec.cluster,
+                action="create",
+                fields=cfields,
+                depends_on=subnets,
+                body=cluster_body(spec),
+                cost_per_hour=cpu_cost,
+            )
+        )
         have_pools: dict[str, Any] = {}
     else:
         if not _is_ours(cur.resource_labels):
@@ -357,15 +402,26 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
             )
         status = cur.status.name
         if status in ("STOPPING",):
-            raise ConflictError(f"cluster {spec.cluster!r} is being deleted",
-                                hint="wait for the deletion to finish, then re-run")
+            raise ConflictError(
+                f"cluster {spec.cluster!r} is being deleted",
+                hint="wait for the deletion to finish, then re-run",
+            )
         if status == "ERROR":
-            raise ConflictError(f"cluster {spec.cluster!r} is in ERROR: {cur.status_message}",
-                                hint=f"delete it (rlctl cluster delete {spec.cluster}) and re-run")
+            raise ConflictError(
+                f"cluster {spec.cluster!r} is in ERROR: {cur.status_message}",
+                hint=f"delete it (rlctl cluster delete {spec.cluster}) and re-run",
+            )
         action: Action = "wait" if status in ("PROVISIONING", "RECONCILING") else "unchanged"
         cfields = {**cfields, "status": status, "version": cur.current_master_version}
-        out.append(Change(kind="cluster", name=spec.cluster, action=action, fields=cfields,
-                          cost_per_hour=cpu_cost))
+        out.append(
+            Change(
+                kind="cluster",
+                name=spec.cluster,
+                action=action,
+                fields=cfields,
+                cost_per_hour=cpu_cost,
+            )
+        )
         if not cur.addons_config.ray_operator_config.enabled:
             notes.append("cluster has the Ray operator add-on disabled; rlctl does not change it")
         have_pools = {p.name: p for p in cur.node_pools}
@@ -376,14 +432,21 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
         fields = _pool_fields(spec, acc, nodes, acc.machine_type)
         c_cost = prices.pool_hour(acc, nodes, spec.capacity.kind)
         have = have_pools.get(name)
-        base: dict[str, Any] = dict(kind="nodepool", name=name, fields=fields,
-                                    cost_per_hour=c_cost, depends_on=[ckey, *subnets])
+        base: dict[str, Any] = dict(
+            kind="nodepool",
+            name=name,
+            fields=fields,
+            cost_per_hour=c_cost,
+            depends_on=[ckey, *subnets],
+        )
         if have is None:
             out.append(Change(action="create", body=body, **base))
             continue
         if not _is_ours(have.config.resource_labels):
-            raise AlreadyExistsError(f"node pool {name!r} exists and is not managed by rlctl",
-                                     hint="remove it or choose another cluster")
+            raise AlreadyExistsError(
+                f"node pool {name!r} exists and is not managed by rlctl",
+                hint="remove it or choose another cluster",
+            )
         if have.config.machine_type != acc.machine_type or (
             acc.multi_host and have.placement_policy.tpu_topology != acc.topology
         ):
@@ -396,42 +459,66 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
             )
         st = have.status.name
         if st == "ERROR":
-            raise ConflictError(f"node pool {name!r} is in ERROR: {have.status_message}",
-                                hint=f"delete the cluster (rlctl cluster delete {spec.cluster}) "
-                                "or the pool, and re-run")
+            raise ConflictError(
+                f"node pool {name!r} is in ERROR: {have.status_message}",
+                hint=f"delete the cluster (rlctl cluster delete {spec.cluster}) "
+                "or the pool, and re-run",
+            )
         if st in ("PROVISIONING", "RECONCILING"):
             out.append(Change(action="wait", **base))
         elif have.initial_node_count != nodes and acc.kind == "gpu":
-            out.append(Change(action="update", body={"node_count": nodes},
-                              diff={"nodes": (have.initial_node_count, nodes)}, **base))
+            out.append(
+                Change(
+                    action="update",
+                    body={"node_count": nodes},
+                    diff={"nodes": (have.initial_node_count, nodes)},
+                    **base,
+                )
+            )
         else:
             out.append(Change(action="unchanged", **base))
     if wants_pathways_pool(spec):
         wanted.add(PATHWAYS_POOL)
         have = have_pools.get(PATHWAYS_POOL)
         hour = prices.machine_hour(PATHWAYS_MACHINE_TYPE)  # on-demand, as it is made
-        fields = {"machine_type": PATHWAYS_MACHINE_TYPE,
-                  "nodes": f"0..{PATHWAYS_MAX_NODES} (autoscaled)",
-                  "for": "Pathways heads (--backend pathways)",
-                  "taint": f"{PATHWAYS_TAINT.key}={PATHWAYS_TAINT.value}:NoSchedule"}
+        fields = {
+            "machine_type": PATHWAYS_MACHINE_TYPE,
+            "nodes": f"0..{PATHWAYS_MAX_NODES} (autoscaled)",
+            "for": "Pathways heads (--backend pathways)",
+            "taint": f"{PATHWAYS_TAINT.key}={PATHWAYS_TAINT.value}:NoSchedule",
+        }
         if hour is not None:
             fields["per_hour_while_used"] = round(hour, 2)
-        base = dict(kind="nodepool", name=PATHWAYS_POOL, fields=fields, cost_per_hour=0.0,
-                    depends_on=[ckey])
+        base = dict(
+            kind="nodepool", name=PATHWAYS_POOL, fields=fields, cost_per_hour=0.0, depends_on=[ckey]
+        )
         if have is None:
             out.append(Change(action="create", body=pathways_pool_body(spec), **base))
         elif not _is_ours(have.config.resource_labels):
-            raise AlreadyExistsError(f"node pool {PATHWAYS_POOL!r} exists and is not managed "
-                                     "by rlctl", hint="remove it, or set pathways_pool: false")
+            raise AlreadyExistsError(
+                f"node pool {PATHWAYS_POOL!r} exists and is not managed by rlctl",
+                hint="remove it, or set pathways_pool: false",
+            )
         else:
             st = have.status.name
-            out.append(Change(action="wait" if st in ("PROVISIONING", "RECONCILING")
-                              else "unchanged", **base))
+            out.append(
+                Change(
+                    action="wait" if st in ("PROVISIONING", "RECONCILING") else "unchanged", **base
+                )
+            )
     for name, have in have_pools.items():
         if name != CPU_POOL and name not in wanted and _is_ours(have.config.resource_labels):
-            out.append(Change(kind="nodepool", name=name, action="delete",
-                              fields={"machine_type": have.config.machine_type,
-                                      "nodes": have.initial_node_count}))
+            out.append(
+                Change(
+                    kind="nodepool",
+                    name=name,
+                    action="delete",
+                    fields={
+                        "machine_type": have.config.machine_type,
+                        "nodes": have.initial_node_count,
+                    },
+                )
+            )
     return out, notes
 
 
@@ -439,8 +526,12 @@ def _cost(spec: InfraSpec, changes: list[Change]) -> CostEstimate:
     pools = [c for c in changes if c.kind in ("cluster", "nodepool") and c.action != "delete"]
     unknown = [c.name for c in pools if c.cost_per_hour is None]
     total = None if unknown or not pools else round(sum(c.cost_per_hour or 0 for c in pools), 2)
-    return CostEstimate(capacity=spec.capacity.kind, per_hour=total, unknown=unknown,
-                        note=prices.caveat(spec.region))
+    return CostEstimate(
+        capacity=spec.capacity.kind,
+        per_hour=total,
+        unknown=unknown,
+        note=prices.caveat(spec.region),
+    )
 
 
 def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
@@ -455,18 +546,29 @@ def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
         changes += storage.plan(clients, spec, number, nodes_too=wants_pathways_pool(spec))
     if spec.mode == "standard":  # the roles the nodes run with (new projects lack them)
         grants, grant_notes = project_iam.plan_grants(
-            clients, spec.project, project_iam.default_service_account(number),
-            project_iam.NODE_ROLES)
+            clients,
+            spec.project,
+            project_iam.default_service_account(number),
+            project_iam.NODE_ROLES,
+        )
         changes += grants
         notes += grant_notes
     if spec.mode == "autopilot" and spec.accelerators:
         notes.append("autopilot: accelerator nodes are provisioned per workload, no pools made")
-    return Plan(operation="create", target=spec.cluster, project=spec.project,
-                location=spec.location, changes=changes, cost=_cost(spec, changes), notes=notes)
+    return Plan(
+        operation="create",
+        target=spec.cluster,
+        project=spec.project,
+        location=spec.location,
+        changes=changes,
+        cost=_cost(spec, changes),
+        notes=notes,
+    )
 
 
-def plan_delete(clients: GcpClients, project: str, region: str, cluster: str,
-                keep_bucket: bool = False) -> Plan:
+def plan_delete(
+    clients: GcpClients, project: str, region: str, cluster: str, keep_bucket: bool = False
+) -> Plan:
     """Everything labelled as rlctl's for ``cluster``, as deletes in dependency order."""
     changes: list[Change] = []
     cur = get_cluster(clients, project, region, cluster)
@@ -477,33 +579,63 @@ def plan_delete(clients: GcpClients, project: str, region: str, cluster: str,
                 f"cluster {cluster!r} is not managed by rlctl; refusing to delete it",
                 hint="delete it with 'gcloud container clusters delete' if you mean to",
             )
-        pools = [Change(kind="nodepool", name=p.name, action="delete",
-                        fields={"machine_type": p.config.machine_type,
-                                "nodes": p.initial_node_count, "status": p.status.name,
-                                "managed_by_rlctl": _is_ours(p.config.resource_labels)})
-                 for p in cur.node_pools if p.name != CPU_POOL]
+        pools = [
+            Change(
+                kind="nodepool",
+                name=p.name,
+                action="delete",
+                fields={
+                    "machine_type": p.config.machine_type,
+                    "nodes": p.initial_node_count,
+                    "status": p.status.name,
+                    "managed_by_rlctl": _is_ours(p.config.resource_labels),
+                },
+            )
+            for p in cur.node_pools
+            if p.name != CPU_POOL
+        ]
         changes += pools
-        changes.append(Change(kind="cluster", name=cluster, action="delete",
-                              depends_on=[p.key for p in pools],
-                              fields={"location": region, "status": cur.status.name,
-                                      "version": cur.current_master_version,
-                                      "default_pool": CPU_POOL}))
+        changes.append(
+            Change(
+                kind="cluster",
+                name=cluster,
+                action="delete",
+                depends_on=[p.key for p in pools],
+                fields={
+                    "location": region,
+                    "status": cur.status.name,
+                    "version": cur.current_master_version,
+                    "default_pool": CPU_POOL,
+                },
+            )
+        )
     for c in network.found(clients, cluster, region):
         if c.kind in ("firewall", "subnet") and cur is not None:
             c.depends_on.append(ckey)
         changes.append(c)
     buckets, notes = storage.found(clients, cluster, keep_bucket)
     changes += buckets
-    return Plan(operation="delete", target=cluster, project=project, location=region,
-                changes=changes, notes=notes)
+    return Plan(
+        operation="delete",
+        target=cluster,
+        project=project,
+        location=region,
+        changes=changes,
+        notes=notes,
+    )
 
 
 def network_plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
     """Only the DCN networks, subnets and firewalls (``rlctl network create``)."""
     only_networks = spec.model_copy(update={"accelerators": [], "bucket": type(spec.bucket)()})
     preflight.run(clients, only_networks)
-    return Plan(operation="create", target=spec.cluster, project=spec.project,
-                location=spec.region, changes=network.plan(clients, spec))
+    return Plan(
+        operation="create",
+        target=spec.cluster,
+        project=spec.project,
+        location=spec.region,
+        changes=network.plan(clients, spec),
+    )
 
 
 def network_plan_delete(clients: GcpClients, project: str, region: str, cluster: str) -> Plan:
@@ -514,13 +646,24 @@ def network_plan_delete(clients: GcpClients, project: str, region: str, cluster:
             f"cluster {cluster!r} still exists and uses these networks",
             hint=f"run 'rlctl cluster delete {cluster}', which also removes the networks",
         )
-    return Plan(operation="delete", target=cluster, project=project, location=region,
-                changes=network.found(clients, cluster, region), notes=notes)
+    return Plan(
+        operation="delete",
+        target=cluster,
+        project=project,
+        location=region,
+        changes=network.found(clients, cluster, region),
+        notes=notes,
+    )
 
 
 # --- apply ----------------------------------------------------------------------
-def _wait_status(clients: GcpClients, getter: Callable[[], Any], what: str,
-                 on_poll: Callable[[str], None], timeout: float = 3600) -> None:
+def _wait_status(
+    clients: GcpClients,
+    getter: Callable[[], Any],
+    what: str,
+    on_poll: Callable[[str], None],
+    timeout: float = 3600,
+) -> None:
     """Poll a cluster/node pool until RUNNING (an earlier, interrupted apply's operation)."""
     delay = clients.poll_interval
     deadline = time.monotonic() + timeout
@@ -538,29 +681,43 @@ def _wait_status(clients: GcpClients, getter: Callable[[], Any], what: str,
         delay = min(delay * 1.5, clients.poll_interval * 10)
 
 
-def _apply_gke(clients: GcpClients, c: Change, project: str, location: str, cluster: str,
-               on_poll: Callable[[str], None]) -> None:
+def _apply_gke(
+    clients: GcpClients,
+    c: Change,
+    project: str,
+    location: str,
+    cluster: str,
+    on_poll: Callable[[str], None],
+) -> None:
     gke = clients.container
     t = clients.container_types
     cname = f"{_parent(project, location)}/clusters/{cluster}"
     what = f"{c.action} {c.kind} {c.name}"
     if c.kind == "cluster":
         if c.action == "create":
-            op = call(clients, what, gke.create_cluster, parent=_parent(project, location),
-                      cluster=t.Cluster(c.body))
+            op = call(
+                clients,
+                what,
+                gke.create_cluster,
+                parent=_parent(project, location),
+                cluster=t.Cluster(c.body),
+            )
         elif c.action == "delete":
             op = call(clients, what, gke.delete_cluster, name=cname)
         else:  # wait
-            return _wait_status(clients, lambda: call(clients, what, gke.get_cluster, name=cname),
-                                what, on_poll)
+            return _wait_status(
+                clients, lambda: call(clients, what, gke.get_cluster, name=cname), what, on_poll
+            )
     else:
         pname = f"{cname}/nodePools/{c.name}"
         if c.action == "create":
-            op = call(clients, what, gke.create_node_pool, parent=cname,
-                      node_pool=t.NodePool(c.body))
+            op = call(
+                clients, what, gke.create_node_pool, parent=cname, node_pool=t.NodePool(c.body)
+            )
         elif c.action == "update":
-            op = call(clients, what, gke.set_node_pool_size, name=pname,
-                      node_count=c.sent["node_count"])
+            op = call(
+                clients, what, gke.set_node_pool_size, name=pname, node_count=c.sent["node_count"]
+            )
         elif c.action == "delete":
             op = call(clients, what, gke.delete_node_pool, name=pname)
         else:
@@ -570,9 +727,12 @@ def _apply_gke(clients: GcpClients, c: Change, project: str, location: str, clus
     wait_gke(clients, op, location, what, on_poll=on_poll)
 
 
-def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None,
-               handlers: Mapping[str, Callable[[Change, Callable[[str], None]], None]]
-               | None = None) -> dict[str, Any]:
+def apply_plan(
+    clients: GcpClients,
+    plan: Plan,
+    on_event: Event | None = None,
+    handlers: Mapping[str, Callable[[Change, Callable[[str], None]], None]] | None = None,
+) -> dict[str, Any]:
     """Apply every non-unchanged change, concurrently where independent; wait for all.
 
     ``handlers`` apply kinds this module does not know (the in-cluster controllers,
@@ -600,7 +760,9 @@ def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None,
         else:
             known.forget(plan.project, plan.target)
     return {
-        "operation": plan.operation, "target": plan.target, "applied": done,
+        "operation": plan.operation,
+        "target": plan.target,
+        "applied": done,
         "unchanged": [c.key for c in plan.changes if c.action == "unchanged"],
         "noop": plan.noop,
     }
@@ -610,9 +772,13 @@ def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None,
 def _pool_view(p: Any) -> dict[str, Any]:
     cfg = p.config
     v: dict[str, Any] = {
-        "name": p.name, "status": p.status.name, "version": p.version,
-        "machine_type": cfg.machine_type, "nodes": p.initial_node_count,
-        "locations": list(p.locations), "spot": bool(cfg.spot),
+        "name": p.name,
+        "status": p.status.name,
+        "version": p.version,
+        "machine_type": cfg.machine_type,
+        "nodes": p.initial_node_count,
+        "locations": list(p.locations),
+        "spot": bool(cfg.spot),
         "managed_by_rlctl": _is_ours(cfg.resource_labels),
     }
     if p.placement_policy.tpu_topology:
@@ -628,13 +794,19 @@ def _pool_view(p: Any) -> dict[str, Any]:
 def describe(clients: GcpClients, project: str, location: str, name: str) -> dict[str, Any]:
     cur = get_cluster(clients, project, location, name)
     if cur is None:
-        raise NotFoundError(f"cluster {name!r} not found in {location}",
-                            hint="list clusters with 'rlctl cluster list'")
+        raise NotFoundError(
+            f"cluster {name!r} not found in {location}",
+            hint="list clusters with 'rlctl cluster list'",
+        )
     known.remember(project, [cur.name])
     return {
-        "name": cur.name, "location": cur.location or location, "status": cur.status.name,
-        "version": cur.current_master_version, "endpoint": cur.endpoint,
-        "labels": dict(cur.resource_labels), "managed_by_rlctl": _is_ours(cur.resource_labels),
+        "name": cur.name,
+        "location": cur.location or location,
+        "status": cur.status.name,
+        "version": cur.current_master_version,
+        "endpoint": cur.endpoint,
+        "labels": dict(cur.resource_labels),
+        "managed_by_rlctl": _is_ours(cur.resource_labels),
         "autopilot": bool(cur.autopilot.enabled),
         "addons": {
             "ray_operator": bool(cur.addons_config.ray_operator_config.enabled),
@@ -648,12 +820,21 @@ def describe(clients: GcpClients, project: str, location: str, name: str) -> dic
 
 
 def list_clusters(clients: GcpClients, project: str, location: str = "-") -> list[dict[str, Any]]:
-    resp = call(clients, "listing clusters", clients.container.list_clusters,
-                parent=_parent(project, location))
+    resp = call(
+        clients,
+        "listing clusters",
+        clients.container.list_clusters,
+        parent=_parent(project, location),
+    )
     known.remember(project, [c.name for c in resp.clusters], whole=location == "-")
     return [
-        {"name": c.name, "location": c.location, "status": c.status.name,
-         "version": c.current_master_version, "node_pools": len(c.node_pools),
-         "managed_by_rlctl": _is_ours(c.resource_labels)}
+        {
+            "name": c.name,
+            "location": c.location,
+            "status": c.status.name,
+            "version": c.current_master_version,
+            "node_pools": len(c.node_pools),
+            "managed_by_rlctl": _is_ours(c.resource_labels),
+        }
         for c in resp.clusters
     ]

@@ -47,9 +47,11 @@ def is_quota(text: str) -> bool:
 # a connection that cannot be made at all: no server on the port, no such host, no
 # route. Retrying for minutes (the retry's deadline) would only hide it; a reset during
 # a server's restart stays transient.
-_UNREACHABLE = re.compile(r"Connection refused|Failed to resolve|Name or service not known|"
-                          r"nodename nor servname|Temporary failure in name resolution|"
-                          r"No route to host|Network is unreachable")
+_UNREACHABLE = re.compile(
+    r"Connection refused|Failed to resolve|Name or service not known|"
+    r"nodename nor servname|Temporary failure in name resolution|"
+    r"No route to host|Network is unreachable"
+)
 _HOST = re.compile(r"host='([^']+)', port=(\d+)")
 
 
@@ -62,8 +64,11 @@ def unreachable(e: BaseException) -> str | None:
     if not why:
         return None
     host = _HOST.search(text)
-    return f"{host.group(1)}:{host.group(2)} ({why.group(0).lower()})" if host \
+    return (
+        f"{host.group(1)}:{host.group(2)} ({why.group(0).lower()})"
+        if host
         else why.group(0).lower()
+    )
 
 
 def is_transient(e: BaseException) -> bool:
@@ -71,15 +76,19 @@ def is_transient(e: BaseException) -> bool:
     from google.api_core import exceptions as gx
 
     transient = (
-        gx.TooManyRequests, gx.InternalServerError, gx.BadGateway, gx.ServiceUnavailable,
+        gx.TooManyRequests,
+        gx.InternalServerError,
+        gx.BadGateway,
+        gx.ServiceUnavailable,
         gx.GatewayTimeout,
     )
     if isinstance(e, transient):
         text = _text(e)
         return not (is_stockout(text) or is_quota(text))
     # requests' connection errors during a server restart; not one never made
-    return type(e).__name__ in ("ConnectionError", "ChunkedEncodingError") and \
-        unreachable(e) is None
+    return (
+        type(e).__name__ in ("ConnectionError", "ChunkedEncodingError") and unreachable(e) is None
+    )
 
 
 def stockout(what: str, detail: str) -> QuotaExceededError:
@@ -102,10 +111,12 @@ def translate(e: BaseException, what: str) -> RlctlError:
     if isinstance(e, RlctlError):
         return e
     if where := unreachable(e):
-        return CloudError(f"cannot reach {where} for {what}",
-                          hint="check this machine's network and proxy; if an "
-                          "RLCTL_API_ENDPOINT_OVERRIDES_* variable is set, check that "
-                          "endpoint is up")
+        return CloudError(
+            f"cannot reach {where} for {what}",
+            hint="check this machine's network and proxy; if an "
+            "RLCTL_API_ENDPOINT_OVERRIDES_* variable is set, check that "
+            "endpoint is up",
+        )
     text = _text(e)
     try:
         from google.api_core import exceptions as gx
@@ -121,7 +132,8 @@ def translate(e: BaseException, what: str) -> RlctlError:
             return PermissionDeniedError(
                 f"GOOGLE_APPLICATION_CREDENTIALS={gac}: {why}",
                 hint="point it at a credentials JSON file, or unset it and run "
-                "'gcloud auth application-default login'")
+                "'gcloud auth application-default login'",
+            )
         return PermissionDeniedError(
             "no Google Cloud credentials found",
             hint="run 'gcloud auth application-default login'",
@@ -151,12 +163,16 @@ def translate(e: BaseException, what: str) -> RlctlError:
                 hint="check the spec values named in the message (--dry-run shows the plan)",
             )
         if isinstance(e, gx.RetryError) or is_transient(e):
-            return CloudError(f"{what} kept failing with a transient error: {text}",
-                              hint="Google Cloud may be degraded; re-run the command later")
+            return CloudError(
+                f"{what} kept failing with a transient error: {text}",
+                hint="Google Cloud may be degraded; re-run the command later",
+            )
         return CloudError(f"{what} failed: {text}")
     if isinstance(e, gx.RetryError):
-        return CloudError(f"{what} kept failing with a transient error: {text}",
-                          hint="Google Cloud may be degraded; re-run the command later")
+        return CloudError(
+            f"{what} kept failing with a transient error: {text}",
+            hint="Google Cloud may be degraded; re-run the command later",
+        )
     return CloudError(f"{what} failed: {type(e).__name__}: {text}")
 
 

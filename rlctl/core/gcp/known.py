@@ -33,8 +33,11 @@ def _read() -> dict[str, list[str]]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {p: [n for n in names if isinstance(n, str)]
-            for p, names in data.items() if isinstance(p, str) and isinstance(names, list)}
+    return {
+        p: [n for n in names if isinstance(n, str)]
+        for p, names in data.items()
+        if isinstance(p, str) and isinstance(names, list)
+    }
 
 
 def _write(data: dict[str, list[str]]) -> None:

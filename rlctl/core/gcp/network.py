@@ -26,43 +26,83 @@ def desired(spec: InfraSpec) -> list[Change]:
     for i, cidr in enumerate(spec.dcn.ranges()):
         net, sub, fw = spec.network_name(i), spec.subnet_name(i), spec.firewall_name(i)
         net_path = f"projects/{spec.project}/global/networks/{net}"
-        out.append(Change(
-            kind="network", name=net, action="create",
-            fields={"mtu": spec.dcn.mtu, "subnet_mode": "custom"},
-            body={
-                "name": net, "mtu": spec.dcn.mtu, "auto_create_subnetworks": False,
-                "routing_config": {"routing_mode": "REGIONAL"}, "description": spec.marker,
-            },
-        ))
-        out.append(Change(
-            kind="subnet", name=sub, action="create", depends_on=[f"network/{net}"],
-            fields={"network": net, "region": spec.region, "range": cidr},
-            body={
-                "name": sub, "network": net_path, "ip_cidr_range": cidr, "region": spec.region,
-                "description": spec.marker,
-            },
-        ))
-        out.append(Change(
-            kind="firewall", name=fw, action="create", depends_on=[f"network/{net}"],
-            fields={"network": net, "source_ranges": [cidr], "allow": list(PROTOCOLS)},
-            body={
-                "name": fw, "network": net_path, "direction": "INGRESS", "priority": 1000,
-                "source_ranges": [cidr], "allowed": [{"I_p_protocol": p} for p in PROTOCOLS],
-                "description": spec.marker,
-            },
-        ))
+        out.append(
+            Change(
+                kind="network",
+                name=net,
+                action="create",
+                fields={"mtu": spec.dcn.mtu, "subnet_mode": "custom"},
+                body={
+                    "name": net,
+                    "mtu": spec.dcn.mtu,
+                    "auto_create_subnetworks": False,
+                    "routing_config": {"routing_mode": "REGIONAL"},
+                    "description": spec.marker,
+                },
+            )
+        )
+        out.append(
+            Change(
+                kind="subnet",
+                name=sub,
+                action="create",
+                depends_on=[f"network/{net}"],
+                fields={"network": net, "region": spec.region, "range": cidr},
+                body={
+                    "name": sub,
+                    "network": net_path,
+                    "ip_cidr_range": cidr,
+                    "region": spec.region,
+                    "description": spec.marker,
+                },
+            )
+        )
+        out.append(
+            Change(
+                kind="firewall",
+                name=fw,
+                action="create",
+                depends_on=[f"network/{net}"],
+                fields={"network": net, "source_ranges": [cidr], "allow": list(PROTOCOLS)},
+                body={
+                    "name": fw,
+                    "network": net_path,
+                    "direction": "INGRESS",
+                    "priority": 1000,
+                    "source_ranges": [cidr],
+                    "allowed": [{"I_p_protocol": p} for p in PROTOCOLS],
+                    "description": spec.marker,
+                },
+            )
+        )
     return out
 
 
 # --- observe -----------------------------------------------------------------
 def _get(clients: GcpClients, kind: str, name: str, region: str) -> Any | None:
     fn = {
-        "network": lambda: call(clients, f"reading network {name}", clients.networks.get,
-                                project=clients.project, network=name),
-        "subnet": lambda: call(clients, f"reading subnet {name}", clients.subnetworks.get,
-                               project=clients.project, region=region, subnetwork=name),
-        "firewall": lambda: call(clients, f"reading firewall {name}", clients.firewalls.get,
-                                 project=clients.project, firewall=name),
+        "network": lambda: call(
+            clients,
+            f"reading network {name}",
+            clients.networks.get,
+            project=clients.project,
+            network=name,
+        ),
+        "subnet": lambda: call(
+            clients,
+            f"reading subnet {name}",
+            clients.subnetworks.get,
+            project=clients.project,
+            region=region,
+            subnetwork=name,
+        ),
+        "firewall": lambda: call(
+            clients,
+            f"reading firewall {name}",
+            clients.firewalls.get,
+            project=clients.project,
+            firewall=name,
+        ),
     }[kind]
     try:
         return fn()
@@ -74,10 +114,14 @@ def _view(kind: str, obj: Any) -> dict[str, Any]:
     if kind == "network":
         return {"mtu": obj.mtu, "subnet_mode": "auto" if obj.auto_create_subnetworks else "custom"}
     if kind == "subnet":
-        return {"network": obj.network.rsplit("/", 1)[-1], "region": obj.region.rsplit("/", 1)[-1],
-                "range": obj.ip_cidr_range}
+        return {
+            "network": obj.network.rsplit("/", 1)[-1],
+            "region": obj.region.rsplit("/", 1)[-1],
+            "range": obj.ip_cidr_range,
+        }
     return {
-        "network": obj.network.rsplit("/", 1)[-1], "source_ranges": list(obj.source_ranges),
+        "network": obj.network.rsplit("/", 1)[-1],
+        "source_ranges": list(obj.source_ranges),
         "allow": sorted(a.I_p_protocol for a in obj.allowed),
     }
 
@@ -119,24 +163,48 @@ def plan(clients: GcpClients, spec: InfraSpec) -> list[Change]:
 
 def found(clients: GcpClients, cluster: str, region: str) -> list[Change]:
     """Everything rlctl made for ``cluster``, as delete changes in dependency order."""
-    nets = [n for n in call(clients, "listing networks", clients.networks.list,
-                            project=clients.project) if is_ours(n.description, cluster)]
-    subs = [s for s in call(clients, "listing subnets", clients.subnetworks.list,
-                            project=clients.project, region=region)
-            if is_ours(s.description, cluster)]
-    fws = [f for f in call(clients, "listing firewall rules", clients.firewalls.list,
-                           project=clients.project) if is_ours(f.description, cluster)]
+    nets = [
+        n
+        for n in call(clients, "listing networks", clients.networks.list, project=clients.project)
+        if is_ours(n.description, cluster)
+    ]
+    subs = [
+        s
+        for s in call(
+            clients,
+            "listing subnets",
+            clients.subnetworks.list,
+            project=clients.project,
+            region=region,
+        )
+        if is_ours(s.description, cluster)
+    ]
+    fws = [
+        f
+        for f in call(
+            clients, "listing firewall rules", clients.firewalls.list, project=clients.project
+        )
+        if is_ours(f.description, cluster)
+    ]
     out: list[Change] = []
     for f in fws:
-        out.append(Change(kind="firewall", name=f.name, action="delete",
-                          fields=_view("firewall", f)))
+        out.append(
+            Change(kind="firewall", name=f.name, action="delete", fields=_view("firewall", f))
+        )
     for s in subs:
         out.append(Change(kind="subnet", name=s.name, action="delete", fields=_view("subnet", s)))
     for n in nets:
         deps = [f"firewall/{f.name}" for f in fws if f.network.rsplit("/", 1)[-1] == n.name]
         deps += [f"subnet/{s.name}" for s in subs if s.network.rsplit("/", 1)[-1] == n.name]
-        out.append(Change(kind="network", name=n.name, action="delete", depends_on=deps,
-                          fields=_view("network", n)))
+        out.append(
+            Change(
+                kind="network",
+                name=n.name,
+                action="delete",
+                depends_on=deps,
+                fields=_view("network", n),
+            )
+        )
     return out
 
 
@@ -156,8 +224,9 @@ def apply(clients: GcpClients, c: Change, region: str, on_poll: Any) -> None:
         if c.action == "create":
             op = send(api.insert_unary, network_resource=t.Network(c.body))
         elif c.action == "update":
-            op = send(api.patch_unary, network=c.name,
-                      network_resource=t.Network(mtu=c.sent["mtu"]))
+            op = send(
+                api.patch_unary, network=c.name, network_resource=t.Network(mtu=c.sent["mtu"])
+            )
         else:
             op = send(api.delete_unary, network=c.name)
     elif c.kind == "subnet":

@@ -43,7 +43,10 @@ def _sleep_schedule(clients: GcpClients):
 
 
 def wait_compute(
-    clients: GcpClients, op: Any, what: str, region: str | None = None,
+    clients: GcpClients,
+    op: Any,
+    what: str,
+    region: str | None = None,
     on_poll: Callable[[str], None] = lambda s: None,
 ) -> None:
     """Block until a Compute operation is DONE; raise its error if it failed."""
@@ -55,11 +58,22 @@ def wait_compute(
             break
         # operations.wait returns when DONE or after ~2 minutes, whichever is first.
         if region:
-            op = call(clients, what, clients.region_operations.wait,
-                      project=clients.project, region=region, operation=op.name)
+            op = call(
+                clients,
+                what,
+                clients.region_operations.wait,
+                project=clients.project,
+                region=region,
+                operation=op.name,
+            )
         else:
-            op = call(clients, what, clients.global_operations.wait,
-                      project=clients.project, operation=op.name)
+            op = call(
+                clients,
+                what,
+                clients.global_operations.wait,
+                project=clients.project,
+                operation=op.name,
+            )
         if op.status != Status.DONE:
             time.sleep(next(sleeps))
     if op.error and op.error.errors:
@@ -68,7 +82,10 @@ def wait_compute(
 
 
 def wait_gke(
-    clients: GcpClients, op: Any, location: str, what: str,
+    clients: GcpClients,
+    op: Any,
+    location: str,
+    what: str,
     on_poll: Callable[[str], None] = lambda s: None,
 ) -> None:
     """Poll a GKE operation (PENDING -> RUNNING -> DONE) and raise its error, if any."""
@@ -83,8 +100,11 @@ def wait_gke(
         op = call(clients, what, clients.container.get_operation, name=name)
     err = op.error
     if (err and (err.code or err.message)) or op.status == Status.ABORTING:
-        raise operation_error(what, err.code if err else None,
-                              (err.message if err else "") or op.status_message or "aborted")
+        raise operation_error(
+            what,
+            err.code if err else None,
+            (err.message if err else "") or op.status_message or "aborted",
+        )
     if op.status_message and op.status_message.lower().startswith("error"):
         raise operation_error(what, None, op.status_message)
 

@@ -72,23 +72,32 @@ def check_apis(clients: GcpClients, spec: InfraSpec) -> tuple[list[str], set[str
 # rlctl image build uploads its context to the bucket, builds with Cloud Build and
 # pushes to Artifact Registry; train --cluster reads the cluster, the run store and
 # (for the pre-submit check) the image.
-IMAGE_BUILD_APIS = ("cloudbuild.googleapis.com", "artifactregistry.googleapis.com",
-                    "storage.googleapis.com")
+IMAGE_BUILD_APIS = (
+    "cloudbuild.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "storage.googleapis.com",
+)
 TRAIN_APIS = ("container.googleapis.com", "storage.googleapis.com")
 REGISTRY_API = "artifactregistry.googleapis.com"  # train --cluster with an AR image
 
 
-def apis_enabled(clients: GcpClients, project: str, apis: Sequence[str]
-                 ) -> tuple[list[str], set[str]]:
+def apis_enabled(
+    clients: GcpClients, project: str, apis: Sequence[str]
+) -> tuple[list[str], set[str]]:
     """(a line per API of ``apis`` not enabled in ``project``, the enabled ones)."""
     names = [f"projects/{project}/services/{a}" for a in apis]
-    resp = call(clients, "checking enabled APIs", clients.service_usage.batch_get_services,
-                request={"parent": f"projects/{project}", "names": names})
+    resp = call(
+        clients,
+        "checking enabled APIs",
+        clients.service_usage.batch_get_services,
+        request={"parent": f"projects/{project}", "names": names},
+    )
     enabled = {s.name.rsplit("/", 1)[-1] for s in resp.services if s.state.name == "ENABLED"}
     out = [
         f"API {a} is not enabled in project {project}: run "
         f"'gcloud services enable {a} --project {project}'"
-        for a in apis if a not in enabled
+        for a in apis
+        if a not in enabled
     ]
     return out, enabled
 
@@ -104,10 +113,15 @@ def require_apis(clients: GcpClients, project: str, apis: Sequence[str]) -> None
 # node pools draw on: GPUs by type, TPU v5e ("TPU_LITE_PODSLICE_V5"), and the N2 vCPUs of
 # the Pathways head's n2-standard-64 (made when a --backend pathways run asks for it);
 # spot capacity has its PREEMPTIBLE_ twin for accelerators. A reservation needs no quota.
-GPU_QUOTA = {"nvidia-tesla-a100": "NVIDIA_A100_GPUS", "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
-             "nvidia-h100-80gb": "NVIDIA_H100_GPUS", "nvidia-h100-mega-80gb":
-             "NVIDIA_H100_MEGA_GPUS", "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
-             "nvidia-b200": "NVIDIA_B200_GPUS", "nvidia-l4": "NVIDIA_L4_GPUS"}
+GPU_QUOTA = {
+    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
+    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
+    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
+    "nvidia-h200-141gb": "NVIDIA_H200_GPUS",
+    "nvidia-b200": "NVIDIA_B200_GPUS",
+    "nvidia-l4": "NVIDIA_L4_GPUS",
+}
 TPU_QUOTA = {"v5e": "TPU_LITE_PODSLICE_V5"}
 CPU_QUOTA = {"n2": "N2_CPUS"}  # by machine family
 
@@ -132,15 +146,19 @@ def _quota_needs(spec: InfraSpec) -> dict[str, float]:
     needs: dict[str, float] = {}
     for s in spec.accelerators:
         acc = lookup(s.type)
-        metric = (GPU_QUOTA.get(acc.gpu_type or "") if acc.kind == "gpu"
-                  else TPU_QUOTA.get(acc.family or ""))
+        metric = (
+            GPU_QUOTA.get(acc.gpu_type or "")
+            if acc.kind == "gpu"
+            else TPU_QUOTA.get(acc.family or "")
+        )
         if metric:
             needs[spot + metric] = needs.get(spot + metric, 0) + acc.chips * s.count
     return {**needs, **_pathways_vcpus(spec)}
 
 
-def check_quota(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> tuple[list[str],
-                                                                                   list[str]]:
+def check_quota(
+    clients: GcpClients, spec: InfraSpec, enabled: set[str]
+) -> tuple[list[str], list[str]]:
     """(failures, notes): the region's quota against what the pools need: Compute
     Engine's regional metrics (limit and usage), then the TPU generations Compute Engine
     meters in Cloud Quotas only (``check_tpu_quota``)."""
@@ -150,8 +168,13 @@ def check_quota(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> tupl
     needs = _quota_needs(spec)
     if not needs:
         return out, notes
-    region = call(clients, f"reading region {spec.region}", clients.regions.get,
-                  project=spec.project, region=spec.region)
+    region = call(
+        clients,
+        f"reading region {spec.region}",
+        clients.regions.get,
+        project=spec.project,
+        region=spec.region,
+    )
     quotas = {q.metric: q for q in region.quotas}
     for metric, need in needs.items():
         q = quotas.get(metric)
@@ -159,16 +182,23 @@ def check_quota(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> tupl
             continue
         free = q.limit - q.usage
         if free < need:
-            what = ("the Pathways head's node needs" if metric in CPU_QUOTA.values()
-                    else "the node pools need")
-            alt = (" (or, if no run uses --backend pathways, '--set pathways_pool=false')"
-                   if metric in CPU_QUOTA.values() else "")
+            what = (
+                "the Pathways head's node needs"
+                if metric in CPU_QUOTA.values()
+                else "the node pools need"
+            )
+            alt = (
+                " (or, if no run uses --backend pathways, '--set pathways_pool=false')"
+                if metric in CPU_QUOTA.values()
+                else ""
+            )
             out.append(
                 f"quota {metric} in {spec.region} has {free:g} free (limit {q.limit:g}, "
                 f"{q.usage:g} in use); {what} {need:g}: ask for more with "
                 f"'gcloud alpha quotas preferences create --service=compute.googleapis.com "
                 f"--quota-id={metric} --preferred-value={q.usage + need:g} "
-                f"--project={spec.project}' or the console's Quotas page{alt}")
+                f"--project={spec.project}' or the console's Quotas page{alt}"
+            )
     return out, notes
 
 
@@ -215,26 +245,39 @@ def check_tpu_quota(clients: GcpClients, spec: InfraSpec) -> tuple[list[str], li
     if not needs:
         return [], []
     if spec.capacity.kind != "on-demand":
-        return [], [f"TPU {', '.join(sorted(needs))} {spec.capacity.kind} capacity: its "
-                    "quota is not checked"]
+        return [], [
+            f"TPU {', '.join(sorted(needs))} {spec.capacity.kind} capacity: its "
+            "quota is not checked"
+        ]
     try:
-        infos = call(clients, "listing Compute Engine quotas (Cloud Quotas)",
-                     lambda **kw: list(clients.cloud_quotas.list_quota_infos(**kw)),
-                     parent=f"projects/{spec.project}/locations/global/services/{COMPUTE}")
+        infos = call(
+            clients,
+            "listing Compute Engine quotas (Cloud Quotas)",
+            lambda **kw: list(clients.cloud_quotas.list_quota_infos(**kw)),
+            parent=f"projects/{spec.project}/locations/global/services/{COMPUTE}",
+        )
     except RlctlError as e:  # an API not enabled or no permission: say so, do not block
-        return [], [f"TPU {', '.join(sorted(needs))} quota is not checked ({e.message}): "
-                    f"see 'gcloud alpha quotas info list --service={COMPUTE} "
-                    f"--project={spec.project}'"]
+        return [], [
+            f"TPU {', '.join(sorted(needs))} quota is not checked ({e.message}): "
+            f"see 'gcloud alpha quotas info list --service={COMPUTE} "
+            f"--project={spec.project}'"
+        ]
     out, notes = [], []
     for family, need in sorted(needs.items()):
         name, dims = TPU_FAMILY_QUOTA[family]
-        found = [i for i in infos if (i.quota_display_name or "").lower() == name.lower()
-                 and all(k in list(i.dimensions) for k in dims)]
+        found = [
+            i
+            for i in infos
+            if (i.quota_display_name or "").lower() == name.lower()
+            and all(k in list(i.dimensions) for k in dims)
+        ]
         limits = [v for i in found if (v := _limit(i, spec.region, dims)) is not None]
         if not limits:
-            notes.append(f"TPU {family} quota ('{name}'{_dims(dims)}) has no value for "
-                         f"{spec.region} in Cloud Quotas, so it is not checked: see 'gcloud "
-                         f"alpha quotas info list --service={COMPUTE} --project={spec.project}'")
+            notes.append(
+                f"TPU {family} quota ('{name}'{_dims(dims)}) has no value for "
+                f"{spec.region} in Cloud Quotas, so it is not checked: see 'gcloud "
+                f"alpha quotas info list --service={COMPUTE} --project={spec.project}'"
+            )
             continue
         limit = min(limits)
         if 0 <= limit < need:
@@ -245,12 +288,15 @@ def check_tpu_quota(clients: GcpClients, spec: InfraSpec) -> tuple[list[str], li
                 f"pools need {need}: ask for more with 'gcloud alpha quotas preferences "
                 f"create --service={COMPUTE} --quota-id={quota_id} --preferred-value={need} "
                 f"--dimensions={dim_flag} --project={spec.project}' or the console's Quotas "
-                f"page")
+                f"page"
+            )
         else:
-            notes.append(f"TPU {family} quota in {spec.region}: limit "
-                         f"{'unlimited' if limit < 0 else limit} chips, {need} asked "
-                         "(Cloud Quotas gives no usage: chips other pools hold are not "
-                         "counted)")
+            notes.append(
+                f"TPU {family} quota in {spec.region}: limit "
+                f"{'unlimited' if limit < 0 else limit} chips, {need} asked "
+                "(Cloud Quotas gives no usage: chips other pools hold are not "
+                "counted)"
+            )
     return out, notes
 
 
@@ -265,9 +311,12 @@ def check_accelerators(clients: GcpClients, spec: InfraSpec, enabled: set[str]) 
     if tpus and "tpu.googleapis.com" in enabled:
         offered = {
             (t.type_ or t.name.rsplit("/", 1)[-1])
-            for t in call(clients, f"listing TPU types in {spec.zone}",
-                          clients.tpu.list_accelerator_types,
-                          parent=f"projects/{spec.project}/locations/{spec.zone}")
+            for t in call(
+                clients,
+                f"listing TPU types in {spec.zone}",
+                clients.tpu.list_accelerator_types,
+                parent=f"projects/{spec.project}/locations/{spec.zone}",
+            )
         }
         for acc in dict.fromkeys(tpus):
             if acc.name not in offered:
@@ -280,9 +329,14 @@ def check_accelerators(clients: GcpClients, spec: InfraSpec, enabled: set[str]) 
     if gpus and "compute.googleapis.com" in enabled:
         for acc in dict.fromkeys(gpus):
             try:
-                call(clients, f"reading machine type {acc.machine_type}",
-                     clients.machine_types.get, project=spec.project, zone=spec.zone,
-                     machine_type=acc.machine_type)
+                call(
+                    clients,
+                    f"reading machine type {acc.machine_type}",
+                    clients.machine_types.get,
+                    project=spec.project,
+                    zone=spec.zone,
+                    machine_type=acc.machine_type,
+                )
             except NotFoundError:
                 out.append(
                     f"machine type {acc.machine_type} is not offered in zone {spec.zone}: pick "
@@ -295,8 +349,12 @@ def check_accelerators(clients: GcpClients, spec: InfraSpec, enabled: set[str]) 
 def check_version(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:
     if "container.googleapis.com" not in enabled:
         return []
-    cfg = call(clients, "reading GKE server config", clients.container.get_server_config,
-               name=f"projects/{spec.project}/locations/{spec.location}")
+    cfg = call(
+        clients,
+        "reading GKE server config",
+        clients.container.get_server_config,
+        name=f"projects/{spec.project}/locations/{spec.location}",
+    )
     out: list[str] = []
     version = spec.version
     if version and version not in set(cfg.valid_master_versions):
@@ -323,8 +381,12 @@ def check_version(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> li
 def check_bucket(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> list[str]:
     if not spec.bucket.name or "storage.googleapis.com" not in enabled:
         return []
-    b = call(clients, f"reading bucket {spec.bucket.name}", clients.storage.lookup_bucket,
-             spec.bucket.name)
+    b = call(
+        clients,
+        f"reading bucket {spec.bucket.name}",
+        clients.storage.lookup_bucket,
+        spec.bucket.name,
+    )
     if b is not None and (b.location or "").upper() != spec.region.upper():
         return [
             f"bucket {spec.bucket.name} is in {b.location}, not in the cluster region "

@@ -43,13 +43,21 @@ def default_service_account(project_number: str) -> str:
 
 
 def _policy(clients: GcpClients, project: str) -> Any:
-    return call(clients, f"reading the IAM policy of project {project}",
-                clients.resource_manager.get_iam_policy,
-                request={"resource": f"projects/{project}"})
+    return call(
+        clients,
+        f"reading the IAM policy of project {project}",
+        clients.resource_manager.get_iam_policy,
+        request={"resource": f"projects/{project}"},
+    )
 
 
-def plan_grants(clients: GcpClients, project: str, member: str, roles: Mapping[str, str],
-                after: list[str] | None = None) -> tuple[list[Change], list[str]]:
+def plan_grants(
+    clients: GcpClients,
+    project: str,
+    member: str,
+    roles: Mapping[str, str],
+    after: list[str] | None = None,
+) -> tuple[list[Change], list[str]]:
     """(changes, notes): a grant per role ``member`` lacks on the project, chained one
     after the other (each is a read-modify-write of one policy, guarded by its etag).
     A policy the caller may not read is a note saying what to check, not a failure."""
@@ -57,18 +65,21 @@ def plan_grants(clients: GcpClients, project: str, member: str, roles: Mapping[s
         policy = _policy(clients, project)
     except PermissionDeniedError:
         need = ", ".join(roles)
-        return [], [f"cannot read project {project}'s IAM policy: make sure {member} has "
-                    f"{need}"]
+        return [], [f"cannot read project {project}'s IAM policy: make sure {member} has {need}"]
     have = {b.role for b in policy.bindings if member in b.members}
     covered = bool(have & COVERING)
     out: list[Change] = []
     prev = list(after or [])
     for role, why in roles.items():
         granted = covered or role in have
-        c = Change(kind=KIND, name=f"{role} {member.split(':', 1)[-1]}",
-                   action="unchanged" if granted else "create", depends_on=prev,
-                   fields={"member": member, "role": role, "why": why},
-                   body={"project": project, "member": member, "role": role})
+        c = Change(
+            kind=KIND,
+            name=f"{role} {member.split(':', 1)[-1]}",
+            action="unchanged" if granted else "create",
+            depends_on=prev,
+            fields={"member": member, "role": role, "why": why},
+            body={"project": project, "member": member, "role": role},
+        )
         out.append(c)
         prev = [c.key]
     return out, []
@@ -86,6 +97,9 @@ def apply(clients: GcpClients, c: Change) -> None:
             break
     else:
         policy.bindings.add(role=role, members=[member])
-    call(clients, f"granting {role} to {member} on project {project}",
-         clients.resource_manager.set_iam_policy,
-         request={"resource": f"projects/{project}", "policy": policy})
+    call(
+        clients,
+        f"granting {role} to {member} on project {project}",
+        clients.resource_manager.set_iam_policy,
+        request={"resource": f"projects/{project}", "policy": policy},
+    )

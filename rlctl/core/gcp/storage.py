@@ -23,28 +23,36 @@ def bucket_location(spec: InfraSpec) -> str:
 
 def runs_bucket(clients: GcpClients, project: str, cluster: str) -> str:
     """The bucket ``rlctl cluster create --bucket`` made for the cluster (by label)."""
-    found = [b.name for b in call(clients, "listing buckets", clients.storage.list_buckets,
-                                  project=project)
-             if (b.labels or {}).get(MANAGED_BY) == RLCTL
-             and (b.labels or {}).get(CLUSTER_LABEL) == cluster]
+    found = [
+        b.name
+        for b in call(clients, "listing buckets", clients.storage.list_buckets, project=project)
+        if (b.labels or {}).get(MANAGED_BY) == RLCTL
+        and (b.labels or {}).get(CLUSTER_LABEL) == cluster
+    ]
     if not found:
-        raise ConfigError(f"cluster {cluster!r} has no run bucket made by rlctl",
-                          hint="pass --runs-dir gs://BUCKET/runs, or create one with "
-                          f"'rlctl cluster create {cluster} --bucket NAME'")
+        raise ConfigError(
+            f"cluster {cluster!r} has no run bucket made by rlctl",
+            hint="pass --runs-dir gs://BUCKET/runs, or create one with "
+            f"'rlctl cluster create {cluster} --bucket NAME'",
+        )
     return sorted(found)[0]
 
 
-def _iam_change(spec: InfraSpec, member: str, action: Action, suffix: str = "",
-                why: str | None = None) -> Change:
+def _iam_change(
+    spec: InfraSpec, member: str, action: Action, suffix: str = "", why: str | None = None
+) -> Change:
     name = spec.bucket.name or ""
     fields = {"role": ROLE, "member": member, **({"why": why} if why else {})}
     # one bucket policy: its bindings are written one after the other (each a
     # read-modify-write guarded by the policy's etag, which a parallel write would fail)
     after = [f"iam/{name}"] if suffix else []
     return Change(
-        kind="iam", name=name + suffix, action=action,
+        kind="iam",
+        name=name + suffix,
+        action=action,
         depends_on=[f"bucket/{name}", f"cluster/{spec.cluster}", *after],
-        fields=fields, body={"role": ROLE, "member": member, "bucket": name},
+        fields=fields,
+        body={"role": ROLE, "member": member, "bucket": name},
     )
 
 
@@ -60,8 +68,9 @@ def node_service_account(project_number: str) -> str:
 NODES_WHY = "Pathways pods run on the host network, outside Workload Identity"
 
 
-def plan(clients: GcpClients, spec: InfraSpec, project_number: str,
-         nodes_too: bool = False) -> list[Change]:
+def plan(
+    clients: GcpClients, spec: InfraSpec, project_number: str, nodes_too: bool = False
+) -> list[Change]:
     """Bucket + binding(s), or nothing when the spec names no bucket. ``nodes_too``: also
     bind the nodes' service account (a cluster that runs Pathways)."""
     name = spec.bucket.name
@@ -74,8 +83,13 @@ def plan(clients: GcpClients, spec: InfraSpec, project_number: str,
     want = {"location": bucket_location(spec), "uniform_access": True}
     if bucket is None:
         return [
-            Change(kind="bucket", name=name, action="create", fields=want,
-                   body={**want, "labels": spec.labels}),
+            Change(
+                kind="bucket",
+                name=name,
+                action="create",
+                fields=want,
+                body={**want, "labels": spec.labels},
+            ),
             *(_iam_change(spec, m, "create", sfx, why) for m, sfx, why in members),
         ]
     labels = bucket.labels or {}
@@ -84,21 +98,34 @@ def plan(clients: GcpClients, spec: InfraSpec, project_number: str,
             f"bucket {name!r} exists and is not managed by rlctl",
             hint="choose another --bucket name, or add the label managed-by=rlctl to reuse it",
         )
-    out = [Change(kind="bucket", name=name, action="unchanged",
-                  fields={"location": bucket.location,
-                          "uniform_access":
-                              bool(bucket.iam_configuration.uniform_bucket_level_access_enabled)})]
-    policy = call(clients, f"reading IAM policy of bucket {name}", bucket.get_iam_policy,
-                  requested_policy_version=3)
+    out = [
+        Change(
+            kind="bucket",
+            name=name,
+            action="unchanged",
+            fields={
+                "location": bucket.location,
+                "uniform_access": bool(
+                    bucket.iam_configuration.uniform_bucket_level_access_enabled
+                ),
+            },
+        )
+    ]
+    policy = call(
+        clients,
+        f"reading IAM policy of bucket {name}",
+        bucket.get_iam_policy,
+        requested_policy_version=3,
+    )
     for member, sfx, why in members:
-        has = any(b.get("role") == ROLE and member in b.get("members", ())
-                  for b in policy.bindings)
+        has = any(b.get("role") == ROLE and member in b.get("members", ()) for b in policy.bindings)
         out.append(_iam_change(spec, member, "unchanged" if has else "create", sfx, why))
     return out
 
 
-def found(clients: GcpClients, cluster: str,
-          keep_bucket: bool = False) -> tuple[list[Change], list[str]]:
+def found(
+    clients: GcpClients, cluster: str, keep_bucket: bool = False
+) -> tuple[list[Change], list[str]]:
     """Buckets rlctl made for ``cluster`` (delete changes) and notes about kept ones."""
     changes: list[Change] = []
     notes: list[str] = []
@@ -109,16 +136,24 @@ def found(clients: GcpClients, cluster: str,
         if keep_bucket:
             notes.append(f"bucket {b.name} kept (--keep-bucket)")
             continue
-        blobs = list(call(clients, f"listing objects in {b.name}", clients.storage.list_blobs,
-                          b.name, max_results=1))
+        blobs = list(
+            call(
+                clients,
+                f"listing objects in {b.name}",
+                clients.storage.list_blobs,
+                b.name,
+                max_results=1,
+            )
+        )
         if blobs:
             notes.append(
                 f"bucket {b.name} kept: it holds objects "
                 f"(remove them with 'gcloud storage rm -r gs://{b.name}/**' and re-run)"
             )
             continue
-        changes.append(Change(kind="bucket", name=b.name, action="delete",
-                              fields={"location": b.location}))
+        changes.append(
+            Change(kind="bucket", name=b.name, action="delete", fields={"location": b.location})
+        )
     return changes, notes
 
 
@@ -135,8 +170,12 @@ def apply(clients: GcpClients, c: Change) -> None:
     elif c.kind == "iam" and c.action == "create":
         bucket = c.sent.get("bucket", c.name)
         b = st.bucket(bucket)
-        policy = call(clients, f"reading IAM policy of bucket {bucket}", b.get_iam_policy,
-                      requested_policy_version=3)
+        policy = call(
+            clients,
+            f"reading IAM policy of bucket {bucket}",
+            b.get_iam_policy,
+            requested_policy_version=3,
+        )
         policy.version = 3
         for binding in policy.bindings:
             if binding.get("role") == c.sent["role"]:

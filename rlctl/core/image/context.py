@@ -59,10 +59,12 @@ class ImagesFile(BaseModel):
     glibc: str = Field(description="newest glibc the base image has (manylinux tags)")
     platform: str
     repository: str
-    sdists: list[str] = Field(default_factory=list,
-                              description="pure-Python packages PyPI has no wheel of (NAME==V)")
-    build_tools: list[str] = Field(default_factory=list,
-                                   description="what builds the sdists (pinned by the lock)")
+    sdists: list[str] = Field(
+        default_factory=list, description="pure-Python packages PyPI has no wheel of (NAME==V)"
+    )
+    build_tools: list[str] = Field(
+        default_factory=list, description="what builds the sdists (pinned by the lock)"
+    )
     images: dict[str, ImagePins]
 
 
@@ -154,8 +156,10 @@ def _metadata() -> str:
     try:
         md = im.metadata("rlctl")
     except im.PackageNotFoundError as e:
-        raise ConfigError("rlctl is not installed as a package, so its wheel cannot be built",
-                          hint=self_install_command()) from e
+        raise ConfigError(
+            "rlctl is not installed as a package, so its wheel cannot be built",
+            hint=self_install_command(),
+        ) from e
     lines = ["Metadata-Version: 2.1", "Name: rlctl", f"Version: {__version__}"]
     if md["Requires-Python"]:
         lines.append(f"Requires-Python: {md['Requires-Python']}")
@@ -175,8 +179,12 @@ def build_wheel() -> bytes:
     dist = f"rlctl-{__version__}.dist-info"
     files = _package_files()
     files.append((f"{dist}/METADATA", _metadata().encode()))
-    files.append((f"{dist}/WHEEL", b"Wheel-Version: 1.0\nGenerator: rlctl\n"
-                  b"Root-Is-Purelib: true\nTag: py3-none-any\n"))
+    files.append(
+        (
+            f"{dist}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: rlctl\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+    )
     record = []
     for path, data in files:
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
@@ -199,12 +207,22 @@ def render_dockerfile(accelerator: str) -> str:
     import jinja2
 
     image_pins(accelerator)  # a clear error for anything but tpu or gpu
-    env = jinja2.Environment(loader=jinja2.PackageLoader("rlctl", "templates"),
-                             undefined=jinja2.StrictUndefined, autoescape=False,
-                             keep_trailing_newline=True)
-    d = {"base": pins().base, "wheel": wheel_name(), "lock": "requirements.txt",
-         "formats": install_format_args(), "build_tools": pins().build_tools,
-         "version": __version__, "accelerator": accelerator, "uid": IMAGE_UID}
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rlctl", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+    d = {
+        "base": pins().base,
+        "wheel": wheel_name(),
+        "lock": "requirements.txt",
+        "formats": install_format_args(),
+        "build_tools": pins().build_tools,
+        "version": __version__,
+        "accelerator": accelerator,
+        "uid": IMAGE_UID,
+    }
     return env.get_template(f"Dockerfile.{accelerator}.j2").render(d=d)
 
 
@@ -232,9 +250,11 @@ class BuildContext(BaseModel):
 def build_context(accelerator: str) -> BuildContext:
     """The context as a reproducible .tar.gz (Dockerfile, requirements.txt: the image's
     lock, the wheel)."""
-    members = [("Dockerfile", render_dockerfile(accelerator).encode()),
-               ("requirements.txt", requirements(accelerator).encode()),
-               (wheel_name(), build_wheel())]
+    members = [
+        ("Dockerfile", render_dockerfile(accelerator).encode()),
+        ("requirements.txt", requirements(accelerator).encode()),
+        (wheel_name(), build_wheel()),
+    ]
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in members:
@@ -247,6 +267,9 @@ def build_context(accelerator: str) -> BuildContext:
     packed = io.BytesIO()
     with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6) as gz:
         gz.write(tar_bytes)
-    return BuildContext(accelerator=accelerator, files=[n for n, _ in members],  # type: ignore[arg-type]
-                        archive=packed.getvalue(),
-                        sha256=hashlib.sha256(tar_bytes).hexdigest())
+    return BuildContext(
+        accelerator=accelerator,  # type: ignore[arg-type]
+        files=[n for n, _ in members],
+        archive=packed.getvalue(),
+        sha256=hashlib.sha256(tar_bytes).hexdigest(),
+    )

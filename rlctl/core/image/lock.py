@@ -52,8 +52,15 @@ from rlctl.core.image.context import (
 PYPI = "https://pypi.org/simple"
 # pip settings about how to reach an index, kept; every other PIP_* setting (another
 # index, find-links, constraints) would change what resolves, so the resolver drops it
-_PIP_TRANSPORT = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_TRUSTED_HOST",
-                  "PIP_DEFAULT_TIMEOUT", "PIP_TIMEOUT", "PIP_RETRIES"}
+_PIP_TRANSPORT = {
+    "PIP_CERT",
+    "PIP_CLIENT_CERT",
+    "PIP_PROXY",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "PIP_TIMEOUT",
+    "PIP_RETRIES",
+}
 _EXTRA_ONLY = re.compile(r"""^extra\s*==\s*["']([A-Za-z0-9._-]+)["']$""")
 
 
@@ -97,8 +104,10 @@ def rlctl_requirements(requires_dist: list[str], extras: list[str]) -> list[str]
         else:
             keep = f"{req}; {marker}" if marker else req
         if dist_name(req) == "rlctl":
-            raise ConfigError(f"rlctl's requirement {line!r} names rlctl itself: list the "
-                              "extras it stands for in images.yaml instead")
+            raise ConfigError(
+                f"rlctl's requirement {line!r} names rlctl itself: list the "
+                "extras it stands for in images.yaml instead"
+            )
         out.append(keep)
     return out
 
@@ -115,8 +124,12 @@ def inputs(accelerator: str, requires_dist: list[str]) -> list[str]:
     """What the image's lock is resolved from, in order: the pins of images.yaml, the
     build tools, rlctl's own requirements (extras resolved), the source-only packages."""
     p = image_pins(accelerator)
-    return [*p.requirements, *pins().build_tools,
-            *rlctl_requirements(requires_dist, p.extras), *pins().sdists]
+    return [
+        *p.requirements,
+        *pins().build_tools,
+        *rlctl_requirements(requires_dist, p.extras),
+        *pins().sdists,
+    ]
 
 
 def header_inputs(accelerator: str, reqs: list[str]) -> list[str]:
@@ -126,17 +139,45 @@ def header_inputs(accelerator: str, reqs: list[str]) -> list[str]:
 
 def platform_args() -> list[str]:
     """pip's options for the image's platform: its manylinux tags, CPython version."""
-    return [*(a for tag in pip_platforms() for a in ("--platform", tag)),
-            "--implementation", "cp", "--python-version", pins().python]
+    return [
+        *(a for tag in pip_platforms() for a in ("--platform", tag)),
+        "--implementation",
+        "cp",
+        "--python-version",
+        pins().python,
+    ]
 
 
-def resolve_command(reqs: list[str], *, report: Path, target: Path, wheelhouse: Path,
-                    constraints: list[Path], index_url: str = PYPI) -> list[str]:
+def resolve_command(
+    reqs: list[str],
+    *,
+    report: Path,
+    target: Path,
+    wheelhouse: Path,
+    constraints: list[Path],
+    index_url: str = PYPI,
+) -> list[str]:
     """The pip command that resolves ``reqs`` for the image's platform and writes its
     report (nothing is installed: ``--dry-run`` into an empty ``--target``)."""
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-           "--target", str(target), "--report", str(report), *platform_args(),
-           "--only-binary=:all:", "--index-url", index_url, "--find-links", str(wheelhouse)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--quiet",
+        "--ignore-installed",
+        "--target",
+        str(target),
+        "--report",
+        str(report),
+        *platform_args(),
+        "--only-binary=:all:",
+        "--index-url",
+        index_url,
+        "--find-links",
+        str(wheelhouse),
+    ]
     for c in constraints:
         cmd += ["-c", str(c)]
     return [*cmd, *reqs]
@@ -146,8 +187,7 @@ def pip_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment pip runs in here: no pip configuration file and no ``PIP_*``
     setting but how to reach the index, so this machine's mirrors, find-links or
     constraints never reach the lock; the image resolves nothing, and PyPI is its index."""
-    env = {k: v for k, v in environ.items()
-           if not k.startswith("PIP_") or k in _PIP_TRANSPORT}
+    env = {k: v for k, v in environ.items() if not k.startswith("PIP_") or k in _PIP_TRANSPORT}
     env["PIP_CONFIG_FILE"] = os.devnull
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
@@ -155,25 +195,25 @@ def pip_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 def versions(report: dict) -> dict[str, str]:
     """``{canonical name: version}`` of what a pip ``--report`` would install."""
-    return {canonical(i["metadata"]["name"]): i["metadata"]["version"]
-            for i in report["install"]}
+    return {canonical(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
 
 
-def render_lock(accelerator: str, report: dict, reqs: list[str],
-                constraints_note: str) -> str:
+def render_lock(accelerator: str, report: dict, reqs: list[str], constraints_note: str) -> str:
     """The lock text: a header naming how it was made and from what, every package
     of pip's report sorted by name, then images.yaml's ``no_deps``."""
     p, f = image_pins(accelerator), pins()
     got = versions(report)
     lines = [
-        f"# The {accelerator} image of 'rlctl image build': every package it installs, "
-        "pinned",
+        f"# The {accelerator} image of 'rlctl image build': every package it installs, pinned",
         "# (pip install --no-deps -r; then rlctl's own wheel, --no-deps).",
         "# Generated by 'python -m rlctl.core.image.lock'; do not edit.",
         f"# Resolved by pip from PyPI for CPython {f.python}, Linux x86_64, manylinux up to "
         f"glibc {f.glibc}, wheels only",
-        *([f"# but {', '.join(dist_name(s) for s in f.sdists)} (built from source in the "
-           "image)"] if f.sdists else []),
+        *(
+            [f"# but {', '.join(dist_name(s) for s in f.sdists)} (built from source in the image)"]
+            if f.sdists
+            else []
+        ),
         *([f"# preferring the versions of {constraints_note}"] if constraints_note else []),
         "# inputs:",
         *(f"#   {r}" for r in header_inputs(accelerator, reqs)),
@@ -190,43 +230,73 @@ def check_host() -> None:
     import platform
 
     want = tuple(int(x) for x in pins().python.split("."))
-    if not (sys.platform == "linux" and platform.machine() == "x86_64"
-            and sys.implementation.name == "cpython" and sys.version_info[:2] == want):
+    if not (
+        sys.platform == "linux"
+        and platform.machine() == "x86_64"
+        and sys.implementation.name == "cpython"
+        and sys.version_info[:2] == want
+    ):
         raise ConfigError(
             f"the image locks are resolved on Linux x86_64 by CPython {pins().python} "
             f"(pip evaluates environment markers against its own interpreter), not "
             f"{sys.platform} {platform.machine()} {sys.implementation.name} "
             f"{sys.version_info[0]}.{sys.version_info[1]}",
-            hint=f"run it in {pins().base}")
+            hint=f"run it in {pins().base}",
+        )
 
 
 def _run(cmd: list[str], what: str, timeout: float) -> None:
     import subprocess
 
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                       env=pip_env(os.environ))
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=pip_env(os.environ)
+    )
     if r.returncode != 0:
-        raise ConfigError(f"{what} failed (pip exit {r.returncode}):\n"
-                          f"{(r.stderr or r.stdout)[-3000:]}")
+        raise ConfigError(
+            f"{what} failed (pip exit {r.returncode}):\n{(r.stderr or r.stdout)[-3000:]}"
+        )
 
 
 def build_sdist_wheels(wheelhouse: Path, index_url: str = PYPI) -> None:
     """Wheels of images.yaml's source-only packages, built from PyPI's sdists."""
     if pins().sdists:
-        _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-              "--no-binary=:all:", "--index-url", index_url, "--wheel-dir", str(wheelhouse),
-              *pins().sdists], "building wheels of " + " ".join(pins().sdists), 600)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-binary=:all:",
+                "--index-url",
+                index_url,
+                "--wheel-dir",
+                str(wheelhouse),
+                *pins().sdists,
+            ],
+            "building wheels of " + " ".join(pins().sdists),
+            600,
+        )
 
 
-def resolve(reqs: list[str], workdir: Path, constraints: list[Path],
-            index_url: str = PYPI) -> dict:
+def resolve(reqs: list[str], workdir: Path, constraints: list[Path], index_url: str = PYPI) -> dict:
     """pip's report of resolving ``reqs`` for the image's platform (network)."""
     wheelhouse, report = workdir / "wheelhouse", workdir / "report.json"
     wheelhouse.mkdir(parents=True, exist_ok=True)
     build_sdist_wheels(wheelhouse, index_url)
-    _run(resolve_command(reqs, report=report, target=workdir / "target",
-                         wheelhouse=wheelhouse, constraints=constraints,
-                         index_url=index_url), "resolving " + " ".join(reqs), 900)
+    _run(
+        resolve_command(
+            reqs,
+            report=report,
+            target=workdir / "target",
+            wheelhouse=wheelhouse,
+            constraints=constraints,
+            index_url=index_url,
+        ),
+        "resolving " + " ".join(reqs),
+        900,
+    )
     return json.loads(report.read_text())
 
 
@@ -248,12 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    ap = argparse.ArgumentParser(prog="python -m rlctl.core.image.lock",
-                                 description="Regenerate rlctl/data/image-*.lock.txt.")
-    ap.add_argument("accelerators", nargs="*", metavar="{tpu,gpu}",
-                    help="the images to lock (default: all)")
-    ap.add_argument("--constraints", type=Path, default=default_constraints(),
-                    help="versions to prefer (default: the checkout's constraints.txt)")
+    ap = argparse.ArgumentParser(
+        prog="python -m rlctl.core.image.lock",
+        description="Regenerate rlctl/data/image-*.lock.txt.",
+    )
+    ap.add_argument(
+        "accelerators", nargs="*", metavar="{tpu,gpu}", help="the images to lock (default: all)"
+    )
+    ap.add_argument(
+        "--constraints",
+        type=Path,
+        default=default_constraints(),
+        help="versions to prefer (default: the checkout's constraints.txt)",
+    )
     ap.add_argument("--no-constraints", action="store_true", help="prefer none")
     args = ap.parse_args(argv)
     if bad := [a for a in args.accelerators if a not in ACCELERATORS]:

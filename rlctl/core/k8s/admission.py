@@ -63,8 +63,10 @@ EXCLUSIVE_KEY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
 PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
 # KubeRay: the default submitter pod of K8sJobMode (common/job.go)
-RAY_SUBMITTER = {"requests": {"cpu": "500m", "memory": "200Mi"},
-                 "limits": {"cpu": "1", "memory": "1Gi"}}
+RAY_SUBMITTER = {
+    "requests": {"cpu": "500m", "memory": "200Mi"},
+    "limits": {"cpu": "1", "memory": "1Gi"},
+}
 # KubeRay: the first version that probes with httpGet (PR #4448, v1.6.0), and the Ray
 # version from which it does (a /api/healthz endpoint in the dashboard agent).
 KUBERAY_HTTP_PROBES = (1, 6, 0)
@@ -87,14 +89,15 @@ class Requests(BaseModel):
         ext = dict(self.extended)
         for k, n in other.extended.items():
             ext[k] = ext.get(k, 0) + n
-        return Requests(cpu=self.cpu + other.cpu, memory=self.memory + other.memory,
-                        extended=ext)
+        return Requests(cpu=self.cpu + other.cpu, memory=self.memory + other.memory, extended=ext)
 
     def at_least(self, other: Requests) -> Requests:
         keys = set(self.extended) | set(other.extended)
-        return Requests(cpu=max(self.cpu, other.cpu), memory=max(self.memory, other.memory),
-                        extended={k: max(self.extended.get(k, 0), other.extended.get(k, 0))
-                                  for k in keys})
+        return Requests(
+            cpu=max(self.cpu, other.cpu),
+            memory=max(self.memory, other.memory),
+            extended={k: max(self.extended.get(k, 0), other.extended.get(k, 0)) for k in keys},
+        )
 
 
 class PodGroup(BaseModel):
@@ -128,9 +131,11 @@ class PodGroup(BaseModel):
 def _container_requests(c: dict[str, Any]) -> Requests:
     res = c.get("resources") or {}
     req = {**(res.get("limits") or {}), **(res.get("requests") or {})}  # limit -> request
-    return Requests(cpu=quantity(req["cpu"]) if "cpu" in req else 0.0,
-                    memory=quantity(req["memory"]) if "memory" in req else 0.0,
-                    extended={k: int(quantity(req[k])) for k in EXTENDED if k in req})
+    return Requests(
+        cpu=quantity(req["cpu"]) if "cpu" in req else 0.0,
+        memory=quantity(req["memory"]) if "memory" in req else 0.0,
+        extended={k: int(quantity(req[k])) for k in EXTENDED if k in req},
+    )
 
 
 def pod_requests(spec: dict[str, Any]) -> Requests:
@@ -153,10 +158,15 @@ def _gcsfuse(meta: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     ann = meta.get("annotations") or {}
     if str(ann.get(GCSFUSE_ANNOTATION, "")).lower() != "true":
         return spec
-    req = {"cpu": ann.get("gke-gcsfuse/cpu-request", GCSFUSE_SIDECAR["cpu"]),
-           "memory": ann.get("gke-gcsfuse/memory-request", GCSFUSE_SIDECAR["memory"])}
-    sidecar = {"name": "gke-gcsfuse-sidecar", "restartPolicy": "Always",
-               "resources": {"requests": req}}
+    req = {
+        "cpu": ann.get("gke-gcsfuse/cpu-request", GCSFUSE_SIDECAR["cpu"]),
+        "memory": ann.get("gke-gcsfuse/memory-request", GCSFUSE_SIDECAR["memory"]),
+    }
+    sidecar = {
+        "name": "gke-gcsfuse-sidecar",
+        "restartPolicy": "Always",
+        "resources": {"requests": req},
+    }
     return {**spec, "initContainers": [sidecar, *(spec.get("initContainers") or [])]}
 
 
@@ -170,14 +180,29 @@ def _tolerations(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _group(name: str, role: str, meta: dict[str, Any], spec: dict[str, Any], jobs: int = 1,
-           pods: int = 1, pinned: str | None = None) -> PodGroup:
+def _group(
+    name: str,
+    role: str,
+    meta: dict[str, Any],
+    spec: dict[str, Any],
+    jobs: int = 1,
+    pods: int = 1,
+    pinned: str | None = None,
+) -> PodGroup:
     spec = _gcsfuse(meta, spec)
-    return PodGroup(name=name, role=role, jobs=jobs, pods=pods, requests=pod_requests(spec),
-                    node_selector=dict(spec.get("nodeSelector") or {}),
-                    tolerations=_tolerations(spec), pinned=pinned,
-                    host_network=bool(spec.get("hostNetwork")),
-                    service_account=spec.get("serviceAccountName"), pod=spec)
+    return PodGroup(
+        name=name,
+        role=role,
+        jobs=jobs,
+        pods=pods,
+        requests=pod_requests(spec),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        tolerations=_tolerations(spec),
+        pinned=pinned,
+        host_network=bool(spec.get("hostNetwork")),
+        service_account=spec.get("serviceAccountName"),
+        pod=spec,
+    )
 
 
 # --- JobSet ------------------------------------------------------------------------------
@@ -185,10 +210,12 @@ def _exclusive(jobset: dict[str, Any], rjob: dict[str, Any]) -> str | None:
     """jobset_controller.go: the replicated job template's annotation wins over the
     JobSet's; pod template annotations reach the pods too (pathways-job puts it there)."""
     tmpl = rjob.get("template") or {}
-    pod_tmpl = ((tmpl.get("spec") or {}).get("template") or {})
-    for ann in ((pod_tmpl.get("metadata") or {}).get("annotations"),
-                (tmpl.get("metadata") or {}).get("annotations"),
-                (jobset.get("metadata") or {}).get("annotations")):
+    pod_tmpl = (tmpl.get("spec") or {}).get("template") or {}
+    for ann in (
+        (pod_tmpl.get("metadata") or {}).get("annotations"),
+        (tmpl.get("metadata") or {}).get("annotations"),
+        (jobset.get("metadata") or {}).get("annotations"),
+    ):
         if ann and ann.get(EXCLUSIVE_KEY):
             return str(ann[EXCLUSIVE_KEY])
     return None
@@ -201,11 +228,17 @@ def jobset_groups(jobset: dict[str, Any], roles: dict[str, str] | None = None) -
     for rjob in jobset["spec"]["replicatedJobs"]:
         job = rjob["template"]["spec"]
         pod = job["template"]
-        out.append(_group(f"{jobset['kind']} {name}, replicated job {rjob['name']}",
-                          (roles or {}).get(rjob["name"], "trainer"), pod.get("metadata") or {},
-                          pod["spec"], jobs=int(rjob.get("replicas", 1)),
-                          pods=int(job.get("parallelism", 1)),
-                          pinned=_exclusive(jobset, rjob)))
+        out.append(
+            _group(
+                f"{jobset['kind']} {name}, replicated job {rjob['name']}",
+                (roles or {}).get(rjob["name"], "trainer"),
+                pod.get("metadata") or {},
+                pod["spec"],
+                jobs=int(rjob.get("replicas", 1)),
+                pods=int(job.get("parallelism", 1)),
+                pinned=_exclusive(jobset, rjob),
+            )
+        )
     return out
 
 
@@ -219,8 +252,14 @@ def _tpu_label(machine_type: str) -> str:
     (GKEAcceleratorType): the catalog's label of that machine's TPU generation."""
     from rlctl.core.config.catalog import all_types
 
-    return next((a.gke_accelerator or "" for a in all_types()
-                 if a.kind == "tpu" and a.machine_type == machine_type), machine_type)
+    return next(
+        (
+            a.gke_accelerator or ""
+            for a in all_types()
+            if a.kind == "tpu" and a.machine_type == machine_type
+        ),
+        machine_type,
+    )
 
 
 def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
@@ -233,13 +272,17 @@ def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
     chips = _chips_per_vm(machine)
     vms = max(1, math.prod(int(d) for d in worker["topology"].split("x")) // chips)
     controller = spec.get("controller") or {}
-    user = (controller.get("template") or {})
+    user = controller.get("template") or {}
     head_spec = dict(user.get("spec") or {})
-    sidecars = [{"name": n, "restartPolicy": "Always",
-                 "resources": {"limits": dict(limits)}}
-                for n, limits in PATHWAYS_SIDECARS.items()]
-    head_spec.update(hostNetwork=True, dnsPolicy="ClusterFirstWithHostNet",
-                     initContainers=[*(head_spec.get("initContainers") or []), *sidecars])
+    sidecars = [
+        {"name": n, "restartPolicy": "Always", "resources": {"limits": dict(limits)}}
+        for n, limits in PATHWAYS_SIDECARS.items()
+    ]
+    head_spec.update(
+        hostNetwork=True,
+        dnsPolicy="ClusterFirstWithHostNet",
+        initContainers=[*(head_spec.get("initContainers") or []), *sidecars],
+    )
     # MakePathwaysHeadReplicatedJob: the head pod's metadata is the PathwaysJob's own
     # annotations (plus exclusive placement in default mode), nothing of the template's
     head_ann = {**(md.get("annotations") or {})}
@@ -247,26 +290,54 @@ def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
         head_ann[EXCLUSIVE_KEY] = "kubernetes.io/hostname"
     head_meta = {"annotations": head_ann}
     worker_spec = {
-        "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",
-        "nodeSelector": {**(worker.get("nodeSelector") or {}),
-                         "cloud.google.com/gke-tpu-accelerator": _tpu_label(machine),
-                         "cloud.google.com/gke-tpu-topology": worker["topology"]},
-        "containers": [{"name": "pathways-worker",
-                        "resources": {"limits": {"google.com/tpu": str(chips)}}}],
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "nodeSelector": {
+            **(worker.get("nodeSelector") or {}),
+            "cloud.google.com/gke-tpu-accelerator": _tpu_label(machine),
+            "cloud.google.com/gke-tpu-topology": worker["topology"],
+        },
+        "containers": [
+            {"name": "pathways-worker", "resources": {"limits": {"google.com/tpu": str(chips)}}}
+        ],
     }
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": {"name": md["name"], "namespace": md.get("namespace")},
-            "spec": {"replicatedJobs": [
-                {"name": PATHWAYS_HEAD_JOB, "replicas": 1, "template": {
-                    "metadata": {"annotations": head_ann},
-                    "spec": {"parallelism": 1, "completions": 1,
-                             "template": {"metadata": head_meta, "spec": head_spec}}}},
-                {"name": "worker", "replicas": int(worker.get("numSlices", 1)), "template": {
-                    "spec": {"parallelism": vms, "completions": vms, "template": {
-                        "metadata": {"annotations": {
-                            EXCLUSIVE_KEY: "cloud.google.com/gke-nodepool"}},
-                        "spec": worker_spec}}}},
-            ]}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": md["name"], "namespace": md.get("namespace")},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": PATHWAYS_HEAD_JOB,
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"annotations": head_ann},
+                        "spec": {
+                            "parallelism": 1,
+                            "completions": 1,
+                            "template": {"metadata": head_meta, "spec": head_spec},
+                        },
+                    },
+                },
+                {
+                    "name": "worker",
+                    "replicas": int(worker.get("numSlices", 1)),
+                    "template": {
+                        "spec": {
+                            "parallelism": vms,
+                            "completions": vms,
+                            "template": {
+                                "metadata": {
+                                    "annotations": {EXCLUSIVE_KEY: "cloud.google.com/gke-nodepool"}
+                                },
+                                "spec": worker_spec,
+                            },
+                        }
+                    },
+                },
+            ]
+        },
+    }
 
 
 # --- RayJob ------------------------------------------------------------------------------
@@ -275,72 +346,117 @@ def _version(v: str | None) -> tuple[int, ...] | None:
     return None if not m else tuple(int(x or 0) for x in m.groups())
 
 
-def ray_probes(container: dict[str, Any], head: bool, ray_version: str | None,
-               kuberay_version: tuple[int, ...]) -> dict[str, Any]:
+def ray_probes(
+    container: dict[str, Any], head: bool, ray_version: str | None, kuberay_version: tuple[int, ...]
+) -> dict[str, Any]:
     """Container 0 of a Ray pod after KubeRay's probe injection (pod.go
     ``initLivenessAndReadinessProbe``): each probe the container lacks is added."""
     rv = _version(ray_version)
     http = kuberay_version >= KUBERAY_HTTP_PROBES and rv is not None and rv >= RAY_HTTP_PROBES
     tries = " --tries 1" if kuberay_version >= (1, 4, 0) else ""
-    cmds = [f"wget{tries} -T 2 -q -O- http://localhost:{RAY_AGENT_PORT}"
-            "/api/local_raylet_healthz | grep success"]
+    cmds = [
+        f"wget{tries} -T 2 -q -O- http://localhost:{RAY_AGENT_PORT}"
+        "/api/local_raylet_healthz | grep success"
+    ]
     if head:
-        cmds.append(f"wget{tries} -T 10 -q -O- http://localhost:{RAY_DASHBOARD_PORT}"
-                    "/api/gcs_healthz | grep success")
+        cmds.append(
+            f"wget{tries} -T 10 -q -O- http://localhost:{RAY_DASHBOARD_PORT}"
+            "/api/gcs_healthz | grep success"
+        )
     action: dict[str, Any] = (
-        {"httpGet": {"path": "/api/healthz", "port": RAY_AGENT_PORT}} if http
-        else {"exec": {"command": ["bash", "-c", " && ".join(cmds)]}})
+        {"httpGet": {"path": "/api/healthz", "port": RAY_AGENT_PORT}}
+        if http
+        else {"exec": {"command": ["bash", "-c", " && ".join(cmds)]}}
+    )
     timeout = 5 if head else 2
     out = dict(container)
     if out.get("readinessProbe") is None:
-        out["readinessProbe"] = {**action, "initialDelaySeconds": 10, "periodSeconds": 5,
-                                 "timeoutSeconds": timeout, "successThreshold": 1,
-                                 "failureThreshold": 10}
+        out["readinessProbe"] = {
+            **action,
+            "initialDelaySeconds": 10,
+            "periodSeconds": 5,
+            "timeoutSeconds": timeout,
+            "successThreshold": 1,
+            "failureThreshold": 10,
+        }
     if out.get("livenessProbe") is None:
-        out["livenessProbe"] = {**action, "initialDelaySeconds": 30, "periodSeconds": 5,
-                                "timeoutSeconds": timeout, "successThreshold": 1,
-                                "failureThreshold": 120}
+        out["livenessProbe"] = {
+            **action,
+            "initialDelaySeconds": 30,
+            "periodSeconds": 5,
+            "timeoutSeconds": timeout,
+            "successThreshold": 1,
+            "failureThreshold": 120,
+        }
     return out
 
 
-def _ray_pod(spec: dict[str, Any], head: bool, ray_version: str | None,
-             kuberay_version: tuple[int, ...]) -> dict[str, Any]:
+def _ray_pod(
+    spec: dict[str, Any], head: bool, ray_version: str | None, kuberay_version: tuple[int, ...]
+) -> dict[str, Any]:
     containers = list(spec.get("containers") or [])
     if containers:
         containers[0] = ray_probes(containers[0], head, ray_version, kuberay_version)
     return {**spec, "containers": containers}
 
 
-def rayjob_groups(rayjob: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
-                  ) -> list[PodGroup]:
+def rayjob_groups(
+    rayjob: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+) -> list[PodGroup]:
     """The head, each worker group's pods, and the submitter (K8sJobMode)."""
     name = rayjob["metadata"]["name"]
     spec = rayjob["spec"]
     cluster = spec["rayClusterSpec"]
     rv = cluster.get("rayVersion")
     head = cluster["headGroupSpec"]["template"]
-    out = [_group(f"RayJob {name}, head", "ray-head", head.get("metadata") or {},
-                  _ray_pod(head["spec"], True, rv, kuberay_version))]
+    out = [
+        _group(
+            f"RayJob {name}, head",
+            "ray-head",
+            head.get("metadata") or {},
+            _ray_pod(head["spec"], True, rv, kuberay_version),
+        )
+    ]
     for g in cluster.get("workerGroupSpecs") or []:
         t = g["template"]
-        out.append(_group(f"RayJob {name}, worker group {g['groupName']}", "ray-worker",
-                          t.get("metadata") or {},
-                          _ray_pod(t["spec"], False, rv, kuberay_version),
-                          jobs=int(g.get("replicas", 1)), pods=int(g.get("numOfHosts", 1))))
+        out.append(
+            _group(
+                f"RayJob {name}, worker group {g['groupName']}",
+                "ray-worker",
+                t.get("metadata") or {},
+                _ray_pod(t["spec"], False, rv, kuberay_version),
+                jobs=int(g.get("replicas", 1)),
+                pods=int(g.get("numOfHosts", 1)),
+            )
+        )
     if spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
         tmpl = spec.get("submitterPodTemplate") or {
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "ray-job-submitter",
-                "image": head["spec"]["containers"][0].get("image"),
-                "resources": RAY_SUBMITTER}]}}
-        out.append(_group(f"RayJob {name}, submitter", "ray-submitter",
-                          tmpl.get("metadata") or {}, tmpl["spec"]))
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "ray-job-submitter",
+                        "image": head["spec"]["containers"][0].get("image"),
+                        "resources": RAY_SUBMITTER,
+                    }
+                ],
+            }
+        }
+        out.append(
+            _group(
+                f"RayJob {name}, submitter",
+                "ray-submitter",
+                tmpl.get("metadata") or {},
+                tmpl["spec"],
+            )
+        )
     return out
 
 
 # --- any workload --------------------------------------------------------------------------
-def pod_groups(objs: Iterable[dict[str, Any]], kuberay_version: tuple[int, ...] = (1, 5, 2)
-               ) -> list[PodGroup]:
+def pod_groups(
+    objs: Iterable[dict[str, Any]], kuberay_version: tuple[int, ...] = (1, 5, 2)
+) -> list[PodGroup]:
     """Every pod the run's objects become, grouped; objects that make no pods are skipped.
 
     ``kuberay_version``: which KubeRay's probe injection to apply (GKE's add-on does not
@@ -352,12 +468,21 @@ def pod_groups(objs: Iterable[dict[str, Any]], kuberay_version: tuple[int, ...] 
         if kind == "JobSet":
             out += jobset_groups(o)
         elif kind == "PathwaysJob":
-            out += jobset_groups(pathways_jobset(o), roles={PATHWAYS_HEAD_JOB: "pathways-head",
-                                                           "worker": "pathways-worker"})
+            out += jobset_groups(
+                pathways_jobset(o),
+                roles={PATHWAYS_HEAD_JOB: "pathways-head", "worker": "pathways-worker"},
+            )
         elif kind == "RayJob":
             out += rayjob_groups(o, kuberay_version)
         elif kind == "Job":
             t = o["spec"]["template"]
-            out.append(_group(f"Job {o['metadata']['name']}", "job", t.get("metadata") or {},
-                              t["spec"], pods=int(o["spec"].get("parallelism", 1))))
+            out.append(
+                _group(
+                    f"Job {o['metadata']['name']}",
+                    "job",
+                    t.get("metadata") or {},
+                    t["spec"],
+                    pods=int(o["spec"].get("parallelism", 1)),
+                )
+            )
     return out

@@ -48,10 +48,14 @@ CLUSTER_PLURALS = {
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): "customresourcedefinitions",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "clusterroles",
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "clusterrolebindings",
-    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):
-        "mutatingwebhookconfigurations",
-    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
-        "validatingwebhookconfigurations",
+    (
+        "admissionregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration",
+    ): "mutatingwebhookconfigurations",
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+    ): "validatingwebhookconfigurations",
 }
 # Created only when missing, never updated: shared or holding a secret value.
 CREATE_ONLY = {"ServiceAccount", "Secret"}
@@ -63,9 +67,12 @@ def run_selector(run: str) -> str:
 
 def run_kinds() -> list[tuple[str, str]]:
     """What `delete run` looks for, in deletion order (workloads first, so their pods stop)."""
-    return [*(b.workload_kind for b in backends.registered()),
-            ("resource.k8s.io/v1", "ResourceClaimTemplate"),
-            ("v1", "ConfigMap"), ("v1", "Secret")]
+    return [
+        *(b.workload_kind for b in backends.registered()),
+        ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+        ("v1", "ConfigMap"),
+        ("v1", "Secret"),
+    ]
 
 
 def _collection(api_version: str, kind: str, namespace: str) -> str:
@@ -88,7 +95,8 @@ def _translate(e: Exception, what: str) -> Exception:
         return NotFoundError(
             f"the cluster does not serve the kind of {what}: its CRD is not installed",
             hint="re-run 'rlctl cluster create CLUSTER', which installs the JobSet and "
-            "PathwaysJob controllers (the Ray operator is GKE's RayOperator add-on)")
+            "PathwaysJob controllers (the Ray operator is GKE's RayOperator add-on)",
+        )
     if status == 404:
         return NotFoundError(f"{what} not found")
     if status == 409:
@@ -96,7 +104,8 @@ def _translate(e: Exception, what: str) -> Exception:
     if status in (401, 403):
         return PermissionDeniedError(
             f"not allowed: {what} ({status} {reason})",
-            hint="check that your account has roles/container.developer on the cluster")
+            hint="check that your account has roles/container.developer on the cluster",
+        )
     if status in (400, 422):
         return ConfigError(f"the cluster rejected {what}: {_body_message(e)}")
     return CloudError(f"{what}: {status or ''} {reason}".strip())
@@ -118,21 +127,37 @@ class KubeApi:
         self.api = api_client
         self.namespace = namespace
 
-    def _call(self, method: str, path: str, what: str, *, query: list[tuple[str, str]] | None
-              = None, body: Any = None, content_type: str = "application/json",
-              response_type: str = "object") -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        response_type: str = "object",
+    ) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError as TransportError
 
-        headers = {"Accept": "application/json" if response_type == "object" else "*/*",
-                   "Content-Type": content_type}
+        headers = {
+            "Accept": "application/json" if response_type == "object" else "*/*",
+            "Content-Type": content_type,
+        }
         try:
             # the generated client's public request path: serialize (auth, query), send
             method_, url, headers_, body_, post_ = self.api.param_serialize(
-                method=method, resource_path=path, query_params=query or [],
-                header_params=headers, body=body, auth_settings=["BearerToken"])
-            resp = self.api.call_api(method_, url, header_params=headers_, body=body_,
-                                     post_params=post_)
+                method=method,
+                resource_path=path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            resp = self.api.call_api(
+                method_, url, header_params=headers_, body=body_, post_params=post_
+            )
             data = resp.read()
             if not 200 <= resp.status < 300:
                 raise ApiException(http_resp=resp)
@@ -140,9 +165,11 @@ class KubeApi:
             raise _translate(e, what) from e
         except (OSError, TransportError) as e:  # refused, reset, timed out, retries spent
             reason = getattr(e, "reason", None) or e
-            raise CloudError(f"cannot reach the cluster API for {what}: {reason}",
-                             hint="check the cluster's endpoint and your network (a private "
-                             "cluster needs a route to its control plane)") from e
+            raise CloudError(
+                f"cannot reach the cluster API for {what}: {reason}",
+                hint="check the cluster's endpoint and your network (a private "
+                "cluster needs a route to its control plane)",
+            ) from e
         text = data.decode() if isinstance(data, bytes) else str(data or "")
         if response_type != "object":
             return text
@@ -151,12 +178,14 @@ class KubeApi:
         return json.loads(text) if text else {}
 
     # --- single objects ----------------------------------------------------------------
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
-            ) -> dict[str, Any] | None:
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
         ns = namespace or self.namespace
         try:
-            return self._call("GET", f"{_collection(api_version, kind, ns)}/{name}",
-                              f"{kind}/{name}")
+            return self._call(
+                "GET", f"{_collection(api_version, kind, ns)}/{name}", f"{kind}/{name}"
+            )
         except NotFoundError:
             return None
 
@@ -166,59 +195,79 @@ class KubeApi:
         kind, name = obj["kind"], obj["metadata"]["name"]
         ns = obj["metadata"].get("namespace") or self.namespace
         path = f"{_collection(obj['apiVersion'], kind, ns)}/{name}"
-        return self._call("PATCH", path, f"{kind}/{name}", body=obj,
-                          content_type="application/apply-patch+yaml",
-                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
+        return self._call(
+            "PATCH",
+            path,
+            f"{kind}/{name}",
+            body=obj,
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
 
     def create_if_missing(self, obj: dict[str, Any]) -> bool:
         """Create ``obj`` unless an object of that name exists; True if created."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         ns = obj["metadata"].get("namespace") or self.namespace
         try:
-            self._call("POST", _collection(obj["apiVersion"], kind, ns),
-                       f"{kind}/{name}", body=obj, query=[("fieldManager", FIELD_MANAGER)])
+            self._call(
+                "POST",
+                _collection(obj["apiVersion"], kind, ns),
+                f"{kind}/{name}",
+                body=obj,
+                query=[("fieldManager", FIELD_MANAGER)],
+            )
         except AlreadyExistsError:
             return False
         return True
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None
-               ) -> bool:
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         path = f"{_collection(api_version, kind, namespace or self.namespace)}/{name}"
         try:
-            self._call("DELETE", path, f"{kind}/{name}",
-                       body={"propagationPolicy": "Background"})
+            self._call("DELETE", path, f"{kind}/{name}", body={"propagationPolicy": "Background"})
         except NotFoundError:
             return False
         return True
 
-    def list(self, api_version: str, kind: str, selector: str | None = None
-             ) -> list[dict[str, Any]]:
+    def list(
+        self, api_version: str, kind: str, selector: str | None = None
+    ) -> list[dict[str, Any]]:
         query = [("labelSelector", selector)] if selector else []
         try:
-            out = self._call("GET", _collection(api_version, kind, self.namespace),
-                             f"{kind} list", query=query)
+            out = self._call(
+                "GET", _collection(api_version, kind, self.namespace), f"{kind} list", query=query
+            )
         except NotFoundError:  # the CRD is not installed: nothing of that kind
             return []
         return list(out.get("items") or [])
 
-    def log(self, pod: str, container: str | None = None, tail_lines: int | None = None
-            ) -> str:
+    def log(self, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
         query = [("container", container)] if container else []
         if tail_lines is not None:
             query.append(("tailLines", str(tail_lines)))
-        return self._call("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
-                          f"log of {pod}", query=query, response_type="str")
+        return self._call(
+            "GET",
+            f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+            f"log of {pod}",
+            query=query,
+            response_type="str",
+        )
 
-    def last_log_line(self, pod: str, container: str | None = None,
-                      previous: bool = False) -> str | None:
+    def last_log_line(
+        self, pod: str, container: str | None = None, previous: bool = False
+    ) -> str | None:
         query = [("tailLines", "1")]
         if container:
             query.append(("container", container))
         if previous:
             query.append(("previous", "true"))
         try:
-            text = self._call("GET", f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
-                              f"log of {pod}", query=query, response_type="str")
+            text = self._call(
+                "GET",
+                f"/api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+                f"log of {pod}",
+                query=query,
+                response_type="str",
+            )
         except (NotFoundError, ConfigError):
             return None
         lines = [ln for ln in str(text).splitlines() if ln.strip()]
@@ -229,10 +278,17 @@ class KubeApi:
 def hf_token_secret(run: str, token: str, name: str, key: str = "token") -> dict[str, Any]:
     """The run's HF token Secret. Built here, never rendered or printed."""
     return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": name, "labels": {"managed-by": "rlctl",
-                                              "app.kubernetes.io/managed-by": "rlctl",
-                                              RUN_LABEL: run}},
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "managed-by": "rlctl",
+                "app.kubernetes.io/managed-by": "rlctl",
+                RUN_LABEL: run,
+            },
+        },
         "data": {key: base64.b64encode(token.encode()).decode()},
     }
 
@@ -266,14 +322,17 @@ def list_run_objects(api: KubeApi, run: str) -> list[tuple[str, str, str]]:
 
 
 def delete_objects(api: KubeApi, objs: list[tuple[str, str, str]]) -> list[str]:
-    return [f"{kind}/{name}" for api_version, kind, name in objs
-            if api.delete(api_version, kind, name)]
+    return [
+        f"{kind}/{name}" for api_version, kind, name in objs if api.delete(api_version, kind, name)
+    ]
 
 
-def find_workload(api: KubeApi, run: str, backend: str | None = None
-                  ) -> dict[str, Any] | None:
-    kinds = ([backends.get(backend).workload_kind] if backend
-             else [b.workload_kind for b in backends.registered()])
+def find_workload(api: KubeApi, run: str, backend: str | None = None) -> dict[str, Any] | None:
+    kinds = (
+        [backends.get(backend).workload_kind]
+        if backend
+        else [b.workload_kind for b in backends.registered()]
+    )
     for api_version, kind in kinds:
         obj = api.get(api_version, kind, run)
         if obj is not None and (obj.get("metadata", {}).get("labels") or {}).get(RUN_LABEL) == run:
@@ -293,8 +352,11 @@ def run_pods(api: KubeApi, run: str, backend: str | None = None) -> list[dict[st
     pods = api.list("v1", "Pod", run_selector(run))
     if backend in (None, "pathways"):
         names = {p["metadata"]["name"] for p in pods}
-        pods += [p for p in api.list("v1", "Pod", f"{JOBSET_NAME_LABEL}={run}")
-                 if p["metadata"]["name"] not in names]
+        pods += [
+            p
+            for p in api.list("v1", "Pod", f"{JOBSET_NAME_LABEL}={run}")
+            if p["metadata"]["name"] not in names
+        ]
     return pods
 
 
@@ -303,17 +365,22 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
     workload = find_workload(api, run, backend)
     pods = run_pods(api, run, backend)
     names = {p["metadata"]["name"] for p in pods}
-    events = [e for e in api.list("v1", "Event")
-              if (e.get("involvedObject") or {}).get("name") in names | {run}]
+    events = [
+        e
+        for e in api.list("v1", "Event")
+        if (e.get("involvedObject") or {}).get("name") in names | {run}
+    ]
     last_lines: dict[str, str] = {}
     for p in pods:
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            crashing = ((cs.get("state") or {}).get("waiting") or {}).get("reason") \
-                == "CrashLoopBackOff" or cs.get("restartCount")
+            crashing = ((cs.get("state") or {}).get("waiting") or {}).get(
+                "reason"
+            ) == "CrashLoopBackOff" or cs.get("restartCount")
             failed = (p.get("status") or {}).get("phase") == "Failed"
             if crashing or failed:
-                line = api.last_log_line(p["metadata"]["name"], cs.get("name"),
-                                         previous=bool(crashing))
+                line = api.last_log_line(
+                    p["metadata"]["name"], cs.get("name"), previous=bool(crashing)
+                )
                 if line:
                     last_lines[p["metadata"]["name"]] = line
     if workload is None and not pods:
@@ -321,8 +388,9 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
     return diagnose(workload, pods, events, last_lines)
 
 
-def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100, backend: str | None = None
-                 ) -> tuple[str, str]:
+def trainer_logs(
+    api: KubeApi, run: str, tail_lines: int = 100, backend: str | None = None
+) -> tuple[str, str]:
     """(pod, text): the last lines of the run's leading trainer process, from its pod.
 
     ``rlctl logs`` reads the run store's train.log first (every backend's trainer writes
@@ -333,12 +401,16 @@ def trainer_logs(api: KubeApi, run: str, tail_lines: int = 100, backend: str | N
     (process 0), Pathways the head, Ray the submitter, where the driver's output lands.
     """
     pods = sorted(run_pods(api, run, backend), key=lambda p: p["metadata"]["name"])
-    leaders = ([backends.get(backend).leader_container] if backend
-               else list(dict.fromkeys(b.leader_container for b in backends.registered())))
+    leaders = (
+        [backends.get(backend).leader_container]
+        if backend
+        else list(dict.fromkeys(b.leader_container for b in backends.registered()))
+    )
     for c in leaders:
         for p in pods:
             names = [x.get("name") for x in (p.get("spec") or {}).get("containers") or []]
             if c in names:
                 return p["metadata"]["name"], api.log(p["metadata"]["name"], c, tail_lines)
-    raise NotFoundError(f"no trainer pod for run {run!r} yet",
-                        hint=f"see why with 'rlctl status {run}'")
+    raise NotFoundError(
+        f"no trainer pod for run {run!r} yet", hint=f"see why with 'rlctl status {run}'"
+    )

@@ -82,8 +82,9 @@ def get(name: str) -> Backend:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ConfigError(f"--backend must be one of {', '.join(_REGISTRY)}, not {name!r}"
-                          ) from None
+        raise ConfigError(
+            f"--backend must be one of {', '.join(_REGISTRY)}, not {name!r}"
+        ) from None
 
 
 def by_kind(api_version: str, kind: str) -> Backend | None:
@@ -101,14 +102,36 @@ def template_source(name: str) -> tuple[str, str, Callable[[], bool]] | None:
     return None
 
 
-register(Backend("jobset", "jobset.yaml.j2", "jobset.x-k8s.io/v1alpha2", "JobSet",
-                 help="a JobSet, every host runs the trainer"))
-register(Backend("pathways", "pathways.yaml.j2", "pathways-job.pathways.domain/v1",
-                 "PathwaysJob", help="a PathwaysJob, one controller drives TPU slices",
-                 tpu_only=True, dcn_claim=False))
-register(Backend("ray", "rayjob.yaml.j2", "ray.io/v1", "RayJob",
-                 help="a KubeRay RayJob, elastic over slices",
-                 config_files={"ray_driver.py": "ray_driver.py.j2"},
-                 # the driver's output, the trainer's lines with it, goes to the submitter
-                 # ('ray job logs --follow', KubeRay's K8sJobMode), not to the head's log
-                 leader_container="ray-job-submitter"))
+register(
+    Backend(
+        "jobset",
+        "jobset.yaml.j2",
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        help="a JobSet, every host runs the trainer",
+    )
+)
+register(
+    Backend(
+        "pathways",
+        "pathways.yaml.j2",
+        "pathways-job.pathways.domain/v1",
+        "PathwaysJob",
+        help="a PathwaysJob, one controller drives TPU slices",
+        tpu_only=True,
+        dcn_claim=False,
+    )
+)
+register(
+    Backend(
+        "ray",
+        "rayjob.yaml.j2",
+        "ray.io/v1",
+        "RayJob",
+        help="a KubeRay RayJob, elastic over slices",
+        config_files={"ray_driver.py": "ray_driver.py.j2"},
+        # the driver's output, the trainer's lines with it, goes to the submitter
+        # ('ray job logs --follow', KubeRay's K8sJobMode), not to the head's log
+        leader_container="ray-job-submitter",
+    )
+)

@@ -46,10 +46,20 @@ class Controller:
 
 
 CONTROLLERS: tuple[Controller, ...] = (
-    Controller("jobset", "v0.12.0", "jobset-v0.12.0.yaml", ("jobsets.jobset.x-k8s.io",),
-               "JobSet controller"),
-    Controller("pathways-job", "v0.1.4", "pathways-job-v0.1.4.yaml",
-               ("pathwaysjobs.pathways-job.pathways.domain",), "PathwaysJob controller"),
+    Controller(
+        "jobset",
+        "v0.12.0",
+        "jobset-v0.12.0.yaml",
+        ("jobsets.jobset.x-k8s.io",),
+        "JobSet controller",
+    ),
+    Controller(
+        "pathways-job",
+        "v0.1.4",
+        "pathways-job-v0.1.4.yaml",
+        ("pathwaysjobs.pathways-job.pathways.domain",),
+        "PathwaysJob controller",
+    ),
 )
 
 
@@ -85,8 +95,14 @@ def manifests(c: Controller) -> list[dict[str, Any]]:
     for obj in _raw(c.manifest):
         obj = copy.deepcopy(obj)
         labels = obj.setdefault("metadata", {}).setdefault("labels", {}) or {}
-        labels.update({"managed-by": "rlctl", "app.kubernetes.io/managed-by": "rlctl",
-                       CONTROLLER_LABEL: c.name, VERSION_LABEL: c.version})
+        labels.update(
+            {
+                "managed-by": "rlctl",
+                "app.kubernetes.io/managed-by": "rlctl",
+                CONTROLLER_LABEL: c.name,
+                VERSION_LABEL: c.version,
+            }
+        )
         obj["metadata"]["labels"] = labels
         out.append(obj)
     return out
@@ -121,9 +137,14 @@ def established(crd: dict[str, Any] | None) -> bool:
 
 
 # --- act --------------------------------------------------------------------------------
-def install(api: KubeApi, c: Controller, on_poll: Callable[[str], None] | None = None,
-            interval: float = 2.0, timeout: float = 300.0,
-            sleep: Callable[[float], None] = time.sleep) -> list[str]:
+def install(
+    api: KubeApi,
+    c: Controller,
+    on_poll: Callable[[str], None] | None = None,
+    interval: float = 2.0,
+    timeout: float = 300.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
     """Server-side apply every object, then wait until its CRDs are Established
     (the API server serves the kind only then; a workload applied earlier gets 404).
     Returns 'Kind/name' of what was applied."""
@@ -137,10 +158,11 @@ def install(api: KubeApi, c: Controller, on_poll: Callable[[str], None] | None =
     for crd in c.crds:
         while not established(api.get(*CRD_API, crd)):
             if time.monotonic() > deadline:
-                raise CloudError(f"{c.title} {c.version}: CRD {crd} not Established after "
-                                 f"{timeout:.0f}s",
-                                 hint="see 'kubectl get crd " + crd + " -o yaml'; re-running "
-                                 "'rlctl cluster create' resumes")
+                raise CloudError(
+                    f"{c.title} {c.version}: CRD {crd} not Established after {timeout:.0f}s",
+                    hint="see 'kubectl get crd " + crd + " -o yaml'; re-running "
+                    "'rlctl cluster create' resumes",
+                )
             sleep(interval)
     notify("CRDs established")
     return done
@@ -153,8 +175,11 @@ def uninstall(api: KubeApi, c: Controller) -> list[str]:
     for obj in reversed(manifests(c)):
         md = obj["metadata"]
         have = api.get(obj["apiVersion"], obj["kind"], md["name"], md.get("namespace"))
-        if have is not None and _ours(have, c) and api.delete(
-                obj["apiVersion"], obj["kind"], md["name"], md.get("namespace")):
+        if (
+            have is not None
+            and _ours(have, c)
+            and api.delete(obj["apiVersion"], obj["kind"], md["name"], md.get("namespace"))
+        ):
             removed.append(f"{obj['kind']}/{md['name']}")
     return removed
 
@@ -165,15 +190,21 @@ def _labels() -> dict[str, str]:
 
 
 def namespace_object(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": _labels()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": _labels()},
+    }
 
 
 def service_account_object(namespace: str, name: str) -> dict[str, Any]:
     """The KSA runs use; its bucket access is the IAM binding on its Workload Identity
     principal, so it needs no annotation (see serviceaccount.yaml.j2)."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": namespace, "labels": _labels()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels()},
+    }
 
 
 def has_namespace(api: KubeApi, namespace: str) -> bool:
@@ -194,8 +225,14 @@ def ensure_service_account(api: KubeApi, namespace: str, name: str) -> bool:
 
 
 # --- the pre-submit check of a run --------------------------------------------------------
-def missing_for_run(api: KubeApi, cluster: str, backend: str, namespace: str,
-                    service_account: str, region: str | None = None) -> list[str]:
+def missing_for_run(
+    api: KubeApi,
+    cluster: str,
+    backend: str,
+    namespace: str,
+    service_account: str,
+    region: str | None = None,
+) -> list[str]:
     """One line per thing the run's workload needs and the cluster lacks, each naming
     the command that fixes it (empty: ready)."""
     lines = []
@@ -204,18 +241,26 @@ def missing_for_run(api: KubeApi, cluster: str, backend: str, namespace: str,
     if not established(api.get(*CRD_API, crd)):
         c = provider(crd)
         if c is not None:
-            lines.append(f"the cluster has no {crd} CRD ({c.title} {c.version} is not "
-                         f"installed): run 'rlctl cluster create {cluster}{where}', which "
-                         "installs it")
+            lines.append(
+                f"the cluster has no {crd} CRD ({c.title} {c.version} is not "
+                f"installed): run 'rlctl cluster create {cluster}{where}', which "
+                "installs it"
+            )
         else:
-            lines.append(f"the cluster has no {crd} CRD (GKE's Ray operator add-on is off): "
-                         f"run 'gcloud container clusters update {cluster}{where} "
-                         "--update-addons=RayOperator=ENABLED'")
-    create = (f"rlctl cluster create {cluster}{where} --namespace {namespace} "
-              f"--service-account {service_account}")
+            lines.append(
+                f"the cluster has no {crd} CRD (GKE's Ray operator add-on is off): "
+                f"run 'gcloud container clusters update {cluster}{where} "
+                "--update-addons=RayOperator=ENABLED'"
+            )
+    create = (
+        f"rlctl cluster create {cluster}{where} --namespace {namespace} "
+        f"--service-account {service_account}"
+    )
     if not has_namespace(api, namespace):
         lines.append(f"namespace {namespace!r} does not exist: run '{create}'")
     elif not has_service_account(api, namespace, service_account):
-        lines.append(f"service account {namespace}/{service_account} does not exist "
-                     f"(it is the one bound to the run bucket): run '{create}'")
+        lines.append(
+            f"service account {namespace}/{service_account} does not exist "
+            f"(it is the one bound to the run bucket): run '{create}'"
+        )
     return lines

@@ -79,19 +79,31 @@ def _nodes(pools: Sequence[NodePool]) -> list[_Node]:
     for p in pools:
         for i in range(p.nodes):
             labels = {**p.labels, HOSTNAME_LABEL: f"{p.name}-{i}"}
-            out.append(_Node(p, i, Requests(cpu=p.cpu, memory=p.memory_gib * GiB,
-                                            extended=dict(p.extended)), labels))
+            out.append(
+                _Node(
+                    p,
+                    i,
+                    Requests(cpu=p.cpu, memory=p.memory_gib * GiB, extended=dict(p.extended)),
+                    labels,
+                )
+            )
     return out
 
 
 def _fits(r: Requests, free: Requests) -> bool:
-    return (r.cpu <= free.cpu + 1e-9 and r.memory <= free.memory + 1e-3
-            and all(n <= free.extended.get(k, 0) for k, n in r.extended.items() if n))
+    return (
+        r.cpu <= free.cpu + 1e-9
+        and r.memory <= free.memory + 1e-3
+        and all(n <= free.extended.get(k, 0) for k, n in r.extended.items() if n)
+    )
 
 
 def _minus(free: Requests, r: Requests) -> Requests:
-    return Requests(cpu=free.cpu - r.cpu, memory=free.memory - r.memory,
-                    extended={k: v - r.extended.get(k, 0) for k, v in free.extended.items()})
+    return Requests(
+        cpu=free.cpu - r.cpu,
+        memory=free.memory - r.memory,
+        extended={k: v - r.extended.get(k, 0) for k, v in free.extended.items()},
+    )
 
 
 def selects(g: PodGroup, p: NodePool) -> bool:
@@ -100,11 +112,15 @@ def selects(g: PodGroup, p: NodePool) -> bool:
 
 def tolerates(g: PodGroup, p: NodePool) -> bool:
     """Every NoSchedule/NoExecute taint of the pool is tolerated (TaintToleration)."""
+
     def ok(t) -> bool:
-        return any((tol.get("key") in (None, "", t.key))
-                   and (tol.get("operator", "Equal") == "Exists" or tol.get("value") == t.value)
-                   and tol.get("effect") in (None, "", t.effect)
-                   for tol in g.tolerations)
+        return any(
+            (tol.get("key") in (None, "", t.key))
+            and (tol.get("operator", "Equal") == "Exists" or tol.get("value") == t.value)
+            and tol.get("effect") in (None, "", t.effect)
+            for tol in g.tolerations
+        )
+
     return all(ok(t) for t in p.taints if t.effect in ("NoSchedule", "NoExecute"))
 
 
@@ -120,15 +136,20 @@ def _size_reason(g: PodGroup, pools: list[NodePool]) -> tuple[Reason, str]:
     best = max(pools, key=lambda p: (p.cpu, p.memory_gib))
     for k, n in r.extended.items():
         if n and all(n > p.extended.get(k, 0) for p in pools):
-            return "accelerator", (f"each pod asks {n} {k}; nodes of {best.describe()} have "
-                                   f"{best.extended.get(k, 0)}")
+            return "accelerator", (
+                f"each pod asks {n} {k}; nodes of {best.describe()} have {best.extended.get(k, 0)}"
+            )
     if all(r.cpu > p.cpu + 1e-9 for p in pools):
         smt = " with one thread per core" if best.vcpus < _catalog_vcpus(best) else ""
-        return "cpu", (f"each pod asks {r.cpu:g} CPU; a node of {best.describe()} offers "
-                       f"{best.cpu:.1f} to pods ({best.vcpus} vCPUs{smt}, less GKE's "
-                       "reservations and DaemonSets)")
-    return "memory", (f"each pod asks {r.memory / GiB:.1f} GiB; a node of {best.describe()} "
-                      f"offers {best.memory_gib:.1f} GiB to pods")
+        return "cpu", (
+            f"each pod asks {r.cpu:g} CPU; a node of {best.describe()} offers "
+            f"{best.cpu:.1f} to pods ({best.vcpus} vCPUs{smt}, less GKE's "
+            "reservations and DaemonSets)"
+        )
+    return "memory", (
+        f"each pod asks {r.memory / GiB:.1f} GiB; a node of {best.describe()} "
+        f"offers {best.memory_gib:.1f} GiB to pods"
+    )
 
 
 def _catalog_vcpus(p: NodePool) -> int:
@@ -140,14 +161,17 @@ def _unmatched(g: PodGroup, pools: Sequence[NodePool]) -> tuple[Reason, str]:
     selected = [p for p in pools if selects(g, p)]
     if not selected:
         want = ", ".join(f"{k}={v}" for k, v in g.node_selector.items())
-        near = sorted({f"{k}={p.labels[k]}" for p in pools for k in g.node_selector
-                       if k in p.labels})
+        near = sorted(
+            {f"{k}={p.labels[k]}" for p in pools for k in g.node_selector if k in p.labels}
+        )
         has = f" (the pools have {', '.join(near)})" if near else ""
         return "selector", f"no node pool has {want}{has}"
     names = ", ".join(p.name for p in selected)
     taints = sorted({f"{t.key}={t.value}:{t.effect}" for p in selected for t in p.taints})
-    return "taint", f"pool(s) {names} are tainted {', '.join(taints)} and the pods do not " \
-                    "tolerate it"
+    return (
+        "taint",
+        f"pool(s) {names} are tainted {', '.join(taints)} and the pods do not tolerate it",
+    )
 
 
 def _place_free(g: PodGroup, nodes: list[_Node], n: int) -> list[_Node] | None:
@@ -201,8 +225,13 @@ def check(groups: Sequence[PodGroup], pools: Sequence[NodePool]) -> FitReport:
             reason, detail = _unmatched(g, pools)
             out.append(Placement(**base, reason=reason, detail=detail))
             continue
-        if not any(_fits(g.requests, Requests(cpu=p.cpu, memory=p.memory_gib * GiB,
-                                              extended=dict(p.extended))) for p in ok):
+        if not any(
+            _fits(
+                g.requests,
+                Requests(cpu=p.cpu, memory=p.memory_gib * GiB, extended=dict(p.extended)),
+            )
+            for p in ok
+        ):
             reason, detail = _size_reason(g, ok)
             out.append(Placement(**base, reason=reason, detail=detail))
             continue
@@ -212,19 +241,31 @@ def check(groups: Sequence[PodGroup], pools: Sequence[NodePool]) -> FitReport:
             if placed < g.jobs:
                 per = max((_capacity(g, [x]) for x in mine), default=0)
                 where = "node" if g.pinned == HOSTNAME_LABEL else f"{g.pinned} domain"
-                detail = (f"JobSet's exclusive placement ({g.pinned}) puts the {g.pods} pods "
-                          f"of each of {g.jobs} job(s) in one {where}; ")
-                detail += (f"a node takes {per} of them" if g.pinned == HOSTNAME_LABEL
-                           else f"only {placed} job(s) find a free one")
+                detail = (
+                    f"JobSet's exclusive placement ({g.pinned}) puts the {g.pods} pods "
+                    f"of each of {g.jobs} job(s) in one {where}; "
+                )
+                detail += (
+                    f"a node takes {per} of them"
+                    if g.pinned == HOSTNAME_LABEL
+                    else f"only {placed} job(s) find a free one"
+                )
                 out.append(Placement(**base, reason="pinned", detail=detail))
                 continue
         else:
             got = _place_free(g, mine, g.total)
             if got is None:
                 cap = _capacity(g, mine)
-                out.append(Placement(**base, reason="nodes", detail=(
-                    f"{g.total} pods of {_fmt(g.requests)} each; the nodes of "
-                    f"{', '.join(p.describe() for p in ok)} have room for {cap}")))
+                out.append(
+                    Placement(
+                        **base,
+                        reason="nodes",
+                        detail=(
+                            f"{g.total} pods of {_fmt(g.requests)} each; the nodes of "
+                            f"{', '.join(p.describe() for p in ok)} have room for {cap}"
+                        ),
+                    )
+                )
                 continue
             used = got
         names = list(dict.fromkeys(x.pool.name for x in used))

@@ -44,15 +44,16 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def build_configuration(endpoint: str, ca_cert_b64: str | None,
-                        token: TokenSource) -> Configuration:
+def build_configuration(
+    endpoint: str, ca_cert_b64: str | None, token: TokenSource
+) -> Configuration:
     """Args:
-        endpoint: the GKE cluster's ``endpoint`` (an IP or host; ``https://`` is added),
-            or a full URL (tests use ``http://127.0.0.1:PORT``).
-        ca_cert_b64: ``masterAuth.clusterCaCertificate`` (base64 PEM); None skips TLS
-            verification only for plain-http loopback URLs.
-        token: an OAuth access token, or a function returning a fresh one (called
-            again before each request via the client's refresh hook).
+    endpoint: the GKE cluster's ``endpoint`` (an IP or host; ``https://`` is added),
+        or a full URL (tests use ``http://127.0.0.1:PORT``).
+    ca_cert_b64: ``masterAuth.clusterCaCertificate`` (base64 PEM); None skips TLS
+        verification only for plain-http loopback URLs.
+    token: an OAuth access token, or a function returning a fresh one (called
+        again before each request via the client's refresh hook).
     """
     from kubernetes import client
 
@@ -65,8 +66,10 @@ def build_configuration(endpoint: str, ca_cert_b64: str | None,
         cfg.ssl_ca_cert = _ca_file(ca_cert_b64)
         cfg.verify_ssl = True
     elif host.startswith("https://"):
-        raise ConfigError(f"no CA certificate for {host}",
-                          hint="pass the cluster's masterAuth.clusterCaCertificate")
+        raise ConfigError(
+            f"no CA certificate for {host}",
+            hint="pass the cluster's masterAuth.clusterCaCertificate",
+        )
     cfg.api_key_prefix = {"authorization": "Bearer"}
     if callable(token):
         source = token

@@ -60,28 +60,50 @@ class WorkloadView(BaseModel):
     max_restarts: int = Field(3, ge=0)
     min_slices: int = Field(1, ge=1, description="Ray: fewest slices the job may shrink to.")
     dcn_networks: list[str] = Field(default_factory=list)
-    cpu: str = Field("", description="Per accelerator host pod; '' = the catalog's "
-                     "allocatable of the machine type, less headroom.")
-    memory: str = Field("", description="Per accelerator host pod, requested and limited; "
-                        "'' = from the catalog like cpu.")
-    controller_cpu: str = Field("", description="The trainer in Pathways' head pod; '' = "
-                                "what a node of the Pathways pool leaves beside the "
-                                "controller's sidecars.")
+    cpu: str = Field(
+        "",
+        description="Per accelerator host pod; '' = the catalog's "
+        "allocatable of the machine type, less headroom.",
+    )
+    memory: str = Field(
+        "",
+        description="Per accelerator host pod, requested and limited; "
+        "'' = from the catalog like cpu.",
+    )
+    controller_cpu: str = Field(
+        "",
+        description="The trainer in Pathways' head pod; '' = "
+        "what a node of the Pathways pool leaves beside the "
+        "controller's sidecars.",
+    )
     controller_memory: str = Field("", description="Likewise, requested and limited.")
-    megascale_port: int = Field(9915, ge=1, le=65535, description="libtpu's DCN port (the "
-                                "seeds' 9915; Ray's metrics export has 8080).")
+    megascale_port: int = Field(
+        9915,
+        ge=1,
+        le=65535,
+        description="libtpu's DCN port (the seeds' 9915; Ray's metrics export has 8080).",
+    )
     metrics_export_port: int = Field(8080, ge=1, le=65535)
-    ray_version: str = Field(default_factory=lambda: image_ray_version(),
-                             description="RayJob rayVersion: the Ray the image pins.")
-    pathways_version: str = Field(default_factory=lambda: image_pathways_version(),
-                                  description="PathwaysJob pathwaysVersion: the server "
-                                  "images' tag of the JAX the TPU image pins.")
-    rollout_engine: str = Field("vanilla", pattern=r"^(auto|vanilla|vllm)$",
-                                description="The engine the pods' trainer samples with "
-                                "(runs/submit.py cluster_engine), shown on the workload.")
+    ray_version: str = Field(
+        default_factory=lambda: image_ray_version(),
+        description="RayJob rayVersion: the Ray the image pins.",
+    )
+    pathways_version: str = Field(
+        default_factory=lambda: image_pathways_version(),
+        description="PathwaysJob pathwaysVersion: the server "
+        "images' tag of the JAX the TPU image pins.",
+    )
+    rollout_engine: str = Field(
+        "vanilla",
+        pattern=r"^(auto|vanilla|vllm)$",
+        description="The engine the pods' trainer samples with "
+        "(runs/submit.py cluster_engine), shown on the workload.",
+    )
     env: list[EnvVar] = Field(default_factory=list)
-    gcs_buckets: list[str] = Field(default_factory=list, description="Buckets mounted "
-                                   "read-only at /gcs/BUCKET (GCS FUSE CSI) for gs:// inputs.")
+    gcs_buckets: list[str] = Field(
+        default_factory=list,
+        description="Buckets mounted read-only at /gcs/BUCKET (GCS FUSE CSI) for gs:// inputs.",
+    )
 
     @field_validator("run")
     @classmethod
@@ -129,16 +151,22 @@ class WorkloadView(BaseModel):
 
         if not (data.get("controller_cpu") and data.get("controller_memory")):
             cpu, memory = pathways_head_resources()
-            data = {**data, "controller_cpu": data.get("controller_cpu") or cpu,
-                    "controller_memory": data.get("controller_memory") or memory}
+            data = {
+                **data,
+                "controller_cpu": data.get("controller_cpu") or cpu,
+                "controller_memory": data.get("controller_memory") or memory,
+            }
         if data.get("cpu") and data.get("memory"):
             return data
 
         shape = data.get("shape")
         if isinstance(shape, dict):
             shape = SliceShape(**shape)
-        found = None if shape is None else host_pod_resources(shape.machine_type,
-                                                              shape.threads_per_core)
+        found = (
+            None
+            if shape is None
+            else host_pod_resources(shape.machine_type, shape.threads_per_core)
+        )
         cpu, memory = found or ("8", "32Gi")
         return {**data, "cpu": data.get("cpu") or cpu, "memory": data.get("memory") or memory}
 
@@ -180,8 +208,7 @@ class WorkloadView(BaseModel):
         gcs-fuse-csi-driver 5fcdc04a); the values are seed 001's."""
         from rlctl.core.image.context import IMAGE_UID
 
-        return (f"implicit-dirs,uid={IMAGE_UID},gid={IMAGE_UID},file-mode=664,"
-                "dir-mode=775")
+        return f"implicit-dirs,uid={IMAGE_UID},gid={IMAGE_UID},file-mode=664,dir-mode=775"
 
     @property
     def gcsfuse_annotations(self) -> dict[str, str]:
@@ -190,8 +217,12 @@ class WorkloadView(BaseModel):
         is not throttled or OOM-killed in the sidecar while the trainer has memory."""
         if not self.gcs_buckets:
             return {}
-        return {"gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "0",
-                "gke-gcsfuse/memory-limit": "0", "gke-gcsfuse/ephemeral-storage-limit": "0"}
+        return {
+            "gke-gcsfuse/volumes": "true",
+            "gke-gcsfuse/cpu-limit": "0",
+            "gke-gcsfuse/memory-limit": "0",
+            "gke-gcsfuse/ephemeral-storage-limit": "0",
+        }
 
     @property
     def dcn_claim(self) -> str:
@@ -203,9 +234,15 @@ class WorkloadView(BaseModel):
         taint only the head tolerates."""
         from rlctl.core.config.nodes import NODEPOOL_LABEL, PATHWAYS_POOL, PATHWAYS_TAINT
 
-        return {"selector": {NODEPOOL_LABEL: PATHWAYS_POOL},
-                "toleration": {"key": PATHWAYS_TAINT.key, "operator": "Equal",
-                               "value": PATHWAYS_TAINT.value, "effect": PATHWAYS_TAINT.effect}}
+        return {
+            "selector": {NODEPOOL_LABEL: PATHWAYS_POOL},
+            "toleration": {
+                "key": PATHWAYS_TAINT.key,
+                "operator": "Equal",
+                "value": PATHWAYS_TAINT.value,
+                "effect": PATHWAYS_TAINT.effect,
+            },
+        }
 
     @property
     def ray_accelerator_type(self) -> str:
@@ -215,8 +252,10 @@ class WorkloadView(BaseModel):
 
         found = ray_accelerator_type(self.shape.accelerator)
         if found is None:
-            raise ConfigError(f"no Ray accelerator type for {self.shape.accelerator!r}",
-                              hint="the ray backend needs a TPU type from the catalog")
+            raise ConfigError(
+                f"no Ray accelerator type for {self.shape.accelerator!r}",
+                hint="the ray backend needs a TPU type from the catalog",
+            )
         return found
 
     @property
@@ -269,8 +308,7 @@ def make_view(**fields: Any) -> WorkloadView:
         return WorkloadView(**fields)
     except ValidationError as e:
         msgs = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'view'}: {err['msg']}"
-            for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'view'}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"cannot render the workload: {msgs}") from e
 
@@ -282,8 +320,12 @@ def environment():
 
     return jinja2.Environment(
         # the package's templates, then those of backends registered from outside it
-        loader=jinja2.ChoiceLoader([jinja2.PackageLoader("rlctl", "templates"),
-                                    jinja2.FunctionLoader(backends.template_source)]),
+        loader=jinja2.ChoiceLoader(
+            [
+                jinja2.PackageLoader("rlctl", "templates"),
+                jinja2.FunctionLoader(backends.template_source),
+            ]
+        ),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # YAML, not HTML: every value goes through tojson instead
         keep_trailing_newline=True,
@@ -317,8 +359,7 @@ def render_workload(view: WorkloadView) -> list[dict[str, Any]]:
     without it ever passing through a template or a printed manifest.
     """
     backend = backends.get(view.backend)
-    extra = {name: render_text(template, view)
-             for name, template in backend.config_files.items()}
+    extra = {name: render_text(template, view) for name, template in backend.config_files.items()}
     objs = [_render_yaml("serviceaccount.yaml.j2", v=view)]
     if extra:
         objs.append(_render_yaml("configmap.yaml.j2", v=view, extra_files=extra))

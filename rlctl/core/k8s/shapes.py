@@ -32,8 +32,12 @@ class SliceShape(BaseModel):
     chips_per_host: int = Field(ge=1)
     num_slices: int = Field(default=1, ge=1)
     threads_per_core: int | None = Field(
-        None, ge=0, le=2, description="Of the hosts' node pool; 1 halves the vCPUs a host "
-        "has (rlctl's TPU pools), None or 0 = the machine type's default (2).")
+        None,
+        ge=0,
+        le=2,
+        description="Of the hosts' node pool; 1 halves the vCPUs a host "
+        "has (rlctl's TPU pools), None or 0 = the machine type's default (2).",
+    )
 
     @model_validator(mode="after")
     def _tpu_has_topology(self) -> SliceShape:
@@ -71,11 +75,21 @@ def slice_shape(acc: Accelerator, count: int, threads_per_core: int | None = -1)
     if threads_per_core == -1:
         threads_per_core = TPU_THREADS_PER_CORE if acc.kind == "tpu" else None
     if acc.kind == "tpu":
-        return SliceShape(kind="tpu", accelerator=acc.gke_accelerator or "",
-                          machine_type=acc.machine_type, topology=acc.topology,
-                          hosts_per_slice=acc.hosts, chips_per_host=acc.chips_per_host,
-                          num_slices=count, threads_per_core=threads_per_core)
-    return SliceShape(kind="gpu", accelerator=acc.gpu_type or "", machine_type=acc.machine_type,
-                      hosts_per_slice=count, chips_per_host=acc.gpus,
-                      threads_per_core=threads_per_core)
-
+        return SliceShape(
+            kind="tpu",
+            accelerator=acc.gke_accelerator or "",
+            machine_type=acc.machine_type,
+            topology=acc.topology,
+            hosts_per_slice=acc.hosts,
+            chips_per_host=acc.chips_per_host,
+            num_slices=count,
+            threads_per_core=threads_per_core,
+        )
+    return SliceShape(
+        kind="gpu",
+        accelerator=acc.gpu_type or "",
+        machine_type=acc.machine_type,
+        hosts_per_slice=count,
+        chips_per_host=acc.gpus,
+        threads_per_core=threads_per_core,
+    )

@@ -68,8 +68,11 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(node, dict):
             return node
         node = {k: walk(v) for k, v in node.items()}
-        if ("properties" in node and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in node
+            and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+        ):
             node["additionalProperties"] = False
         if node.get("nullable") and "type" in node:
             t = node["type"]
@@ -143,8 +146,10 @@ class CrdSchemas:
     def errors(self, obj: dict[str, Any]) -> list[str]:
         raw, validator = self._validator(obj["apiVersion"], obj["kind"])
         defaulted = apply_defaults(raw, copy.deepcopy(obj))
-        return [f"{_path(e.absolute_path)}: {e.message}"
-                for e in sorted(validator.iter_errors(defaulted), key=lambda e: list(e.path))]
+        return [
+            f"{_path(e.absolute_path)}: {e.message}"
+            for e in sorted(validator.iter_errors(defaulted), key=lambda e: list(e.path))
+        ]
 
 
 @functools.cache
@@ -176,25 +181,39 @@ def embedded_templates(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any
     kind = obj.get("kind")
 
     def pod(path: str, template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        return path, {"apiVersion": "v1", "kind": "PodTemplate",
-                      "metadata": {"name": "embedded"}, "template": template}
+        return path, {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "embedded"},
+            "template": template,
+        }
 
     if kind == "JobSet":
         for i, rj in enumerate(spec.get("replicatedJobs") or []):
             t = rj.get("template") or {}
-            yield (f"spec.replicatedJobs[{i}].template",
-                   {"apiVersion": "batch/v1", "kind": "Job",
+            yield (
+                f"spec.replicatedJobs[{i}].template",
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
                     "metadata": {"name": "embedded", **(t.get("metadata") or {})},
-                    "spec": t.get("spec") or {}})
-            yield pod(f"spec.replicatedJobs[{i}].template.spec.template",
-                      (t.get("spec") or {}).get("template") or {})
+                    "spec": t.get("spec") or {},
+                },
+            )
+            yield pod(
+                f"spec.replicatedJobs[{i}].template.spec.template",
+                (t.get("spec") or {}).get("template") or {},
+            )
     elif kind in ("RayJob", "RayCluster"):
         rc = spec.get("rayClusterSpec", spec) if kind == "RayJob" else spec
-        yield pod("spec.rayClusterSpec.headGroupSpec.template",
-                  rc.get("headGroupSpec", {}).get("template") or {})
+        yield pod(
+            "spec.rayClusterSpec.headGroupSpec.template",
+            rc.get("headGroupSpec", {}).get("template") or {},
+        )
         for i, g in enumerate(rc.get("workerGroupSpecs") or []):
-            yield pod(f"spec.rayClusterSpec.workerGroupSpecs[{i}].template",
-                      g.get("template") or {})
+            yield pod(
+                f"spec.rayClusterSpec.workerGroupSpecs[{i}].template", g.get("template") or {}
+            )
     elif kind == "PathwaysJob":
         yield pod("spec.controller.template", (spec.get("controller") or {}).get("template") or {})
 
@@ -207,13 +226,15 @@ def manifest_errors(obj: dict[str, Any], crds: CrdSchemas | None) -> list[str]:
         errs = crds.errors(obj)
         for path, core in embedded_templates(obj):
             errs += [f"{path}.{e}" for e in core_errors(core)]
-    elif "/" in api and not api.startswith(("apps/", "batch/", "resource.k8s.io/",
-                                           "rbac.authorization.k8s.io/", "policy/")):
+    elif "/" in api and not api.startswith(
+        ("apps/", "batch/", "resource.k8s.io/", "rbac.authorization.k8s.io/", "policy/")
+    ):
         if crds is None:  # the package data is part of every install: a broken one
-            raise RlctlError(f"{where}: no CRD schemas to check a {kind} (rlctl/{CRDS_DIR} "
-                             "is missing from the installed package)",
-                             hint="reinstall rlctl: "
-                                  + extra_install_command("k8s", force=True))
+            raise RlctlError(
+                f"{where}: no CRD schemas to check a {kind} (rlctl/{CRDS_DIR} "
+                "is missing from the installed package)",
+                hint="reinstall rlctl: " + extra_install_command("k8s", force=True),
+            )
         errs = [f"no CRD schema for {api} {kind}"]
     else:
         errs = core_errors(obj)

@@ -92,36 +92,46 @@ class ClusterTarget:
         TPU pools are refused (``catalog.multislice_refusal``)."""
         key, shape = self._shape(accelerator)
         if why := multislice_refusal(lookup(key), shape.num_slices):
-            raise ConfigError(f"cluster {self.name!r}: {why}",
-                              hint=f"remove the extra {key} pools with 'rlctl cluster "
-                              f"create {self.name} -a {key}' (it plans the change first)")
+            raise ConfigError(
+                f"cluster {self.name!r}: {why}",
+                hint=f"remove the extra {key} pools with 'rlctl cluster "
+                f"create {self.name} -a {key}' (it plans the change first)",
+            )
         return key, shape
 
     def _shape(self, accelerator: str | None = None) -> tuple[str, SliceShape]:
         if not self.shapes:
-            raise ConfigError(f"cluster {self.name!r} has no TPU or GPU node pool",
-                              hint=f"add one with 'rlctl cluster create {self.name} -a v6e-16'")
+            raise ConfigError(
+                f"cluster {self.name!r} has no TPU or GPU node pool",
+                hint=f"add one with 'rlctl cluster create {self.name} -a v6e-16'",
+            )
         if accelerator:
             name, count = parse_slices(accelerator)
             key = lookup(name).name
             if key not in self.shapes:
-                raise ConfigError(f"cluster {self.name!r} has no {key} node pool",
-                                  hint=f"it has: {', '.join(sorted(self.shapes))}")
+                raise ConfigError(
+                    f"cluster {self.name!r} has no {key} node pool",
+                    hint=f"it has: {', '.join(sorted(self.shapes))}",
+                )
             shape = self.shapes[key]
             if not re.search(r"\s[xX*]\s*\d", accelerator):  # no count: all of them
                 return key, shape
             have = shape.num_slices if shape.kind == "tpu" else shape.hosts_per_slice
             if count > have:
                 what = "slice" if shape.kind == "tpu" else "machine"
-                raise ConfigError(f"cluster {self.name!r} has {have} {key} {what}"
-                                  f"{'s' if have != 1 else ''}, not {count}",
-                                  hint=f"pass -a '{key} x{have}' or fewer")
+                raise ConfigError(
+                    f"cluster {self.name!r} has {have} {key} {what}"
+                    f"{'s' if have != 1 else ''}, not {count}",
+                    hint=f"pass -a '{key} x{have}' or fewer",
+                )
             field = "num_slices" if shape.kind == "tpu" else "hosts_per_slice"
             return key, shape.model_copy(update={field: count})
         if len(self.shapes) > 1:
-            raise ConfigError(f"cluster {self.name!r} has several accelerator types: "
-                              f"{', '.join(sorted(self.shapes))}",
-                              hint="choose one with --accelerator")
+            raise ConfigError(
+                f"cluster {self.name!r} has several accelerator types: "
+                f"{', '.join(sorted(self.shapes))}",
+                hint="choose one with --accelerator",
+            )
         return next(iter(self.shapes.items()))
 
 
@@ -131,27 +141,37 @@ def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> C
 
     cur = get_cluster(clients, project, region, name)
     if cur is None:
-        raise NotFoundError(f"cluster {name!r} not found in {project}/{region}",
-                            hint="list clusters with 'rlctl cluster list', or pass "
-                            "--project/--region")
+        raise NotFoundError(
+            f"cluster {name!r} not found in {project}/{region}",
+            hint="list clusters with 'rlctl cluster list', or pass --project/--region",
+        )
     if cur.status.name != "RUNNING":
-        raise ConflictError(f"cluster {name!r} is {cur.status.name}, not RUNNING",
-                            hint=f"wait for it: 'rlctl cluster describe {name}'")
+        raise ConflictError(
+            f"cluster {name!r} is {cur.status.name}, not RUNNING",
+            hint=f"wait for it: 'rlctl cluster describe {name}'",
+        )
     slices, networks = slices_from_pools(list(cur.node_pools))
-    shapes = {s.accelerator.name: slice_shape(s.accelerator, s.count, s.threads_per_core)
-              for s in slices}
+    shapes = {
+        s.accelerator.name: slice_shape(s.accelerator, s.count, s.threads_per_core) for s in slices
+    }
     pools, unmodelled = node_pools_of(list(cur.node_pools))
     labels = dict(cur.resource_labels or {})
-    return ClusterTarget(name=name, project=project, region=region, endpoint=cur.endpoint,
-                         ca_cert=cur.master_auth.cluster_ca_certificate or None,
-                         shapes=shapes, dcn_networks=networks, pools=pools,
-                         unmodelled=unmodelled,
-                         namespace=labels.get(NAMESPACE_LABEL),
-                         service_account=labels.get(KSA_LABEL))
+    return ClusterTarget(
+        name=name,
+        project=project,
+        region=region,
+        endpoint=cur.endpoint,
+        ca_cert=cur.master_auth.cluster_ca_certificate or None,
+        shapes=shapes,
+        dcn_networks=networks,
+        pools=pools,
+        unmodelled=unmodelled,
+        namespace=labels.get(NAMESPACE_LABEL),
+        service_account=labels.get(KSA_LABEL),
+    )
 
 
-def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | None
-                    ) -> GcpClients:
+def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | None) -> GcpClients:
     """What a dry run of ``train --cluster`` without credentials plans against: an empty
     project holding only the cluster ``rlctl cluster create CLUSTER -a ACCELERATOR
     --bucket PROJECT-CLUSTER-runs`` would make, RUNNING, and that bucket."""
@@ -160,17 +180,17 @@ def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | 
     from rlctl.core.gcp.cluster import planned_cluster
 
     if not accelerator:
-        raise ConfigError(f"without Google Cloud credentials rlctl cannot read the node "
-                          f"pools of cluster {cluster}",
-                          hint="pass -a TYPE[ xN] to plan against the cluster 'rlctl cluster "
-                          f"create {cluster} -a TYPE' would make, e.g. -a 'v6e-16 x2'")
+        raise ConfigError(
+            f"without Google Cloud credentials rlctl cannot read the node "
+            f"pools of cluster {cluster}",
+            hint="pass -a TYPE[ xN] to plan against the cluster 'rlctl cluster "
+            f"create {cluster} -a TYPE' would make, e.g. -a 'v6e-16 x2'",
+        )
     # pydantic's typed __init__ wants SliceSpecs; SliceSpec's validator parses 'TYPE xN'
-    spec = InfraSpec(project=project, region=region, cluster=cluster,
-                     accelerators=[accelerator])  # type: ignore[list-item]
+    spec = InfraSpec(project=project, region=region, cluster=cluster, accelerators=[accelerator])  # type: ignore[list-item]
     clients = EmptyProject(project, region)
     clients.clusters[cluster] = planned_cluster(clients, spec)
-    clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL,
-                                                         CLUSTER_LABEL: cluster}
+    clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL, CLUSTER_LABEL: cluster}
     return clients
 
 
@@ -197,25 +217,34 @@ def _location(ref: ClusterRef, recorded: dict[str, Any]) -> tuple[str, str]:
 
 def _store(clients: GcpClients, uri: str) -> RunStore:
     if not uri.startswith("gs://"):
-        raise ConfigError(f"a cluster run needs a gs:// run store, not {uri!r}",
-                          hint="pass --runs-dir gs://BUCKET/runs")
+        raise ConfigError(
+            f"a cluster run needs a gs:// run store, not {uri!r}",
+            hint="pass --runs-dir gs://BUCKET/runs",
+        )
     return open_store(uri, client=clients.storage)
 
 
 # --- submit ------------------------------------------------------------------------
-def _image_lines(clients: GcpClients, target: ClusterTarget, shape: SliceShape,
-                 image: str) -> list[str]:
+def _image_lines(
+    clients: GcpClients, target: ClusterTarget, shape: SliceShape, image: str
+) -> list[str]:
     """One line if the image is known to be missing (Artifact Registry images only)."""
     if image_exists(clients, image) is not False:
         return []
-    return [f"image {image} does not exist: run 'rlctl image build --cluster {target.name} "
-            f"--region {target.region} --accelerator {shape.kind}'"
-            + ("" if image.rsplit(":", 1)[-1] == default_tag(shape.kind) else
-               ", then pass the image it prints with --image (or leave --image out)")]
+    return [
+        f"image {image} does not exist: run 'rlctl image build --cluster {target.name} "
+        f"--region {target.region} --accelerator {shape.kind}'"
+        + (
+            ""
+            if image.rsplit(":", 1)[-1] == default_tag(shape.kind)
+            else ", then pass the image it prints with --image (or leave --image out)"
+        )
+    ]
 
 
-def _ready_or_raise(api: KubeApi, target: ClusterTarget, backend: str,
-                    opts: ClusterOptions, lines: list[str]) -> None:
+def _ready_or_raise(
+    api: KubeApi, target: ClusterTarget, backend: str, opts: ClusterOptions, lines: list[str]
+) -> None:
     """The pre-submit checks: the backend's CRD, the namespace, the KSA and the image
     are there.
 
@@ -226,8 +255,12 @@ def _ready_or_raise(api: KubeApi, target: ClusterTarget, backend: str,
     from rlctl.core.errors import PreflightError
     from rlctl.core.k8s.controllers import missing_for_run
 
-    lines = missing_for_run(api, target.name, backend, opts.namespace, opts.service_account,
-                            target.region) + lines
+    lines = (
+        missing_for_run(
+            api, target.name, backend, opts.namespace, opts.service_account, target.region
+        )
+        + lines
+    )
     if lines:
         raise PreflightError(lines)
 
@@ -241,9 +274,16 @@ class HostResources(BaseModel):
     min_slices: int | None = None
 
 
-def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, image: str | None,
-           hf_token: str | None = None, dry_run: bool = False,
-           resources: HostResources | None = None) -> SubmitResult | SubmitPreview:
+def submit(
+    clients: GcpClients,
+    ref: ClusterRef,
+    spec: RunSpec,
+    backend: str,
+    image: str | None,
+    hf_token: str | None = None,
+    dry_run: bool = False,
+    resources: HostResources | None = None,
+) -> SubmitResult | SubmitPreview:
     """Render (``dry_run``) or submit a run to ``ref.cluster``.
 
     A dry run returns a ``SubmitPreview`` (the manifests, no Secret value, nothing
@@ -261,27 +301,40 @@ def submit(clients: GcpClients, ref: ClusterRef, spec: RunSpec, backend: str, im
     runs_dir = ref.runs_dir or f"gs://{runs_bucket(clients, project, target.name)}/{RUNS_PREFIX}"
     store = _store(clients, runs_dir)
     if res.min_slices is not None and res.min_slices > shape.num_slices:
-        raise ConfigError(f"--min-slices {res.min_slices} is more than the cluster's "
-                          f"{shape.num_slices} {acc} slice(s)",
-                          hint=f"pass a number from 1 to {shape.num_slices}")
-    opts = ClusterOptions(image=image,
-                          namespace=ref.namespace or target.namespace or DEFAULT_NAMESPACE,
-                          service_account=target.service_account or DEFAULT_KSA,
-                          dcn_networks=target.dcn_networks, cpu=res.cpu or "",
-                          memory=res.memory or "", min_slices=res.min_slices or 1)
-    where = {"cluster": target.name, "project": project, "region": region,
-             "accelerator": acc, "image": image}
+        raise ConfigError(
+            f"--min-slices {res.min_slices} is more than the cluster's "
+            f"{shape.num_slices} {acc} slice(s)",
+            hint=f"pass a number from 1 to {shape.num_slices}",
+        )
+    opts = ClusterOptions(
+        image=image,
+        namespace=ref.namespace or target.namespace or DEFAULT_NAMESPACE,
+        service_account=target.service_account or DEFAULT_KSA,
+        dcn_networks=target.dcn_networks,
+        cpu=res.cpu or "",
+        memory=res.memory or "",
+        min_slices=res.min_slices or 1,
+    )
+    where = {
+        "cluster": target.name,
+        "project": project,
+        "region": region,
+        "accelerator": acc,
+        "image": image,
+    }
     # recorded for resume, which renders the workload again
     record = {**where, **res.model_dump(exclude_none=True)}
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     # every pod has a node before anything is written or applied (UnschedulableError)
-    report, notes = check_placement(objs, target.pools, target.unmodelled, target.name,
-                                    region, acc)
-    notes = [f"rollout engine: {cluster_engine(spec.rollout.engine, shape.kind, image).why}",
-             *notes]
+    report, notes = check_placement(objs, target.pools, target.unmodelled, target.name, region, acc)
+    notes = [
+        f"rollout engine: {cluster_engine(spec.rollout.engine, shape.kind, image).why}",
+        *notes,
+    ]
     if dry_run:
-        return SubmitPreview(**where, runs_dir=store.uri, manifests=objs,
-                             placements=report.placements, notes=notes)
+        return SubmitPreview(
+            **where, runs_dir=store.uri, manifests=objs, placements=report.placements, notes=notes
+        )
     from rlctl.core.gcp import preflight
 
     registry = (preflight.REGISTRY_API,) if ".pkg.dev/" in image else ()
@@ -318,8 +371,10 @@ def open_run(clients: GcpClients, ref: ClusterRef, name: str, connect: bool = Tr
     runs_dir = ref.runs_dir
     if not runs_dir:
         if not ref.cluster:
-            raise ConfigError("where is the run? no gs:// run store and no cluster given",
-                              hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME")
+            raise ConfigError(
+                "where is the run? no gs:// run store and no cluster given",
+                hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME",
+            )
         project, _ = _location(ref, {})
         runs_dir = f"gs://{runs_bucket(clients, project, ref.cluster)}/{RUNS_PREFIX}"
     store = _store(clients, runs_dir)
@@ -330,8 +385,9 @@ def open_run(clients: GcpClients, ref: ClusterRef, name: str, connect: bool = Tr
         return opened
     cluster = ref.cluster or recorded.get("cluster")
     if not cluster:
-        raise ConfigError(f"run {name!r} does not say which cluster it runs on",
-                          hint="pass --cluster NAME")
+        raise ConfigError(
+            f"run {name!r} does not say which cluster it runs on", hint="pass --cluster NAME"
+        )
     project, region = _location(ref, recorded)
     opened.target = find_cluster(clients, project, region, cluster)
     namespace = ref.namespace or recorded.get("namespace") or DEFAULT_NAMESPACE
@@ -341,14 +397,17 @@ def open_run(clients: GcpClients, ref: ClusterRef, name: str, connect: bool = Tr
 
 def _require_cluster(o: OpenRun, what: str) -> KubeApi:
     if o.api is None:
-        raise ConfigError(f"run {o.run.name!r} ran on this machine (backend "
-                          f"{o.status.get('backend', 'local')!r}): {what} is for cluster runs",
-                          hint=f"use 'rlctl status {o.run.name}' with a local --runs-dir")
+        raise ConfigError(
+            f"run {o.run.name!r} ran on this machine (backend "
+            f"{o.status.get('backend', 'local')!r}): {what} is for cluster runs",
+            hint=f"use 'rlctl status {o.run.name}' with a local --runs-dir",
+        )
     return o.api
 
 
-def describe(clients: GcpClients, ref: ClusterRef, name: str,
-             curve: bool = False) -> RunInfo | ClusterRunInfo:
+def describe(
+    clients: GcpClients, ref: ClusterRef, name: str, curve: bool = False
+) -> RunInfo | ClusterRunInfo:
     """The run store's view merged with the workload's state (phase, reason, pods);
     a run trained on this machine (its store on gs://) gets the store's view only.
     ``curve`` adds the learning curve (metrics and evals, read from the store)."""
@@ -367,8 +426,10 @@ def list_store(clients: GcpClients, ref: ClusterRef) -> tuple[str, list[RunInfo]
 
     if not ref.runs_dir:
         if not ref.cluster:
-            raise ConfigError("no gs:// run store and no cluster given",
-                              hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME")
+            raise ConfigError(
+                "no gs:// run store and no cluster given",
+                hint="pass --runs-dir gs://BUCKET/runs or --cluster NAME",
+            )
         project, _ = _location(ref, {})
         runs_dir = f"gs://{runs_bucket(clients, project, ref.cluster)}/{RUNS_PREFIX}"
     else:
@@ -412,14 +473,20 @@ def _new_lines(seen: list[str], lines: list[str]) -> list[str]:
     for k in range(min(len(seen), 5), 0, -1):
         tail = seen[-k:]
         for i in range(len(lines) - k, -1, -1):
-            if lines[i:i + k] == tail:
-                return lines[i + k:]
+            if lines[i : i + k] == tail:
+                return lines[i + k :]
     return lines
 
 
-def follow_logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100,
-                interval: float = 2.0, sleep: Callable[[float], None] | None = None,
-                window: int = 1000) -> Iterator[str]:
+def follow_logs(
+    clients: GcpClients,
+    ref: ClusterRef,
+    name: str,
+    tail: int = 100,
+    interval: float = 2.0,
+    sleep: Callable[[float], None] | None = None,
+    window: int = 1000,
+) -> Iterator[str]:
     """Yield log lines as they appear, polling every ``interval`` seconds, until the
     workload has finished (completed, failed, gone). The run store's train.log once the
     trainer has written one (its whole lines, by offset), the leading pod's log until
@@ -437,7 +504,7 @@ def follow_logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100
         text = read_log(o.run)
         if text is not None:
             if shown is None or len(text) < shown:  # first sight, or the file restarted
-                lines = text[:text.rfind("\n") + 1].splitlines()
+                lines = text[: text.rfind("\n") + 1].splitlines()
                 new = lines[-tail:] if first and tail else lines
                 shown = text.rfind("\n") + 1
             else:
@@ -461,8 +528,13 @@ def follow_logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100
 
 
 # --- resume and delete ----------------------------------------------------------------
-def resume(clients: GcpClients, ref: ClusterRef, name: str, hf_token: str | None = None,
-           image: str | None = None) -> ResumeResult:
+def resume(
+    clients: GcpClients,
+    ref: ClusterRef,
+    name: str,
+    hf_token: str | None = None,
+    image: str | None = None,
+) -> ResumeResult:
     """Re-submit a stopped cluster run from its latest complete checkpoint, with the
     backend, image and accelerator recorded at submit (``image`` overrides)."""
     o = open_run(clients, ref, name)
@@ -472,18 +544,21 @@ def resume(clients: GcpClients, ref: ClusterRef, name: str, hf_token: str | None
     image = image or o.status.get("image")
     if not image:
         raise ConfigError(f"run {name!r} records no image", hint="pass --image")
-    opts = ClusterOptions(image=image, namespace=api.namespace,
-                          service_account=o.status.get("service_account") or DEFAULT_KSA,
-                          dcn_networks=o.target.dcn_networks,
-                          cpu=o.status.get("cpu") or "", memory=o.status.get("memory") or "",
-                          min_slices=min(int(o.status.get("min_slices") or 1),
-                                         shape.num_slices))
+    opts = ClusterOptions(
+        image=image,
+        namespace=api.namespace,
+        service_account=o.status.get("service_account") or DEFAULT_KSA,
+        dcn_networks=o.target.dcn_networks,
+        cpu=o.status.get("cpu") or "",
+        memory=o.status.get("memory") or "",
+        min_slices=min(int(o.status.get("min_slices") or 1), shape.num_slices),
+    )
     from rlctl.core.runs.local import load_run_spec
 
-    objs = render_run(load_run_spec(o.run), o.backend, shape, o.store, opts,
-                      with_hf_secret=bool(hf_token))
-    check_placement(objs, o.target.pools, o.target.unmodelled, o.target.name,
-                    o.target.region, acc)
+    objs = render_run(
+        load_run_spec(o.run), o.backend, shape, o.store, opts, with_hf_secret=bool(hf_token)
+    )
+    check_placement(objs, o.target.pools, o.target.unmodelled, o.target.name, o.target.region, acc)
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
     return out.model_copy(update={"cluster": o.target.name, "accelerator": acc})
 
@@ -496,19 +571,32 @@ def plan_delete(clients: GcpClients, ref: ClusterRef, name: str, purge: bool = F
     assert o.target is not None
     changes = plan_delete_run(name, api, o.store, purge)
     if not changes:
-        raise NotFoundError(f"nothing to delete for run {name!r}: no rlctl-labelled objects",
-                            hint="pass --purge to also remove its files from the run store"
-                            if not purge else None)
-    notes = [f"run {name} on cluster {o.target.name}, namespace {api.namespace}: the shared "
-             f"ServiceAccount and objects not labelled rlctl.dev/run={name} stay"]
+        raise NotFoundError(
+            f"nothing to delete for run {name!r}: no rlctl-labelled objects",
+            hint="pass --purge to also remove its files from the run store" if not purge else None,
+        )
+    notes = [
+        f"run {name} on cluster {o.target.name}, namespace {api.namespace}: the shared "
+        f"ServiceAccount and objects not labelled rlctl.dev/run={name} stay"
+    ]
     if not purge:
         notes.append(f"the run's files in {o.run.uri} stay (--purge deletes them)")
-    return Plan(operation="delete", target=name, project=o.target.project,
-                location=o.target.region, changes=changes, notes=notes)
+    return Plan(
+        operation="delete",
+        target=name,
+        project=o.target.project,
+        location=o.target.region,
+        changes=changes,
+        notes=notes,
+    )
 
 
-def delete(clients: GcpClients, ref: ClusterRef, plan: Plan,
-           on_event: Callable[[str, str, str], None] | None = None) -> ApplyResult:
+def delete(
+    clients: GcpClients,
+    ref: ClusterRef,
+    plan: Plan,
+    on_event: Callable[[str, str, str], None] | None = None,
+) -> ApplyResult:
     """Apply ``plan_delete``'s plan: the keys of what was removed."""
     o = open_run(clients, ref, plan.target)
     api = _require_cluster(o, "delete run")

@@ -123,13 +123,27 @@ def build_curve(rows: list[dict[str, Any]], evals: dict[str, dict[str, Any]]) ->
         if at is not None:
             each = record.get("rewards")
             each = each if isinstance(each, dict) else {}
-            points.append(EvalPoint(which=which, step=at, accuracy=number(record.get("accuracy")),
-                                    reward=number(record.get("mean_reward")),
-                                    rewards={str(k): number(v) for k, v in each.items()}))
+            points.append(
+                EvalPoint(
+                    which=which,
+                    step=at,
+                    accuracy=number(record.get("accuracy")),
+                    reward=number(record.get("mean_reward")),
+                    rewards={str(k): number(v) for k, v in each.items()},
+                )
+            )
     order = {"baseline": 0, "final": 2}
     points.sort(key=lambda p: (p.step, order.get(p.which, 1)))
-    names = dict.fromkeys(m.group(1) for s in steps for k in by_step[s]
-                          if isinstance(k, str) and (m := _REWARD_KEY.match(k)))
+    names = dict.fromkeys(
+        m.group(1)
+        for s in steps
+        for k in by_step[s]
+        if isinstance(k, str) and (m := _REWARD_KEY.match(k))
+    )
     rewards = {n: [number(by_step[s].get(f"rewards/{n}/mean")) for s in steps] for n in names}
-    return Curve(step=steps, eval=points, rewards=rewards,
-                 **{k: [number(by_step[s].get(k)) for s in steps] for k in (*SERIES, *POLICY)})
+    return Curve(
+        step=steps,
+        eval=points,
+        rewards=rewards,
+        **{k: [number(by_step[s].get(k)) for s in steps] for k in (*SERIES, *POLICY)},
+    )

@@ -21,8 +21,11 @@ _REWARD_KEY = re.compile(r"^rewards/(.+)/mean$")
 
 def step_rewards(metrics: Mapping[str, Any]) -> dict[str, float | None]:
     """Each reward's mean in a metrics row (``rewards/<name>/mean``), in its order."""
-    return {m.group(1): v for k, v in metrics.items()
-            if isinstance(k, str) and (m := _REWARD_KEY.match(k))}
+    return {
+        m.group(1): v
+        for k, v in metrics.items()
+        if isinstance(k, str) and (m := _REWARD_KEY.match(k))
+    }
 
 
 def eval_rewards(record: Mapping[str, Any]) -> dict[str, float | None]:
@@ -64,10 +67,14 @@ def eval_parts(record: Mapping[str, Any]) -> list[str]:
     with ``correct``; else the reward total and each reward."""
     rewards = eval_rewards(record)
     if scores_accuracy(rewards):
-        return [f"accuracy {_num(record.get('accuracy'))}",
-                f"format {_num(record.get('format_rate'))}"]
-    return [f"reward {_num(record.get('mean_reward'))}",
-            *(f"{name} {_num(rewards[name])}" for name in own_rewards(rewards))]
+        return [
+            f"accuracy {_num(record.get('accuracy'))}",
+            f"format {_num(record.get('format_rate'))}",
+        ]
+    return [
+        f"reward {_num(record.get('mean_reward'))}",
+        *(f"{name} {_num(rewards[name])}" for name in own_rewards(rewards)),
+    ]
 
 
 def held_out(baseline: Mapping[str, Any], final: Mapping[str, Any]) -> str:
@@ -75,14 +82,17 @@ def held_out(baseline: Mapping[str, Any], final: Mapping[str, Any]) -> str:
     n = final.get("n")
     rewards = eval_rewards(final)
     if scores_accuracy(rewards):
-        return (f"held-out accuracy {_num(baseline.get('accuracy'))} -> "
-                f"{_num(final.get('accuracy'))} (n={n}); format "
-                f"{_num(baseline.get('format_rate'))} -> {_num(final.get('format_rate'))}")
+        return (
+            f"held-out accuracy {_num(baseline.get('accuracy'))} -> "
+            f"{_num(final.get('accuracy'))} (n={n}); format "
+            f"{_num(baseline.get('format_rate'))} -> {_num(final.get('format_rate'))}"
+        )
     before = eval_rewards(baseline)
     own = own_rewards(rewards)
     if len(own) == 1:  # the run's one reward, by its name
-        return (f"held-out {own[0]} {_num(before.get(own[0]))} -> "
-                f"{_num(rewards[own[0]])} (n={n})")
+        return f"held-out {own[0]} {_num(before.get(own[0]))} -> {_num(rewards[own[0]])} (n={n})"
     each = [f"{name} {_num(before.get(name))} -> {_num(rewards[name])}" for name in own]
-    return (f"held-out reward {_num(baseline.get('mean_reward'))} -> "
-            f"{_num(final.get('mean_reward'))} (n={n}); {', '.join(each)}")
+    return (
+        f"held-out reward {_num(baseline.get('mean_reward'))} -> "
+        f"{_num(final.get('mean_reward'))} (n={n}); {', '.join(each)}"
+    )

@@ -74,7 +74,9 @@ class StatusFile:
         recorded = self.data.get("total_steps")
         self.recorded_steps = recorded if isinstance(recorded, int) else None
         self.data.update(
-            name=run.name, algorithm=spec.algorithm, total_steps=spec.training.steps,
+            name=run.name,
+            algorithm=spec.algorithm,
+            total_steps=spec.training.steps,
             backend="local",
         )
         if not isinstance(self.data.get("created"), str):
@@ -118,8 +120,11 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
                 # attached, then is recorded (one that landed in between left 'pending')
                 with stops.deferred():
                     status = StatusFile(run, spec)
-                    status.update(StatusUpdate(phase=Phase.PENDING, pid=os.getpid(),
-                                               host=socket.gethostname()))
+                    status.update(
+                        StatusUpdate(
+                            phase=Phase.PENDING, pid=os.getpid(), host=socket.gethostname()
+                        )
+                    )
                     log.attach(run)  # after status.json: 'logs -f' sees an active run
             except KeyboardInterrupt:
                 _record_interrupt(run, StatusFile(run, spec), log)
@@ -138,8 +143,14 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
     from rlctl.core.trainer.tokenizer import ChatTokenizer
 
     source = load_source(spec.data, spec.eval.size)
-    folder = resolve_model_dir(spec.model.source, on_convert=lambda: emit(phase_event(
-        Stage.CONVERTING, "converting the default model to safetensors (first use only)")))
+    folder = resolve_model_dir(
+        spec.model.source,
+        on_convert=lambda: emit(
+            phase_event(
+                Stage.CONVERTING, "converting the default model to safetensors (first use only)"
+            )
+        ),
+    )
     _load_libraries(emit)
     from rlctl.core.trainer.tunix_adapter import check_family
     from rlctl.core.trainer.tunix_adapter.lora import check_lora
@@ -150,13 +161,24 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
         from rlctl.core.trainer.rollout import Rollout
 
         prompts = source.eval_set + source.every_train()
-        Rollout(spec.rollout, tokenizer, sampler=None,  # type: ignore[arg-type]
-                prompt=spec.prompt).probe(prompts, complete=True)
+        Rollout(
+            spec.rollout,
+            tokenizer,
+            sampler=None,  # type: ignore[arg-type]
+            prompt=spec.prompt,
+        ).probe(prompts, complete=True)
     # one trial call of each reward, in its own form, on the data's first problem
     # answered right: a reward that raises or returns no number fails here, not at step 1
     first = source.batch(0, 1)[0]
-    trial = Sample(f"<answer>{first.answer}</answer>", first.question, first.answer,
-                   first.columns, first.messages, [0])
+    trial = Sample(
+        f"<answer>{first.answer}</answer>",
+        first.question,
+        first.answer,
+        first.columns,
+        first.messages,
+        [0],
+    )
+
     def said(line: str) -> None:
         emit({"event": "message", "message": line})
 
@@ -164,8 +186,11 @@ def _preflight(spec: RunSpec, emit: Progress) -> None:
         try:
             score([reward], [trial], said)
         except ConfigError as e:  # no run exists yet, so there is nothing to resume
-            raise ConfigError(e.message, hint="fix the reward function and run the same "
-                              "'rlctl train' again (nothing was written)") from e
+            raise ConfigError(
+                e.message,
+                hint="fix the reward function and run the same "
+                "'rlctl train' again (nothing was written)",
+            ) from e
 
 
 def _load_libraries(emit: Progress) -> None:
@@ -186,14 +211,21 @@ def load_run_spec(run: RunDir) -> RunSpec:
     try:
         text = run.read_text(SPEC)
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{where} is not valid YAML (not UTF-8 text)",
-                          hint="restore the run's spec.yaml (its settings)") from e
+        raise ConfigError(
+            f"{where} is not valid YAML (not UTF-8 text)",
+            hint="restore the run's spec.yaml (its settings)",
+        ) from e
     return read_spec(text, where)
 
 
-def resume_local(root: str, name: str, progress: Progress | None = None,
-                 recover: bool = False, steps: int | None = None,
-                 command: str = "resume") -> TrainResult:
+def resume_local(
+    root: str,
+    name: str,
+    progress: Progress | None = None,
+    recover: bool = False,
+    steps: int | None = None,
+    command: str = "resume",
+) -> TrainResult:
     """Continue a run from its latest intact checkpoint. ``recover``: first bring back
     the checkpoints set aside as damaged whose data may be intact (see
     ``Checkpoints._recover``); a local run store only. ``steps``: train to that many
@@ -204,11 +236,14 @@ def resume_local(root: str, name: str, progress: Progress | None = None,
     run = open_store(root).existing(name)
     local = isinstance(run, LocalRunDir)
     if recover and not local:
-        raise ConfigError("--recover is for a run store on this machine",
-                          hint="copy the run's folder here, recover it, then copy it back")
+        raise ConfigError(
+            "--recover is for a run store on this machine",
+            hint="copy the run's folder here, recover it, then copy it back",
+        )
     if steps is not None and not local:
-        raise ConfigError("--steps is for a run store on this machine",
-                          hint="resume it without --steps")
+        raise ConfigError(
+            "--steps is for a run store on this machine", hint="resume it without --steps"
+        )
     _quiet_closed_loops()
     with _sigterm_as_interrupt(), run.lock():  # before anything is read: one writer
         return _resume(run, log, recover, steps)
@@ -220,8 +255,9 @@ def _done(run: RunDir, status: StatusFile) -> int:
     return steps_done(run)
 
 
-def _steps_changed(run: RunDir, spec: RunSpec, status: StatusFile,
-                   steps: int | None, progress: Progress | None) -> RunSpec:
+def _steps_changed(
+    run: RunDir, spec: RunSpec, status: StatusFile, steps: int | None, progress: Progress | None
+) -> RunSpec:
     """The spec to resume with: ``--steps`` written into spec.yaml (atomically), and
     every change of ``training.steps`` (by --steps, or by editing spec.yaml) said
     once and recorded in status.json's ``steps_changes``; a step count below what
@@ -234,32 +270,49 @@ def _steps_changed(run: RunDir, spec: RunSpec, status: StatusFile,
     if before != spec.training.steps:
         changes.append({"from": before, "to": spec.training.steps, "by": SPEC, "at": _now()})
         if progress:
-            progress({"event": "message", "message": f"{SPEC} changed training.steps "
-                      f"from {before} to {spec.training.steps}"})
+            progress(
+                {
+                    "event": "message",
+                    "message": f"{SPEC} changed training.steps "
+                    f"from {before} to {spec.training.steps}",
+                }
+            )
     if steps is not None:
         if steps <= done:
-            raise ConfigError(f"--steps {steps} must be more than the {done} steps run "
-                              f"{run.name!r} has done",
-                              hint=f"pass --steps {done + 1} or more")
+            raise ConfigError(
+                f"--steps {steps} must be more than the {done} steps run {run.name!r} has done",
+                hint=f"pass --steps {done + 1} or more",
+            )
         if steps != spec.training.steps:
-            changes.append({"from": spec.training.steps, "to": steps, "by": "--steps",
-                            "at": _now()})
+            changes.append(
+                {"from": spec.training.steps, "to": steps, "by": "--steps", "at": _now()}
+            )
             spec = _with_steps(spec, steps, done)  # bounded as 'train --steps' is
             assert isinstance(run, LocalRunDir)  # resume_local refuses --steps elsewhere
             atomic_write(run.path / SPEC, spec_text(spec, f"{run.uri}/{SPEC}"))
             if progress:
-                progress({"event": "message", "message": f"training.steps {changes[-1]['from']}"
-                          f" -> {steps} (written to {SPEC})"})
+                progress(
+                    {
+                        "event": "message",
+                        "message": f"training.steps {changes[-1]['from']}"
+                        f" -> {steps} (written to {SPEC})",
+                    }
+                )
     elif spec.training.steps < done:
-        raise ConfigError(f"{run.uri}/{SPEC} says training.steps {spec.training.steps}, "
-                          f"but run {run.name!r} has done {done} steps",
-                          hint=f"set training.steps back, or extend the run with "
-                               f"'rlctl resume {run.name} --steps N' (N > {done})")
+        raise ConfigError(
+            f"{run.uri}/{SPEC} says training.steps {spec.training.steps}, "
+            f"but run {run.name!r} has done {done} steps",
+            hint=f"set training.steps back, or extend the run with "
+            f"'rlctl resume {run.name} --steps N' (N > {done})",
+        )
     if changes:
         history = status.data.get("steps_changes")
-        status.update(StatusUpdate(
-            steps_changes=[*(history if isinstance(history, list) else []), *changes],
-            total_steps=spec.training.steps))
+        status.update(
+            StatusUpdate(
+                steps_changes=[*(history if isinstance(history, list) else []), *changes],
+                total_steps=spec.training.steps,
+            )
+        )
     return spec
 
 
@@ -271,13 +324,15 @@ def _with_steps(spec: RunSpec, steps: int, done: int) -> RunSpec:
     try:
         return build(RunSpec, data)
     except ConfigError as e:
-        raise ConfigError(f"--steps {steps}: {e.message.removeprefix('invalid RunSpec: ')}",
-                          hint=f"pass --steps N with {done} < N <= {MAX_STEPS}; nothing "
-                               "was changed") from None
+        raise ConfigError(
+            f"--steps {steps}: {e.message.removeprefix('invalid RunSpec: ')}",
+            hint=f"pass --steps N with {done} < N <= {MAX_STEPS}; nothing was changed",
+        ) from None
 
 
-def _resume(run: RunDir, log: RunLog, recover: bool = False,
-            steps: int | None = None) -> TrainResult:
+def _resume(
+    run: RunDir, log: RunLog, recover: bool = False, steps: int | None = None
+) -> TrainResult:
     name = run.name
     spec = load_run_spec(run)
     status = StatusFile(run, spec)
@@ -290,7 +345,7 @@ def _resume(run: RunDir, log: RunLog, recover: bool = False,
         raise ConflictError(
             f"run {name!r} already completed {spec.training.steps} steps",
             hint=f"extend it with 'rlctl resume {name} --steps N', or start a new run "
-                 "with 'rlctl train'",
+            "with 'rlctl train'",
         )
     step = latest_checkpoint_step(run)
     aside = set_aside_checkpoints(run)
@@ -309,9 +364,13 @@ def _resume(run: RunDir, log: RunLog, recover: bool = False,
         raise refused
     # only now: a refused resume prints nothing but its error, and leaves the log be
     log.attach(run)
-    where = (f"checkpoint at step {step}" if step else
-             "a checkpoint set aside as damaged (--recover)" if aside and recover else
-             "the start (no checkpoint yet)")
+    where = (
+        f"checkpoint at step {step}"
+        if step
+        else "a checkpoint set aside as damaged (--recover)"
+        if aside and recover
+        else "the start (no checkpoint yet)"
+    )
     log(phase_event(Stage.STARTING, f"resuming {name} from {where}"))
     return _execute(spec, run, status, log, recover)
 
@@ -326,8 +385,9 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
     spec = load_run_spec(run)
     _quiet_closed_loops()
     evals = run_trainer(spec, run, progress, on_status=lambda update: None)
-    return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
-                       step=spec.training.steps, **evals)
+    return TrainResult(
+        name=run.name, path=run.uri, phase=Phase.COMPLETED, step=spec.training.steps, **evals
+    )
 
 
 @contextlib.contextmanager
@@ -384,8 +444,9 @@ def _quiet_closed_loops() -> None:
     sys.unraisablehook = quiet
 
 
-def _record_interrupt(run: RunDir, status: StatusFile, log: RunLog,
-                      stop: KeyboardInterrupt | None = None) -> None:
+def _record_interrupt(
+    run: RunDir, status: StatusFile, log: RunLog, stop: KeyboardInterrupt | None = None
+) -> None:
     """Record the stop and say what it kept. The step recorded is at least the latest
     checkpoint's: a stop that lands just after a save (before status.json was told)
     must not report step N-1 while the metrics and the checkpoint hold step N; nor
@@ -399,17 +460,23 @@ def _record_interrupt(run: RunDir, status: StatusFile, log: RunLog,
         kept = f"saved checkpoint {step}"
     elif latest:
         lost = f"step {step}" if latest + 1 == step else f"steps {latest + 1}-{step}"
-        kept = (f"latest checkpoint {latest}" if latest == step else
-                f"latest checkpoint {latest}: resume repeats {lost}")
+        kept = (
+            f"latest checkpoint {latest}"
+            if latest == step
+            else f"latest checkpoint {latest}: resume repeats {lost}"
+        )
     else:
         kept = "no checkpoint yet: resume starts from step 0"
     log.end(f"run interrupted after step {step}; {kept}")
-    raise InterruptedRun(f"run {run.name!r} interrupted after step {step}; {kept}",
-                         hint=f"resume with: rlctl resume {run.name}") from None
+    raise InterruptedRun(
+        f"run {run.name!r} interrupted after step {step}; {kept}",
+        hint=f"resume with: rlctl resume {run.name}",
+    ) from None
 
 
-def _execute(spec: RunSpec, run: RunDir, status: StatusFile,
-             log: RunLog, recover: bool = False) -> TrainResult:
+def _execute(
+    spec: RunSpec, run: RunDir, status: StatusFile, log: RunLog, recover: bool = False
+) -> TrainResult:
     def on_status(change: StatusUpdate) -> None:
         status.update(change)
         # a stop signal whose KeyboardInterrupt was swallowed somewhere (one that a
@@ -419,8 +486,15 @@ def _execute(spec: RunSpec, run: RunDir, status: StatusFile,
 
     try:
         stops.reset()
-        status.update(StatusUpdate(phase=Phase.STARTING, pid=os.getpid(),
-                                   host=socket.gethostname(), started=_now(), error=None))
+        status.update(
+            StatusUpdate(
+                phase=Phase.STARTING,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                started=_now(),
+                error=None,
+            )
+        )
         with _sigterm_as_interrupt():
             _load_libraries(log)
             from rlctl.core.trainer.loop import run_trainer
@@ -433,20 +507,38 @@ def _execute(spec: RunSpec, run: RunDir, status: StatusFile,
             _record_interrupt(run, status, log)
         # latest_checkpoint: a checkpoint set aside during the attempt is no longer it
         if isinstance(e, RlctlError):
-            status.update(StatusUpdate(phase=Phase.FAILED, error=str(e),
-                                       latest_checkpoint=latest_checkpoint_step(run)))
+            status.update(
+                StatusUpdate(
+                    phase=Phase.FAILED, error=str(e), latest_checkpoint=latest_checkpoint_step(run)
+                )
+            )
             log.end(f"run failed: {(str(e).splitlines() or [''])[0]}")
             raise
         # one line in status.json: a library's dump stays in the log
         line = (str(e).strip().splitlines() or [""])[0][:300]
-        status.update(StatusUpdate(phase=Phase.FAILED, error=f"{type(e).__name__}: {line}",
-                                   latest_checkpoint=latest_checkpoint_step(run)))
+        status.update(
+            StatusUpdate(
+                phase=Phase.FAILED,
+                error=f"{type(e).__name__}: {line}",
+                latest_checkpoint=latest_checkpoint_step(run),
+            )
+        )
         log.end(f"run failed: {type(e).__name__}: {line}")
         raise
-    status.update(StatusUpdate(phase=Phase.COMPLETED, finished=_now(),
-                               step=spec.training.steps,
-                               latest_checkpoint=latest_checkpoint_step(run)))
+    status.update(
+        StatusUpdate(
+            phase=Phase.COMPLETED,
+            finished=_now(),
+            step=spec.training.steps,
+            latest_checkpoint=latest_checkpoint_step(run),
+        )
+    )
     log.end(f"run completed: {spec.training.steps} steps")
-    return TrainResult(name=run.name, path=run.uri, phase=Phase.COMPLETED,
-                       step=spec.training.steps, latest_checkpoint=latest_checkpoint_step(run),
-                       **evals)
+    return TrainResult(
+        name=run.name,
+        path=run.uri,
+        phase=Phase.COMPLETED,
+        step=spec.training.steps,
+        latest_checkpoint=latest_checkpoint_step(run),
+        **evals,
+    )

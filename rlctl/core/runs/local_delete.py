@@ -48,8 +48,10 @@ def _human(n: int) -> str:
 def _run(root: str, name: str) -> LocalRunDir:
     run = LocalRunStore(root).run(name)
     if not run.path.is_dir():
-        raise NotFoundError(f"run {name!r} not found in {run.path.parent}",
-                            hint="list runs with 'rlctl status' or pass --runs-dir")
+        raise NotFoundError(
+            f"run {name!r} not found in {run.path.parent}",
+            hint="list runs with 'rlctl status' or pass --runs-dir",
+        )
     return run
 
 
@@ -63,16 +65,28 @@ def plan_delete_local(root: str, name: str) -> Plan:
         files, size = _size(entry)
         fields: dict[str, object] = {"path": str(entry), "files": files, "size": _human(size)}
         if entry.name == CHECKPOINTS:
-            fields["steps"] = sorted(s for n in os.listdir(entry)
-                                     if (s := step_number(n)) is not None)
+            fields["steps"] = sorted(
+                s for n in os.listdir(entry) if (s := step_number(n)) is not None
+            )
         changes.append(Change(kind="files", name=entry.name, action="delete", fields=fields))
     # the folder itself last: it holds the lock that keeps a trainer out meanwhile
-    changes.append(Change(kind="folder", name=name, action="delete",
-                          fields={"path": str(run.path)},
-                          depends_on=[c.key for c in changes]))
-    return Plan(operation="delete", target=name, project="local",
-                location=str(run.path.parent), changes=changes,
-                notes=[f"run {name}: its folder {run.path} and everything in it"])
+    changes.append(
+        Change(
+            kind="folder",
+            name=name,
+            action="delete",
+            fields={"path": str(run.path)},
+            depends_on=[c.key for c in changes],
+        )
+    )
+    return Plan(
+        operation="delete",
+        target=name,
+        project="local",
+        location=str(run.path.parent),
+        changes=changes,
+        notes=[f"run {name}: its folder {run.path} and everything in it"],
+    )
 
 
 def delete_local(root: str, plan: Plan, on_event: Event | None = None) -> ApplyResult:

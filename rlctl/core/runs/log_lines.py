@@ -41,8 +41,7 @@ def step_line(step: int, total: int, metrics: dict[str, Any], eta_seconds: float
 
 
 def eval_line(which: str, r: dict[str, Any]) -> str:
-    return (f"eval/{which}: {'  '.join(eval_parts(r))}  "
-            f"(n={r['n']}, {r.get('seconds', 0):.0f}s)")
+    return f"eval/{which}: {'  '.join(eval_parts(r))}  (n={r['n']}, {r.get('seconds', 0):.0f}s)"
 
 
 class Pace:
@@ -90,8 +89,10 @@ class PlainLines:
             return [f"{p.text} ({p.count})" if p.count else p.text]
         if kind == "start":
             self.total = int(event["total_steps"])
-            return [f"training {event.get('name', 'run')}: steps "
-                    f"{int(event.get('step', 0)) + 1}..{self.total}"]
+            return [
+                f"training {event.get('name', 'run')}: steps "
+                f"{int(event.get('step', 0)) + 1}..{self.total}"
+            ]
         if kind == "step":
             step, m = int(event["step"]), event["metrics"]
             self.pace.add(float(m.get("step_seconds", 0)))

@@ -20,46 +20,69 @@ from rlctl.core.k8s.fit import FitReport, Placement, check, selects
 _HOST_ROLES = ("trainer", "ray-worker", "pathways-worker")
 
 
-def _hint(p: Placement, g: PodGroup, pools: list[NodePool], cluster: str, region: str,
-          accelerator: str) -> str:
+def _hint(
+    p: Placement, g: PodGroup, pools: list[NodePool], cluster: str, region: str, accelerator: str
+) -> str:
     mine = [x for x in pools if selects(g, x)] or pools
     create = f"rlctl cluster create {cluster} --region {region}"
     if g.role == "pathways-head":
         if p.reason == "selector":
-            return (f"re-run '{create} -a {accelerator}' to add the '{PATHWAYS_POOL}' pool "
-                    f"({PATHWAYS_MACHINE_TYPE}, 0 nodes until a head needs one)")
-        return (f"the Pathways head needs a {PATHWAYS_MACHINE_TYPE} node (its controller "
-                "adds 24 CPU and 132 GB of sidecars); give it the pool "
-                f"'{PATHWAYS_POOL}' that '{create}' makes")
+            return (
+                f"re-run '{create} -a {accelerator}' to add the '{PATHWAYS_POOL}' pool "
+                f"({PATHWAYS_MACHINE_TYPE}, 0 nodes until a head needs one)"
+            )
+        return (
+            f"the Pathways head needs a {PATHWAYS_MACHINE_TYPE} node (its controller "
+            "adds 24 CPU and 132 GB of sidecars); give it the pool "
+            f"'{PATHWAYS_POOL}' that '{create}' makes"
+        )
     if g.role == "pathways-worker" and p.reason == "accelerator":
-        return ("pathways-job v0.1.4 asks 4 TPU chips of every host (8 on -8t machines), "
-                f"more than {accelerator} hosts have: use --backend jobset or ray")
+        return (
+            "pathways-job v0.1.4 asks 4 TPU chips of every host (8 on -8t machines), "
+            f"more than {accelerator} hosts have: use --backend jobset or ray"
+        )
     if g.role in _HOST_ROLES:
         if p.reason == "cpu":
             return f"pass --cpu {max(1, int(min(x.cpu for x in mine)))} (or leave --cpu out)"
         if p.reason == "memory":
-            return (f"pass --memory {max(1, int(min(x.memory_gib for x in mine)))}Gi "
-                    "(or leave --memory out)")
+            return (
+                f"pass --memory {max(1, int(min(x.memory_gib for x in mine)))}Gi "
+                "(or leave --memory out)"
+            )
         if p.reason in ("selector", "accelerator"):
-            return (f"add such a pool with '{create} -a TYPE', or run on one the cluster has "
-                    "with --accelerator")
+            return (
+                f"add such a pool with '{create} -a TYPE', or run on one the cluster has "
+                "with --accelerator"
+            )
         if p.reason == "nodes":
-            return (f"its pools have fewer nodes than its {accelerator} slices need: give "
-                    "them back their nodes ('gcloud container clusters resize "
-                    f"{cluster} --region {region} --node-pool POOL --num-nodes N')")
+            return (
+                f"its pools have fewer nodes than its {accelerator} slices need: give "
+                "them back their nodes ('gcloud container clusters resize "
+                f"{cluster} --region {region} --node-pool POOL --num-nodes N')"
+            )
     if p.reason in ("cpu", "memory", "nodes"):
-        return ("no CPU node has room for it, and rlctl does not change an existing "
-                "cluster's CPU pool: add a larger pool ('gcloud container node-pools create "
-                f"POOL --cluster {cluster} --region {region} --machine-type n2-standard-16'), "
-                "or make the cluster with --set cpu_machine_type=TYPE")
+        return (
+            "no CPU node has room for it, and rlctl does not change an existing "
+            "cluster's CPU pool: add a larger pool ('gcloud container node-pools create "
+            f"POOL --cluster {cluster} --region {region} --machine-type n2-standard-16'), "
+            "or make the cluster with --set cpu_machine_type=TYPE"
+        )
     if p.reason == "pinned":
-        return ("the workload's exclusive-topology key must name a domain every pod of a job "
-                "fits in (cloud.google.com/gke-nodepool)")
+        return (
+            "the workload's exclusive-topology key must name a domain every pod of a job "
+            "fits in (cloud.google.com/gke-nodepool)"
+        )
     return "the workload must tolerate the pool's taint, or select another pool"
 
 
-def check_placement(objs: list[dict[str, Any]], pools: list[NodePool], unmodelled: list[str],
-                    cluster: str, region: str, accelerator: str) -> tuple[FitReport, list[str]]:
+def check_placement(
+    objs: list[dict[str, Any]],
+    pools: list[NodePool],
+    unmodelled: list[str],
+    cluster: str,
+    region: str,
+    accelerator: str,
+) -> tuple[FitReport, list[str]]:
     """(placements, notes) of the run's pods on ``pools``; raises ``UnschedulableError``
     with a line per group that would stay Pending.
 
@@ -69,13 +92,18 @@ def check_placement(objs: list[dict[str, Any]], pools: list[NodePool], unmodelle
     groups = pod_groups(objs)
     report = check(groups, pools)
     by_name = {g.name: g for g in groups}
-    lines = [f"{p.group} ({p.pods} pod{'s' * (p.pods != 1)}): {p.detail}: "
-             + _hint(p, by_name[p.group], pools, cluster, region, accelerator)
-             for p in report.misfits]
+    lines = [
+        f"{p.group} ({p.pods} pod{'s' * (p.pods != 1)}): {p.detail}: "
+        + _hint(p, by_name[p.group], pools, cluster, region, accelerator)
+        for p in report.misfits
+    ]
     notes: list[str] = []
     if lines and unmodelled:
-        notes = [f"not checked: node pool(s) {', '.join(unmodelled)} (machine type not in "
-                 "rlctl's catalog) may take what the others cannot", *lines]
+        notes = [
+            f"not checked: node pool(s) {', '.join(unmodelled)} (machine type not in "
+            "rlctl's catalog) may take what the others cannot",
+            *lines,
+        ]
     elif lines:
         raise UnschedulableError(lines)
     return report, notes

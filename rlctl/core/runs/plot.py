@@ -32,22 +32,31 @@ def check_plot_path(path: str) -> Path:
     if not path.strip():
         raise ConfigError("--plot is empty", hint="name a file: --plot curve.png")
     if p.is_dir():
-        raise ConfigError(f"--plot {path} is a folder",
-                          hint=f"name a file in it: --plot {p / 'curve.png'}")
+        raise ConfigError(
+            f"--plot {path} is a folder", hint=f"name a file in it: --plot {p / 'curve.png'}"
+        )
     if p.suffix.lower() != ".png":
-        raise ConfigError(f"--plot {path}: the plot is a PNG image; name the file *.png",
-                          hint=f"--plot {p.with_suffix('.png')}")
+        raise ConfigError(
+            f"--plot {path}: the plot is a PNG image; name the file *.png",
+            hint=f"--plot {p.with_suffix('.png')}",
+        )
     if root := kernel_fs(p):
-        raise ConfigError(f"--plot {path} is under {root}, a kernel file system",
-                          hint="write the plot to a folder on disk, e.g. --plot curve.png")
+        raise ConfigError(
+            f"--plot {path} is under {root}, a kernel file system",
+            hint="write the plot to a folder on disk, e.g. --plot curve.png",
+        )
     folder = p.absolute().parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
-        raise ConfigError(f"--plot {path}: {folder} {what}",
-                          hint="create the folder first, or write the plot elsewhere")
+        raise ConfigError(
+            f"--plot {path}: {folder} {what}",
+            hint="create the folder first, or write the plot elsewhere",
+        )
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"--plot {path}: the folder {folder} is not writable",
-                          hint="write the plot to a folder you can write to")
+        raise ConfigError(
+            f"--plot {path}: the folder {folder} is not writable",
+            hint="write the plot to a folder you can write to",
+        )
     return p
 
 
@@ -86,25 +95,38 @@ def render_png(curve: Curve, title: str) -> bytes:
         joined by a line read as a trend that was never measured)."""
         if not points:
             return
-        ax.plot([s for _, s, _ in points], [v for *_, v in points], "D", color=color,
-                linestyle="none", label="held-out eval")
+        ax.plot(
+            [s for _, s, _ in points],
+            [v for *_, v in points],
+            "D",
+            color=color,
+            linestyle="none",
+            label="held-out eval",
+        )
         right = max(s for _, s, _ in points)
         for which, s, v in points:  # the rightmost label left of its point: inside
             left = s == right and s > 0
-            ax.annotate(f"{which} {v:.3f}", (s, v), textcoords="offset points",
-                        xytext=(-4 if left else 4, 6), ha="right" if left else "left",
-                        fontsize=8)
+            ax.annotate(
+                f"{which} {v:.3f}",
+                (s, v),
+                textcoords="offset points",
+                xytext=(-4 if left else 4, 6),
+                ha="right" if left else "left",
+                fontsize=8,
+            )
 
     reward = axes[0]
     one = list(curve.rewards) if len(curve.rewards) == 1 else []
     raw_and_smoothed(reward, curve.reward_mean, "tab:blue", one[0] if one else "total")
     for name, values in curve.rewards.items():  # each reward's own mean, unweighted
         if len(curve.rewards) > 1 or accuracy_panel:
-            reward.plot(curve.step, nan(smooth(values)), linestyle="--", linewidth=1,
-                        label=name)
+            reward.plot(curve.step, nan(smooth(values)), linestyle="--", linewidth=1, label=name)
     if not accuracy_panel:  # the run's own reward is its held-out headline
-        held_out(reward, [(e.which, e.step, e.reward) for e in curve.eval
-                          if e.reward is not None], "tab:red")
+        held_out(
+            reward,
+            [(e.which, e.step, e.reward) for e in curve.eval if e.reward is not None],
+            "tab:red",
+        )
     reward.set_ylabel("reward (training)")
     reward.legend(loc="best", fontsize=8)
     panel = 1
@@ -112,8 +134,11 @@ def render_png(curve: Curve, title: str) -> bytes:
         accuracy = axes[panel]
         panel += 1
         raw_and_smoothed(accuracy, curve.accuracy, "tab:green", "sampled completions")
-        held_out(accuracy, [(e.which, e.step, e.accuracy) for e in curve.eval
-                            if e.accuracy is not None], "tab:red")
+        held_out(
+            accuracy,
+            [(e.which, e.step, e.accuracy) for e in curve.eval if e.accuracy is not None],
+            "tab:red",
+        )
         accuracy.set_ylim(0, 1.05)  # a fraction: the same scale in every run's plot
         accuracy.set_ylabel("accuracy")
         accuracy.legend(loc="best", fontsize=8)
@@ -127,8 +152,13 @@ def render_png(curve: Curve, title: str) -> bytes:
         ax.set_ylabel("entropy (nats)" if left else ", ".join(right))
         other = ax.twinx() if left and right else ax
         for k in right:  # KL and clip fraction share a scale far below the entropy's
-            other.plot(curve.step, nan(curve.series(k)), color=colors[k], label=k,
-                       linestyle="-" if other is ax else ":")
+            other.plot(
+                curve.step,
+                nan(curve.series(k)),
+                color=colors[k],
+                label=k,
+                linestyle="-" if other is ax else ":",
+            )
         if other is not ax:
             other.set_ylabel(", ".join(right))
         handles = [h for a in {ax, other} for h in a.get_legend_handles_labels()[0]]
@@ -146,8 +176,11 @@ def write_plot(path: Path, curve: Curve, title: str) -> None:
     """Render and write the PNG whole (temp file + rename): a reader or a killed
     ``status`` never leaves half an image at ``path``."""
     data = render_png(curve, title)
-    with writing(f"--plot {path}", elsewhere="write the plot elsewhere",
-                 writable="write the plot to a folder you can write to"):
+    with writing(
+        f"--plot {path}",
+        elsewhere="write the plot elsewhere",
+        writable="write the plot to a folder you can write to",
+    ):
         atomic_write(path, data)
         umask = os.umask(0)
         os.umask(umask)

@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     from rlctl.core.errors import RlctlError
 
     parser = argparse.ArgumentParser(prog="python -m rlctl.core.runs.pod", description=__doc__)
-    parser.add_argument("--run", default=os.environ.get("RLCTL_RUN"),
-                        help="the run's URI (default: $RLCTL_RUN)")
+    parser.add_argument(
+        "--run", default=os.environ.get("RLCTL_RUN"), help="the run's URI (default: $RLCTL_RUN)"
+    )
     args = parser.parse_args(argv)
     if not args.run:
         parser.error("--run (or RLCTL_RUN) is required")
@@ -81,8 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         root, name = split_run_uri(args.run)
         topo = initialize()  # before any JAX computation
         if topo.multi_process:
-            _log({"event": "message", "message": f"process {topo.process_index} of "
-                  f"{topo.process_count}, {topo.device_count} devices in all"})
+            _log(
+                {
+                    "event": "message",
+                    "message": f"process {topo.process_index} of "
+                    f"{topo.process_count}, {topo.device_count} devices in all",
+                }
+            )
         run = open_store(root).existing(name)
         if agree(read_status(run).get("phase") == Phase.COMPLETED, topo):
             _log({"event": "message", "message": f"run {name} is already completed"})

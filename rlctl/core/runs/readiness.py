@@ -44,13 +44,17 @@ def _kube(clients: GcpClients, cur: Any, namespace: str = DEFAULT_NAMESPACE) -> 
 
 
 def _controller_fields(c: controllers.Controller) -> dict[str, Any]:
-    return {"version": c.version, "crds": list(c.crds),
-            "objects": len(controllers.manifests(c)),
-            "source": f"rlctl/{controllers.CONTROLLERS_DIR}/{c.manifest}"}
+    return {
+        "version": c.version,
+        "crds": list(c.crds),
+        "objects": len(controllers.manifests(c)),
+        "source": f"rlctl/{controllers.CONTROLLERS_DIR}/{c.manifest}",
+    }
 
 
-def kube_changes(api: KubeApi | None, spec: InfraSpec, after: list[str]
-                 ) -> tuple[list[Change], list[str]]:
+def kube_changes(
+    api: KubeApi | None, spec: InfraSpec, after: list[str]
+) -> tuple[list[Change], list[str]]:
     """(changes, notes) for the controllers, namespace and KSA. ``api`` None: the
     cluster is not up yet, so everything is to create (apply is idempotent anyway)."""
     changes: list[Change] = []
@@ -61,33 +65,61 @@ def kube_changes(api: KubeApi | None, spec: InfraSpec, after: list[str]
         deps = [*after, *(["controller/jobset"] if c.name != "jobset" else [])]
         have = controllers.installed(api, c) if api is not None else None
         if have is None:
-            changes.append(Change(kind=CONTROLLER, name=c.name, action="create",
-                                  fields=fields, depends_on=deps))
+            changes.append(
+                Change(
+                    kind=CONTROLLER, name=c.name, action="create", fields=fields, depends_on=deps
+                )
+            )
         elif not have.ours:
-            notes.append(f"{c.title}: {c.crds[0]} exists and was installed outside rlctl; "
-                         "left as is")
-            changes.append(Change(kind=CONTROLLER, name=c.name, action="unchanged",
-                                  fields={**fields, "version": "not rlctl's"}))
+            notes.append(
+                f"{c.title}: {c.crds[0]} exists and was installed outside rlctl; left as is"
+            )
+            changes.append(
+                Change(
+                    kind=CONTROLLER,
+                    name=c.name,
+                    action="unchanged",
+                    fields={**fields, "version": "not rlctl's"},
+                )
+            )
         elif have.version != c.version:
-            changes.append(Change(kind=CONTROLLER, name=c.name, action="update",
-                                  fields=fields, diff={"version": (have.version, c.version)},
-                                  depends_on=deps))
+            changes.append(
+                Change(
+                    kind=CONTROLLER,
+                    name=c.name,
+                    action="update",
+                    fields=fields,
+                    diff={"version": (have.version, c.version)},
+                    depends_on=deps,
+                )
+            )
         else:
-            changes.append(Change(kind=CONTROLLER, name=c.name, action="unchanged",
-                                  fields=fields))
+            changes.append(Change(kind=CONTROLLER, name=c.name, action="unchanged", fields=fields))
     ns_key: list[str] = []
     if spec.namespace != DEFAULT_NAMESPACE:
         exists = api is not None and controllers.has_namespace(api, spec.namespace)
-        changes.append(Change(kind=NAMESPACE, name=spec.namespace,
-                              action="unchanged" if exists else "create",
-                              fields={"labels": "managed-by=rlctl"}, depends_on=after))
+        changes.append(
+            Change(
+                kind=NAMESPACE,
+                name=spec.namespace,
+                action="unchanged" if exists else "create",
+                fields={"labels": "managed-by=rlctl"},
+                depends_on=after,
+            )
+        )
         ns_key = [f"{NAMESPACE}/{spec.namespace}"]
     exists = api is not None and controllers.has_service_account(
-        api, spec.namespace, spec.service_account)
-    changes.append(Change(kind=KSA, name=f"{spec.namespace}/{spec.service_account}",
-                          action="unchanged" if exists else "create",
-                          fields={"bound_to_bucket": spec.bucket.name or "none"},
-                          depends_on=[*after, *ns_key]))
+        api, spec.namespace, spec.service_account
+    )
+    changes.append(
+        Change(
+            kind=KSA,
+            name=f"{spec.namespace}/{spec.service_account}",
+            action="unchanged" if exists else "create",
+            fields={"bound_to_bucket": spec.bucket.name or "none"},
+            depends_on=[*after, *ns_key],
+        )
+    )
     return changes, notes
 
 
@@ -97,20 +129,24 @@ def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
         # No half-working path: Autopilot provisions TPU/GPU nodes per workload from
         # node selectors and compute classes rlctl's workloads do not set, and a
         # cluster without accelerator pools cannot take a run ('train --cluster').
-        raise ConfigError("Autopilot clusters are not supported: rlctl runs on TPU/GPU "
-                          "node pools of a Standard cluster",
-                          hint="drop --autopilot (and mode: autopilot from the config); "
-                          "rlctl makes one node pool per slice")
+        raise ConfigError(
+            "Autopilot clusters are not supported: rlctl runs on TPU/GPU "
+            "node pools of a Standard cluster",
+            hint="drop --autopilot (and mode: autopilot from the config); "
+            "rlctl makes one node pool per slice",
+        )
     plan = gke.plan_create(clients, spec)
     cur = gke.get_cluster(clients, spec.project, spec.location, spec.cluster)
     api = _kube(clients, cur) if _running(cur) else None
     changes, notes = kube_changes(api, spec, [f"cluster/{spec.cluster}"])
-    return plan.model_copy(update={"changes": [*plan.changes, *changes],
-                                   "notes": [*plan.notes, *notes]})
+    return plan.model_copy(
+        update={"changes": [*plan.changes, *changes], "notes": [*plan.notes, *notes]}
+    )
 
 
-def plan_delete(clients: GcpClients, project: str, region: str, cluster: str,
-                keep_bucket: bool = False) -> Plan:
+def plan_delete(
+    clients: GcpClients, project: str, region: str, cluster: str, keep_bucket: bool = False
+) -> Plan:
     """The GKE delete plan, with rlctl's controllers removed first (before the cluster:
     their webhooks would otherwise outlive nothing, but a kept cluster, never)."""
     plan = gke.plan_delete(clients, project, region, cluster, keep_bucket)
@@ -123,19 +159,34 @@ def plan_delete(clients: GcpClients, project: str, region: str, cluster: str,
         for c in controllers.CONTROLLERS:
             have = controllers.installed(api, c)
             if have is not None and have.ours:
-                found.append(Change(kind=CONTROLLER, name=c.name, action="delete",
-                                    fields={"version": have.version, "crds": list(c.crds)}))
+                found.append(
+                    Change(
+                        kind=CONTROLLER,
+                        name=c.name,
+                        action="delete",
+                        fields={"version": have.version, "crds": list(c.crds)},
+                    )
+                )
     except RlctlError as e:
         # a delete must not hinge on the Kubernetes API (a private endpoint, an expired
         # role binding): the controllers go with the cluster anyway
-        note = (f"the cluster's Kubernetes API did not answer ({e.message}); its "
-                "controllers are deleted with the cluster")
+        note = (
+            f"the cluster's Kubernetes API did not answer ({e.message}); its "
+            "controllers are deleted with the cluster"
+        )
         return plan.model_copy(update={"notes": [*plan.notes, note]})
     if not found:
         return plan
     keys = [c.key for c in found]
-    changes = [*found, *[c.model_copy(update={"depends_on": [*c.depends_on, *keys]})
-                         if c.kind == "cluster" else c for c in plan.changes]]
+    changes = [
+        *found,
+        *[
+            c.model_copy(update={"depends_on": [*c.depends_on, *keys]})
+            if c.kind == "cluster"
+            else c
+            for c in plan.changes
+        ],
+    ]
     return plan.model_copy(update={"changes": changes})
 
 
@@ -171,7 +222,6 @@ def _handlers(clients: GcpClients, plan: Plan) -> dict[str, Callable[..., None]]
     return {CONTROLLER: controller, NAMESPACE: namespace, KSA: service_account}
 
 
-def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None
-               ) -> dict[str, Any]:
+def apply_plan(clients: GcpClients, plan: Plan, on_event: Event | None = None) -> dict[str, Any]:
     """Apply a plan of ``plan_create``/``plan_delete`` (Google Cloud and in-cluster)."""
     return gke.apply_plan(clients, plan, on_event, handlers=_handlers(clients, plan))

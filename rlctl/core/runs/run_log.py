@@ -76,10 +76,14 @@ class RunLog:
             except (OSError, RlctlError) as e:
                 self._stop(e)
                 return
-            what = (f"{run.name} in a cluster pod" if self.command == "pod"
-                    else f"rlctl {self.command} {run.name}")
-            marker = (f"{MARKER} {attempt}: {what} "
-                      f"(pid {os.getpid()} on {socket.gethostname()}) ====")
+            what = (
+                f"{run.name} in a cluster pod"
+                if self.command == "pod"
+                else f"rlctl {self.command} {run.name}"
+            )
+            marker = (
+                f"{MARKER} {attempt}: {what} (pid {os.getpid()} on {socket.gethostname()}) ===="
+            )
             held, self._held = self._held, []
             self._append(f"{self._started}  {marker}\n" + "".join(held), upload=True)
 
@@ -118,9 +122,13 @@ class RunLog:
         self._broken = True
         why = getattr(e, "strerror", None) or str(e)
         if self.downstream is not None:
-            self.downstream({"event": "message", "message":
-                             f"warning: the run's {LOG} cannot be written ({why}); "
-                             "it stops here, the run goes on"})
+            self.downstream(
+                {
+                    "event": "message",
+                    "message": f"warning: the run's {LOG} cannot be written ({why}); "
+                    "it stops here, the run goes on",
+                }
+            )
 
 
 def _count_markers(path: Path) -> int:
@@ -142,8 +150,9 @@ def read_log(run: RunDir) -> str | None:
         except FileNotFoundError:
             return None
         except IsADirectoryError:
-            raise ConfigError(f"{p} is a folder where the run keeps its log",
-                              hint="move it aside") from None
+            raise ConfigError(
+                f"{p} is a folder where the run keeps its log", hint="move it aside"
+            ) from None
         except OSError as e:
             raise ConfigError(f"cannot read {p} ({e.strerror or e})") from e
     if not run.exists(LOG):
@@ -158,8 +167,9 @@ def tail_lines(text: str, n: int) -> list[str]:
     return text.splitlines()[-n:] if n > 0 else []
 
 
-def follow_log(run: RunDir, tail: int, interval: float,
-               sleep: Callable[[float], None] | None = None) -> Iterator[str]:
+def follow_log(
+    run: RunDir, tail: int, interval: float, sleep: Callable[[float], None] | None = None
+) -> Iterator[str]:
     """The last ``tail`` lines, then each new line as it is written, until the run
     is no longer active (finished, failed, interrupted, or its process gone). The
     phase is read before the file each round, so the lines written before the end

@@ -46,18 +46,23 @@ def reward_flag(text: str) -> dict[str, Any]:
         import math
 
         if not math.isfinite(weight):
-            raise ConfigError(f"--reward {text!r}: the weight {last!r} is not a finite number",
-                              hint="e.g. --reward my_rewards.py:length:0.5")
+            raise ConfigError(
+                f"--reward {text!r}: the weight {last!r} is not a finite number",
+                hint="e.g. --reward my_rewards.py:length:0.5",
+            )
         return {"fn": ref, "weight": weight}
     if not text.strip():
-        raise ConfigError("--reward is empty",
-                          hint="name a reward: correct, format, module:function or "
-                          "file.py:function, with :WEIGHT if you like")
+        raise ConfigError(
+            "--reward is empty",
+            hint="name a reward: correct, format, module:function or "
+            "file.py:function, with :WEIGHT if you like",
+        )
     return {"fn": text.strip()}
 
 
-def spec_sources(config: str | None, overrides: list[str] | None,
-                 flags: dict[str, str], env_set: list[str]) -> dict[str, str]:
+def spec_sources(
+    config: str | None, overrides: list[str] | None, flags: dict[str, str], env_set: list[str]
+) -> dict[str, str]:
     """Where each value a user set came from, by dotted path (later sources win):
     ``config FILE``, ``RLCTL_SET``, ``--set``, then a flag's name (``flags``: path ->
     flag). Paths not listed are the spec's defaults. Pure: reads the config file only."""
@@ -106,18 +111,22 @@ def local_paths_absolute(spec: RunSpec) -> RunSpec:
     A hub id and the embedded model's name stay as they are. Not applied to cluster
     runs: their paths are the pod's, not this machine's.
     """
-    data = {k: os.path.abspath(os.path.expanduser(v))
-            for k in ("path", "eval_path")
-            if (v := getattr(spec.data, k)) and "://" not in v}
+    data = {
+        k: os.path.abspath(os.path.expanduser(v))
+        for k in ("path", "eval_path")
+        if (v := getattr(spec.data, k)) and "://" not in v
+    }
     source = spec.model.source
     model: dict[str, Any] = {}
     if source != DEFAULT_MODEL and os.path.exists(os.path.expanduser(source)):
         model["source"] = os.path.abspath(os.path.expanduser(source))
-    return spec.model_copy(update={
-        "data": spec.data.model_copy(update=data),
-        "model": spec.model.model_copy(update=model),
-        "output": spec.output.model_copy(update={"root": absolute_root(spec.output.root)}),
-    })
+    return spec.model_copy(
+        update={
+            "data": spec.data.model_copy(update=data),
+            "model": spec.model.model_copy(update=model),
+            "output": spec.output.model_copy(update={"root": absolute_root(spec.output.root)}),
+        }
+    )
 
 
 def _yaml_scalar(v: Any) -> str:
@@ -146,7 +155,8 @@ def check_name_free(store: RunStore, name: str) -> None:
         raise AlreadyExistsError(
             f"run folder {run.uri} exists without its {SPEC}",
             hint=f"restore its {SPEC}, remove it with 'rlctl delete run {name}', or "
-            "choose another --name")
+            "choose another --name",
+        )
 
 
 def write_new_run(store: RunStore, spec: RunSpec) -> RunDir:

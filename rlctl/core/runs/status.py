@@ -126,8 +126,11 @@ def _seconds(value: Any) -> dict[str, float] | None:
     """A ``{program: seconds}`` record as status.json holds it; a damaged one, None."""
     if not isinstance(value, dict):
         return None
-    return {str(k): float(v) for k, v in value.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)} or None
+    return {
+        str(k): float(v)
+        for k, v in value.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    } or None
 
 
 def process_alive(pid: Any, host: Any) -> bool:
@@ -156,8 +159,7 @@ def _phase(status: dict[str, Any], run: RunDir) -> Phase:
     if not (phase.active and status.get("backend") == "local" and "pid" in status):
         return phase
     held = run.lock_held()
-    alive = held if held is not None else process_alive(status.get("pid"),
-                                                        status.get("host"))
+    alive = held if held is not None else process_alive(status.get("pid"), status.get("host"))
     return phase if alive else Phase.STALE
 
 
@@ -189,23 +191,32 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     status = read_status(run)
     metrics, skipped = _metrics(run)
     evals = {}
-    problems = [f"{METRICS}: {skipped} unreadable line{'s' if skipped > 1 else ''} skipped"
-                ] if skipped else []
+    problems = (
+        [f"{METRICS}: {skipped} unreadable line{'s' if skipped > 1 else ''} skipped"]
+        if skipped
+        else []
+    )
     for which in EVALS:
         data = read_eval(run, which)
         if data is None and run.exists(f"{EVAL}/{which}.json"):
-            problems.append(f"{EVAL}/{which}.json is unreadable (resume re-creates a baseline)"
-                            if which == "baseline" else f"{EVAL}/{which}.json is unreadable")
+            problems.append(
+                f"{EVAL}/{which}.json is unreadable (resume re-creates a baseline)"
+                if which == "baseline"
+                else f"{EVAL}/{which}.json is unreadable"
+            )
         if data is not None:
             try:
                 evals[which] = EvalSummary.model_validate(
-                    {k: data.get(k) for k in EvalSummary.model_fields})
+                    {k: data.get(k) for k in EvalSummary.model_fields}
+                )
             except ValueError:  # wrong types in the record: shown as absent
                 continue
     aside = set_aside_checkpoints(run)  # one listing of checkpoints/
     if aside:
-        problems.append(f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
-                        + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside))
+        problems.append(
+            f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
+            + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside)
+        )
     damaged = "; ".join([*filter(None, [status.get("damaged")]), *problems]) or None
     if not run.exists(SPEC):
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
@@ -216,10 +227,21 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     if damaged or phase is Phase.STALE:
         # what is wrong first, then the one command that helps (a stale run's plain
         # 'resume' was refused when its checkpoints were all set aside, #47)
-        gone = (f"its process (pid {status.get('pid')}) ended without finishing: killed "
-                "or crashed" if phase is Phase.STALE else None)
-        error = "; ".join(filter(None, [f"damaged: {damaged}" if damaged else None, gone,
-                                        remedy(run, latest, aside, done, phase)]))
+        gone = (
+            f"its process (pid {status.get('pid')}) ended without finishing: killed or crashed"
+            if phase is Phase.STALE
+            else None
+        )
+        error = "; ".join(
+            filter(
+                None,
+                [
+                    f"damaged: {damaged}" if damaged else None,
+                    gone,
+                    remedy(run, latest, aside, done, phase),
+                ],
+            )
+        )
     checkpoint_bytes, disk_bytes = _sizes(run, latest)
     return RunInfo(
         name=run.name,
@@ -237,8 +259,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         precision=_str(status.get("precision")),
         sampling_precision=_str(status.get("sampling_precision")),
         compiles=_seconds(status.get("compiles")),
-        last_save=status.get("last_save") if isinstance(status.get("last_save"), dict)
-        else None,
+        last_save=status.get("last_save") if isinstance(status.get("last_save"), dict) else None,
         peak_device_bytes=_int(status.get("peak_device_bytes")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
@@ -249,8 +270,9 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     )
 
 
-def steps_done(run: RunDir, rows: list[dict[str, Any]] | None = None,
-               latest: int | None = None) -> int:
+def steps_done(
+    run: RunDir, rows: list[dict[str, Any]] | None = None, latest: int | None = None
+) -> int:
     """The steps the run's files hold: its latest complete checkpoint's step, or its
     metrics rows' last step where later (steps done since, which a resume repeats);
     never status.json's word alone (#47: a status.json saying 50 over files holding 2
@@ -264,8 +286,9 @@ def steps_done(run: RunDir, rows: list[dict[str, Any]] | None = None,
     return max(latest or 0, last)
 
 
-def remedy(run: RunDir, latest: int | None, aside: list[str], done: int,
-           phase: Phase = Phase.UNKNOWN) -> str | None:
+def remedy(
+    run: RunDir, latest: int | None, aside: list[str], done: int, phase: Phase = Phase.UNKNOWN
+) -> str | None:
     """The command that helps a damaged or stale run, as ``resume`` would judge it:
     its spec is missing or unreadable, its checkpoints are all set aside, or its spec
     asks for fewer steps than it has done; else plain resume (None for a completed
@@ -283,13 +306,19 @@ def remedy(run: RunDir, latest: int | None, aside: list[str], done: int,
         return f"fix its {SPEC} ({why[:160]}), then 'rlctl resume {name}'"
     if latest is None and aside:
         if isinstance(run, LocalRunDir):
-            return (f"'rlctl resume {name} --recover' reads the set-aside checkpoints back "
-                    f"and resumes from the newest intact one")
-        return (f"copy the run here and 'rlctl resume {name} --recover' it (the set-aside "
-                "checkpoints may be intact)")
+            return (
+                f"'rlctl resume {name} --recover' reads the set-aside checkpoints back "
+                f"and resumes from the newest intact one"
+            )
+        return (
+            f"copy the run here and 'rlctl resume {name} --recover' it (the set-aside "
+            "checkpoints may be intact)"
+        )
     if spec.training.steps < done:
-        return (f"its {SPEC} asks for {spec.training.steps} steps of the {done} done: "
-                f"'rlctl resume {name} --steps N' (N > {done})")
+        return (
+            f"its {SPEC} asks for {spec.training.steps} steps of the {done} done: "
+            f"'rlctl resume {name} --steps N' (N > {done})"
+        )
     if phase is Phase.COMPLETED and spec.training.steps <= done:
         return None
     return f"continue with 'rlctl resume {name}'"

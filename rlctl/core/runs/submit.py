@@ -73,32 +73,55 @@ def cluster_engine(requested: str, kind: str, image: str) -> Engine:
     the slice has been provisioned. Another ``--image`` is the user's: what it carries is
     not known here, and the pods decide (the run's first lines say what they picked)."""
     if not rlctl_image(image, kind):
-        return Engine(requested, f"rollout.engine={requested}: decided in the pods "
-                                 f"({image} is not an rlctl image)")
+        return Engine(
+            requested,
+            f"rollout.engine={requested}: decided in the pods ({image} is not an rlctl image)",
+        )
     return pick(requested, kind, image_vllm(kind), image=image)
 
 
-def build_view(spec: RunSpec, backend: str, shape: SliceShape, run_uri: str,
-               opts: ClusterOptions, with_hf_secret: bool) -> WorkloadView:
+def build_view(
+    spec: RunSpec,
+    backend: str,
+    shape: SliceShape,
+    run_uri: str,
+    opts: ClusterOptions,
+    with_hf_secret: bool,
+) -> WorkloadView:
     assert spec.name is not None
     return make_view(
         rollout_engine=cluster_engine(spec.rollout.engine, shape.kind, opts.image).name,
-        run=spec.name, namespace=opts.namespace, backend=backend, image=opts.image,
-        run_uri=run_uri, shape=shape,
+        run=spec.name,
+        namespace=opts.namespace,
+        backend=backend,
+        image=opts.image,
+        run_uri=run_uri,
+        shape=shape,
         service_account=opts.service_account,
         hf_secret=hf_secret_name(spec.name) if with_hf_secret else None,
-        max_restarts=opts.max_restarts, min_slices=opts.min_slices,
-        dcn_networks=opts.dcn_networks, cpu=opts.cpu, memory=opts.memory,
+        max_restarts=opts.max_restarts,
+        min_slices=opts.min_slices,
+        dcn_networks=opts.dcn_networks,
+        cpu=opts.cpu,
+        memory=opts.memory,
         gcs_buckets=mounted_buckets(spec),
     )
 
 
-def render_run(spec: RunSpec, backend: str, shape: SliceShape, store: RunStore,
-               opts: ClusterOptions, with_hf_secret: bool = False) -> list[dict[str, Any]]:
+def render_run(
+    spec: RunSpec,
+    backend: str,
+    shape: SliceShape,
+    store: RunStore,
+    opts: ClusterOptions,
+    with_hf_secret: bool = False,
+) -> list[dict[str, Any]]:
     """The validated manifests of a run (what ``--dry-run`` prints). No Secret value."""
     if not store.uri.startswith("gs://"):
-        raise ConfigError(f"a cluster run needs a gs:// run store, not {store.uri!r}",
-                          hint="pass --runs-dir gs://BUCKET/runs")
+        raise ConfigError(
+            f"a cluster run needs a gs:// run store, not {store.uri!r}",
+            hint="pass --runs-dir gs://BUCKET/runs",
+        )
     spec = _named(spec, store)
     assert spec.name is not None
     view = build_view(spec, backend, shape, store.run(spec.name).uri, opts, with_hf_secret)
@@ -113,8 +136,9 @@ def _named(spec: RunSpec, store: RunStore | None = None) -> RunSpec:
     if not spec.name:
         spec = spec.model_copy(update={"name": generate_run_name(spec.algorithm)})
     if store is not None and spec.output.root != store.uri:
-        spec = spec.model_copy(update={"output": spec.output.model_copy(
-            update={"root": store.uri})})
+        spec = spec.model_copy(
+            update={"output": spec.output.model_copy(update={"root": store.uri})}
+        )
     return pod_inputs(spec)
 
 
@@ -126,7 +150,7 @@ GCS_MOUNT = "/gcs"
 
 
 def _gs_to_mount(uri: str) -> str:
-    return f"{GCS_MOUNT}/{uri[len('gs://'):]}"
+    return f"{GCS_MOUNT}/{uri[len('gs://') :]}"
 
 
 def pod_inputs(spec: RunSpec) -> RunSpec:
@@ -139,36 +163,44 @@ def pod_inputs(spec: RunSpec) -> RunSpec:
 
     from rlctl.core.config.models import DEFAULT_MODEL
 
-    fields = {"model.source": spec.model.source, "data.path": spec.data.path,
-              "data.eval_path": spec.data.eval_path}
+    fields = {
+        "model.source": spec.model.source,
+        "data.path": spec.data.path,
+        "data.eval_path": spec.data.eval_path,
+    }
     new: dict[str, str] = {}
     for key, value in fields.items():
         if not value or value.startswith(f"{GCS_MOUNT}/"):
             continue
         if value.startswith("gs://"):
-            if len(value) <= len("gs://") or value[len("gs://"):].startswith("/"):
-                raise ConfigError(f"{key}={value!r} names no bucket",
-                                  hint="use gs://BUCKET/PATH")
+            if len(value) <= len("gs://") or value[len("gs://") :].startswith("/"):
+                raise ConfigError(f"{key}={value!r} names no bucket", hint="use gs://BUCKET/PATH")
             new[key] = _gs_to_mount(value)
             continue
-        local = key != "model.source" or (value != DEFAULT_MODEL
-                                          and Path(value).expanduser().exists())
+        local = key != "model.source" or (
+            value != DEFAULT_MODEL and Path(value).expanduser().exists()
+        )
         if local:
-            flag = {"model.source": "--model", "data.path": "--data-path",
-                    "data.eval_path": "--set data.eval_path="}[key]
+            flag = {
+                "model.source": "--model",
+                "data.path": "--data-path",
+                "data.eval_path": "--set data.eval_path=",
+            }[key]
             raise ConfigError(
-                f"{key}={value!r} is a path on this machine; the cluster's pods cannot "
-                "read it",
+                f"{key}={value!r} is a path on this machine; the cluster's pods cannot read it",
                 hint=f"copy it to a bucket the run's service account can read (e.g. "
                 f"'gcloud storage cp -r {value} gs://BUCKET/inputs/') and pass {flag} "
-                "gs://BUCKET/inputs/...")
+                "gs://BUCKET/inputs/...",
+            )
     if not new:
         return spec
-    model = spec.model.model_copy(update={"source": new.get("model.source",
-                                                            spec.model.source)})
-    data = spec.data.model_copy(update={
-        "path": new.get("data.path", spec.data.path),
-        "eval_path": new.get("data.eval_path", spec.data.eval_path)})
+    model = spec.model.model_copy(update={"source": new.get("model.source", spec.model.source)})
+    data = spec.data.model_copy(
+        update={
+            "path": new.get("data.path", spec.data.path),
+            "eval_path": new.get("data.eval_path", spec.data.eval_path),
+        }
+    )
     return spec.model_copy(update={"model": model, "data": data})
 
 
@@ -177,23 +209,29 @@ def mounted_buckets(spec: RunSpec) -> list[str]:
     out: list[str] = []
     for value in (spec.model.source, spec.data.path, spec.data.eval_path):
         if value and value.startswith(f"{GCS_MOUNT}/"):
-            bucket = value[len(GCS_MOUNT) + 1:].split("/", 1)[0]
+            bucket = value[len(GCS_MOUNT) + 1 :].split("/", 1)[0]
             if bucket and bucket not in out:
                 out.append(bucket)
     return out
 
 
-def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | None
-           ) -> list[str]:
+def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | None) -> list[str]:
     if hf_token:
         # the Secret goes first, so the pods never start without it
         objs = [objs[0], hf_token_secret(run, hf_token, hf_secret_name(run)), *objs[1:]]
     return apply_objects(api, objs)
 
 
-def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
-               store: RunStore, opts: ClusterOptions, hf_token: str | None = None,
-               record: dict[str, Any] | None = None) -> SubmitResult:
+def submit_run(
+    spec: RunSpec,
+    backend: str,
+    shape: SliceShape,
+    k8s_api: KubeApi,
+    store: RunStore,
+    opts: ClusterOptions,
+    hf_token: str | None = None,
+    record: dict[str, Any] | None = None,
+) -> SubmitResult:
     """Write the spec to the run store, then create/apply the run's objects.
 
     ``record`` adds fields to status.json (the CLI records the cluster, project,
@@ -206,18 +244,36 @@ def submit_run(spec: RunSpec, backend: str, shape: SliceShape, k8s_api: KubeApi,
     name = spec.name
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     run = write_new_run(store, spec)
-    run.write_text(STATUS, status_text({
-        "name": name, "phase": Phase.PENDING, "algorithm": spec.algorithm,
-        "total_steps": spec.training.steps, "step": 0, "latest_checkpoint": None,
-        "backend": backend, "namespace": opts.namespace,
-        "service_account": opts.service_account, **(record or {})}))
+    run.write_text(
+        STATUS,
+        status_text(
+            {
+                "name": name,
+                "phase": Phase.PENDING,
+                "algorithm": spec.algorithm,
+                "total_steps": spec.training.steps,
+                "step": 0,
+                "latest_checkpoint": None,
+                "backend": backend,
+                "namespace": opts.namespace,
+                "service_account": opts.service_account,
+                **(record or {}),
+            }
+        ),
+    )
     applied = _apply(k8s_api, name, objs, hf_token)
     return SubmitResult(name=name, path=run.uri, backend=backend, applied=applied)
 
 
-def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
-               store: RunStore, opts: ClusterOptions, hf_token: str | None = None
-               ) -> ResumeResult:
+def resume_run(
+    name: str,
+    backend: str,
+    shape: SliceShape,
+    k8s_api: KubeApi,
+    store: RunStore,
+    opts: ClusterOptions,
+    hf_token: str | None = None,
+) -> ResumeResult:
     """Re-submit a run that stopped: from its latest complete checkpoint in the store.
 
     Refuses (ConflictError) while its workload is pending or running, and when
@@ -230,24 +286,27 @@ def resume_run(name: str, backend: str, shape: SliceShape, k8s_api: KubeApi,
     spec = load_run_spec(run)
     step = latest_checkpoint_step(run)
     if step is None:
-        raise ConflictError(f"run {name!r} has no complete checkpoint in {run.uri}",
-                            hint=f"start it again with 'rlctl delete run {name} --purge' "
-                            "and 'rlctl train'")
+        raise ConflictError(
+            f"run {name!r} has no complete checkpoint in {run.uri}",
+            hint=f"start it again with 'rlctl delete run {name} --purge' and 'rlctl train'",
+        )
     state = describe_workload(k8s_api, name, backend)
     if state.phase.active:
-        raise ConflictError(f"run {name!r} is still {state.phase} on the cluster",
-                            hint=f"wait for it, or 'rlctl delete run {name}' first")
+        raise ConflictError(
+            f"run {name!r} is still {state.phase} on the cluster",
+            hint=f"wait for it, or 'rlctl delete run {name}' first",
+        )
     old = find_workload(k8s_api, name)
     if old is not None:
         k8s_api.delete(old["apiVersion"], old["kind"], old["metadata"]["name"])
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     applied = _apply(k8s_api, name, objs, hf_token)
-    return ResumeResult(name=name, path=run.uri, backend=backend, checkpoint=step,
-                        applied=applied)
+    return ResumeResult(name=name, path=run.uri, backend=backend, checkpoint=step, applied=applied)
 
 
-def describe_cluster_run(name: str, k8s_api: KubeApi, store: RunStore,
-                         backend: str | None = None, curve: bool = False) -> ClusterRunInfo:
+def describe_cluster_run(
+    name: str, k8s_api: KubeApi, store: RunStore, backend: str | None = None, curve: bool = False
+) -> ClusterRunInfo:
     """The run store's view of a run merged with its workload's state on the cluster
     (``curve``: with its learning curve, read from the store)."""
     from rlctl.core.runs.status import describe_run
@@ -257,28 +316,44 @@ def describe_cluster_run(name: str, k8s_api: KubeApi, store: RunStore,
     phase = info.phase
     workload = state.phase
     if workload in (Phase.PENDING, Phase.FAILED) or (
-            workload == Phase.RUNNING and phase in (Phase.PENDING, Phase.UNKNOWN)):
+        workload == Phase.RUNNING and phase in (Phase.PENDING, Phase.UNKNOWN)
+    ):
         phase = workload
-    return ClusterRunInfo(**{**dict(info), "phase": phase}, workload=state,
-                          reason=state.reason or None)
+    return ClusterRunInfo(
+        **{**dict(info), "phase": phase}, workload=state, reason=state.reason or None
+    )
 
 
-def plan_delete_run(name: str, k8s_api: KubeApi, store: RunStore | None = None,
-                    purge: bool = False) -> list[Change]:
+def plan_delete_run(
+    name: str, k8s_api: KubeApi, store: RunStore | None = None, purge: bool = False
+) -> list[Change]:
     """What ``delete_run`` removes: the run's rlctl-labelled objects, then (``purge``)
     its folder in the run store, which waits for them (a live pod would write again)."""
-    changes = [Change(kind=kind, name=n, action="delete", body={"apiVersion": api_version})
-               for api_version, kind, n in list_run_objects(k8s_api, name)]
+    changes = [
+        Change(kind=kind, name=n, action="delete", body={"apiVersion": api_version})
+        for api_version, kind, n in list_run_objects(k8s_api, name)
+    ]
     if purge and store is not None:
         run: RunDir = store.run(name)
         if run.exists():
-            changes.append(Change(kind=RUN_FILES, name=run.uri, action="delete",
-                                  depends_on=[c.key for c in changes], body={"run": name}))
+            changes.append(
+                Change(
+                    kind=RUN_FILES,
+                    name=run.uri,
+                    action="delete",
+                    depends_on=[c.key for c in changes],
+                    body={"run": name},
+                )
+            )
     return changes
 
 
-def apply_delete_run(changes: list[Change], k8s_api: KubeApi, store: RunStore | None = None,
-                     on_event: Callable[[str, str, str], None] | None = None) -> list[str]:
+def apply_delete_run(
+    changes: list[Change],
+    k8s_api: KubeApi,
+    store: RunStore | None = None,
+    on_event: Callable[[str, str, str], None] | None = None,
+) -> list[str]:
     """Delete what ``plan_delete_run`` planned, in order; the keys of what was removed
     (an object already gone is not). ``on_event(key, 'start'|'done', info)``."""
     notify = on_event or (lambda *a: None)
@@ -299,8 +374,9 @@ def apply_delete_run(changes: list[Change], k8s_api: KubeApi, store: RunStore | 
     return removed
 
 
-def delete_run(name: str, k8s_api: KubeApi, store: RunStore | None = None,
-               purge: bool = False) -> list[str]:
+def delete_run(
+    name: str, k8s_api: KubeApi, store: RunStore | None = None, purge: bool = False
+) -> list[str]:
     """Delete the run's rlctl-labelled objects (workload, ConfigMap, Secret, DRANET claim)
     and, only with ``purge``, its run store files. Returns the keys of what was removed.
 

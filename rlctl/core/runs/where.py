@@ -61,17 +61,28 @@ class OnCluster:
 Where = Local | OnCluster
 
 
-def _cluster_ref(cluster: str | None, project: str | None, region: str | None,
-                 runs_dir: str | None, accelerator: str | None = None) -> ClusterRef:
+def _cluster_ref(
+    cluster: str | None,
+    project: str | None,
+    region: str | None,
+    runs_dir: str | None,
+    accelerator: str | None = None,
+) -> ClusterRef:
     from rlctl.core.runs.cluster import ClusterRef
 
-    return ClusterRef(cluster=cluster, project=project, region=region, runs_dir=runs_dir,
-                      accelerator=accelerator)
+    return ClusterRef(
+        cluster=cluster, project=project, region=region, runs_dir=runs_dir, accelerator=accelerator
+    )
 
 
-def locate_new(runs_dir: str | None, cluster: str | None, project: str | None,
-               region: str | None, accelerator: str | None,
-               clients: ClientsFactory) -> Where:
+def locate_new(
+    runs_dir: str | None,
+    cluster: str | None,
+    project: str | None,
+    region: str | None,
+    accelerator: str | None,
+    clients: ClientsFactory,
+) -> Where:
     """Where ``train`` runs a new run: on ``cluster`` (its store ``runs_dir``, else the
     cluster's bucket), else here, writing to ``runs_dir`` (or the spec's output.root)."""
     if not cluster:
@@ -79,8 +90,14 @@ def locate_new(runs_dir: str | None, cluster: str | None, project: str | None,
     return OnCluster(_cluster_ref(cluster, project, region, runs_dir, accelerator), clients)
 
 
-def locate(runs_dir: str | None, cluster: str | None, project: str | None,
-           region: str | None, clients: ClientsFactory, run: str | None = None) -> Where:
+def locate(
+    runs_dir: str | None,
+    cluster: str | None,
+    project: str | None,
+    region: str | None,
+    clients: ClientsFactory,
+    run: str | None = None,
+) -> Where:
     """Where an existing run (or, ``run`` None, the runs of a store) is.
 
     With ``run`` (``resume``, ``logs``), a cluster store's run is first opened: one

@@ -25,6 +25,8 @@ def open_store(root: str, client: Any = None) -> RunStore:
 
         return GcsRunStore(root, client=client)
     if "://" in root:
-        raise ConfigError(f"run store {root!r}: only local paths and gs:// are supported",
-                          hint="use a local path or gs://BUCKET/PREFIX")
+        raise ConfigError(
+            f"run store {root!r}: only local paths and gs:// are supported",
+            hint="use a local path or gs://BUCKET/PREFIX",
+        )
     return LocalRunStore(root)

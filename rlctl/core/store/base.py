@@ -137,11 +137,12 @@ def existing_run(store: RunStore, name: str) -> RunDir:
             raise ConfigError(
                 f"run {name!r} is damaged: {run.uri} has no {SPEC}",
                 hint=f"restore its {SPEC} (the run's settings) to resume it, or remove the "
-                f"run with 'rlctl delete run {name}'")
+                f"run with 'rlctl delete run {name}'",
+            )
         raise NotFoundError(
             f"run {name!r} not found in {store.uri}",
             hint=f"list the runs there with 'rlctl status --runs-dir {store.uri}', or pass "
-                 "the --runs-dir that holds it",
+            "the --runs-dir that holds it",
         )
     return run
 

@@ -77,7 +77,7 @@ def parse_gs_uri(uri: str) -> tuple[str, str]:
     """``gs://bucket/a/b/`` -> ("bucket", "a/b") with no leading/trailing slashes."""
     if not uri.startswith("gs://"):
         raise ConfigError(f"{uri!r} is not a gs:// URI", hint="use gs://BUCKET/PREFIX")
-    bucket, _, prefix = uri[len("gs://"):].partition("/")
+    bucket, _, prefix = uri[len("gs://") :].partition("/")
     if not bucket:
         raise ConfigError(f"{uri!r} names no bucket", hint="use gs://BUCKET/PREFIX")
     return bucket, prefix.strip("/")
@@ -99,23 +99,27 @@ def _unreachable(e: BaseException) -> bool:
     import requests
 
     # google-auth's TransportError by name: only core/clients.py imports google
-    auth_transport = type(e).__name__ == "TransportError" and \
-        type(e).__module__.startswith("google.auth")
-    return auth_transport or isinstance(e, (requests.ConnectionError, requests.Timeout,
-                                            ConnectionError, TimeoutError))
+    auth_transport = type(e).__name__ == "TransportError" and type(e).__module__.startswith(
+        "google.auth"
+    )
+    return auth_transport or isinstance(
+        e, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)
+    )
 
 
 def _why_unreachable(e: BaseException) -> str:
     """A transport failure in a few words (requests' own text runs to 300 characters
     of pool and URL before it says why)."""
     text = str(e)
-    for needle, said in (("Connection refused", "connection refused"),
-                         ("Name or service not known", "the host name does not resolve"),
-                         ("Temporary failure in name resolution",
-                          "the host name does not resolve"),
-                         ("timed out", "no answer in time"), ("Timeout", "no answer in time"),
-                         ("No route to host", "no route to the host"),
-                         ("Network is unreachable", "the network is unreachable")):
+    for needle, said in (
+        ("Connection refused", "connection refused"),
+        ("Name or service not known", "the host name does not resolve"),
+        ("Temporary failure in name resolution", "the host name does not resolve"),
+        ("timed out", "no answer in time"),
+        ("Timeout", "no answer in time"),
+        ("No route to host", "no route to the host"),
+        ("Network is unreachable", "the network is unreachable"),
+    ):
         if needle in text:
             return said
     return _first_line(e, 120)
@@ -130,32 +134,43 @@ def probe_bucket(client: Client, bucket: Bucket, prefix: str) -> None:
     the bucket's metadata would need more)."""
     from google.api_core import exceptions as gexc
 
-    endpoint = getattr(getattr(client, "_connection", None), "API_BASE_URL",
-                       "https://storage.googleapis.com")
+    endpoint = getattr(
+        getattr(client, "_connection", None), "API_BASE_URL", "https://storage.googleapis.com"
+    )
     name = bucket.name
     try:
-        list(client.list_blobs(bucket, prefix=f"{prefix}/" if prefix else None,
-                               max_results=1, timeout=PROBE_TIMEOUT, retry=None))
+        list(
+            client.list_blobs(
+                bucket,
+                prefix=f"{prefix}/" if prefix else None,
+                max_results=1,
+                timeout=PROBE_TIMEOUT,
+                retry=None,
+            )
+        )
     except gexc.NotFound as e:
-        raise NotFoundError(f"bucket {name!r} does not exist (Cloud Storage at {endpoint})",
-                            hint="check the bucket's name in gs://BUCKET/PREFIX") from e
+        raise NotFoundError(
+            f"bucket {name!r} does not exist (Cloud Storage at {endpoint})",
+            hint="check the bucket's name in gs://BUCKET/PREFIX",
+        ) from e
     except (gexc.Forbidden, gexc.Unauthorized) as e:
         from rlctl.core.errors import PermissionDeniedError
 
         raise PermissionDeniedError(
             f"no access to bucket {name!r} (Cloud Storage at {endpoint}): {_first_line(e)}",
             hint="check the bucket's name, and that these credentials hold "
-                 "roles/storage.objectUser on it") from e
+            "roles/storage.objectUser on it",
+        ) from e
     except gexc.GoogleAPICallError as e:
         raise CloudError(f"Cloud Storage at {endpoint}: {_first_line(e)}") from e
     except Exception as e:  # a refused or silent endpoint, a name that does not resolve
         if not _unreachable(e):
             raise
-        raise CloudError(f"cannot reach Cloud Storage at {endpoint} (bucket {name!r}): "
-                         f"{_why_unreachable(e)}",
-                         hint="check the network, or the endpoint set by "
-                              "STORAGE_EMULATOR_HOST or RLCTL_API_ENDPOINT_OVERRIDES_STORAGE"
-                         ) from e
+        raise CloudError(
+            f"cannot reach Cloud Storage at {endpoint} (bucket {name!r}): {_why_unreachable(e)}",
+            hint="check the network, or the endpoint set by "
+            "STORAGE_EMULATOR_HOST or RLCTL_API_ENDPOINT_OVERRIDES_STORAGE",
+        ) from e
 
 
 def _translate(e: Exception, what: str) -> Exception:
@@ -188,8 +203,10 @@ def lease_ttl_s(value: float | None = None) -> float:
     except ValueError:
         ttl = 0.0
     if not 0 < ttl < float("inf"):  # nan too
-        raise ConfigError(f"lease ttl {raw!r} is not a positive number of seconds",
-                          hint="set RLCTL_LEASE_TTL_S to e.g. 120")
+        raise ConfigError(
+            f"lease ttl {raw!r} is not a positive number of seconds",
+            hint="set RLCTL_LEASE_TTL_S to e.g. 120",
+        )
     return ttl
 
 
@@ -250,11 +267,17 @@ class _Lease:
         self._thread: threading.Thread | None = None
 
     def _body(self) -> bytes:
-        return json.dumps({
-            "pid": os.getpid(), "host": socket.gethostname(), "since": self.since,
-            "renewed": _now().isoformat(timespec="seconds"), "ttl_s": self.ttl_s,
-            "machine": _machine(), "token": self.token,
-        }).encode()
+        return json.dumps(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": self.since,
+                "renewed": _now().isoformat(timespec="seconds"),
+                "ttl_s": self.ttl_s,
+                "machine": _machine(),
+                "token": self.token,
+            }
+        ).encode()
 
     def _read(self) -> tuple[Any, dict[str, Any]] | None:
         """The lease object and its content ({} if damaged); None if there is none
@@ -282,8 +305,9 @@ class _Lease:
         blob = self.bucket.blob(self.key)
         kw: dict[str, Any] = {} if timeout is None else {"retry": None, "timeout": timeout}
         try:
-            blob.upload_from_string(self._body(), content_type="application/json",
-                                    if_generation_match=expected, **kw)
+            blob.upload_from_string(
+                self._body(), content_type="application/json", if_generation_match=expected, **kw
+            )
         except gexc.PreconditionFailed:
             held = self._read()
             if held is None or held[1].get("token") != self.token:
@@ -305,8 +329,7 @@ class _Lease:
         if _holder_is_dead(info):
             return True
         updated = blob.updated
-        return updated is not None and \
-            _now() > updated + dt.timedelta(seconds=self._ttl_of(info))
+        return updated is not None and _now() > updated + dt.timedelta(seconds=self._ttl_of(info))
 
     def acquire(self) -> None:
         expected = 0  # first: create it, only if there is none
@@ -323,19 +346,22 @@ class _Lease:
                     raise RunInUseError(
                         f"run {self.run!r} is in use by {_describe(info)}",
                         hint="wait for it to finish, or stop that process first; a holder "
-                             "that died without releasing the run loses its lease "
-                             f"{self._ttl_of(info):g} s after its last renewal",
+                        "that died without releasing the run loses its lease "
+                        f"{self._ttl_of(info):g} s after its last renewal",
                     )
                 expected = int(blob.generation)  # take it over, unless another did first
             else:
-                raise RunInUseError(f"run {self.run!r} is in use by another process",
-                                    hint="wait for it to finish, or stop that process first")
+                raise RunInUseError(
+                    f"run {self.run!r} is in use by another process",
+                    hint="wait for it to finish, or stop that process first",
+                )
         except ConflictError:
             raise
         except Exception as e:
             raise _translate(e, self.uri) from e
-        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
-                                        name=f"rlctl-lease-{self.run}")
+        self._thread = threading.Thread(
+            target=self._renew_loop, daemon=True, name=f"rlctl-lease-{self.run}"
+        )
         self._thread.start()
 
     def _renew_loop(self) -> None:
@@ -370,9 +396,15 @@ class _Lease:
 class GcsRunDir:
     """One run's objects under ``gs://bucket/prefix/<name>/`` (same methods as LocalRunDir)."""
 
-    def __init__(self, bucket: Bucket, prefix: str, name: str,
-                 staging_root: str | None = None, lease_ttl: float | None = None,
-                 reach: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        bucket: Bucket,
+        prefix: str,
+        name: str,
+        staging_root: str | None = None,
+        lease_ttl: float | None = None,
+        reach: Callable[[], None] | None = None,
+    ) -> None:
         self.name = name
         # the store's probe (GcsRunStore.reachable), run before the first request: a
         # run made but never read or written (a dry run's) asks nothing of the bucket
@@ -401,8 +433,10 @@ class GcsRunDir:
             if self.bucket.blob(key).exists():
                 return True
             # a "folder": any object below it
-            return any(True for _ in self.bucket.client.list_blobs(
-                self.bucket, prefix=f"{key}/", max_results=1))
+            return any(
+                True
+                for _ in self.bucket.client.list_blobs(self.bucket, prefix=f"{key}/", max_results=1)
+            )
         except Exception as e:
             raise _translate(e, f"{self.uri}/{rel}") from e
 
@@ -437,7 +471,7 @@ class GcsRunDir:
                 f"run {self.name!r} was taken over by another process: this process's "
                 f"lease on it ({self.uri}/{LEASE}) expired",
                 hint="the lease could not be renewed in time (a stall or a network "
-                     "outage); check who trains the run now with 'rlctl status'",
+                "outage); check who trains the run now with 'rlctl status'",
             )
 
     def write_text(self, rel: str, text: str) -> None:
@@ -461,8 +495,13 @@ class GcsRunDir:
         docstring). A second train/resume anywhere gets a ConflictError naming the
         holder. The lease expires ttl_s after its last renewal, so a killed holder
         does not block the run forever (on the holder's own machine, at once)."""
-        lease = _Lease(self.bucket, self._key(LEASE), self.name, f"{self.uri}/{LEASE}",
-                       lease_ttl_s(self._lease_ttl))
+        lease = _Lease(
+            self.bucket,
+            self._key(LEASE),
+            self.name,
+            f"{self.uri}/{LEASE}",
+            lease_ttl_s(self._lease_ttl),
+        )
         lease.acquire()
         self._lease = lease
         try:
@@ -487,8 +526,8 @@ class GcsRunDir:
         base = f"{self._key(rel)}/"
         try:
             it = self.bucket.client.list_blobs(self.bucket, prefix=base, delimiter="/")
-            names = {b.name[len(base):] for b in it}
-            names |= {p[len(base):].rstrip("/") for p in it.prefixes}
+            names = {b.name[len(base) :] for b in it}
+            names |= {p[len(base) :].rstrip("/") for p in it.prefixes}
         except Exception as e:
             raise _translate(e, f"{self.uri}/{rel}") from e
         return sorted(n for n in names if n)
@@ -496,8 +535,9 @@ class GcsRunDir:
     def _list_recursive(self, rel: str) -> builtins.list[str]:
         base = f"{self._key(rel)}/"
         try:
-            return [b.name[len(base):] for b in
-                    self.bucket.client.list_blobs(self.bucket, prefix=base)]
+            return [
+                b.name[len(base) :] for b in self.bucket.client.list_blobs(self.bucket, prefix=base)
+            ]
         except Exception as e:
             raise _translate(e, f"{self.uri}/{rel}") from e
 
@@ -531,7 +571,7 @@ class GcsRunDir:
                 if b.name.endswith(f"/{COMMITTED}"):
                     b.delete()
                     continue
-                self.bucket.copy_blob(b, self.bucket, new + b.name[len(key):])
+                self.bucket.copy_blob(b, self.bucket, new + b.name[len(key) :])
                 b.delete()
         except Exception as e:
             raise _translate(e, f"{self.uri}/{src}") from e
@@ -557,10 +597,14 @@ class GcsRunDir:
         local = self.staging_dir() / rel
         key = self._key(rel)
         blob = self.bucket.get_blob(key)
-        pairs = [(blob, local)] if blob is not None else [
-            (b, local / b.name[len(key) + 1:])
-            for b in self.bucket.client.list_blobs(self.bucket, prefix=f"{key}/")
-        ]
+        pairs = (
+            [(blob, local)]
+            if blob is not None
+            else [
+                (b, local / b.name[len(key) + 1 :])
+                for b in self.bucket.client.list_blobs(self.bucket, prefix=f"{key}/")
+            ]
+        )
         try:
             for b, dest in pairs:
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -576,8 +620,11 @@ class GcsRunDir:
         if local.is_file():
             files = [(local, rel)]
         elif local.is_dir():
-            files = [(p, f"{rel}/{p.relative_to(local).as_posix()}")
-                     for p in sorted(local.rglob("*")) if p.is_file()]
+            files = [
+                (p, f"{rel}/{p.relative_to(local).as_posix()}")
+                for p in sorted(local.rglob("*"))
+                if p.is_file()
+            ]
         else:
             return
         self._check_lease()
@@ -588,7 +635,8 @@ class GcsRunDir:
                 if self._uploaded.get(str(path)) == sig:
                     continue
                 self.bucket.blob(self._key(obj_rel)).upload_from_filename(
-                    str(path), content_type=_content_type(obj_rel))
+                    str(path), content_type=_content_type(obj_rel)
+                )
                 self._uploaded[str(path)] = sig
         except Exception as e:
             raise _translate(e, f"{self.uri}/{rel}") from e
@@ -638,8 +686,13 @@ def _content_type(rel: str) -> str:
 
 
 class GcsRunStore:
-    def __init__(self, uri: str, client: Client | None = None,
-                 staging_root: str | None = None, lease_ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        client: Client | None = None,
+        staging_root: str | None = None,
+        lease_ttl: float | None = None,
+    ) -> None:
         bucket, self.prefix = parse_gs_uri(uri)
         self.uri = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
         if client is None:
@@ -660,8 +713,14 @@ class GcsRunStore:
             self._reached = True
 
     def run(self, name: str) -> GcsRunDir:
-        return GcsRunDir(self.bucket, self.prefix, validate_name(name, "run"),
-                         self.staging_root, self.lease_ttl, reach=self.reachable)
+        return GcsRunDir(
+            self.bucket,
+            self.prefix,
+            validate_name(name, "run"),
+            self.staging_root,
+            self.lease_ttl,
+            reach=self.reachable,
+        )
 
     def list_runs(self) -> list[str]:
         self.reachable()
@@ -669,9 +728,12 @@ class GcsRunStore:
         try:
             it = self.client.list_blobs(self.bucket, prefix=base, delimiter="/")
             list(it)
-            names = [p[len(base):].rstrip("/") for p in it.prefixes]
-            return sorted(n for n in names if any(
-                self.bucket.blob(f"{base}{n}/{m}").exists() for m in RUN_MARKERS))
+            names = [p[len(base) :].rstrip("/") for p in it.prefixes]
+            return sorted(
+                n
+                for n in names
+                if any(self.bucket.blob(f"{base}{n}/{m}").exists() for m in RUN_MARKERS)
+            )
         except Exception as e:
             raise _translate(e, self.uri) from e
 

@@ -37,17 +37,23 @@ from rlctl.core.store.base import (
 def check_root(root: Path) -> None:
     """A run store root must be (or become) a folder on a real file system."""
     if pseudo := kernel_fs(root):
-        raise ConfigError(f"run store {str(root)!r} is under {pseudo}, "
-                          "a kernel file system, not storage",
-                          hint="pass --runs-dir a folder on disk, e.g. ./runs")
+        raise ConfigError(
+            f"run store {str(root)!r} is under {pseudo}, a kernel file system, not storage",
+            hint="pass --runs-dir a folder on disk, e.g. ./runs",
+        )
     if root.exists() and not root.is_dir():
-        raise ConfigError(f"run store {str(root)!r} is a file, not a folder",
-                          hint="pass --runs-dir a folder (it is created if missing)")
+        raise ConfigError(
+            f"run store {str(root)!r} is a file, not a folder",
+            hint="pass --runs-dir a folder (it is created if missing)",
+        )
 
 
 @contextlib.contextmanager
-def writing(where: str, elsewhere: str = "pass another --runs-dir",
-            writable: str = "pass --runs-dir a folder you can write to") -> Iterator[None]:
+def writing(
+    where: str,
+    elsewhere: str = "pass another --runs-dir",
+    writable: str = "pass --runs-dir a folder you can write to",
+) -> Iterator[None]:
     """OSErrors of a write as one line each: read-only, no permission, disk full.
     ``elsewhere``/``writable``: the hints, for a file that is not the run store's."""
     import errno
@@ -59,8 +65,9 @@ def writing(where: str, elsewhere: str = "pass another --runs-dir",
             raise
         why = e.strerror or type(e).__name__
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(f"cannot write {where}: {why}",
-                                hint=f"free space on that disk or {elsewhere}") from e
+            raise DiskFullError(
+                f"cannot write {where}: {why}", hint=f"free space on that disk or {elsewhere}"
+            ) from e
         raise ConfigError(f"cannot write {where}: {why}", hint=writable) from e
 
 
@@ -92,8 +99,10 @@ class LocalRunDir:
             with writing(f"{self.uri}/{rel}"):
                 created = create_exclusive(self.path / rel, text)
             if not created:
-                raise ConflictError(f"{self.uri}/{rel} was changed by another writer",
-                                    hint="another process created this run first")
+                raise ConflictError(
+                    f"{self.uri}/{rel} was changed by another writer",
+                    hint="another process created this run first",
+                )
             return
         with writing(f"{self.uri}/{rel}"):
             atomic_write(self.path / rel, text)
@@ -120,8 +129,13 @@ class LocalRunDir:
                 ) from None
             since = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                      "since": since}).encode(), 0)
+            os.pwrite(
+                fd,
+                json.dumps(
+                    {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
+                ).encode(),
+                0,
+            )
             yield
         finally:
             os.close(fd)  # releases the lock
@@ -154,8 +168,10 @@ class LocalRunDir:
         """A local path to write ``rel`` at; its parent folder exists."""
         p = self.path / rel
         if rel in (CHECKPOINTS, TENSORBOARD) and p.exists() and not p.is_dir():
-            raise ConfigError(f"{p} is a file where the run keeps a folder",
-                              hint="move that file aside, then resume the run")
+            raise ConfigError(
+                f"{p} is a file where the run keeps a folder",
+                hint="move that file aside, then resume the run",
+            )
         with writing(str(p.parent)):
             p.parent.mkdir(parents=True, exist_ok=True)
         return str(p)
@@ -186,8 +202,7 @@ class LocalRunDir:
         for name in self.list(CHECKPOINTS):
             step = step_number(name)
             folder = self.path / CHECKPOINTS / name
-            if step is not None and any((folder / m).is_file()
-                                        for m in (ORBAX_METADATA, MANIFEST)):
+            if step is not None and any((folder / m).is_file() for m in (ORBAX_METADATA, MANIFEST)):
                 steps.append(step)
         return sorted(steps)
 
@@ -208,7 +223,6 @@ class LocalRunDir:
         else:
             p.unlink()
         return [str(p)]
-
 
     def move(self, src: str, dst: str) -> None:
         """Rename ``src`` to ``dst`` within the run (nothing to do if ``src`` is gone:
@@ -233,8 +247,11 @@ class LocalRunStore:
         if not self.root.is_dir():
             return []
         # a run that lost its spec.yaml is listed (as damaged), a stranger's folder not
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir()
-                      and any((p / m).is_file() for m in RUN_MARKERS))
+        return sorted(
+            p.name
+            for p in self.root.iterdir()
+            if p.is_dir() and any((p / m).is_file() for m in RUN_MARKERS)
+        )
 
     def existing(self, name: str) -> LocalRunDir:
         return existing_run(self, name)  # type: ignore[return-value]

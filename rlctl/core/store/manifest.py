@@ -32,8 +32,9 @@ def checkpoint_files(folder: Path) -> list[Path]:
 def write_manifest(folder: Path) -> int:
     """Record every file's size and SHA-256 (written last, atomically): a checkpoint
     that later loses or changes a byte is then known to be damaged. Its total size."""
-    files = {str(p.relative_to(folder)): (p.stat().st_size, _sha256(p))
-             for p in checkpoint_files(folder)}
+    files = {
+        str(p.relative_to(folder)): (p.stat().st_size, _sha256(p)) for p in checkpoint_files(folder)
+    }
     atomic_write(folder / MANIFEST, manifest_text(files))  # checked by its reader first
     return sum(size for size, _ in files.values())
 

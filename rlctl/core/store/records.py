@@ -28,19 +28,22 @@ def read_spec(text: str, where: str) -> RunSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{where} is not valid YAML",
-                          hint="restore the run's spec.yaml (its settings)") from e
+        raise ConfigError(
+            f"{where} is not valid YAML", hint="restore the run's spec.yaml (its settings)"
+        ) from e
     except RecursionError as e:  # nested deeper than the parser's stack
-        raise ConfigError(f"{where} is nested too deeply to read",
-                          hint="restore the run's spec.yaml (its settings)") from e
+        raise ConfigError(
+            f"{where} is nested too deeply to read",
+            hint="restore the run's spec.yaml (its settings)",
+        ) from e
     if not isinstance(data, dict):
-        raise ConfigError(f"{where} is empty or not a mapping",
-                          hint="restore the run's spec.yaml (its settings)")
+        raise ConfigError(
+            f"{where} is empty or not a mapping", hint="restore the run's spec.yaml (its settings)"
+        )
     try:
         return build(RunSpec, _stored_before_26(data))
     except ConfigError as e:
-        raise ConfigError(f"{where}: {e.message}", hint="fix or restore the run's spec.yaml"
-                          ) from e
+        raise ConfigError(f"{where}: {e.message}", hint="fix or restore the run's spec.yaml") from e
 
 
 def spec_text(spec: RunSpec, where: str) -> str:
@@ -50,12 +53,15 @@ def spec_text(spec: RunSpec, where: str) -> str:
     try:
         back = read_spec(text, where)
     except ConfigError as e:
-        raise RlctlError(f"rlctl would write a {where} it cannot read back ({e.message}); "
-                         "nothing was written",
-                         hint="report this; the run's files are unchanged") from e
+        raise RlctlError(
+            f"rlctl would write a {where} it cannot read back ({e.message}); nothing was written",
+            hint="report this; the run's files are unchanged",
+        ) from e
     if back != spec:
-        raise RlctlError(f"rlctl would write a {where} that reads back differently; nothing "
-                         "was written", hint="report this; the run's files are unchanged")
+        raise RlctlError(
+            f"rlctl would write a {where} that reads back differently; nothing was written",
+            hint="report this; the run's files are unchanged",
+        )
     return text
 
 
@@ -67,8 +73,11 @@ def _stored_before_26(data: dict[str, Any]) -> dict[str, Any]:
     old = data.get("data")
     if not isinstance(old, dict) or old.get("name") != "arithmetic":
         return data
-    kept = {k: v for k, v in old.items()
-            if k not in ("path", "eval_path", "question_field", "answer_field")}
+    kept = {
+        k: v
+        for k, v in old.items()
+        if k not in ("path", "eval_path", "question_field", "answer_field")
+    }
     return {**data, "data": kept}
 
 
@@ -102,8 +111,9 @@ def status_problems(data: Any) -> dict[str, str]:
         problems["phase"] = f"phase {phase!r} is not a phase"
     for key in _COUNTS:
         value = data.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
             problems[key] = f"{key} {value!r} is not a whole number >= 0"
     for key, value in data.items():
         if isinstance(value, float) and not math.isfinite(value):
@@ -133,9 +143,11 @@ def status_text(data: dict[str, Any]) -> str:
     """The text of ``data`` as ``status.json``, checked by its reader first."""
     problems = status_problems(data)
     if problems:
-        raise RlctlError(f"rlctl would write a status.json it cannot read back "
-                         f"({'; '.join(problems.values())}); nothing was written",
-                         hint="report this; the run's files are unchanged")
+        raise RlctlError(
+            f"rlctl would write a status.json it cannot read back "
+            f"({'; '.join(problems.values())}); nothing was written",
+            hint="report this; the run's files are unchanged",
+        )
     return json.dumps(data, indent=2, default=str, allow_nan=False) + "\n"
 
 
@@ -159,14 +171,21 @@ def read_manifest(text: str) -> dict[str, tuple[int, str]]:
 
 def manifest_text(files: dict[str, tuple[int, str]]) -> str:
     """The text of a manifest of ``files``, checked by its reader first."""
-    text = json.dumps({"files": {rel: [size, digest] for rel, (size, digest) in files.items()}},
-                      indent=1) + "\n"
+    text = (
+        json.dumps(
+            {"files": {rel: [size, digest] for rel, (size, digest) in files.items()}}, indent=1
+        )
+        + "\n"
+    )
     try:
         back = read_manifest(text)
     except ValueError as e:
-        raise RlctlError(f"rlctl would write a checkpoint manifest it cannot read back ({e})",
-                         hint="report this") from e
+        raise RlctlError(
+            f"rlctl would write a checkpoint manifest it cannot read back ({e})", hint="report this"
+        ) from e
     if back != files:
-        raise RlctlError("rlctl would write a checkpoint manifest that reads back "
-                         "differently", hint="report this")
+        raise RlctlError(
+            "rlctl would write a checkpoint manifest that reads back differently",
+            hint="report this",
+        )
     return text

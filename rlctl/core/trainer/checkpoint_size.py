@@ -53,10 +53,10 @@ def sample(x: Any) -> np.ndarray:
     if _on_host(x):
         flat = np.asarray(x).reshape(-1)
         starts = np.linspace(0, size - WINDOW, SAMPLES).astype(np.int64)
-        return np.concatenate([flat[s:s + WINDOW] for s in starts])
+        return np.concatenate([flat[s : s + WINDOW] for s in starts])
     if x.ndim == 1:
         starts = np.linspace(0, size - WINDOW, SAMPLES).astype(np.int64)
-        return np.concatenate([np.asarray(x[int(s):int(s) + WINDOW]) for s in starts])
+        return np.concatenate([np.asarray(x[int(s) : int(s) + WINDOW]) for s in starts])
     rows = np.linspace(0, x.shape[0] - 1, SAMPLES).astype(np.int64)
     return np.concatenate([np.asarray(x[int(r)]).reshape(-1)[:WINDOW] for r in rows])
 
@@ -66,15 +66,27 @@ def compressed_bytes(values: np.ndarray) -> int:
     import tensorstore as ts
 
     dtype = "bfloat16" if values.dtype.name == "bfloat16" else values.dtype.str
-    store = ts.open({"driver": "zarr", "kvstore": {"driver": "memory"},
-                     "metadata": {"shape": [values.size], "chunks": [max(1, values.size)],
-                                  "dtype": dtype, "compressor": CODEC}},
-                    create=True).result()
+    store = ts.open(
+        {
+            "driver": "zarr",
+            "kvstore": {"driver": "memory"},
+            "metadata": {
+                "shape": [values.size],
+                "chunks": [max(1, values.size)],
+                "dtype": dtype,
+                "compressor": CODEC,
+            },
+        },
+        create=True,
+    ).result()
     store.write(values).result()
     kv = store.kvstore
     assert kv is not None  # a zarr driver's store has one (tensorstore types it Optional)
-    return sum(len(kv.read(key).result().value) for key in kv.list().result()
-               if not key.endswith(b".zarray"))
+    return sum(
+        len(kv.read(key).result().value)
+        for key in kv.list().result()
+        if not key.endswith(b".zarray")
+    )
 
 
 def estimate_bytes(state: Any) -> int:

@@ -111,13 +111,18 @@ def refusal(run: RunDir, what: str = "no intact checkpoint") -> ConflictError:
     aside = set_aside_checkpoints(run)
     names = ", ".join(f"{CHECKPOINTS}/{n}" for n in aside) or "none"
     local = not run.uri.startswith("gs://")
-    recover = (f"if only its {MANIFEST} is damaged, 'rlctl resume {run.name} --recover' "
-               "reads its data back and resumes from it; " if local else "")
+    recover = (
+        f"if only its {MANIFEST} is damaged, 'rlctl resume {run.name} --recover' "
+        "reads its data back and resumes from it; "
+        if local
+        else ""
+    )
     return ConflictError(
         f"run {run.name!r} has {what} to resume from; set aside as damaged (kept, not "
         f"deleted): {names} in {run.uri}",
         hint=f"{recover}to start over from step 0, 'rlctl delete run {run.name}"
-             f"{'' if local else ' --purge'}' and train again")
+        f"{'' if local else ' --purge'}' and train again",
+    )
 
 
 def _failed_read(exc: BaseException | None, tb: Any = None, text: str = "") -> bool:
@@ -135,8 +140,12 @@ def _failed_read(exc: BaseException | None, tb: Any = None, text: str = "") -> b
             return True
         tb = tb.tb_next
     said = f"{text} {exc}"
-    return ("/orbax/" in said or "TensorStore" in said or '" driver' in said
-            or "in OCDBT database" in said)
+    return (
+        "/orbax/" in said
+        or "TensorStore" in said
+        or '" driver' in said
+        or "in OCDBT database" in said
+    )
 
 
 def restore_noise(info: Any) -> bool:
@@ -171,8 +180,10 @@ _UNRETRIEVED = _UnretrievedReads()
 # each printed "sys:1: RuntimeWarning: coroutine '_read_array_index_and_device_put'
 # was never awaited" and a tracemalloc hint after the command's error and hint (a
 # CI run in about ten, a checkpoint's largest data file cut in half).
-_UNAWAITED_READS = (r"coroutine '(?:\w+\.)*_read_(?:shard|array_index_and_device_put"
-                    r"|and_create_array)' was never awaited")
+_UNAWAITED_READS = (
+    r"coroutine '(?:\w+\.)*_read_(?:shard|array_index_and_device_put"
+    r"|and_create_array)' was never awaited"
+)
 
 
 class _QuietRestore:
@@ -208,8 +219,7 @@ def recover_candidates(run: RunDir) -> tuple[int, list[str]]:
     than it): what ``resume --recover`` may bring back, from a listing alone, so a
     resume with nothing to recover is refused before it writes anything."""
     newest = max(run.checkpoint_steps(), default=0)
-    newer = [n for n in set_aside_checkpoints(run)
-             if int(SET_ASIDE.match(n).group(1)) > newest]  # type: ignore[union-attr]
+    newer = [n for n in set_aside_checkpoints(run) if int(SET_ASIDE.match(n).group(1)) > newest]  # type: ignore[union-attr]
     return newest, newer
 
 
@@ -217,15 +227,20 @@ def nothing_to_recover(run: RunDir, newest: int, refused: list[str]) -> Conflict
     """The one line of a ``--recover`` with nothing to bring back: the set-aside
     checkpoints it read and refused (their data does not match their manifest), or
     why it had none to read, and what helps instead."""
-    older = [n for n in set_aside_checkpoints(run)
-             if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
+    older = [n for n in set_aside_checkpoints(run) if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
     what = "; ".join(refused) or (
         f"{', '.join(f'{CHECKPOINTS}/{n}' for n in older)} "
         f"{'is' if len(older) == 1 else 'are'} not newer than the intact "
-        f"checkpoint {newest}" if older else "no checkpoint is set aside")
-    hint = (f"resume without --recover: it continues from checkpoint {newest}"
-            if newest else f"nothing of it can be trained on: start over from step 0 with "
-            f"'rlctl delete run {run.name}' and train again")
+        f"checkpoint {newest}"
+        if older
+        else "no checkpoint is set aside"
+    )
+    hint = (
+        f"resume without --recover: it continues from checkpoint {newest}"
+        if newest
+        else f"nothing of it can be trained on: start over from step 0 with "
+        f"'rlctl delete run {run.name}' and train again"
+    )
     return ConflictError(f"nothing to recover in {run.uri}: {what}", hint=hint)
 
 
@@ -350,9 +365,12 @@ class Saved:
 
     def record(self) -> dict[str, Any]:
         """status.json's ``last_save``: what ``status`` shows of it."""
-        return {"step": self.step, "bytes": self.bytes,
-                "seconds": round(self.write_s if self.background else self.held_s, 2),
-                "background": self.background}
+        return {
+            "step": self.step,
+            "bytes": self.bytes,
+            "seconds": round(self.write_s if self.background else self.held_s, 2),
+            "background": self.background,
+        }
 
 
 @dataclass
@@ -372,9 +390,16 @@ class Checkpoints:
     only; ``numerics.Numerics.background_saves``); ``latest`` is always the newest
     complete checkpoint, and ``finished()`` hands over the saves completed since."""
 
-    def __init__(self, run: RunDir, topo: Topology, keep: int,
-                 warn: Callable[[str], None] | None = None, recover: bool = False,
-                 lora: dict[str, Any] | None = None, background: bool = False) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        topo: Topology,
+        keep: int,
+        warn: Callable[[str], None] | None = None,
+        recover: bool = False,
+        lora: dict[str, Any] | None = None,
+        background: bool = False,
+    ) -> None:
         import orbax.checkpoint as ocp
 
         self.background = background and not topo.multi_process
@@ -408,11 +433,15 @@ class Checkpoints:
             Path(folder).mkdir(parents=True, exist_ok=True)
             me = topo.process_index
             extra["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
-                primary_host=me, active_processes={me})
+                primary_host=me, active_processes={me}
+            )
         self.latest_size = _size(Path(folder) / str(latest)) if latest else 0
         self._options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=not topo.multi_process,
-            enable_async_checkpointing=False, **extra)
+            max_to_keep=keep,
+            create=not topo.multi_process,
+            enable_async_checkpointing=False,
+            **extra,
+        )
         self._in_flight = SAVE_IN_FLIGHT
         self.manager = self._new_manager()
 
@@ -422,8 +451,9 @@ class Checkpoints:
         # save_concurrent_gb is typed int (GB), but a fraction of a GB works as well;
         # a restore reads as little at once (its host buffers sit beside the arrays
         # they become: 96 GB by default, the whole state held twice on a resume)
-        handler = ocp.StandardCheckpointHandler(save_concurrent_gb=self._in_flight / 1e9,
-                                                restore_concurrent_gb=self._in_flight / 1e9)
+        handler = ocp.StandardCheckpointHandler(
+            save_concurrent_gb=self._in_flight / 1e9, restore_concurrent_gb=self._in_flight / 1e9
+        )
         return ocp.CheckpointManager(self.folder, options=self._options, item_handlers=handler)
 
     def _fit_in_flight(self, state: Any) -> None:
@@ -433,8 +463,9 @@ class Checkpoints:
         restore would set a sound checkpoint aside as damaged."""
         import jax
 
-        in_flight = max([SAVE_IN_FLIGHT, *(getattr(x, "nbytes", 0) + 2**20
-                                           for x in jax.tree.leaves(state))])
+        in_flight = max(
+            [SAVE_IN_FLIGHT, *(getattr(x, "nbytes", 0) + 2**20 for x in jax.tree.leaves(state))]
+        )
         if in_flight != self._in_flight:
             self._in_flight = in_flight
             self.manager.close()
@@ -454,8 +485,10 @@ class Checkpoints:
             if why is None:
                 return step
             later = steps[i + 1] if i + 1 < len(steps) else None
-            warn(f"checkpoint {step} is damaged ({why}); {self._set_aside(step)}; "
-                 + (f"trying checkpoint {later}" if later else "no earlier checkpoint"))
+            warn(
+                f"checkpoint {step} is damaged ({why}); {self._set_aside(step)}; "
+                + (f"trying checkpoint {later}" if later else "no earlier checkpoint")
+            )
         if steps or set_aside_checkpoints(self.run):
             # never a reason to start over: the set-aside data may be all the run has
             self._refuse("no intact checkpoint")
@@ -473,8 +506,10 @@ class Checkpoints:
             if step is None or step in complete:
                 continue
             why = verify(entry) if entry.is_dir() else "it is a file, not a folder"
-            self._warn(f"checkpoint {step} is incomplete ({why or 'not a checkpoint'}); "
-                       f"{self._set_aside(step)}")
+            self._warn(
+                f"checkpoint {step} is incomplete ({why or 'not a checkpoint'}); "
+                f"{self._set_aside(step)}"
+            )
 
     def _refuse(self, what: str, cause: BaseException | None = None) -> NoReturn:
         raise refusal(self.run, what) from cause
@@ -500,8 +535,10 @@ class Checkpoints:
                 (folder / MANIFEST).unlink(missing_ok=True)
             self.run.move(f"{CHECKPOINTS}/{name}", f"{CHECKPOINTS}/{step}")
             self._recovered.add(step)
-            self._warn(f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
-                       "its data is read back to check it")
+            self._warn(
+                f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
+                "its data is read back to check it"
+            )
         if not self._recovered:
             raise nothing_to_recover(self.run, newest, refused)
 
@@ -521,7 +558,8 @@ class Checkpoints:
                 f"{human_bytes(need)}, {human_bytes(free)} free in {self.folder}; "
                 f"{good}",
                 hint=f"free some space (or lower checkpoint.keep), then 'rlctl resume "
-                f"{self.run.name}'")
+                f"{self.run.name}'",
+            )
 
     def save(self, step: int, model: Any, optimizer: Any) -> None:
         """Checkpoint ``step``, holding at most ``SAVE_IN_FLIGHT`` bytes (or the
@@ -545,9 +583,15 @@ class Checkpoints:
                 # the save's own arrays: the next update donates (reuses) the model's
                 copies = jax.block_until_ready(jax.tree.map(_device_copy, state))
                 saved = Saved(step, time.perf_counter() - t0, background=True)
-                flight = _Flight(threading.Thread(target=self._write_in_background,
-                                                  args=(step, copies), daemon=True,
-                                                  name=f"rlctl-save-{step}"), saved)
+                flight = _Flight(
+                    threading.Thread(
+                        target=self._write_in_background,
+                        args=(step, copies),
+                        daemon=True,
+                        name=f"rlctl-save-{step}",
+                    ),
+                    saved,
+                )
                 self._flight = flight
                 flight.thread.start()
                 return
@@ -573,10 +617,12 @@ class Checkpoints:
             raise DiskFullError(
                 f"disk full while saving checkpoint {step} in {self.folder}; "
                 f"{_last_good(self.manager.latest_step())}",
-                hint=f"free some space, then 'rlctl resume {self.run.name}'") from None
+                hint=f"free some space, then 'rlctl resume {self.run.name}'",
+            ) from None
         if self.lora is not None:  # covered by the manifest, written next
-            atomic_write(Path(self.folder) / str(step) / LORA_FILE,
-                         json.dumps(self.lora, indent=1) + "\n")
+            atomic_write(
+                Path(self.folder) / str(step) / LORA_FILE, json.dumps(self.lora, indent=1) + "\n"
+            )
         self.latest_size = write_manifest(Path(self.folder) / str(step))
         self.run.publish_checkpoint(step)  # run store sync (gs://): upload, then marker
         self.latest = step
@@ -653,8 +699,9 @@ class Checkpoints:
                 restored = _owned(restored)
         if step in self._recovered and self.topo.is_writer:
             self.latest_size = write_manifest(Path(self.folder) / str(step))
-            self._warn(f"recovered checkpoint {step}: every array read back; "
-                       f"its {MANIFEST} written anew")
+            self._warn(
+                f"recovered checkpoint {step}: every array read back; its {MANIFEST} written anew"
+            )
         model_state = nnx.state(model, _trained(self.lora is not None))
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(model, model_state)
@@ -676,14 +723,16 @@ class Checkpoints:
             raise ConflictError(
                 f"checkpoint {step} of run {self.run.name!r} is not a LoRA checkpoint of "
                 f"this run (no readable {LORA_FILE})",
-                hint=f"'rlctl delete run {self.run.name}' and train again") from None
+                hint=f"'rlctl delete run {self.run.name}' and train again",
+            ) from None
         now = self.lora["base"]
         if saved.get("sha256") != now["sha256"]:
             raise ConflictError(
                 f"run {self.run.name!r}: its LoRA adapters were trained on other weights "
                 f"of {saved.get('source')!r} (SHA-256 {str(saved.get('sha256'))[:12]}, now "
                 f"{now['sha256'][:12]}); restoring them onto this base would be wrong",
-                hint="put the original model back, or train a new run")
+                hint="put the original model back, or train a new run",
+            )
 
     def _set_aside(self, step: int) -> str:
         """Rename a damaged step folder out of the checkpoint list (kept for a look,
@@ -722,10 +771,11 @@ class Checkpoints:
             except Exception as e:
                 last = e
                 errors.append(f"{s} ({type(e).__name__}: {first_line(e, 120)})")
-                self._warn(f"checkpoint {s} could not be read ({errors[-1]}); "
-                           f"{self._set_aside(s)}; "
-                           + ("trying the one before it" if s != steps[-1]
-                              else "no earlier checkpoint"))
+                self._warn(
+                    f"checkpoint {s} could not be read ({errors[-1]}); "
+                    f"{self._set_aside(s)}; "
+                    + ("trying the one before it" if s != steps[-1] else "no earlier checkpoint")
+                )
                 self._fresh_manager()
         self._refuse("no readable checkpoint", last)
 

@@ -37,8 +37,11 @@ _OFF = {"off", "0", "false", "no", "none"}
 _EXPLAINERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit", "jax._src.compiler")
 # The run's programs, by the function JAX compiles (step.py, sampler.py), as a log line
 # names them; any other is named by its function when it takes REPORT_SECONDS or more.
-PROGRAMS = {"step": "the update", "sample_groups": "the sampler",
-            "policy_logps": "the log-probs (reference or rollout policy)"}
+PROGRAMS = {
+    "step": "the update",
+    "sample_groups": "the sampler",
+    "policy_logps": "the log-probs (reference or rollout policy)",
+}
 REPORT_SECONDS = 1.0
 # JAX's three stages of a compilation, each timed under the function's name
 _TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -78,9 +81,12 @@ STORE_CACHE = "xla"  # a gs:// run's own compilation cache, beside its checkpoin
 def in_store(run: Any) -> bool:
     """Whether ``run`` keeps its compilation cache in its store: a gs:// run, unless
     ``$RLCTL_COMPILE_CACHE`` or ``JAX_COMPILATION_CACHE_DIR`` names the cache."""
-    return (run is not None and str(getattr(run, "uri", "")).startswith("gs://")
-            and not os.environ.get(CACHE_ENV, "").strip()
-            and not os.environ.get("JAX_COMPILATION_CACHE_DIR"))
+    return (
+        run is not None
+        and str(getattr(run, "uri", "")).startswith("gs://")
+        and not os.environ.get(CACHE_ENV, "").strip()
+        and not os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    )
 
 
 def enable_persistent_cache(warn: Callable[[str], None], run: Any = None) -> Path | None:
@@ -100,14 +106,18 @@ def enable_persistent_cache(warn: Callable[[str], None], run: Any = None) -> Pat
         try:
             run.pull(STORE_CACHE)  # through the staging link, into ``folder``
         except Exception as e:  # the store's cache only saves time
-            warn(f"compilation cache: could not read {run.uri}/{STORE_CACHE} "
-                 f"({type(e).__name__}: {str(e)[:160]}); compiling afresh")
+            warn(
+                f"compilation cache: could not read {run.uri}/{STORE_CACHE} "
+                f"({type(e).__name__}: {str(e)[:160]}); compiling afresh"
+            )
     if folder is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            warn(f"compilation cache off: cannot create {folder} ({e.strerror or e}); "
-                 f"set {CACHE_ENV} to a writable folder")
+            warn(
+                f"compilation cache off: cannot create {folder} ({e.strerror or e}); "
+                f"set {CACHE_ENV} to a writable folder"
+            )
             folder = None
     jax.config.update("jax_compilation_cache_dir", None if folder is None else str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -138,8 +148,10 @@ def push_cache(run: Any, warn: Callable[[str], None]) -> bool:
     try:
         run.push(STORE_CACHE)
     except Exception as e:
-        warn(f"compilation cache: could not write {run.uri}/{STORE_CACHE} "
-             f"({type(e).__name__}: {str(e)[:160]})")
+        warn(
+            f"compilation cache: could not write {run.uri}/{STORE_CACHE} "
+            f"({type(e).__name__}: {str(e)[:160]})"
+        )
         return False
     return True
 
@@ -168,8 +180,11 @@ class CompileWatch:
     _active: CompileWatch | None = None
     _registered = False
 
-    def __init__(self, report: Callable[[str], None] | None = None,
-                 on_compile: Callable[[dict[str, float]], None] | None = None) -> None:
+    def __init__(
+        self,
+        report: Callable[[str], None] | None = None,
+        on_compile: Callable[[dict[str, float]], None] | None = None,
+    ) -> None:
         self.report = report or (lambda message: None)
         # called with ``seconds`` after each compilation of a run's program (status.json)
         self.on_compile = on_compile or (lambda seconds: None)
@@ -257,7 +272,8 @@ class CompileWatch:
             why = _reason(watch._why.last)
             watch._why.last = ""
             line = f"compiled {name} again after warm-up ({duration_secs:.1f} s)" + (
-                f": {why}" if why else "")
+                f": {why}" if why else ""
+            )
             watch.late.append(line)
             watch.report(line)
 
@@ -290,8 +306,9 @@ UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_DOT"
 NARROW_UPDATE_YNN_FUSIONS = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 
 
-def update_options(compute_dtype: str = "float32",
-                   numerics: Any = None) -> dict[str, str | bool] | None:
+def update_options(
+    compute_dtype: str = "float32", numerics: Any = None
+) -> dict[str, str | bool] | None:
     """Compiler options of the update: on the CPU, YNNPACK runs its dots but not its
     reductions, which XLA's own loops fuse with their neighbours instead (jax 0.10's
     default gives YNNPACK both). Measured on the default update, taking turns in one
@@ -305,8 +322,11 @@ def update_options(compute_dtype: str = "float32",
     from rlctl.core.trainer import numerics as numerics_lib
 
     row = numerics or numerics_lib.current()
-    if (not row.xla_cpu_options or jax.default_backend() != "cpu"
-            or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", "")):
+    if (
+        not row.xla_cpu_options
+        or jax.default_backend() != "cpu"
+        or "ynn_fusion_type" in os.environ.get("XLA_FLAGS", "")
+    ):
         return None
     fusions = UPDATE_YNN_FUSIONS if compute_dtype == "float32" else NARROW_UPDATE_YNN_FUSIONS
     return {"xla_cpu_experimental_ynn_fusion_type": fusions}

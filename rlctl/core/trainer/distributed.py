@@ -48,8 +48,9 @@ def _int(env: Mapping[str, str], key: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"{key}={raw!r} is not an integer",
-                          hint=f"set {key} to a whole number") from None
+        raise ConfigError(
+            f"{key}={raw!r} is not an integer", hint=f"set {key} to a whole number"
+        ) from None
 
 
 def plan_from_env(env: Mapping[str, str], *, already_initialized: bool = False) -> InitPlan:
@@ -65,11 +66,15 @@ def plan_from_env(env: Mapping[str, str], *, already_initialized: bool = False) 
             return InitPlan("single")
         coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
         if not coordinator:
-            raise ConfigError("JAX_NUM_PROCESSES is set but JAX_COORDINATOR_ADDRESS is not",
-                              hint="set JAX_COORDINATOR_ADDRESS=HOST:PORT of process 0")
+            raise ConfigError(
+                "JAX_NUM_PROCESSES is set but JAX_COORDINATOR_ADDRESS is not",
+                hint="set JAX_COORDINATOR_ADDRESS=HOST:PORT of process 0",
+            )
         if "JAX_PROCESS_ID" not in env:
-            raise ConfigError("JAX_NUM_PROCESSES is set but JAX_PROCESS_ID is not",
-                              hint="set JAX_PROCESS_ID to this host's index, 0-based")
+            raise ConfigError(
+                "JAX_NUM_PROCESSES is set but JAX_PROCESS_ID is not",
+                hint="set JAX_PROCESS_ID to this host's index, 0-based",
+            )
         pid = _int(env, "JAX_PROCESS_ID")
         if not 0 <= pid < n:
             raise ConfigError(f"JAX_PROCESS_ID={pid} is outside 0..{n - 1}")
@@ -101,11 +106,13 @@ def initialize(env: Mapping[str, str] | None = None) -> Topology:
     """Join the other processes of this workload (before any JAX computation)."""
     import jax
 
-    plan = plan_from_env(os.environ if env is None else env,
-                         already_initialized=jax.distributed.is_initialized())
+    plan = plan_from_env(
+        os.environ if env is None else env, already_initialized=jax.distributed.is_initialized()
+    )
     if plan.mode == "explicit":
-        jax.distributed.initialize(plan.coordinator, num_processes=plan.num_processes,
-                                   process_id=plan.process_id)
+        jax.distributed.initialize(
+            plan.coordinator, num_processes=plan.num_processes, process_id=plan.process_id
+        )
     elif plan.mode == "tpu-auto":
         jax.distributed.initialize()
     elif plan.mode == "pathways":

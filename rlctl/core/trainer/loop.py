@@ -45,8 +45,14 @@ class Trainer:
     """One run, set up in small ``create_*`` steps (a benchmark drives them one by one),
     then trained, checkpointed and evaluated by ``train``."""
 
-    def __init__(self, spec: RunSpec, run: RunDir, progress: Progress | None = None,
-                 topology: Topology | None = None, recover: bool = False):
+    def __init__(
+        self,
+        spec: RunSpec,
+        run: RunDir,
+        progress: Progress | None = None,
+        topology: Topology | None = None,
+        recover: bool = False,
+    ):
         from rlctl.core.trainer.distributed import current, make_mesh
 
         self.spec = spec
@@ -76,14 +82,21 @@ class Trainer:
         # before the model loads; said in the run's first lines and in status.json
         self.engine = pick(s.rollout.engine, jax.default_backend(), installed_vllm())
         if self.engine.name == "vllm" and s.training.lora_rank is not None:
-            raise ConfigError("rollout.engine=vllm does not take LoRA adapters yet: the "
-                              "engine would need the merged weights pushed each step",
-                              hint="--set rollout.engine=vanilla")
+            raise ConfigError(
+                "rollout.engine=vllm does not take LoRA adapters yet: the "
+                "engine would need the merged weights pushed each step",
+                hint="--set rollout.engine=vanilla",
+            )
         self._say(f"rollout engine: {self.engine.why}")
         from rlctl.core.trainer.precision import choose
 
-        self.precision = choose(s.model.compute_dtype, s.model.dtype, jax.default_backend(),
-                                engine=self.engine.name, sampling=s.rollout.compute_dtype)
+        self.precision = choose(
+            s.model.compute_dtype,
+            s.model.dtype,
+            jax.default_backend(),
+            engine=self.engine.name,
+            sampling=s.rollout.compute_dtype,
+        )
         self._say(f"precision: {self.precision.why}")
         if self.precision.warning:
             self._say(self.precision.warning)
@@ -96,8 +109,9 @@ class Trainer:
         self.emit(phase(Stage.LOADING, f"loading model {s.model.source}"))
         folder = resolve_model_dir(s.model.source)
         self.tokenizer = ChatTokenizer(folder)
-        self.model, self.info = ta.load_model(folder, s.model.dtype, mesh=self.mesh,
-                                              compute_dtype=self.precision.dtype)
+        self.model, self.info = ta.load_model(
+            folder, s.model.dtype, mesh=self.mesh, compute_dtype=self.precision.dtype
+        )
         self.ref_model = None
         self.base_ref = None  # a LoRA run's base, as its checkpoints record it
         if s.training.lora_rank is not None:
@@ -106,12 +120,14 @@ class Trainer:
             from rlctl.core.trainer.tunix_adapter import lora
 
             lora.check_lora(self.info.family, s.training)
-            self.model = lora.apply_lora(self.model, self.info.family, s.training,
-                                         seed=s.training.seed)
+            self.model = lora.apply_lora(
+                self.model, self.info.family, s.training, seed=s.training.seed
+            )
             self.base_ref = lora.base_reference(folder, s.model.source)
         elif s.training.beta > 0:  # the reference model costs memory: only when used
-            self.ref_model, _ = ta.load_model(folder, s.model.dtype, mesh=self.mesh,
-                                              compute_dtype=self.precision.dtype)
+            self.ref_model, _ = ta.load_model(
+                folder, s.model.dtype, mesh=self.mesh, compute_dtype=self.precision.dtype
+            )
         self.agreement = None
         if self.engine.name == "vllm":
             from rlctl.core.trainer import vllm_engine
@@ -120,21 +136,35 @@ class Trainer:
             r = s.rollout
             filtered = r.top_p < 1.0 or r.top_k is not None
             sampler = vllm_engine.VllmSampler(
-                self.model, folder, pad_id=self.tokenizer.pad_id(),
-                eos_ids=self.tokenizer.eos_ids, max_new_tokens=r.max_new_tokens,
-                max_len=r.max_prompt_tokens + r.max_new_tokens, dtype=s.model.dtype,
-                filtered=filtered)
-            self._say(f"vLLM started in {sampler.start_seconds:.1f} s; weights pushed in "
-                      f"{sampler.last_push.seconds:.2f} s")
+                self.model,
+                folder,
+                pad_id=self.tokenizer.pad_id(),
+                eos_ids=self.tokenizer.eos_ids,
+                max_new_tokens=r.max_new_tokens,
+                max_len=r.max_prompt_tokens + r.max_new_tokens,
+                dtype=s.model.dtype,
+                filtered=filtered,
+            )
+            self._say(
+                f"vLLM started in {sampler.start_seconds:.1f} s; weights pushed in "
+                f"{sampler.last_push.seconds:.2f} s"
+            )
             self.rollout = Rollout(r, self.tokenizer, sampler, s.prompt)
             self.agreement = vllm_engine.Agreement(
-                self.tokenizer.pad_id(), r.num_generations,
-                1.0 if filtered else r.temperature, self.info)
+                self.tokenizer.pad_id(),
+                r.num_generations,
+                1.0 if filtered else r.temperature,
+                self.info,
+            )
         else:
             self.rollout = Rollout.create(
-                s.rollout, self.model, self.tokenizer, self.info,
+                s.rollout,
+                self.model,
+                self.tokenizer,
+                self.info,
                 replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
-                prompt=s.prompt, compute_dtype=self.precision.sampling,
+                prompt=s.prompt,
+                compute_dtype=self.precision.sampling,
                 numerics=self.numerics,
             )
 
@@ -146,9 +176,15 @@ class Trainer:
         self.reward_fns = rewards_lib.resolve(s.rewards)
         # the held-out set and the training data (its first batches when generated)
         # set the run's prompt width
-        train = self.source.every_train() if self.source.finite else [
-            p for k in range(rollout_lib.PROBE_STEPS)
-            for p in self.source.batch(k, s.training.prompts_per_step)]
+        train = (
+            self.source.every_train()
+            if self.source.finite
+            else [
+                p
+                for k in range(rollout_lib.PROBE_STEPS)
+                for p in self.source.batch(k, s.training.prompts_per_step)
+            ]
+        )
         self.rollout.probe(self.source.eval_set + train, complete=self.source.finite)
 
     def lora_record(self) -> dict[str, Any] | None:
@@ -157,8 +193,13 @@ class Trainer:
         t = self.spec.training
         if self.base_ref is None:
             return None
-        return {"base": self.base_ref, "family": self.info.family, "rank": t.lora_rank,
-                "alpha": t.lora_alpha, "target_modules": list(t.lora_target_modules or [])}
+        return {
+            "base": self.base_ref,
+            "family": self.info.family,
+            "rank": t.lora_rank,
+            "alpha": t.lora_alpha,
+            "target_modules": list(t.lora_target_modules or []),
+        }
 
     def create_optimizer(self) -> None:
         self.optimizer = make_optimizer(self.model, self.spec.training)
@@ -171,8 +212,9 @@ class Trainer:
         if self.mesh is not None:
             return
         self.emit(phase(Stage.COMPILING, "compiling the update"))
-        self.update.precompile(self.model, lambda: make_optimizer(self.model, self.spec.training),
-                               self.batch_shape())
+        self.update.precompile(
+            self.model, lambda: make_optimizer(self.model, self.spec.training), self.batch_shape()
+        )
 
     def batch_shape(self) -> Any:
         """The ``Batch`` of every step, as shapes: its prompts at the probed width (a
@@ -191,17 +233,25 @@ class Trainer:
 
         logps = shape(rows, n, dtype=np.float32)
         ref = self.ref_model is not None or (t.lora_rank is not None and t.beta > 0)
-        return Batch(prompt_ids=shape(t.prompts_per_step, self.rollout.probe_len),
-                     completion_ids=shape(rows, n), mask=shape(rows, n),
-                     advantages=shape(rows, dtype=np.float32),
-                     ref_logps=logps if ref else None,
-                     old_logps=logps if _iterations(self.spec) > 1 else None)
+        return Batch(
+            prompt_ids=shape(t.prompts_per_step, self.rollout.probe_len),
+            completion_ids=shape(rows, n),
+            mask=shape(rows, n),
+            advantages=shape(rows, dtype=np.float32),
+            ref_logps=logps if ref else None,
+            old_logps=logps if _iterations(self.spec) > 1 else None,
+        )
 
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""
-        self.update = Update.create(self.spec, self.tokenizer.pad_id(), self.info,
-                                    warn=self._say, topology=self.topo,
-                                    numerics=self.numerics)
+        self.update = Update.create(
+            self.spec,
+            self.tokenizer.pad_id(),
+            self.info,
+            warn=self._say,
+            topology=self.topo,
+            numerics=self.numerics,
+        )
 
     def _latest(self) -> int | None:
         """The latest checkpoint saved or restored (None before ``train`` opened them:
@@ -217,9 +267,18 @@ class Trainer:
         text = f"evaluating {which} on {len(self.source.eval_set)} held-out prompts"
         self.rollout.sync(self.model)  # the weights of now (a push, for vLLM)
         result = evaluation.evaluate(
-            self.rollout, self.model, self.source.eval_set, self.reward_fns, self.spec.eval,
-            which, step, on_batch=lambda done, total: self.emit(
-                phase(Stage.EVALUATING, text, done, total, "batches")), say=self._say)
+            self.rollout,
+            self.model,
+            self.source.eval_set,
+            self.reward_fns,
+            self.spec.eval,
+            which,
+            step,
+            on_batch=lambda done, total: self.emit(
+                phase(Stage.EVALUATING, text, done, total, "batches")
+            ),
+            say=self._say,
+        )
         if self.writer:
             self.run.write_json(f"{EVAL}/{which}.json", result)
         self.metrics.scalars(evaluation.scalar_prefix(which), evaluation.scalars(result), step)
@@ -238,30 +297,44 @@ class Trainer:
         t_roll = time.perf_counter() - t0
         engine = {}
         if self.agreement is not None:  # the engine sampled the policy being trained
-            engine = {"engine_logp_diff": self.agreement.check(
-                self.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(),
-                step + 1), "weight_push_seconds":  # only vLLM's engine is checked
-                cast("VllmSampler", self.rollout.sampler).last_push.seconds}
+            engine = {
+                "engine_logp_diff": self.agreement.check(
+                    self.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(), step + 1
+                ),
+                "weight_push_seconds":  # only vLLM's engine is checked
+                cast("VllmSampler", self.rollout.sampler).last_push.seconds,
+            }
 
         # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
         try:
             scores = score(self.reward_fns, out.text, group, out.tokens, self._say)
         except ConfigError as e:  # a reward failed, or gave a value out of its range
-            raise ConfigError(f"step {step + 1}: {e.message}: the run stopped before its "
-                              "update", hint=f"fix the reward, then "
-                              f"{finite.resume_hint(self.run.name, self._latest())}") from e
+            raise ConfigError(
+                f"step {step + 1}: {e.message}: the run stopped before its update",
+                hint=f"fix the reward, then {finite.resume_hint(self.run.name, self._latest())}",
+            ) from e
         batch = self.rollout.batch(out, scores)
         if stops.requested() and stops.deferring():  # the model is untouched yet: drop it
             raise stops.Abandoned
-        losses, norms, aux = self.update.apply(self.model, self.optimizer, self.ref_model,
-                                               batch, _iterations(s))
+        losses, norms, aux = self.update.apply(
+            self.model, self.optimizer, self.ref_model, batch, _iterations(s)
+        )
         # the values each step brings to the host anyway: a NaN or inf stops the run
         # here, before this step's weights are saved or sampled from
         finite.check_update(step + 1, losses, norms, self.run.name, self._latest())
-        return StepMetrics.measure(step + 1, losses, norms, aux, scores, batch.mask,
-                                   elapsed=time.perf_counter() - t0, rollout_seconds=t_roll,
-                                   peak_device_bytes=self.device_peak.read(), **engine)
+        return StepMetrics.measure(
+            step + 1,
+            losses,
+            norms,
+            aux,
+            scores,
+            batch.mask,
+            elapsed=time.perf_counter() - t0,
+            rollout_seconds=t_roll,
+            peak_device_bytes=self.device_peak.read(),
+            **engine,
+        )
 
     # --- the whole run -----------------------------------------------------------
     def _stop(self, done: int, on_status: OnStatus) -> None:
@@ -269,8 +342,10 @@ class Trainer:
         already holds them (a second signal cuts this save short), then raise. A save
         in flight is waited for first, and so is the stop's own."""
         if self.ckpt.in_flight() is not None:
-            self._say(f"stopping: waiting for checkpoint {self.ckpt.in_flight()} to be "
-                      "written (press Ctrl-C again to skip it)")
+            self._say(
+                f"stopping: waiting for checkpoint {self.ckpt.in_flight()} to be "
+                "written (press Ctrl-C again to skip it)"
+            )
         self.ckpt.wait()
         self._saves_done()
         saved = self.ckpt.latest
@@ -291,8 +366,11 @@ class Trainer:
 
         newest = None
         for saved in self.ckpt.finished():
-            how = (f"in the background in {saved.write_s:.1f} s (the step waited "
-                   f"{saved.held_s:.2f} s)" if saved.background else f"in {saved.held_s:.1f} s")
+            how = (
+                f"in the background in {saved.write_s:.1f} s (the step waited {saved.held_s:.2f} s)"
+                if saved.background
+                else f"in {saved.held_s:.1f} s"
+            )
             size = f" ({human_bytes(saved.bytes)})" if saved.bytes else ""
             self._say(f"checkpoint {saved.step} saved{size} {how}")
             newest = saved.step
@@ -341,12 +419,18 @@ class Trainer:
         self.compile_update()  # before the optimizer's moments take their memory
         self.create_optimizer()
         # the checkpoints first: a resume they refuse leaves no new event file behind
-        self.ckpt = Checkpoints(self.run, self.topo, s.checkpoint.keep,
-                                warn=lambda m: self.emit({"event": "message", "message": m}),
-                                recover=self.recover, lora=self.lora_record(),
-                                background=self.numerics.background_saves)
-        self.metrics = (MetricsWriter(self.run, s.output.tensorboard) if self.writer
-                        else NullMetrics())
+        self.ckpt = Checkpoints(
+            self.run,
+            self.topo,
+            s.checkpoint.keep,
+            warn=lambda m: self.emit({"event": "message", "message": m}),
+            recover=self.recover,
+            lora=self.lora_record(),
+            background=self.numerics.background_saves,
+        )
+        self.metrics = (
+            MetricsWriter(self.run, s.output.tensorboard) if self.writer else NullMetrics()
+        )
         try:
             # The baseline is the initial weights' eval: taken (or re-created, when
             # eval/ was lost) before any checkpoint is restored, never from trained ones.
@@ -361,25 +445,40 @@ class Trainer:
             self.metrics.truncate_after(start)
             if start:
                 self.emit({"event": "message", "message": f"resumed from checkpoint {start}"})
-            self.emit({"event": "start", "name": self.run.name, "step": start,
-                       "total_steps": s.training.steps})
-            on_status(StatusUpdate(phase=Phase.RUNNING, step=start,
-                                   latest_checkpoint=start or None,
-                                   processes=self.topo.process_count,
-                                   devices=self.topo.device_count,
-                                   engine=self.engine.name,
-                                   precision=self.info.compute_dtype,
-                                   sampling_precision=cast("Sampler", self.rollout.sampler)
-                                   .info.compute_dtype
-                                   if self.engine.name == "vanilla" else None))
+            self.emit(
+                {
+                    "event": "start",
+                    "name": self.run.name,
+                    "step": start,
+                    "total_steps": s.training.steps,
+                }
+            )
+            on_status(
+                StatusUpdate(
+                    phase=Phase.RUNNING,
+                    step=start,
+                    latest_checkpoint=start or None,
+                    processes=self.topo.process_count,
+                    devices=self.topo.device_count,
+                    engine=self.engine.name,
+                    precision=self.info.compute_dtype,
+                    sampling_precision=cast("Sampler", self.rollout.sampler).info.compute_dtype
+                    if self.engine.name == "vanilla"
+                    else None,
+                )
+            )
             # One process only: a multi-host run's processes would have to agree on
             # the stop (a collective each step) before the collective save; there a
             # stop takes effect at once, as before, and resume repeats the steps since
             # the last checkpoint.
             safe = not self.topo.multi_process
             if start < s.training.steps:  # its programs compile in this step
-                self.emit(phase(Stage.COMPILING, f"step {start + 1}: compiling and running "
-                                "(the first step is slower)"))
+                self.emit(
+                    phase(
+                        Stage.COMPILING,
+                        f"step {start + 1}: compiling and running (the first step is slower)",
+                    )
+                )
             for step in range(start, s.training.steps):
                 with stops.deferred(safe):  # a first Ctrl-C waits for a safe point
                     try:
@@ -398,15 +497,20 @@ class Trainer:
                         self.ckpt.save(done, self.model, self.optimizer)
                     saved = self._saves_done()
                     peak = row.get("peak_device_bytes")
-                    given: dict[str, Any] = ({"latest_checkpoint": saved,
-                                              "last_save": self.last_save} if saved else {})
+                    given: dict[str, Any] = (
+                        {"latest_checkpoint": saved, "last_save": self.last_save} if saved else {}
+                    )
                     if peak:
                         given["peak_device_bytes"] = peak
                     on_status(StatusUpdate(phase=Phase.RUNNING, step=done, **given))
                     if stops.requested() and stops.deferring():
                         self._stop(done, on_status)
-                if s.eval.interval and s.eval.size and done % s.eval.interval == 0 \
-                        and done != s.training.steps:
+                if (
+                    s.eval.interval
+                    and s.eval.size
+                    and done % s.eval.interval == 0
+                    and done != s.training.steps
+                ):
                     try:
                         self.evaluate(f"step-{done}", done)
                     except KeyboardInterrupt:
@@ -443,7 +547,12 @@ def _iterations(spec: RunSpec) -> int:
     return n
 
 
-def run_trainer(spec: RunSpec, run: RunDir, progress: Progress | None,
-                on_status: OnStatus,
-                topology: Topology | None = None, recover: bool = False) -> dict[str, Any]:
+def run_trainer(
+    spec: RunSpec,
+    run: RunDir,
+    progress: Progress | None,
+    on_status: OnStatus,
+    topology: Topology | None = None,
+    recover: bool = False,
+) -> dict[str, Any]:
     return Trainer(spec, run, progress, topology, recover).train(on_status)

@@ -49,12 +49,15 @@ class Norm:
     @classmethod
     def of(cls, mask: jax.Array) -> Norm:
         m = mask.astype(jnp.float32)
-        return cls(tokens=jnp.clip(m.sum(), min=1),
-                   rows=jnp.clip((m.sum(-1) > 0).sum().astype(jnp.float32), min=1))
+        return cls(
+            tokens=jnp.clip(m.sum(), min=1),
+            rows=jnp.clip((m.sum(-1) > 0).sum().astype(jnp.float32), min=1),
+        )
 
 
-def aggregate(per_token: jax.Array, mask: jax.Array, mode: str,
-              norm: Norm | None = None) -> jax.Array:
+def aggregate(
+    per_token: jax.Array, mask: jax.Array, mode: str, norm: Norm | None = None
+) -> jax.Array:
     norm = Norm.of(mask) if norm is None else norm
     mask = mask.astype(jnp.float32)
     per_seq = (per_token * mask).sum(axis=-1)

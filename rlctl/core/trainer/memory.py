@@ -46,8 +46,9 @@ def device_memory() -> DeviceMemory:
         try:
             limit = parse_bytes(env)
         except ValueError as e:
-            raise ConfigError(f"{LIMIT_ENV}: {e}", hint=f"unset {LIMIT_ENV} or write e.g. 8GB"
-                              ) from e
+            raise ConfigError(
+                f"{LIMIT_ENV}: {e}", hint=f"unset {LIMIT_ENV} or write e.g. 8GB"
+            ) from e
         return DeviceMemory(limit, limit, LIMIT_ENV, limited=True)
     dev = jax.local_devices()[0]
     stats = dev.memory_stats() if dev.platform != "cpu" else None
@@ -55,8 +56,9 @@ def device_memory() -> DeviceMemory:
         total = int(stats["bytes_limit"])
         free = total - int(stats.get("bytes_in_use", 0))
         return DeviceMemory(int(free * HEADROOM), total, f"the {dev.device_kind}", False)
-    return DeviceMemory(int(_available_ram() * HEADROOM), _total_ram(), "this machine", False,
-                        host=True)
+    return DeviceMemory(
+        int(_available_ram() * HEADROOM), _total_ram(), "this machine", False, host=True
+    )
 
 
 def update_budget(state_bytes: int = 0) -> tuple[int, str]:
@@ -78,8 +80,10 @@ def update_budget(state_bytes: int = 0) -> tuple[int, str]:
     if m.host and state_bytes:
         cap = max(state_bytes, HOST_FLOOR)
         if cap <= m.free:
-            return cap, (f"the update may use on {m.where} (as much as the weights and "
-                         f"optimizer state it updates)")
+            return cap, (
+                f"the update may use on {m.where} (as much as the weights and "
+                f"optimizer state it updates)"
+            )
         return m.free, f"the update may use (what is free on {m.where})"
     return int(m.free * UPDATE_SHARE), f"the update may use (half of what is free on {m.where})"
 
@@ -146,8 +150,8 @@ def predicted_need(size: int, need: int, smaller: int, grad_bytes: int) -> int:
 
 def too_big(need: int, have: int, where: str, what: str, hint: str) -> OutOfMemoryError:
     return OutOfMemoryError(
-        f"{what} needs {human_bytes(need)}, more than the {human_bytes(have)} {where}",
-        hint=hint)
+        f"{what} needs {human_bytes(need)}, more than the {human_bytes(have)} {where}", hint=hint
+    )
 
 
 _ASKED = re.compile(r"(?:allocate|allocating)\s+([0-9.]+)\s*([KMGT]?i?B|bytes)", re.I)
@@ -166,7 +170,8 @@ def from_runtime(e: BaseException, what: str, hint: str) -> OutOfMemoryError:
     mem = device_memory()
     has = f"allowed by {LIMIT_ENV}" if mem.limited else f"in all on {mem.where}"
     return OutOfMemoryError(
-        f"out of memory in {what}{asked}; {human_bytes(mem.total)} {has}", hint=hint)
+        f"out of memory in {what}{asked}; {human_bytes(mem.total)} {has}", hint=hint
+    )
 
 
 @functools.cache

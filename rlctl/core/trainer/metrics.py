@@ -53,8 +53,11 @@ class MetricsWriter:
                 row = json.loads(line)
             except (json.JSONDecodeError, RecursionError):
                 continue  # torn last line of a killed writer, or bytes not ours
-            if isinstance(row, dict) and isinstance(row.get("step"), int) \
-                    and 1 <= row["step"] <= step:
+            if (
+                isinstance(row, dict)
+                and isinstance(row.get("step"), int)
+                and 1 <= row["step"] <= step
+            ):
                 keep[row["step"]] = line
         from rlctl.core.store.base import atomic_write
 

@@ -35,8 +35,10 @@ def resolve_model_dir(source: str, on_convert: Callable[[], None] | None = None)
     p = Path(source).expanduser()
     if p.exists():
         if not p.is_dir():
-            raise ConfigError(f"model {source!r} is a file, not a folder",
-                              hint="pass the folder that holds config.json and *.safetensors")
+            raise ConfigError(
+                f"model {source!r} is a file, not a folder",
+                hint="pass the folder that holds config.json and *.safetensors",
+            )
         check_model_folder(p)
         return p
     if source.count("/") == 1 and not source.startswith((".", "/")):
@@ -61,8 +63,7 @@ def read_model_config(folder: Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"cannot read {cfg} ({e.strerror or e})") from e
     if not isinstance(data, dict):
-        raise ConfigError(f"{cfg}: a JSON {type(data).__name__}, not an object",
-                          hint=_REFETCH)
+        raise ConfigError(f"{cfg}: a JSON {type(data).__name__}, not an object", hint=_REFETCH)
     return data
 
 
@@ -74,8 +75,10 @@ def check_model_folder(folder: Path) -> Path:
     config = read_model_config(folder)
     if (folder / TRAINER_MARKER).is_file():
         if not (folder / "checkpoint" / "default" / "_METADATA").is_file():
-            raise ConfigError(f"trainer folder {str(folder)!r} has no Orbax checkpoint",
-                              hint="convert the model again with rlctl checkpoint-convert")
+            raise ConfigError(
+                f"trainer folder {str(folder)!r} has no Orbax checkpoint",
+                hint="convert the model again with rlctl checkpoint-convert",
+            )
         return folder
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -95,22 +98,30 @@ def check_layers(folder: Path, config: dict[str, Any], shapes: dict[str, list[in
     embed = shapes.get("model.embed_tokens.weight")
     want = [config.get("vocab_size"), config.get("hidden_size")]
     if embed is not None and all(isinstance(x, int) for x in want) and embed != want:
-        raise ConfigError(f"{where}: model.embed_tokens.weight is {embed}, config.json "
-                          f"says [vocab_size, hidden_size] = {want}", hint=_REFETCH)
+        raise ConfigError(
+            f"{where}: model.embed_tokens.weight is {embed}, config.json "
+            f"says [vocab_size, hidden_size] = {want}",
+            hint=_REFETCH,
+        )
     n = config.get("num_hidden_layers")
-    layer0 = {k[len("model.layers.0."):]: v for k, v in shapes.items()
-              if k.startswith("model.layers.0.")}
+    layer0 = {
+        k[len("model.layers.0.") :]: v for k, v in shapes.items() if k.startswith("model.layers.0.")
+    }
     if not isinstance(n, int) or not layer0:
         return
     for i in range(n):
         for suffix, shape in layer0.items():
             name = f"model.layers.{i}.{suffix}"
             if name not in shapes:
-                raise ConfigError(f"{where}: tensor {name!r} is missing "
-                                  f"(config.json has {n} layers)", hint=_REFETCH)
+                raise ConfigError(
+                    f"{where}: tensor {name!r} is missing (config.json has {n} layers)",
+                    hint=_REFETCH,
+                )
             if shapes[name] != shape:
-                raise ConfigError(f"{where}: tensor {name!r} is {shapes[name]}, layer 0's "
-                                  f"is {shape}", hint=_REFETCH)
+                raise ConfigError(
+                    f"{where}: tensor {name!r} is {shapes[name]}, layer 0's is {shape}",
+                    hint=_REFETCH,
+                )
 
 
 def check_safetensors(path: Path) -> dict[str, list[int]]:
@@ -123,17 +134,20 @@ def check_safetensors(path: Path) -> dict[str, list[int]]:
             head = f.read(8)
             n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
             if n < 2 or n > min(size - 8, _MAX_HEADER):
-                raise ConfigError(f"{path}: not a safetensors file (bad header length)",
-                                  hint=_REFETCH)
+                raise ConfigError(
+                    f"{path}: not a safetensors file (bad header length)", hint=_REFETCH
+                )
             header = json.loads(f.read(n).decode("utf-8"))
     except OSError as e:
         raise ConfigError(f"cannot read {path} ({e.strerror or e})") from e
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not a safetensors file (header: {_why(e)})",
-                          hint=_REFETCH) from e
+        raise ConfigError(
+            f"{path}: not a safetensors file (header: {_why(e)})", hint=_REFETCH
+        ) from e
     if not isinstance(header, dict):
-        raise ConfigError(f"{path}: not a safetensors file (header is not an object)",
-                          hint=_REFETCH)
+        raise ConfigError(
+            f"{path}: not a safetensors file (header is not an object)", hint=_REFETCH
+        )
     data = size - 8 - n
     shapes: dict[str, list[int]] = {}
     for name, t in header.items():
@@ -142,14 +156,18 @@ def check_safetensors(path: Path) -> dict[str, list[int]]:
         shape = t.get("shape") if isinstance(t, dict) else None
         shapes[name] = list(shape) if isinstance(shape, list) else []
         offsets = t.get("data_offsets") if isinstance(t, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2
-                and all(isinstance(o, int) for o in offsets)):
-            raise ConfigError(f"{path}: tensor {name!r} has no valid data_offsets",
-                              hint=_REFETCH)
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(o, int) for o in offsets)
+        ):
+            raise ConfigError(f"{path}: tensor {name!r} has no valid data_offsets", hint=_REFETCH)
         if offsets[1] > data:
             raise ConfigError(
                 f"{path}: truncated ({data + 8 + n} bytes; tensor {name!r} ends at "
-                f"{offsets[1] + 8 + n})", hint=_REFETCH)
+                f"{offsets[1] + 8 + n})",
+                hint=_REFETCH,
+            )
     return shapes
 
 
@@ -165,9 +183,7 @@ def _from_hub(repo_id: str) -> Path:
     except ImportError as e:
         raise ConfigError("loading from the hub needs huggingface_hub") from e
     try:
-        path = snapshot_download(
-            repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]
-        )
+        path = snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer*"])
     except Exception as e:  # offline / gated / missing: one message for all
         raise ConfigError(
             f"could not download {repo_id!r} from the Hugging Face hub ({type(e).__name__})",

@@ -53,11 +53,15 @@ class Numerics:
     def describe(self) -> str:
         """The run's first-lines account of the row: what is on, and how layers run."""
         on = [label for name, label in _LABELS.items() if getattr(self, name)]
-        layers = "layers scanned (one layer body compiled)" if self.scan_layers \
-            else "layers unrolled"
+        layers = (
+            "layers scanned (one layer body compiled)" if self.scan_layers else "layers unrolled"
+        )
         saves = "saves in the background" if self.background_saves else "saves in the step"
-        return f"{self.row} row: " + (", ".join(on) or "none of the CPU's tricks") + \
-            f"; {layers}; {saves}"
+        return (
+            f"{self.row} row: "
+            + (", ".join(on) or "none of the CPU's tricks")
+            + f"; {layers}; {saves}"
+        )
 
 
 _LABELS = {
@@ -70,16 +74,31 @@ _LABELS = {
     "partial_remat": "3/4 of the layers recomputed",
 }
 
-_CPU = Numerics("cpu", pack_mlp_rows=True, pack_head=True, own_mlp_gradient=True,
-                weights_first_decode=True, prefill_once_per_group=True,
-                xla_cpu_options=True, partial_remat=True, scan_layers=False,
-                background_saves=False)
+_CPU = Numerics(
+    "cpu",
+    pack_mlp_rows=True,
+    pack_head=True,
+    own_mlp_gradient=True,
+    weights_first_decode=True,
+    prefill_once_per_group=True,
+    xla_cpu_options=True,
+    partial_remat=True,
+    scan_layers=False,
+    background_saves=False,
+)
 # An accelerator runs the plain program; its rows differ only in their name until a
 # run there measures otherwise.
-_ACCELERATOR = dict(pack_mlp_rows=False, pack_head=False, own_mlp_gradient=False,
-                    weights_first_decode=False, prefill_once_per_group=False,
-                    xla_cpu_options=False, partial_remat=False, scan_layers=True,
-                    background_saves=True)
+_ACCELERATOR = dict(
+    pack_mlp_rows=False,
+    pack_head=False,
+    own_mlp_gradient=False,
+    weights_first_decode=False,
+    prefill_once_per_group=False,
+    xla_cpu_options=False,
+    partial_remat=False,
+    scan_layers=True,
+    background_saves=True,
+)
 TABLE: dict[str, Numerics] = {
     "cpu": _CPU,
     "gpu": Numerics("gpu", **_ACCELERATOR),
@@ -94,37 +113,44 @@ MEASURED: dict[str, str] = {
         "of 768 completion positions real, 2-core Zen 3 EPYC), for a compile of 81 s "
         "against 47 s. Accelerator: a 6-branch lax.switch in each of 30 layers, every "
         "branch compiled; part of the H200's 90 s update compile, never measured faster "
-        "there."),
+        "there."
+    ),
     "pack_head": (
         "CPU: 0.97x the update's time (--against whole-head: 8.02 s against 8.24). "
         "Accelerator: a 12-branch switch forward and backward; the head is one matmul a "
-        "GPU runs at its rate on the whole grid."),
+        "GPU runs at its rate on the whole grid."
+    ),
     "own_mlp_gradient": (
         "CPU: 0.95x the update (--against jax-mlp-grad; 0.92x in another run): XLA:CPU "
         "wrote a SiLU-derivative fusion element by element in transposed order, 27 ms a "
         "layer. Accelerator: JAX's own differentiation of the same layer (a GPU compiler "
-        "fuses it); the mixed-precision layer itself (mlp_grad.decoder_layer) stays."),
+        "fuses it); the mixed-precision layer itself (mlp_grad.decoder_layer) stays."
+    ),
     "weights_first_decode": (
         "CPU: 1.38x the rollout (bench_rollout.py --against tunix-decode, 9.67 -> 7.02 s, "
         "Zen 3): XLA:CPU runs [16, D] x [D, F] at 2-5 GB/s of weights; plus the prompt's "
         "slots once per group (a decode step 0.84x). Accelerator: the plain decode "
         "through rlctl's mixed-precision layer, scanned; a GPU's matmuls take either "
-        "layout, and laying the weights out is a copy per call."),
+        "layout, and laying the weights out is a copy per call."
+    ),
     "prefill_once_per_group": (
         "CPU: the rollout's prefill 9x cheaper (2.00 s against 0.23 s: 2 prompts instead "
         "of 16, bench_rollout.py's prefill-only call). Accelerator: every row prefilled, "
         "so the rollout (P prompts x G rows) and an eval batch of P x G prompts are one "
         "sampler program (the H200's default run spent 15 s compiling the baseline "
-        "eval's own program); a prefill of 16 rows is a few milliseconds there."),
+        "eval's own program); a prefill of 16 rows is a few milliseconds there."
+    ),
     "xla_cpu_options": (
         "CPU: 0.94x the update (--against ynn-reduce, twice): YNNPACK for the dots, XLA's "
         "loops for the reductions. Accelerator: XLA:CPU flags mean nothing to another "
-        "backend's compiler."),
+        "backend's compiler."
+    ),
     "partial_remat": (
         "CPU: 3/4 of the layers recomputed, then all where that does not fit: each layer "
         "kept costs 0.08 GiB of temporaries and saves part of its second forward (6.27 s "
         "all recomputed, 5.84 s with 20 of 30; --against remat-all, Zen 4). Accelerator: "
-        "none (the batch usually fits; training.remat=true where it does not)."),
+        "none (the batch usually fits; training.remat=true where it does not)."
+    ),
     "scan_layers": (
         "CPU: unrolled, the faster per step: scanned, the default update took 9.11 s "
         "against 8.72 s (bench_update.py --against scan-layers, 5 calls each in turn; "
@@ -133,7 +159,8 @@ MEASURED: dict[str, str] = {
         "Accelerator: one layer body compiled whatever the depth, as MaxText's "
         "scan_layers: the layers' programs do not grow with them (CI lowers the update "
         "and the sampler for cuda and tpu: 4 against 24 layers, the sampler 1.02x in "
-        "ops, the loss and gradients 1.09x; AdamW's per-array expressions aside)."),
+        "ops, the loss and gradients 1.09x; AdamW's per-array expressions aside)."
+    ),
     "background_saves": (
         "CPU: in the step, Orbax holding at most 256 MB of host copies at once (a save "
         "of the whole state at once raised the default run's resident memory by 0.8-1.3 "
@@ -141,10 +168,12 @@ MEASURED: dict[str, str] = {
         "through the next step's update, in the same RAM. Accelerator: the state copied "
         "on the device (milliseconds) and written by a thread while the next steps run: "
         "the H200's default run stalled about 5 s at each of four saves between 0.24 s "
-        "steps, the 1B run 21 s at its last."),
+        "steps, the 1B run 21 s at its last."
+    ),
     "logits_chunk_bytes": (
         "Every backend: 256 MB, so the default run's 16 x 48 x 49152 logits (151 MB) stay "
-        "one chunk and a 16 x 8 x 256 batch's 6.4 GB never exist at once."),
+        "one chunk and a 16 x 8 x 256 batch's 6.4 GB never exist at once."
+    ),
 }
 
 
@@ -159,8 +188,10 @@ def choose(platform: str, override: str | None = None) -> Numerics:
     name = (override or "").strip().lower()
     if name:
         if name not in TABLE:
-            raise ConfigError(f"{ENV}={override!r}: one of {', '.join(TABLE)}",
-                              hint=f"unset {ENV} to use this backend's own")
+            raise ConfigError(
+                f"{ENV}={override!r}: one of {', '.join(TABLE)}",
+                hint=f"unset {ENV} to use this backend's own",
+            )
         return TABLE[name]
     return TABLE[platform_row(platform)]
 

@@ -24,12 +24,18 @@ def global_norm(grads: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
-    return jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32)))
-                        for g in jax.tree.leaves(grads)))
+    return jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in jax.tree.leaves(grads)))
 
 
-def clipped_adamw(learning_rate: Any, *, b1: float, b2: float, eps: float = 1e-8,
-                  weight_decay: float = 0.0, max_norm: float) -> Any:
+def clipped_adamw(
+    learning_rate: Any,
+    *,
+    b1: float,
+    b2: float,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    max_norm: float,
+) -> Any:
     """An optax transformation equal to ``chain(clip_by_global_norm(max_norm),
     adamw(learning_rate, b1, b2, eps, weight_decay))`` on float32 moments; the updates
     come back in each parameter's dtype. ``learning_rate`` is a float or a schedule."""
@@ -39,7 +45,8 @@ def clipped_adamw(learning_rate: Any, *, b1: float, b2: float, eps: float = 1e-8
 
     reference = optax.chain(
         optax.clip_by_global_norm(max_norm),
-        optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+        optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay),
+    )
     f32 = jnp.float32
 
     def init(params: Any) -> Any:
@@ -75,10 +82,15 @@ def clipped_adamw(learning_rate: Any, *, b1: float, b2: float, eps: float = 1e-8
         grads = jax.lax.optimization_barrier(grads)
         # jaxlib's PyTreeDef has these methods; the type stubs mypy reads here lack them
         out = treedef.flatten_up_to(  # type: ignore[attr-defined]
-            jax.tree.map(one, grads, params, adam.mu, adam.nu))
-        updates, mu, nu = (treedef.unflatten([o[i] for o in out])  # type: ignore[attr-defined]
-                           for i in range(3))
-        return updates, (clip_state, (adam._replace(count=count, mu=mu, nu=nu),
-                                      decay_state, lr_state))
+            jax.tree.map(one, grads, params, adam.mu, adam.nu)
+        )
+        updates, mu, nu = (
+            treedef.unflatten([o[i] for o in out])  # type: ignore[attr-defined]
+            for i in range(3)
+        )
+        return updates, (
+            clip_state,
+            (adam._replace(count=count, mu=mu, nu=nu), decay_state, lr_state),
+        )
 
     return optax.GradientTransformation(init, update)

@@ -73,9 +73,14 @@ def native(platform: str, flags: frozenset[str]) -> str | None:
     return f"this CPU's {have[0].upper().replace('_', '-')}" if have else None
 
 
-def choose(requested: str, param_dtype: str, platform: str,
-           flags: frozenset[str] | None = None, engine: str = "vanilla",
-           sampling: str = "auto") -> Precision:
+def choose(
+    requested: str,
+    param_dtype: str,
+    platform: str,
+    flags: frozenset[str] | None = None,
+    engine: str = "vanilla",
+    sampling: str = "auto",
+) -> Precision:
     """``model.compute_dtype`` (``auto``, ``float32`` or ``bfloat16``) for the update and
     ``rollout.compute_dtype`` (the same three) for the sampler, for weights of
     ``param_dtype`` on ``platform`` (JAX's backend) with the CPU ``flags``, the
@@ -105,8 +110,10 @@ def choose(requested: str, param_dtype: str, platform: str,
 
 def _emulated(setting: str) -> str:
     """The warning for bfloat16 asked of ``setting`` on a CPU that emulates it."""
-    return ("this CPU has no AVX512-BF16 or AMX: its bfloat16 matmuls are emulated and "
-            f"likely slower than float32 (--set {setting}=float32)")
+    return (
+        "this CPU has no AVX512-BF16 or AMX: its bfloat16 matmuls are emulated and "
+        f"likely slower than float32 (--set {setting}=float32)"
+    )
 
 
 def _update(requested: str, platform: str, hw: str | None) -> Precision:
@@ -118,13 +125,18 @@ def _update(requested: str, platform: str, hw: str | None) -> Precision:
         elif hw is None:
             why = "float32 matmuls (auto on a CPU; no native bfloat16 here: no AVX512-BF16 or AMX)"
         else:
-            why = (f"float32 matmuls in the update (auto on a CPU; {hw} makes bfloat16 "
-                   "faster, but updates in it learned less: --set "
-                   "model.compute_dtype=bfloat16 to trade)")
+            why = (
+                f"float32 matmuls in the update (auto on a CPU; {hw} makes bfloat16 "
+                "faster, but updates in it learned less: --set "
+                "model.compute_dtype=bfloat16 to trade)"
+            )
         return Precision("float32", why)
     mixed = "bfloat16 matmuls summed in float32, float32 weights and optimizer"
     if hw is None:
-        return Precision("bfloat16", f"{mixed} (model.compute_dtype=bfloat16)",
-                         warning=_emulated("model.compute_dtype"))
+        return Precision(
+            "bfloat16",
+            f"{mixed} (model.compute_dtype=bfloat16)",
+            warning=_emulated("model.compute_dtype"),
+        )
     how = "model.compute_dtype=bfloat16" if requested == "bfloat16" else f"auto: {hw}"
     return Precision("bfloat16", f"{mixed} ({how})")

@@ -28,8 +28,7 @@ DEMO_QUESTION = DEFAULT_EXAMPLE_USER
 DEMO_ANSWER = DEFAULT_EXAMPLE_ASSISTANT
 
 
-def chat_messages(problem: Problem | str, prompt: PromptSpec | None = None
-                  ) -> list[dict[str, str]]:
+def chat_messages(problem: Problem | str, prompt: PromptSpec | None = None) -> list[dict[str, str]]:
     """The chat turns of ``problem``: its own ``messages`` when the data gave them (as
     they are), else the system message, the examples and the question."""
     if not isinstance(problem, str) and problem.messages is not None:
@@ -38,13 +37,16 @@ def chat_messages(problem: Problem | str, prompt: PromptSpec | None = None
     p = prompt or PromptSpec()
     turns = [{"role": "system", "content": p.system}] if p.system else []
     for ex in p.examples:
-        turns += [{"role": "user", "content": ex.user},
-                  {"role": "assistant", "content": ex.assistant}]
+        turns += [
+            {"role": "user", "content": ex.user},
+            {"role": "assistant", "content": ex.assistant},
+        ]
     return [*turns, {"role": "user", "content": question}]
 
 
-def prompt_text(tokenizer: ChatTokenizer, problem: Problem, prompt: PromptSpec | None = None
-                ) -> str:
+def prompt_text(
+    tokenizer: ChatTokenizer, problem: Problem, prompt: PromptSpec | None = None
+) -> str:
     """The exact text the model is prompted with: the chat turns through the model's
     chat template (the generation prompt included)."""
     return tokenizer.apply_chat_template(chat_messages(problem, prompt))
@@ -62,5 +64,7 @@ def first_prompts(spec: RunSpec) -> dict[str, str | None]:
     source = load_source(spec.data, spec.eval.size)
     train = source.batch(0, spec.training.prompts_per_step)[0]
     held = source.eval_set[0] if source.eval_set else None
-    return {"train": prompt_text(tokenizer, train, spec.prompt),
-            "eval": None if held is None else prompt_text(tokenizer, held, spec.prompt)}
+    return {
+        "train": prompt_text(tokenizer, train, spec.prompt),
+        "eval": None if held is None else prompt_text(tokenizer, held, spec.prompt),
+    }

@@ -116,21 +116,34 @@ class Samples:
         return (np.arange(width)[None, :] <= self.lengths[:, None]).astype(np.int32)
 
 
-def score(rewards: list[Reward], texts: list[str], problems: list[Problem],
-          tokens: list[np.ndarray] | None = None,
-          say: Callable[[str], None] | None = None) -> Scores:
+def score(
+    rewards: list[Reward],
+    texts: list[str],
+    problems: list[Problem],
+    tokens: list[np.ndarray] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Scores:
     """Each completion scored by the spec's rewards (TRL-style ones once for the whole
     batch), and by the built-in answer checks whatever the rewards are. ``say``: where
     the lines a reward prints go (``rewards.score``)."""
     ids = tokens if tokens is not None else [None] * len(texts)
-    samples = [rewards_lib.Sample(t, p.question, p.answer, p.columns, p.messages,
-                                  None if i is None else [int(x) for x in i])
-               for t, p, i in zip(texts, problems, ids, strict=True)]
+    samples = [
+        rewards_lib.Sample(
+            t,
+            p.question,
+            p.answer,
+            p.columns,
+            p.messages,
+            None if i is None else [int(x) for x in i],
+        )
+        for t, p, i in zip(texts, problems, ids, strict=True)
+    ]
     scored = rewards_lib.score(rewards, samples, say)
     correct = [rewards_lib.correct_reward(t, p.answer) for t, p in zip(texts, problems)]
     formatted = [rewards_lib.format_reward(t, p.answer) > 0 for t, p in zip(texts, problems)]
-    return Scores(scored.total, np.array(correct, np.float32),
-                  np.array(formatted, np.float32), scored.means())
+    return Scores(
+        scored.total, np.array(correct, np.float32), np.array(formatted, np.float32), scored.means()
+    )
 
 
 def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> Any:
@@ -141,8 +154,10 @@ def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> An
     processes); in one process, with fast local collectives, the shards were faster.
     """
     mode = spec.sampler_weights
-    if mesh is not None and (mode == "whole" or (
-            mode == "auto" and topo.multi_process and weights_fit_each_device(model))):
+    if mesh is not None and (
+        mode == "whole"
+        or (mode == "auto" and topo.multi_process and weights_fit_each_device(model))
+    ):
         return mesh
     return None
 
@@ -150,8 +165,13 @@ def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> An
 class Rollout:
     """The sampler and the tokenizer, and what turns problems into a ``Batch``."""
 
-    def __init__(self, spec: RolloutSpec, tokenizer: Any, sampler: Sampler | VllmSampler,
-                 prompt: PromptSpec | None = None) -> None:
+    def __init__(
+        self,
+        spec: RolloutSpec,
+        tokenizer: Any,
+        sampler: Sampler | VllmSampler,
+        prompt: PromptSpec | None = None,
+    ) -> None:
         self.spec = spec
         self.prompt = prompt or PromptSpec()
         self.tokenizer = tokenizer
@@ -159,17 +179,32 @@ class Rollout:
         self.probe_len = 0  # until probe(): each batch gets the bucket of its own longest
 
     @classmethod
-    def create(cls, spec: RolloutSpec, model: Any, tokenizer: Any, info: Any,
-               replicate_over: Any = None, prompt: PromptSpec | None = None,
-               compute_dtype: str | None = None, numerics: Any = None) -> Rollout:
+    def create(
+        cls,
+        spec: RolloutSpec,
+        model: Any,
+        tokenizer: Any,
+        info: Any,
+        replicate_over: Any = None,
+        prompt: PromptSpec | None = None,
+        compute_dtype: str | None = None,
+        numerics: Any = None,
+    ) -> Rollout:
         """``compute_dtype``: what the sampler's matmuls read (precision.choose), when
         not ``info``'s (the update's); ``numerics``: the backend's row of the numerics
         table (this backend's when None)."""
         from rlctl.core.trainer.sampler import Sampler
 
-        sampler = Sampler(model, info, pad_id=tokenizer.pad_id(), eos_ids=tokenizer.eos_ids,
-                          max_new_tokens=spec.max_new_tokens, replicate_over=replicate_over,
-                          compute_dtype=compute_dtype, numerics=numerics)
+        sampler = Sampler(
+            model,
+            info,
+            pad_id=tokenizer.pad_id(),
+            eos_ids=tokenizer.eos_ids,
+            max_new_tokens=spec.max_new_tokens,
+            replicate_over=replicate_over,
+            compute_dtype=compute_dtype,
+            numerics=numerics,
+        )
         return cls(spec, tokenizer, sampler, prompt)
 
     def prompt_text(self, problem: Problem) -> str:
@@ -207,7 +242,9 @@ class Rollout:
                 f"rollout.max_prompt_tokens={limit} (the longest"
                 f"{f', {where},' if where else ''} has "
                 f"{'at least ' if self._bound(problems[longest]) else ''}"
-                f"{lengths[longest]:,} tokens)", hint=too_long_hint(lengths[longest]))
+                f"{lengths[longest]:,} tokens)",
+                hint=too_long_hint(lengths[longest]),
+            )
         self.probe_len = min(round_up(max(lengths), BUCKET), round_up(limit, BUCKET))
 
     def _bound(self, problem: Problem) -> bool:
@@ -229,30 +266,46 @@ class Rollout:
             where = problems[lengths.index(longest)].where
             raise ConfigError(
                 f"a prompt{f' ({where})' if where else ''} has {longest:,} tokens, more "
-                f"than rollout.max_prompt_tokens={limit}", hint=too_long_hint(longest))
+                f"than rollout.max_prompt_tokens={limit}",
+                hint=too_long_hint(longest),
+            )
         return prompts, prompt_width(self.probe_len, longest)
 
-    def sample(self, prompts: list[str], width: int, seed: int,
-               greedy: bool = False) -> Samples:
+    def sample(self, prompts: list[str], width: int, seed: int, greedy: bool = False) -> Samples:
         """Completions of each prompt: ``rollout.num_generations`` sampled ones (the
         GRPO group, decoded from the prompt's one prefill), or one greedy."""
         from rlctl.core.trainer.sampler import left_pad
 
         r = self.spec
         group = 1 if greedy else r.num_generations
-        prompt_ids = left_pad([self.tokenizer.encode(p) for p in prompts], width,
-                              self.tokenizer.pad_id())
-        drawn = self.sampler(prompt_ids, group=group, seed=seed,
-                             temperature=0.0 if greedy else r.temperature,
-                             top_p=r.top_p, top_k=r.top_k)
+        prompt_ids = left_pad(
+            [self.tokenizer.encode(p) for p in prompts], width, self.tokenizer.pad_id()
+        )
+        drawn = self.sampler(
+            prompt_ids,
+            group=group,
+            seed=seed,
+            temperature=0.0 if greedy else r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+        )
         tokens = [row[:n] for row, n in zip(drawn.tokens, drawn.lengths, strict=True)]
-        return Samples(text=[self.tokenizer.decode(t.tolist()) for t in tokens],
-                       tokens=tokens, prompt_ids=prompt_ids, completion_ids=drawn.tokens,
-                       lengths=drawn.lengths, logps=drawn.logps)
+        return Samples(
+            text=[self.tokenizer.decode(t.tolist()) for t in tokens],
+            tokens=tokens,
+            prompt_ids=prompt_ids,
+            completion_ids=drawn.tokens,
+            lengths=drawn.lengths,
+            logps=drawn.logps,
+        )
 
     def batch(self, out: Samples, scores: Scores) -> Batch:
         """The sampler's output for whole groups, with each completion's advantage
         within its group, as a ``Batch`` (no log-probs yet)."""
         advantages = group_advantages(scores.reward, self.spec.num_generations)
-        return Batch(prompt_ids=out.prompt_ids, completion_ids=out.completion_ids,
-                     mask=out.mask(), advantages=advantages)
+        return Batch(
+            prompt_ids=out.prompt_ids,
+            completion_ids=out.completion_ids,
+            mask=out.mask(),
+            advantages=advantages,
+        )

@@ -84,8 +84,7 @@ def _draw(key: jax.Array, scaled: jax.Array) -> jax.Array:
     return block * W + offset
 
 
-def _filtered(key: jax.Array, scaled: jax.Array, top_p: jax.Array,
-              top_k: jax.Array) -> jax.Array:
+def _filtered(key: jax.Array, scaled: jax.Array, top_p: jax.Array, top_k: jax.Array) -> jax.Array:
     """A token from the top-k tokens (k <= 0: all), then the smallest set of those
     whose probability reaches ``top_p`` (Tunix's rule: a token stays while the mass
     before it is at most top_p). Sorting the vocabulary costs a few ms per step on
@@ -102,8 +101,9 @@ def _filtered(key: jax.Array, scaled: jax.Array, top_p: jax.Array,
     return _draw(key, jnp.where(scaled >= threshold, scaled, -jnp.inf))
 
 
-def _choose(key: jax.Array, logits: jax.Array, temperature: jax.Array, top_p: jax.Array,
-            top_k: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _choose(
+    key: jax.Array, logits: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """The next token of each row [B] and its log-prob under ``temperature``
     (1 when greedy, as ``shared_prefix_logps`` computes it), unfiltered by top-p/k.
 
@@ -113,22 +113,48 @@ def _choose(key: jax.Array, logits: jax.Array, temperature: jax.Array, top_p: ja
     t = jnp.where(greedy, 1.0, temperature)
     scaled = logits / t
     mode = jnp.where(greedy, 0, jnp.where((top_p < 1.0) | (top_k > 0), 2, 1))
-    token = jax.lax.switch(mode, [
-        lambda: jnp.argmax(logits, axis=-1).astype(jnp.int32),
-        lambda: _draw(key, scaled).astype(jnp.int32),
-        lambda: _filtered(key, scaled, top_p, top_k).astype(jnp.int32),
-    ])
+    token = jax.lax.switch(
+        mode,
+        [
+            lambda: jnp.argmax(logits, axis=-1).astype(jnp.int32),
+            lambda: _draw(key, scaled).astype(jnp.int32),
+            lambda: _filtered(key, scaled, top_p, top_k).astype(jnp.int32),
+        ],
+    )
     logp = jnp.take_along_axis(jax.nn.log_softmax(scaled, axis=-1), token[:, None], -1)[:, 0]
     return token, logp
 
 
-@partial(jax.jit, static_argnames=("graphdef", "info", "group", "max_new_tokens", "pad_id",
-                                   "eos_ids", "weights_first", "scan"))
-def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Array,
-                  temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, *,
-                  info: ta.ModelInfo, group: int, max_new_tokens: int, pad_id: int,
-                  eos_ids: tuple[int, ...], weights_first: bool = True, scan: bool = False,
-                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+@partial(
+    jax.jit,
+    static_argnames=(
+        "graphdef",
+        "info",
+        "group",
+        "max_new_tokens",
+        "pad_id",
+        "eos_ids",
+        "weights_first",
+        "scan",
+    ),
+)
+def sample_groups(
+    graphdef: Any,
+    state: Any,
+    prompt_ids: jax.Array,
+    seed: jax.Array,
+    temperature: jax.Array,
+    top_p: jax.Array,
+    top_k: jax.Array,
+    *,
+    info: ta.ModelInfo,
+    group: int,
+    max_new_tokens: int,
+    pad_id: int,
+    eos_ids: tuple[int, ...],
+    weights_first: bool = True,
+    scan: bool = False,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``group`` completions of each left-padded prompt of ``prompt_ids`` [P, Lp].
 
     Llama-family models decode through ``tunix_adapter.decode`` (its weights laid
@@ -154,15 +180,19 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
     causal = jnp.tril(jnp.ones((Lp, Lp), jnp.bool_))
     mask = jnp.pad(pmask[:, None, :] & causal[None], ((0, 0), (0, 0), (0, N)))
     scanning = scan and layers_lib.scans(model, info)
-    hidden, cache = ta.trunk(model, prompt_ids, positions,
-                             ta.kv_cache(info, P, S, stacked=scanning), mask, scan=scanning)
+    hidden, cache = ta.trunk(
+        model, prompt_ids, positions, ta.kv_cache(info, P, S, stacked=scanning), mask, scan=scanning
+    )
     decodes = weights_first and decode.fits(model, info)  # Llama: weights first (decode.py)
     # laid out once per call; the prompts' first tokens are projected by the same head
     # (converting the 49152 x 576 embedding to bfloat16 twice cost 30-75 ms a call)
     weights = decode.weights(model, info.compute_dtype) if decodes else None
     # the prompt's next-token distribution is the same for its G rows: projected once
-    first_logits = (_logits(model, hidden, info.compute_dtype) if weights is None
-                    else dot_nt(hidden[:, -1, :], weights["head"], info.compute_dtype))
+    first_logits = (
+        _logits(model, hidden, info.compute_dtype)
+        if weights is None
+        else dot_nt(hidden[:, -1, :], weights["head"], info.compute_dtype)
+    )
     logits = jnp.repeat(first_logits, group, axis=0)
     pmask = jnp.repeat(pmask, group, axis=0)
     start = pmask.sum(-1).astype(jnp.int32)  # each row's first completion position
@@ -180,7 +210,8 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
         """[B, S]: the prompt's real slots and the t completion slots written so far."""
         slots = jnp.arange(S)[None, :]
         return jnp.concatenate([pmask, jnp.zeros((B, N), jnp.bool_)], axis=-1) | (
-            (slots >= Lp) & (slots < Lp + t))
+            (slots >= Lp) & (slots < Lp + t)
+        )
 
     def record(t, tokens, logps, done, logits):
         """Token t of each row drawn from ``logits``; pad and log-prob 0 once stopped."""
@@ -202,8 +233,18 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
             t, tokens, logps, done, (keys, values) = carry
             last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)[:, 0]
             logits, keys, values = decode.step(
-                weights, model.config, last, start + t - 1, prefix, keys, values, t - 1,
-                pmask, jnp.broadcast_to(jnp.arange(N) < t, (B, N)), info.compute_dtype)
+                weights,
+                model.config,
+                last,
+                start + t - 1,
+                prefix,
+                keys,
+                values,
+                t - 1,
+                pmask,
+                jnp.broadcast_to(jnp.arange(N) < t, (B, N)),
+                info.compute_dtype,
+            )
             return (t + 1, *record(t, tokens, logps, done, logits), (keys, values))
 
         cache = decode.row_cache(prefix[0], B, N)
@@ -219,14 +260,22 @@ def sample_groups(graphdef: Any, state: Any, prompt_ids: jax.Array, seed: jax.Ar
             t, tokens, logps, done, cache = carry
             last = jax.lax.dynamic_slice_in_dim(tokens, t - 1, 1, axis=1)
             m = nnx.merge(graphdef, state)  # in the loop's trace: Qwen/Gemma sow into it
-            hidden, cache = ta.trunk(m, last, (start + t - 1)[:, None], cache,
-                                     attends(t)[:, None, :], scan=scanning,
-                                     dtype=info.compute_dtype, stacked=stacked)
+            hidden, cache = ta.trunk(
+                m,
+                last,
+                (start + t - 1)[:, None],
+                cache,
+                attends(t)[:, None, :],
+                scan=scanning,
+                dtype=info.compute_dtype,
+                stacked=stacked,
+            )
             logits = _logits(m, hidden, info.compute_dtype)
             return (t + 1, *record(t, tokens, logps, done, logits), cache)
 
     t, tokens, logps, _, _ = jax.lax.while_loop(
-        more, step, (jnp.int32(1), tokens, logps, done, cache))
+        more, step, (jnp.int32(1), tokens, logps, done, cache)
+    )
     return tokens, logps, t - 1
 
 
@@ -245,9 +294,18 @@ class Sampler:
     says how it decodes: weights first (the CPU's) or through the layers, unrolled or
     scanned."""
 
-    def __init__(self, model: nnx.Module, info: ta.ModelInfo, *, pad_id: int,
-                 eos_ids: list[int], max_new_tokens: int, replicate_over: Any = None,
-                 compute_dtype: str | None = None, numerics: Numerics | None = None) -> None:
+    def __init__(
+        self,
+        model: nnx.Module,
+        info: ta.ModelInfo,
+        *,
+        pad_id: int,
+        eos_ids: list[int],
+        max_new_tokens: int,
+        replicate_over: Any = None,
+        compute_dtype: str | None = None,
+        numerics: Numerics | None = None,
+    ) -> None:
         from rlctl.core.trainer import numerics as numerics_lib
 
         if compute_dtype is not None and info.dtype != "bfloat16":
@@ -269,11 +327,20 @@ class Sampler:
     def sync(self, model: nnx.Module) -> None:
         """Take the policy's current weights (no copy on one device, no recompile)."""
         self.graphdef, state = nnx.split(model)
-        self.state = state if self.replicate_over is None else ta.whole_weights(
-            state, self.replicate_over)
+        self.state = (
+            state if self.replicate_over is None else ta.whole_weights(state, self.replicate_over)
+        )
 
-    def __call__(self, prompt_ids: np.ndarray, *, group: int, seed: int,
-                 temperature: float, top_p: float = 1.0, top_k: int | None = None) -> Drawn:
+    def __call__(
+        self,
+        prompt_ids: np.ndarray,
+        *,
+        group: int,
+        seed: int,
+        temperature: float,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+    ) -> Drawn:
         """``group`` completions of each row of ``prompt_ids`` [P, Lp] (left-padded);
         ``temperature`` 0 decodes greedily. The rows are grouped by prompt either way:
         prefilled once per group, or each its own (the same tokens: a row's draws
@@ -282,16 +349,25 @@ class Sampler:
         if not self.prefill_once_per_group and group > 1:
             prompt_ids, group = np.repeat(prompt_ids, group, axis=0), 1
         tokens, logps, steps = sample_groups(
-            self.graphdef, self.state, prompt_ids,
-            np.uint32(seed), np.float32(temperature), np.float32(top_p),
-            np.int32(top_k or 0), info=self.info, group=group,
-            max_new_tokens=self.max_new_tokens, pad_id=self.pad_id, eos_ids=self.eos_ids,
-            weights_first=self.weights_first, scan=self.scan)
+            self.graphdef,
+            self.state,
+            prompt_ids,
+            np.uint32(seed),
+            np.float32(temperature),
+            np.float32(top_p),
+            np.int32(top_k or 0),
+            info=self.info,
+            group=group,
+            max_new_tokens=self.max_new_tokens,
+            pad_id=self.pad_id,
+            eos_ids=self.eos_ids,
+            weights_first=self.weights_first,
+            scan=self.scan,
+        )
         tokens, logps, steps = _to_host((tokens, logps, steps))
         stopped = np.isin(tokens, self.eos_ids)
         lengths = np.where(stopped.any(-1), stopped.argmax(-1), tokens.shape[1])
-        return Drawn(tokens=tokens, logps=logps, lengths=lengths.astype(np.int32),
-                     steps=int(steps))
+        return Drawn(tokens=tokens, logps=logps, lengths=lengths.astype(np.int32), steps=int(steps))
 
 
 def _to_host(tree: Any) -> Any:
@@ -312,5 +388,5 @@ def left_pad(rows: list[list[int]], width: int, pad_id: int) -> np.ndarray:
         if len(r) > width:
             raise ValueError(f"a prompt of {len(r)} tokens does not fit width {width}")
         if r:
-            out[i, width - len(r):] = r
+            out[i, width - len(r) :] = r
     return out

@@ -34,8 +34,7 @@ def make_optimizer(model: Any, t: TrainingSpec) -> Any:
     lr: Any = t.learning_rate
     if t.warmup_steps:
         lr = optax.linear_schedule(0.0, t.learning_rate, t.warmup_steps)
-    tx = clipped_adamw(lr, b1=0.9, b2=0.99, weight_decay=t.weight_decay,
-                       max_norm=t.max_grad_norm)
+    tx = clipped_adamw(lr, b1=0.9, b2=0.99, weight_decay=t.weight_decay, max_norm=t.max_grad_norm)
     # with LoRA only the adapters: no gradient nor moment of the frozen base exists
     return nnx.Optimizer(model, tx, wrt=trainable(t))
 
@@ -72,8 +71,9 @@ def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
     else:  # size divides group: each part gets its group's prompt
         prompts = jnp.repeat(batch.prompt_ids, group // size, axis=0)
         inner = size
-    stacked = jax.tree.map(lambda x: x.reshape(parts, -1, *x.shape[1:]),
-                           dataclasses.replace(batch, prompt_ids=prompts))
+    stacked = jax.tree.map(
+        lambda x: x.reshape(parts, -1, *x.shape[1:]), dataclasses.replace(batch, prompt_ids=prompts)
+    )
     return stacked, inner
 
 
@@ -94,9 +94,15 @@ class Update:
     found), and a batch that cannot fit is one line, not an allocator dump.
     """
 
-    def __init__(self, spec: RunSpec, pad_id: int, info: Any,
-                 warn: Callable[[str], None] | None = None, topology: Any = None,
-                 numerics: Any = None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        pad_id: int,
+        info: Any,
+        warn: Callable[[str], None] | None = None,
+        topology: Any = None,
+        numerics: Any = None,
+    ) -> None:
         from rlctl.core.trainer import numerics as numerics_lib
 
         # the backend's row of the numerics table (a benchmark passes a variant)
@@ -112,15 +118,23 @@ class Update:
         self.remat = spec.training.remat
         self.lora = spec.training.lora_rank is not None  # train the adapters alone
         if self.remat and info.family != "llama":
-            self.warn(f"training.remat applies to Llama-family models; this {info.family} "
-                      "model runs without it")
+            self.warn(
+                f"training.remat applies to Llama-family models; this {info.family} "
+                "model runs without it"
+            )
         self._compiled: dict[Any, tuple[Any, int]] = {}  # batch signature -> (program, size)
         self._logps: Any = None
 
     @classmethod
-    def create(cls, spec: RunSpec, pad_id: int, info: Any,
-               warn: Callable[[str], None] | None = None, topology: Any = None,
-               numerics: Any = None) -> Update:
+    def create(
+        cls,
+        spec: RunSpec,
+        pad_id: int,
+        info: Any,
+        warn: Callable[[str], None] | None = None,
+        topology: Any = None,
+        numerics: Any = None,
+    ) -> Update:
         return cls(spec, pad_id, info, warn, topology, numerics)
 
     # --- the traced functions ------------------------------------------------------
@@ -130,14 +144,29 @@ class Update:
 
         return nnx.LoRAParam if self.lora else nnx.Param
 
-    def _logps_fn(self, model: Any, prompt_ids: Any, completion_ids: Any, group: int,
-                  remat: bool | int = False, mask: Any = None):
+    def _logps_fn(
+        self,
+        model: Any,
+        prompt_ids: Any,
+        completion_ids: Any,
+        group: int,
+        remat: bool | int = False,
+        mask: Any = None,
+    ):
         from rlctl.core.trainer import tunix_adapter as ta
 
         return ta.shared_prefix_logps(
-            model, prompt_ids, completion_ids, group=group, pad_id=self.pad_id,
-            temperature=self.temperature, info=self.info, remat=remat, mask=mask,
-            numerics=self.numerics)
+            model,
+            prompt_ids,
+            completion_ids,
+            group=group,
+            pad_id=self.pad_id,
+            temperature=self.temperature,
+            info=self.info,
+            remat=remat,
+            mask=mask,
+            numerics=self.numerics,
+        )
 
     def _remat_levels(self) -> list[bool | int]:
         """The recomputations to try, in order (``logprobs.recomputed``): the first
@@ -167,9 +196,15 @@ class Update:
         """The recomputation the update tries first (``_remat_levels``)."""
         return self._remat_levels()[0]
 
-    def _loss_and_grads(self, params: Any, mdef: Any, rest: Any, batch: Batch,
-                        size: int, remat: bool | int | None = None,
-                        ) -> tuple[tuple[Any, dict[str, Any]], Any]:
+    def _loss_and_grads(
+        self,
+        params: Any,
+        mdef: Any,
+        rest: Any,
+        batch: Batch,
+        size: int,
+        remat: bool | int | None = None,
+    ) -> tuple[tuple[Any, dict[str, Any]], Any]:
         """((loss, aux), gradients) of ``batch``, ``size`` sequences at a time with the
         gradients summed: each micro-batch divides by the whole batch's ``Norm``, so
         the sums are the whole batch's figures (traced; see ``loss_and_grads``)."""
@@ -186,10 +221,16 @@ class Update:
         def loss_fn(p, mb: Batch, group: int):
             m = nnx.merge(mdef, p, rest)
             # given the mask, the completions' MLPs skip their pads
-            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat,
-                                        mb.mask)
-            loss, aux = policy_loss(logps, mb.mask, mb.advantages, cfg,
-                                    old_logps=mb.old_logps, ref_logps=mb.ref_logps, norm=norm)
+            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat, mb.mask)
+            loss, aux = policy_loss(
+                logps,
+                mb.mask,
+                mb.advantages,
+                cfg,
+                old_logps=mb.old_logps,
+                ref_logps=mb.ref_logps,
+                norm=norm,
+            )
             aux["entropy"] = (ent * mb.mask).sum() / norm.tokens
             return loss, aux
 
@@ -198,8 +239,9 @@ class Update:
         mbs, group = micro_batches(batch, size, self.group)
         grad_fn = jax.value_and_grad(lambda p, mb: loss_fn(p, mb, group), has_aux=True)
         first = jax.tree.map(lambda x: x[0], mbs)
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                             jax.eval_shape(grad_fn, params, first))
+        zeros = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, first)
+        )
 
         def accumulate(acc, mb):
             return jax.tree.map(jnp.add, acc, grad_fn(params, mb)), None
@@ -218,8 +260,9 @@ class Update:
         fn = jax.jit(lambda p, r, b: self._loss_and_grads(p, mdef, r, b, size))
         return fn(params, rest, batch)
 
-    def _step_fn(self, graphdef: Any, size: int,
-                 remat: bool | int | None = None) -> Callable[..., Any]:
+    def _step_fn(
+        self, graphdef: Any, size: int, remat: bool | int | None = None
+    ) -> Callable[..., Any]:
         """(state, batch) -> (new state, loss, aux, grad norm)."""
         import optax
         from flax import nnx
@@ -227,8 +270,7 @@ class Update:
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
             mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
-            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size,
-                                                      remat)
+            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size, remat)
             optimizer.update(model, grads)
             return nnx.state((model, optimizer)), loss, aux, optax.global_norm(grads)
 
@@ -242,8 +284,10 @@ class Update:
         that differs only in the order of its variables' metadata."""
         import jax
 
-        return (jax.tree.structure(state),
-                tuple((x.shape, x.dtype) for x in jax.tree.leaves((state, batch))))
+        return (
+            jax.tree.structure(state),
+            tuple((x.shape, x.dtype) for x in jax.tree.leaves((state, batch))),
+        )
 
     def precompile(self, model: Any, make: Callable[[], Any], batch: Batch) -> None:
         """Compile the update for ``batch`` (arrays or ``jax.ShapeDtypeStruct``) before
@@ -286,8 +330,12 @@ class Update:
         # norms came back sharded otherwise, which the compiled program refuses
         # (an abstract optimizer's leaves have none: on one device, the model's)
         one = next(x.sharding for x in jax.tree.leaves(nnx.state(model)))
-        keep = (jax.tree.map(lambda x: getattr(x, "sharding", None) or one, state),
-                None, None, None)
+        keep = (
+            jax.tree.map(lambda x: getattr(x, "sharding", None) or one, state),
+            None,
+            None,
+            None,
+        )
         levels = self._remat_levels()
         for n, level in enumerate(levels):
             # a lighter recomputation with the whole batch only; the last one in
@@ -297,34 +345,49 @@ class Update:
             for size in sizes if n == len(levels) - 1 else sizes[:1]:
                 if size > tried // 2:
                     continue
-                if measured and size != sizes[-1] and memory.predicted_need(
-                        *measured, size, grads) > have:
+                if (
+                    measured
+                    and size != sizes[-1]
+                    and memory.predicted_need(*measured, size, grads) > have
+                ):
                     continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
                 tried = size
-                compiled = jax.jit(self._step_fn(graphdef, size, level), donate_argnums=0,
-                                   out_shardings=keep).lower(state, batch).compile(
-                    compiler_options=compiles.update_options(self.info.compute_dtype,
-                                                             self.numerics))
+                compiled = (
+                    jax.jit(
+                        self._step_fn(graphdef, size, level), donate_argnums=0, out_shardings=keep
+                    )
+                    .lower(state, batch)
+                    .compile(
+                        compiler_options=compiles.update_options(
+                            self.info.compute_dtype, self.numerics
+                        )
+                    )
+                )
                 memory.return_freed_memory()  # the compiler's working memory
                 need = memory.compiled_need(compiled)
                 measured = measured or (size, need)
                 if need <= have:
                     if size < rows and self.micro is None:
-                        self.warn(f"the update runs in micro-batches of {size} sequences: "
-                                  f"the whole batch needs more than the {human_bytes(have)} "
-                                  f"{where} (training.micro_batch_size)")
+                        self.warn(
+                            f"the update runs in micro-batches of {size} sequences: "
+                            f"the whole batch needs more than the {human_bytes(have)} "
+                            f"{where} (training.micro_batch_size)"
+                        )
                     self._compiled[key] = (compiled, size)
                     return compiled, size
-        what = (f"the update of {rows} sequences x {batch.completion_ids.shape[1]} tokens"
-                + (f" in micro-batches of {tried}" if tried < rows else ""))
+        what = f"the update of {rows} sequences x {batch.completion_ids.shape[1]} tokens" + (
+            f" in micro-batches of {tried}" if tried < rows else ""
+        )
         valid = ", ".join(map(str, micro_batch_sizes(rows // self.group, self.group)))
-        hint = (f"lower training.micro_batch_size (valid: {valid})" if self.micro and tried > 1
-                else "lower rollout.max_new_tokens, rollout.max_prompt_tokens or "
-                "training.prompts_per_step")
+        hint = (
+            f"lower training.micro_batch_size (valid: {valid})"
+            if self.micro and tried > 1
+            else "lower rollout.max_new_tokens, rollout.max_prompt_tokens or "
+            "training.prompts_per_step"
+        )
         raise memory.too_big(need, have, where, what, hint)
 
-    def lower(self, model: Any, optimizer: Any, batch: Batch,
-              platforms: tuple[str, ...]) -> Any:
+    def lower(self, model: Any, optimizer: Any, batch: Batch, platforms: tuple[str, ...]) -> Any:
         """The update of ``batch`` (its whole batch, the first recomputation level)
         lowered, not compiled, for ``platforms`` (``("cuda",)``, ``("tpu",)``): what an
         accelerator would compile, read on a machine without one (CI counts its
@@ -335,11 +398,11 @@ class Update:
 
         graphdef, state = nnx.split((model, optimizer))
         step = self._step_fn(graphdef, batch.completion_ids.shape[0], self._remat())
-        return jax.jit(step, donate_argnums=0).trace(state, batch).lower(
-            lowering_platforms=platforms)
+        return (
+            jax.jit(step, donate_argnums=0).trace(state, batch).lower(lowering_platforms=platforms)
+        )
 
-    def logps(self, model: Any, prompt_ids: Any, completion_ids: Any,
-              base: bool = False) -> Any:
+    def logps(self, model: Any, prompt_ids: Any, completion_ids: Any, base: bool = False) -> Any:
         """Per-token log-probs under ``model`` (the reference, or the rollout policy
         frozen over iterations), with no gradient; with ``base``, under a LoRA
         model's frozen base (its adapters zeroed: the reference, without a copy)."""
@@ -349,9 +412,11 @@ class Update:
         from rlctl.core.trainer.tunix_adapter.lora import base_only
 
         if self._logps is None:
+
             def policy_logps(graphdef, state, prompt_ids, completion_ids):
-                return self._logps_fn(nnx.merge(graphdef, state), prompt_ids, completion_ids,
-                                      self.group)[0]
+                return self._logps_fn(
+                    nnx.merge(graphdef, state), prompt_ids, completion_ids, self.group
+                )[0]
 
             self._logps = jax.jit(policy_logps, static_argnums=0)
         graphdef, state = nnx.split(model)
@@ -369,8 +434,9 @@ class Update:
         nnx.update((model, optimizer), new_state)
         return loss, aux, gnorm
 
-    def apply(self, model: Any, optimizer: Any, ref_model: Any, batch: Batch,
-              iterations: int) -> tuple[list[float], list[float], dict[str, Any]]:
+    def apply(
+        self, model: Any, optimizer: Any, ref_model: Any, batch: Batch, iterations: int
+    ) -> tuple[list[float], list[float], dict[str, Any]]:
         """``iterations`` updates on ``batch``: their losses, gradient norms, and the
         last one's auxiliary figures (kl, entropy, clip fraction)."""
         import jax
@@ -382,15 +448,17 @@ class Update:
         try:
             if ref_model is not None:
                 batch = dataclasses.replace(
-                    batch, ref_logps=self.logps(ref_model, batch.prompt_ids,
-                                                batch.completion_ids))
+                    batch, ref_logps=self.logps(ref_model, batch.prompt_ids, batch.completion_ids)
+                )
             elif self.lora and self.cfg.beta > 0:  # the reference: the frozen base
                 batch = dataclasses.replace(
-                    batch, ref_logps=self.logps(model, batch.prompt_ids,
-                                                batch.completion_ids, base=True))
+                    batch,
+                    ref_logps=self.logps(model, batch.prompt_ids, batch.completion_ids, base=True),
+                )
             if iterations > 1:  # the rollout policy, frozen for all iterations
                 batch = dataclasses.replace(
-                    batch, old_logps=self.logps(model, batch.prompt_ids, batch.completion_ids))
+                    batch, old_logps=self.logps(model, batch.prompt_ids, batch.completion_ids)
+                )
             losses, norms, auxes = [], [], []
             for _ in range(iterations):
                 loss, aux, gnorm = self.train_step(model, optimizer, batch)
@@ -401,8 +469,11 @@ class Update:
             if not memory.is_oom(e):
                 raise
             raise memory.from_runtime(
-                e, "the update", "lower training.micro_batch_size, rollout.max_new_tokens "
-                "or training.prompts_per_step") from None
+                e,
+                "the update",
+                "lower training.micro_batch_size, rollout.max_new_tokens "
+                "or training.prompts_per_step",
+            ) from None
         # the loss is ready before the new state: until that is too, XLA still holds
         # the update's temporaries (0.7 GB for the default run)
         jax.block_until_ready(nnx.state((model, optimizer)))
@@ -443,11 +514,20 @@ class StepMetrics:
     peak_device_bytes: int | None = None
 
     @classmethod
-    def measure(cls, step: int, losses: list[float], norms: list[float],
-                aux: dict[str, Any], scores: Scores, mask: np.ndarray, elapsed: float,
-                rollout_seconds: float, engine_logp_diff: float | None = None,
-                weight_push_seconds: float | None = None,
-                peak_device_bytes: int | None = None) -> StepMetrics:
+    def measure(
+        cls,
+        step: int,
+        losses: list[float],
+        norms: list[float],
+        aux: dict[str, Any],
+        scores: Scores,
+        mask: np.ndarray,
+        elapsed: float,
+        rollout_seconds: float,
+        engine_logp_diff: float | None = None,
+        weight_push_seconds: float | None = None,
+        peak_device_bytes: int | None = None,
+    ) -> StepMetrics:
         comp_tokens = int(mask.sum())
         rewards = scores.reward
         return cls(
@@ -470,8 +550,9 @@ class StepMetrics:
             tokens_per_s=round(comp_tokens / elapsed, 2) if elapsed else 0.0,
             reward_means=dict(scores.reward_means),
             engine_logp_diff=engine_logp_diff,
-            weight_push_seconds=(None if weight_push_seconds is None
-                                 else round(weight_push_seconds, 3)),
+            weight_push_seconds=(
+                None if weight_push_seconds is None else round(weight_push_seconds, 3)
+            ),
             peak_device_bytes=peak_device_bytes,
         )
 

@@ -36,8 +36,7 @@ def _json_object(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not valid JSON", hint="copy or download the model again"
-                          ) from e
+        raise ConfigError(f"{path}: not valid JSON", hint="copy or download the model again") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON object", hint="copy or download the model again")
     return data
@@ -54,8 +53,10 @@ class ChatTokenizer:
         try:
             self._tok = Tokenizer.from_file(str(tj))
         except Exception as e:  # the Rust side raises a bare Exception
-            raise ConfigError(f"{tj}: not a tokenizer file ({str(e)[:120]})",
-                              hint="copy or download the model again") from e
+            raise ConfigError(
+                f"{tj}: not a tokenizer file ({str(e)[:120]})",
+                hint="copy or download the model again",
+            ) from e
         cfg = _json_object(folder / "tokenizer_config.json")
         gen = _json_object(folder / "generation_config.json")
         self.chat_template: str | None = cfg.get("chat_template")

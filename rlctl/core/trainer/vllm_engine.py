@@ -73,8 +73,11 @@ def hf_weights(model: Any, config: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 
 def _host_local(x: Any) -> bool:
     """One whole array in this process's CPU memory: DLPack hands it over as it is."""
-    return (getattr(x, "is_fully_addressable", False) and len(x.devices()) == 1
-            and next(iter(x.devices())).platform == "cpu")
+    return (
+        getattr(x, "is_fully_addressable", False)
+        and len(x.devices()) == 1
+        and next(iter(x.devices())).platform == "cpu"
+    )
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -120,8 +123,18 @@ class VllmSampler:
     the vanilla engine would decode from, and rlctl's tokenizer decodes the text.
     """
 
-    def __init__(self, model: Any, folder: Path, *, pad_id: int, eos_ids: list[int],
-                 max_new_tokens: int, max_len: int, dtype: str, filtered: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        folder: Path,
+        *,
+        pad_id: int,
+        eos_ids: list[int],
+        max_new_tokens: int,
+        max_len: int,
+        dtype: str,
+        filtered: bool,
+    ) -> None:
         _env_for_engine()
         from vllm import LLM
 
@@ -135,9 +148,17 @@ class VllmSampler:
         # computes, unless top-p/top-k filter (then renormalized over the kept tokens):
         # with a filter the engine reports the raw ones, checked at temperature 1
         self.logprobs_mode = "raw_logprobs" if filtered else "processed_logprobs"
-        self.llm = LLM(model=str(self.folder), skip_tokenizer_init=True, dtype=dtype,
-                       enforce_eager=True, seed=0, max_model_len=max_len, load_format="dummy",
-                       logprobs_mode=self.logprobs_mode, max_logprobs=1)
+        self.llm = LLM(
+            model=str(self.folder),
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            enforce_eager=True,
+            seed=0,
+            max_model_len=max_len,
+            load_format="dummy",
+            logprobs_mode=self.logprobs_mode,
+            max_logprobs=1,
+        )
         self.start_seconds = time.perf_counter() - t0
         self.pushes = 0
         self.last_push: Push  # set by sync, below
@@ -162,8 +183,16 @@ class VllmSampler:
         self.pushes += 1
         self.last_push = Push(time.perf_counter() - t0, count)
 
-    def __call__(self, prompt_ids: np.ndarray, *, group: int, seed: int,
-                 temperature: float, top_p: float = 1.0, top_k: int | None = None) -> Drawn:
+    def __call__(
+        self,
+        prompt_ids: np.ndarray,
+        *,
+        group: int,
+        seed: int,
+        temperature: float,
+        top_p: float = 1.0,
+        top_k: int | None = None,
+    ) -> Drawn:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -175,10 +204,20 @@ class VllmSampler:
             # vLLM seeds the n children of a request seed, seed+1, ...: one base per
             # prompt, drawn from (seed, prompt), keeps them apart
             base = int(np.random.default_rng([seed, i]).integers(0, 2**31 - 1 - group))
-            params.append(SamplingParams(
-                n=group, temperature=temperature, top_p=top_p, top_k=top_k or 0,
-                max_tokens=N, seed=base, logprobs=0, stop_token_ids=list(self.eos_ids),
-                detokenize=False, skip_special_tokens=False))
+            params.append(
+                SamplingParams(
+                    n=group,
+                    temperature=temperature,
+                    top_p=top_p,
+                    top_k=top_k or 0,
+                    max_tokens=N,
+                    seed=base,
+                    logprobs=0,
+                    stop_token_ids=list(self.eos_ids),
+                    detokenize=False,
+                    skip_special_tokens=False,
+                )
+            )
         outs = self.llm.generate(prompts, params, use_tqdm=False)
         B = len(prompts) * group
         tokens = np.full((B, N), self.pad_id, np.int32)
@@ -187,11 +226,12 @@ class VllmSampler:
         for out in outs:
             completions = sorted(out.outputs, key=lambda c: c.index)
             if len(completions) != group:
-                raise ConfigError(f"vLLM returned {len(completions)} completions of a "
-                                  f"prompt, not {group}")
+                raise ConfigError(
+                    f"vLLM returned {len(completions)} completions of a prompt, not {group}"
+                )
             for c in completions:
                 ids = list(c.token_ids)[:N]
-                tokens[r, :len(ids)] = ids
+                tokens[r, : len(ids)] = ids
                 for j, (tid, lp) in enumerate(zip(ids, c.logprobs or [], strict=False)):
                     logps[r, j] = lp[tid].logprob
                 r += 1
@@ -201,8 +241,12 @@ class VllmSampler:
         after = np.arange(N)[None, :] > lengths[:, None]
         tokens[after] = self.pad_id
         logps[after] = 0.0
-        return Drawn(tokens=tokens, logps=logps, lengths=lengths,
-                     steps=int(min(N, lengths.max(initial=0) + 1)))
+        return Drawn(
+            tokens=tokens,
+            logps=logps,
+            lengths=lengths,
+            steps=int(min(N, lengths.max(initial=0) + 1)),
+        )
 
 
 class Agreement:
@@ -211,8 +255,14 @@ class Agreement:
     past ``tolerance`` the run stops with one line (the engine samples a policy that
     is not the one being trained)."""
 
-    def __init__(self, pad_id: int, group: int, temperature: float, info: Any,
-                 tolerance: float = AGREEMENT_TOLERANCE) -> None:
+    def __init__(
+        self,
+        pad_id: int,
+        group: int,
+        temperature: float,
+        info: Any,
+        tolerance: float = AGREEMENT_TOLERANCE,
+    ) -> None:
         import dataclasses
 
         import jax
@@ -228,15 +278,28 @@ class Agreement:
 
         def fn(graphdef, state, prompt_ids, completion_ids):
             return ta.shared_prefix_logps(
-                nnx.merge(graphdef, state), prompt_ids, completion_ids, group=group,
-                pad_id=pad_id, temperature=temperature, info=info)[0]
+                nnx.merge(graphdef, state),
+                prompt_ids,
+                completion_ids,
+                group=group,
+                pad_id=pad_id,
+                temperature=temperature,
+                info=info,
+            )[0]
 
         self._fn = jax.jit(fn, static_argnums=0)
         self.group = group
         self.pad_id = pad_id
 
-    def check(self, model: Any, prompt_ids: np.ndarray, completion_ids: np.ndarray,
-              engine_logps: np.ndarray, mask: np.ndarray, step: int) -> float:
+    def check(
+        self,
+        model: Any,
+        prompt_ids: np.ndarray,
+        completion_ids: np.ndarray,
+        engine_logps: np.ndarray,
+        mask: np.ndarray,
+        step: int,
+    ) -> float:
         from flax import nnx
 
         G = self.group
@@ -255,5 +318,6 @@ class Agreement:
                 f"step {step}: vLLM's log-probs differ from the trainer's by {diff:.3g} on "
                 f"average (tolerance {self.tolerance:g}): the engine is not sampling the "
                 "policy being trained (its weights are stale or were pushed wrong)",
-                hint="resume after fixing the engine, or --set rollout.engine=vanilla")
+                hint="resume after fixing the engine, or --set rollout.engine=vanilla",
+            )
         return diff

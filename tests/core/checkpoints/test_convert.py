@@ -45,6 +45,7 @@ def _stop_after(n: int):
     def cb(done: int, total: int, done_b: int, total_b: int) -> None:
         if done >= n:
             raise Stop()
+
     return cb
 
 
@@ -85,7 +86,7 @@ class TestBandedTranspose:
         np.testing.assert_array_equal(layout.transpose(x), x.T)
         out = np.zeros(shape[::-1], np.float32)
         for r0 in range(0, shape[0], 7):
-            layout.transpose_into(out, x[r0:r0 + 7], r0)
+            layout.transpose_into(out, x[r0 : r0 + 7], r0)
         np.testing.assert_array_equal(out, x.T)
 
     @pytest.mark.parametrize("family", FAMILIES)
@@ -93,8 +94,7 @@ class TestBandedTranspose:
         from rlctl.core.checkpoints import hf
 
         monkeypatch.setattr(hf, "BAND_BYTES", 1000)  # dozens of bands per tensor
-        src = write_tiny_model(tmp_path / "hf", family, hidden=40, heads=5, kv_heads=1,
-                               ffn=70)
+        src = write_tiny_model(tmp_path / "hf", family, hidden=40, heads=5, kv_heads=1, ffn=70)
         convert(str(src), str(tmp_path / "tr"), to="trainer", verify=True)
         convert(str(tmp_path / "tr"), str(tmp_path / "hf2"), verify=True)
         a, b = _weights(src), _weights(tmp_path / "hf2")
@@ -115,8 +115,12 @@ class TestRoundTrip:
         for name in a:
             assert a[name].dtype == b[name].dtype
             assert a[name].tobytes() == b[name].tobytes(), name
-        for f in ("config.json", "tokenizer.json", "tokenizer_config.json",
-                  "generation_config.json"):
+        for f in (
+            "config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+        ):
             assert (tmp_path / "hf2" / f).read_bytes() == (src / f).read_bytes()
         assert not list(tmp_path.glob(f"*{PARTIAL}"))
 

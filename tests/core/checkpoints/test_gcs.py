@@ -34,18 +34,31 @@ def test_gcs_to_gcs_crash_midway_then_resume_and_verify(gcs, tmp_path):
         def cb(done, total, done_b, total_b):
             if done >= n:
                 raise Crash()
+
         return cb
 
     dst = f"gs://{bucket}/models/out"
     with pytest.raises(Crash):
-        convert(f"gs://{bucket}/models/src", dst, client=client, shard_bytes=60_000,
-                dtype="bf16", on_progress=crash_after(20))
+        convert(
+            f"gs://{bucket}/models/src",
+            dst,
+            client=client,
+            shard_bytes=60_000,
+            dtype="bf16",
+            on_progress=crash_after(20),
+        )
     assert _objects(client, bucket, "models/out/") == []  # DST: nothing at all
     staged = _objects(client, bucket, f"models/out{PARTIAL}/")
     assert staged and all(s.endswith(".safetensors") for s in staged)
 
-    r = convert(f"gs://{bucket}/models/src", dst, client=client, shard_bytes=60_000,
-                dtype="bf16", verify=True)
+    r = convert(
+        f"gs://{bucket}/models/src",
+        dst,
+        client=client,
+        shard_bytes=60_000,
+        dtype="bf16",
+        verify=True,
+    )
     assert r.resumed > 0 and r.verified and r.dtype == "bfloat16"
     assert _objects(client, bucket, f"models/out{PARTIAL}/") == []
     names = _objects(client, bucket, "models/out/")
@@ -54,8 +67,9 @@ def test_gcs_to_gcs_crash_midway_then_resume_and_verify(gcs, tmp_path):
 
     # and back through the trainer's format, on gs:// as well, bit for bit
     convert(dst, f"gs://{bucket}/models/trainer", to="trainer", client=client, verify=True)
-    back = convert(f"gs://{bucket}/models/trainer", str(tmp_path / "back"), client=client,
-                   verify=True)
+    back = convert(
+        f"gs://{bucket}/models/trainer", str(tmp_path / "back"), client=client, verify=True
+    )
     assert back.verified and back.dtype == "bfloat16"
 
 
@@ -102,6 +116,7 @@ def test_run_on_gcs_exports_its_latest_committed_checkpoint(gcs, tmp_path):
     r = convert(f"gs://{bucket}/runs/pol", str(tmp_path / "out"), client=client, verify=True)
     assert (r.src_kind, r.step, r.family, r.verified) == ("run", 3, "qwen3", True)
     assert (tmp_path / "out" / "tokenizer.json").read_bytes() == (
-        src / "tokenizer.json").read_bytes()
+        src / "tokenizer.json"
+    ).read_bytes()
     with pytest.raises(ConfigError, match="no complete checkpoint 5"):
         convert(f"gs://{bucket}/runs/pol", str(tmp_path / "out5"), client=client, step=5)

@@ -334,8 +334,9 @@ class TestDefaultModelDir:
 
     def test_converts_once_into_the_cache_then_reuses_it(self, tmp_path, fake_smollm2):
         told: list[int] = []  # on_convert: the caller says why this call takes a while
-        first = conv.default_model_dir(tmp_path / "cache",
-                                       on_convert=lambda: told.append(len(fake_smollm2)))
+        first = conv.default_model_dir(
+            tmp_path / "cache", on_convert=lambda: told.append(len(fake_smollm2))
+        )
         second = conv.default_model_dir(tmp_path / "cache", on_convert=lambda: told.append(-1))
         assert first == second == tmp_path / "cache" / "models" / "smollm2-135m-instruct"
         assert (first / "config.json").is_file()

@@ -37,11 +37,27 @@ def lora_run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("lora-export")
     base = write_tiny_model(root / "models" / "base", "llama")
-    r = CliRunner().invoke(app, tiny_args(
-        base, root, "run", "grpo", "--steps", "2", "--eval-size", "0",
-        "--set", "training.lora_rank=4", "--set", "training.lora_alpha=6",
-        "--set", 'training.lora_target_modules=["q_proj","v_proj","o_proj","down_proj"]',
-        "--lr", "5e-2"))
+    r = CliRunner().invoke(
+        app,
+        tiny_args(
+            base,
+            root,
+            "run",
+            "grpo",
+            "--steps",
+            "2",
+            "--eval-size",
+            "0",
+            "--set",
+            "training.lora_rank=4",
+            "--set",
+            "training.lora_alpha=6",
+            "--set",
+            'training.lora_target_modules=["q_proj","v_proj","o_proj","down_proj"]',
+            "--lr",
+            "5e-2",
+        ),
+    )
     assert r.exit_code == 0, r.output
     return root, base
 
@@ -66,11 +82,17 @@ def rlctl_logits(run: Path, base: Path) -> np.ndarray:
     for key, var in flat.items():
         var.set_value(jnp.asarray(reader.read(key)))
     nnx.update(model, state)
-    assert max(float(jnp.abs(x).max()) for x in jax.tree.leaves(
-        nnx.state(model, nnx.LoRAParam))) > 0
+    assert (
+        max(float(jnp.abs(x).max()) for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam))) > 0
+    )
     n = len(TOKENS)
-    hidden, _ = ta.trunk(model, jnp.asarray([TOKENS]), jnp.arange(n)[None], None,
-                         jnp.tril(jnp.ones((1, n, n), jnp.bool_)))
+    hidden, _ = ta.trunk(
+        model,
+        jnp.asarray([TOKENS]),
+        jnp.arange(n)[None],
+        None,
+        jnp.tril(jnp.ones((1, n, n), jnp.bool_)),
+    )
     return np.asarray(hidden[0] @ ta.head_weight(model), np.float32)
 
 
@@ -81,7 +103,8 @@ def hf_logits(model) -> np.ndarray:
 
 def load_hf(folder: Path):
     return transformers.AutoModelForCausalLM.from_pretrained(
-        str(folder), dtype=torch.float32).eval()
+        str(folder), dtype=torch.float32
+    ).eval()
 
 
 def test_the_merged_export_gives_rlctls_logits(lora_run, tmp_path):
@@ -115,8 +138,11 @@ def test_the_peft_folder_holds_the_same_adapters(lora_run, tmp_path):
     merged = {}
     for f in (tmp_path / "hf").glob("*.safetensors"):
         merged.update(load_file(str(f)))
-    for name in ("model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj"
-                 ".weight", "model.layers.0.mlp.down_proj.weight"):
+    for name in (
+        "model.layers.1.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+    ):
         module = name.removesuffix(".weight")
         a = adapters[f"base_model.model.{module}.lora_A.weight"]
         b = adapters[f"base_model.model.{module}.lora_B.weight"]
@@ -137,8 +163,7 @@ def test_peft_loads_the_adapter_folder(lora_run, tmp_path):
     assert diff <= 1e-4, diff
 
 
-def test_peft_of_a_full_run_and_a_changed_base_are_one_line(lora_run, tmp_path,
-                                                            tiny_model_dir):
+def test_peft_of_a_full_run_and_a_changed_base_are_one_line(lora_run, tmp_path, tiny_model_dir):
     from tests.core.trainer.test_train import in_process
 
     root, base = lora_run
@@ -173,11 +198,33 @@ def test_a_peft_export_of_the_default_model_loads_with_no_hub_access(tmp_path, m
     from rlctl.cli.app import app
     from rlctl.core.checkpoints.lora import DEFAULT_MODEL_HUB_ID
 
-    r = CliRunner().invoke(app, [
-        "train", "grpo", "--runs-dir", str(tmp_path), "--name", "lora", "--steps", "1",
-        "--prompts-per-step", "1", "-G", "2", "--max-new-tokens", "4", "--eval-size", "0",
-        "--lora-rank", "2", "--set", 'training.lora_target_modules=["q_proj"]',
-        "--set", "checkpoint.interval=1"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--runs-dir",
+            str(tmp_path),
+            "--name",
+            "lora",
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "1",
+            "-G",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--eval-size",
+            "0",
+            "--lora-rank",
+            "2",
+            "--set",
+            'training.lora_target_modules=["q_proj"]',
+            "--set",
+            "checkpoint.interval=1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     convert(str(tmp_path / "lora"), str(tmp_path / "peft"), to="peft")
     config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())

@@ -58,16 +58,22 @@ def trainer_greedy(model, info, folder: Path, n: int) -> list[int]:
 
     tok = ChatTokenizer(folder)
     sampler = Sampler(model, info, pad_id=tok.pad_id(), eos_ids=[], max_new_tokens=n)
-    out = sampler(left_pad([tok.encode(PROMPT)], 32, tok.pad_id()), group=1, seed=0,
-                  temperature=0.0)
+    out = sampler(
+        left_pad([tok.encode(PROMPT)], 32, tok.pad_id()), group=1, seed=0, temperature=0.0
+    )
     return [int(t) for t in out.tokens[0]]
 
 
 def hf_greedy(model, prompt_ids: list[int], n: int) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, pad_token_id=0)
-    return [int(t) for t in out[0, len(prompt_ids):]]
+        out = model.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return [int(t) for t in out[0, len(prompt_ids) :]]
 
 
 def assert_same_model(jax_model, info, hf_folder: Path, trainer_folder: Path) -> None:

@@ -11,12 +11,17 @@ from rlctl.core.errors import ConfigError
 
 # name: (machine type, chips per host, hosts, topology) -- written independently of the data.
 TPU = {
-    "v4-8": ("ct4p-hightpu-4t", 4, 1, "2x2x1"), "v4-16": ("ct4p-hightpu-4t", 4, 2, "2x2x2"),
-    "v4-32": ("ct4p-hightpu-4t", 4, 4, "2x2x4"), "v4-64": ("ct4p-hightpu-4t", 4, 8, "2x4x4"),
-    "v4-128": ("ct4p-hightpu-4t", 4, 16, "4x4x4"), "v4-256": ("ct4p-hightpu-4t", 4, 32, "4x4x8"),
+    "v4-8": ("ct4p-hightpu-4t", 4, 1, "2x2x1"),
+    "v4-16": ("ct4p-hightpu-4t", 4, 2, "2x2x2"),
+    "v4-32": ("ct4p-hightpu-4t", 4, 4, "2x2x4"),
+    "v4-64": ("ct4p-hightpu-4t", 4, 8, "2x4x4"),
+    "v4-128": ("ct4p-hightpu-4t", 4, 16, "4x4x4"),
+    "v4-256": ("ct4p-hightpu-4t", 4, 32, "4x4x8"),
     "v4-512": ("ct4p-hightpu-4t", 4, 64, "4x8x8"),
-    "v5p-8": ("ct5p-hightpu-4t", 4, 1, "2x2x1"), "v5p-16": ("ct5p-hightpu-4t", 4, 2, "2x2x2"),
-    "v5p-32": ("ct5p-hightpu-4t", 4, 4, "2x2x4"), "v5p-64": ("ct5p-hightpu-4t", 4, 8, "2x4x4"),
+    "v5p-8": ("ct5p-hightpu-4t", 4, 1, "2x2x1"),
+    "v5p-16": ("ct5p-hightpu-4t", 4, 2, "2x2x2"),
+    "v5p-32": ("ct5p-hightpu-4t", 4, 4, "2x2x4"),
+    "v5p-64": ("ct5p-hightpu-4t", 4, 8, "2x4x4"),
     "v5p-128": ("ct5p-hightpu-4t", 4, 16, "4x4x4"),
     "v5p-256": ("ct5p-hightpu-4t", 4, 32, "4x4x8"),
     "v5p-512": ("ct5p-hightpu-4t", 4, 64, "4x8x8"),
@@ -29,9 +34,12 @@ TPU = {
     "v5litepod-64": ("ct5lp-hightpu-4t", 4, 16, "8x8"),
     "v5litepod-128": ("ct5lp-hightpu-4t", 4, 32, "8x16"),
     "v5litepod-256": ("ct5lp-hightpu-4t", 4, 64, "16x16"),
-    "v6e-1": ("ct6e-standard-1t", 1, 1, "1x1"), "v6e-4": ("ct6e-standard-4t", 4, 1, "2x2"),
-    "v6e-8": ("ct6e-standard-8t", 8, 1, "2x4"), "v6e-16": ("ct6e-standard-4t", 4, 4, "4x4"),
-    "v6e-32": ("ct6e-standard-4t", 4, 8, "4x8"), "v6e-64": ("ct6e-standard-4t", 4, 16, "8x8"),
+    "v6e-1": ("ct6e-standard-1t", 1, 1, "1x1"),
+    "v6e-4": ("ct6e-standard-4t", 4, 1, "2x2"),
+    "v6e-8": ("ct6e-standard-8t", 8, 1, "2x4"),
+    "v6e-16": ("ct6e-standard-4t", 4, 4, "4x4"),
+    "v6e-32": ("ct6e-standard-4t", 4, 8, "4x8"),
+    "v6e-64": ("ct6e-standard-4t", 4, 16, "8x8"),
     "v6e-128": ("ct6e-standard-4t", 4, 32, "8x16"),
     "v6e-256": ("ct6e-standard-4t", 4, 64, "16x16"),
     "tpu7x-8": ("tpu7x-standard-4t", 4, 1, "2x2x1"),
@@ -43,10 +51,14 @@ TPU = {
     "tpu7x-512": ("tpu7x-standard-4t", 4, 64, "4x8x8"),
 }
 GPU = {
-    "a2-highgpu-1g": ("nvidia-tesla-a100", 1), "a2-highgpu-8g": ("nvidia-tesla-a100", 8),
-    "a2-ultragpu-8g": ("nvidia-a100-80gb", 8), "a3-highgpu-8g": ("nvidia-h100-80gb", 8),
-    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8), "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
-    "a4-highgpu-8g": ("nvidia-b200", 8), "g2-standard-8": ("nvidia-l4", 1),
+    "a2-highgpu-1g": ("nvidia-tesla-a100", 1),
+    "a2-highgpu-8g": ("nvidia-tesla-a100", 8),
+    "a2-ultragpu-8g": ("nvidia-a100-80gb", 8),
+    "a3-highgpu-8g": ("nvidia-h100-80gb", 8),
+    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
+    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
+    "a4-highgpu-8g": ("nvidia-b200", 8),
+    "g2-standard-8": ("nvidia-l4", 1),
 }
 
 
@@ -59,7 +71,12 @@ class TestCatalog:
         machine, cph, hosts, topo = TPU[name]
         a = catalog.lookup(name)
         assert (a.kind, a.machine_type, a.chips_per_host, a.hosts, a.topology) == (
-            "tpu", machine, cph, hosts, topo)
+            "tpu",
+            machine,
+            cph,
+            hosts,
+            topo,
+        )
         assert a.chips == math.prod(int(x) for x in topo.split("x")) == cph * hosts
         # the number in the name counts chips (v5e/v6e) or TensorCores (v4, v5p, tpu7x)
         assert int(name.rsplit("-", 1)[1]) == a.chips * catalog.cores_per_chip(a.family)
@@ -70,18 +87,25 @@ class TestCatalog:
         a = catalog.lookup(name)
         assert (a.kind, a.machine_type, a.gpu_type, a.gpus) == ("gpu", name, *GPU[name])
 
-    @pytest.mark.parametrize("bad,suggest", [("v6e-15", "v6e-16"), ("v5p128", "v5p-128"),
-                                             ("a3-highgpu-8", "a3-highgpu-8g"),
-                                             ("v6e-3", "v6e-")])
+    @pytest.mark.parametrize(
+        "bad,suggest",
+        [
+            ("v6e-15", "v6e-16"),
+            ("v5p128", "v5p-128"),
+            ("a3-highgpu-8", "a3-highgpu-8g"),
+            ("v6e-3", "v6e-"),
+        ],
+    )
     def test_unknown_type_suggests_closest(self, bad, suggest):
         with pytest.raises(ConfigError) as e:
             catalog.lookup(bad)
         assert "unknown accelerator type" in e.value.message
         assert suggest in e.value.hint
 
-    @pytest.mark.parametrize("text,expected", [("v6e-16 x2", ("v6e-16", 2)),
-                                               ("v6e-16", ("v6e-16", 1)),
-                                               ("V5P-128 X 3", ("v5p-128", 3))])
+    @pytest.mark.parametrize(
+        "text,expected",
+        [("v6e-16 x2", ("v6e-16", 2)), ("v6e-16", ("v6e-16", 1)), ("V5P-128 X 3", ("v5p-128", 3))],
+    )
     def test_parse_slices(self, text, expected):
         assert catalog.parse_slices(text) == expected
 
@@ -104,9 +128,16 @@ class TestMachineMemory:
     memoryMb in MiB, 131072 for n2-standard-32's "128 GB". Read as decimal GB, every
     node was about 7% smaller to the fit check than it is (issue #43 point 9)."""
 
-    @pytest.mark.parametrize(("name", "mib"), [
-        ("n2-standard-32", 131072), ("n2-standard-64", 262144), ("e2-standard-8", 32768),
-        ("ct6e-standard-4t", 737280), ("a3-highgpu-8g", 1916928)])
+    @pytest.mark.parametrize(
+        ("name", "mib"),
+        [
+            ("n2-standard-32", 131072),
+            ("n2-standard-64", 262144),
+            ("e2-standard-8", 32768),
+            ("ct6e-standard-4t", 737280),
+            ("a3-highgpu-8g", 1916928),
+        ],
+    )
     def test_the_catalog_holds_what_the_api_reports(self, name, mib):
         from rlctl.core.config.catalog import machine
 

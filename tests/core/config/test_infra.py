@@ -13,7 +13,8 @@ def _gcloud(tmp_path, project="from-gcloud", region="europe-west4"):
     d = tmp_path / "gcloud"
     (d / "configurations").mkdir(parents=True)
     (d / "configurations" / "config_default").write_text(
-        f"[core]\nproject = {project}\n[compute]\nregion = {region}\n")
+        f"[core]\nproject = {project}\n[compute]\nregion = {region}\n"
+    )
     return {"CLOUDSDK_CONFIG": str(d)}
 
 
@@ -37,28 +38,45 @@ class TestDefaults:
             build_infra_spec(None, {"cluster": "rl"}, env=env, adc_project=lambda: None)
 
     def test_slices_mtu_and_capacity(self):
-        s = build_infra_spec(None, {
-            "project": "p", "region": "r1", "cluster": "rl",
-            "accelerators": ["v6e-16 x2", {"type": "a3-highgpu-8g", "count": 3}],
-            "dcn": {"count": 2}}, env={})
-        assert [(a.type, a.count) for a in s.accelerators] == [("v6e-16", 2),
-                                                               ("a3-highgpu-8g", 3)]
+        s = build_infra_spec(
+            None,
+            {
+                "project": "p",
+                "region": "r1",
+                "cluster": "rl",
+                "accelerators": ["v6e-16 x2", {"type": "a3-highgpu-8g", "count": 3}],
+                "dcn": {"count": 2},
+            },
+            env={},
+        )
+        assert [(a.type, a.count) for a in s.accelerators] == [("v6e-16", 2), ("a3-highgpu-8g", 3)]
         assert s.dcn.mtu == 8896 and s.dcn.ranges() == ["10.50.0.0/16", "10.60.0.0/16"]
         with pytest.raises(ConfigError, match="reservation"):
-            build_infra_spec(None, {"project": "p", "region": "r", "cluster": "c",
-                                    "capacity": {"kind": "reservation"}}, env={})
+            build_infra_spec(
+                None,
+                {
+                    "project": "p",
+                    "region": "r",
+                    "cluster": "c",
+                    "capacity": {"kind": "reservation"},
+                },
+                env={},
+            )
         with pytest.raises(ConfigError, match="unknown field"):
-            build_infra_spec(None, {"project": "p", "region": "r", "cluster": "c",
-                                    "typo": 1}, env={})
+            build_infra_spec(
+                None, {"project": "p", "region": "r", "cluster": "c", "typo": 1}, env={}
+            )
 
 
 class TestPlan:
     def test_topo_order_puts_dependencies_first(self):
-        cs = [Change(kind="nodepool", name="a", action="create", depends_on=["cluster/c"]),
-              Change(kind="cluster", name="c", action="create", depends_on=["subnet/s"]),
-              Change(kind="subnet", name="s", action="create", depends_on=["network/n"]),
-              Change(kind="network", name="n", action="create"),
-              Change(kind="bucket", name="b", action="create")]
+        cs = [
+            Change(kind="nodepool", name="a", action="create", depends_on=["cluster/c"]),
+            Change(kind="cluster", name="c", action="create", depends_on=["subnet/s"]),
+            Change(kind="subnet", name="s", action="create", depends_on=["network/n"]),
+            Change(kind="network", name="n", action="create"),
+            Change(kind="bucket", name="b", action="create"),
+        ]
         order = [c.key for c in topo_order(cs)]
         assert order.index("network/n") < order.index("subnet/s") < order.index("cluster/c")
         assert order.index("cluster/c") < order.index("nodepool/a")

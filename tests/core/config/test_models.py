@@ -108,8 +108,10 @@ class TestUnreadableInputs:
             resolve_run_spec("grpo", str(tmp_path))
 
     def test_binary_and_non_utf8_configs(self, tmp_path):
-        for name, data in [("bin.yaml", bytes(range(256))), ("latin1.yaml", "a: caf\xe9".encode(
-                "latin-1"))]:
+        for name, data in [
+            ("bin.yaml", bytes(range(256))),
+            ("latin1.yaml", "a: caf\xe9".encode("latin-1")),
+        ]:
             (tmp_path / name).write_bytes(data)
             with pytest.raises(ConfigError, match="is not UTF-8 text"):
                 resolve_run_spec("grpo", str(tmp_path / name))

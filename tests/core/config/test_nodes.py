@@ -28,9 +28,16 @@ def _pools(gcp, *accelerators: str) -> dict[str, nodes.NodePool]:
 
 
 class TestThreadsPerCore:
-    @pytest.mark.parametrize(("machine", "listed"), [
-        ("ct6e-standard-4t", 180), ("ct5p-hightpu-4t", 208), ("ct5lp-hightpu-4t", 112),
-        ("ct4p-hightpu-4t", 240), ("tpu7x-standard-4t", 224)])
+    @pytest.mark.parametrize(
+        ("machine", "listed"),
+        [
+            ("ct6e-standard-4t", 180),
+            ("ct5p-hightpu-4t", 208),
+            ("ct5lp-hightpu-4t", 112),
+            ("ct4p-hightpu-4t", 240),
+            ("tpu7x-standard-4t", 224),
+        ],
+    )
     def test_one_thread_per_core_halves_the_vcpus(self, machine, listed):
         """Compute Engine: one thread per core halves the vCPUs (issue 24 point 1: every
         catalogued TPU host pod asked for CPU computed from the listed count)."""
@@ -56,7 +63,8 @@ class TestLabelsAndTaints:
         assert p.labels["cloud.google.com/gke-nodepool"] == "v6e-16-1"
         assert p.extended == {"google.com/tpu": 4}
         assert [(t.key, t.value, t.effect) for t in p.taints] == [
-            ("google.com/tpu", "present", "NoSchedule")]
+            ("google.com/tpu", "present", "NoSchedule")
+        ]
 
     def test_gpu_nodes(self, gcp):
         p = _pools(gcp, "a3-highgpu-8g x2")["a3-highgpu-8g-0"]

@@ -29,17 +29,20 @@ def _roles_of(fake, member: str) -> set[str]:
 
 class TestNodeRoles:
     def test_cluster_create_grants_the_nodes_their_roles_on_a_new_project(
-            self, new_project, clients, spec):
+        self, new_project, clients, spec
+    ):
         plan = cluster.plan_create(clients, spec)
         grants = [c for c in plan.changes if c.kind == project_iam.KIND]
         assert [(c.fields["role"], c.action) for c in grants] == [
             ("roles/container.defaultNodeServiceAccount", "create"),
-            ("roles/artifactregistry.reader", "create")]
+            ("roles/artifactregistry.reader", "create"),
+        ]
         assert grants[1].depends_on == [grants[0].key]  # one policy, one write at a time
         cluster.apply_plan(clients, plan)
         assert _roles_of(new_project, NODE_SA) == set(project_iam.NODE_ROLES)
-        again = [c for c in cluster.plan_create(clients, spec).changes
-                 if c.kind == project_iam.KIND]
+        again = [
+            c for c in cluster.plan_create(clients, spec).changes if c.kind == project_iam.KIND
+        ]
         assert {c.action for c in again} == {"unchanged"}
 
     def test_editor_covers_them(self, fake, clients, spec):
@@ -50,15 +53,19 @@ class TestNodeRoles:
         fake.fail("POST", r":getIamPolicy$", 403, "caller lacks getIamPolicy")
         plan = cluster.plan_create(clients, spec)
         assert not [c for c in plan.changes if c.kind == project_iam.KIND]
-        assert any("cannot read project p's IAM policy" in n and "artifactregistry.reader"
-                   in n for n in plan.notes)
+        assert any(
+            "cannot read project p's IAM policy" in n and "artifactregistry.reader" in n
+            for n in plan.notes
+        )
 
 
 class TestImageBuild:
     def test_the_build_account_gets_the_builder_role_on_a_new_project(
-            self, new_project, clients, cluster_bucket):
-        target, ctx, plan = image.prepare(clients, "p", "us-central1", bucket=cluster_bucket,
-                                          accelerator="tpu")
+        self, new_project, clients, cluster_bucket
+    ):
+        target, ctx, plan = image.prepare(
+            clients, "p", "us-central1", bucket=cluster_bucket, accelerator="tpu"
+        )
         (grant,) = [c for c in plan.changes if c.kind == project_iam.KIND]
         assert grant.fields["role"] == "roles/cloudbuild.builds.builder"
         img = next(c for c in plan.changes if c.kind == "image")
@@ -67,19 +74,22 @@ class TestImageBuild:
         assert "roles/cloudbuild.builds.builder" in _roles_of(new_project, NODE_SA)
 
     def test_a_legacy_build_account_needs_nothing(self, new_project, clients, cluster_bucket):
-        new_project.project_iam["bindings"] = [{
-            "role": "roles/cloudbuild.builds.builder",
-            "members": ["serviceAccount:123456789012@cloudbuild.gserviceaccount.com"]}]
-        _, _, plan = image.prepare(clients, "p", "us-central1", bucket=cluster_bucket,
-                                   accelerator="tpu")
+        new_project.project_iam["bindings"] = [
+            {
+                "role": "roles/cloudbuild.builds.builder",
+                "members": ["serviceAccount:123456789012@cloudbuild.gserviceaccount.com"],
+            }
+        ]
+        _, _, plan = image.prepare(
+            clients, "p", "us-central1", bucket=cluster_bucket, accelerator="tpu"
+        )
         assert not [c for c in plan.changes if c.kind == project_iam.KIND]
 
     def test_disabled_cloud_build_is_one_line(self, fake, clients, cluster_bucket):
         fake.enabled.discard("cloudbuild.googleapis.com")
         before = len(fake.mutations())
         with pytest.raises(PreflightError) as e:
-            image.prepare(clients, "p", "us-central1", bucket=cluster_bucket,
-                          accelerator="tpu")
+            image.prepare(clients, "p", "us-central1", bucket=cluster_bucket, accelerator="tpu")
         (line,) = e.value.lines
         assert "gcloud services enable cloudbuild.googleapis.com --project p" in line
         assert len(fake.mutations()) == before
@@ -100,36 +110,46 @@ class TestQuota:
         spec.accelerators = ["a3-highgpu-8g"]
         spec.dcn = {"count": 0}
         spec.capacity = {"kind": "spot"}
-        fake.quotas["us-central1"] = {"NVIDIA_H100_GPUS": (0, 0),
-                                      "PREEMPTIBLE_NVIDIA_H100_GPUS": (8, 0)}
+        fake.quotas["us-central1"] = {
+            "NVIDIA_H100_GPUS": (0, 0),
+            "PREEMPTIBLE_NVIDIA_H100_GPUS": (8, 0),
+        }
         cluster.plan_create(clients, spec)  # fits the spot quota
 
     def test_tpu_v6e_quota_without_a_value_for_the_region_is_named_as_unchecked(
-            self, fake, clients, spec):
+        self, fake, clients, spec
+    ):
         plan = cluster.plan_create(clients, spec)
         (note,) = [n for n in plan.notes if "TPU v6e quota" in n]
         assert "('TPUs per TPU family', tpu_family=CT6E) has no value for us-central1" in note
         assert "not checked" in note
 
-    def test_tpu_v6e_family_quota_below_the_slices_fails_naming_its_id(self, fake, clients,
-                                                                       spec):
+    def test_tpu_v6e_family_quota_below_the_slices_fails_naming_its_id(self, fake, clients, spec):
         """v6e's on-demand quota is Compute Engine's 'TPUs per TPU family' with
         tpu_family=CT6E, found by its documented name in Cloud Quotas; its id is the
         project's own (read, never assumed)."""
         from tests.fakes.gcp_server import quota_info
 
         fake.quota_infos["compute.googleapis.com"] = [
-            quota_info("TPUS-PER-TPU-FAMILY-per-project-region", "TPUs per TPU family", {
-                (("region", "us-central1"), ("tpu_family", "CT6E")): 16,
-                (("region", "us-central1"), ("tpu_family", "CT5P")): 4096,  # not v6e's
-                (("region", "us-east5"), ("tpu_family", "CT6E")): 4096},  # not this region
-                dimensions=("region", "tpu_family"))]
+            quota_info(
+                "TPUS-PER-TPU-FAMILY-per-project-region",
+                "TPUs per TPU family",
+                {
+                    (("region", "us-central1"), ("tpu_family", "CT6E")): 16,
+                    (("region", "us-central1"), ("tpu_family", "CT5P")): 4096,  # not v6e's
+                    (("region", "us-east5"), ("tpu_family", "CT6E")): 4096,
+                },  # not this region
+                dimensions=("region", "tpu_family"),
+            )
+        ]
         before = len(fake.mutations())
         with pytest.raises(PreflightError) as e:
             cluster.plan_create(clients, spec)
         (line,) = e.value.lines
-        assert "quota 'TPUs per TPU family', tpu_family=CT6E in us-central1 is 16 TPU " \
+        assert (
+            "quota 'TPUs per TPU family', tpu_family=CT6E in us-central1 is 16 TPU "
             "chips; the node pools need 32" in line
+        )
         assert "--quota-id=TPUS-PER-TPU-FAMILY-per-project-region" in line
         assert "--dimensions=region=us-central1,tpu_family=CT6E" in line
         assert len(fake.mutations()) == before
@@ -139,11 +159,15 @@ class TestQuota:
 
         spec.accelerators = ["v5p-128"]
         fake.default_tpu_types = [*fake.default_tpu_types, "v5p-128"]
-        fake.quota_infos["compute.googleapis.com"] = [quota_info(
-            "TPU-V5P-per-project-region", "TPU v5p chips", {(("region", "us-central1"),): 64})]
+        fake.quota_infos["compute.googleapis.com"] = [
+            quota_info(
+                "TPU-V5P-per-project-region", "TPU v5p chips", {(("region", "us-central1"),): 64}
+            )
+        ]
         plan = cluster.plan_create(clients, spec)
-        assert any("TPU v5p quota in us-central1: limit 64 chips, 64 asked" in n
-                   for n in plan.notes)
+        assert any(
+            "TPU v5p quota in us-central1: limit 64 chips, 64 asked" in n for n in plan.notes
+        )
 
     def test_spot_tpu_quota_is_named_as_unchecked(self, fake, clients, spec):
         spec.capacity = {"kind": "spot"}
@@ -195,9 +219,16 @@ def test_an_endpoint_nobody_answers_on_fails_at_once_naming_it():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free again once closed: nobody listens there
     clients = Clients.local(f"http://127.0.0.1:{port}", retry_deadline=300)
-    spec = build_infra_spec(flags={"project": "p", "region": "us-central1", "cluster": "rl",
-                                   "accelerators": ["v6e-16 x2"], "dcn": {"count": 1}},
-                            env={})
+    spec = build_infra_spec(
+        flags={
+            "project": "p",
+            "region": "us-central1",
+            "cluster": "rl",
+            "accelerators": ["v6e-16 x2"],
+            "dcn": {"count": 1},
+        },
+        env={},
+    )
     t0 = time.monotonic()
     with pytest.raises(CloudError) as e:
         network.plan(clients, spec)

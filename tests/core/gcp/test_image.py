@@ -27,11 +27,13 @@ def build(clients, **kw):
 
 
 class TestBuild:
-    def test_first_build_creates_repository_uploads_context_and_builds(self, fake, clients,
-                                                                       bucket):
+    def test_first_build_creates_repository_uploads_context_and_builds(self, fake, clients, bucket):
         _, ctx, plan, res = build(clients, accelerator="tpu")
         assert [(c.kind, c.action) for c in plan.changes] == [
-            ("repository", "create"), ("context", "create"), ("image", "create")]
+            ("repository", "create"),
+            ("context", "create"),
+            ("image", "create"),
+        ]
         uri = f"us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:{ctx.tag}"
         assert res.image == uri and res.built and res.build_id
         # the repository: Docker, labelled, made once
@@ -42,12 +44,18 @@ class TestBuild:
         assert repo["labels"] == {"managed-by": "rlctl"}
         assert len(fake.find("POST", r"/repositories$")) == 1
         # the context in the bucket holds exactly the expected files
-        (blob,) = [b for b in clients.storage.list_blobs(BUCKET)
-                   if b.name.startswith("rlctl/build-contexts/")]
+        (blob,) = [
+            b
+            for b in clients.storage.list_blobs(BUCKET)
+            if b.name.startswith("rlctl/build-contexts/")
+        ]
         assert blob.name == f"rlctl/build-contexts/tpu-{ctx.sha256}.tar.gz"
         with tarfile.open(fileobj=io.BytesIO(blob.download_as_bytes()), mode="r:gz") as tar:
-            assert tar.getnames() == ["Dockerfile", "requirements.txt",
-                                      "rlctl-0.1.0-py3-none-any.whl"]
+            assert tar.getnames() == [
+                "Dockerfile",
+                "requirements.txt",
+                "rlctl-0.1.0-py3-none-any.whl",
+            ]
         # the build request: one docker step, the image under its hash tag, build tags
         (req,) = fake.find("POST", r"/locations/us-central1/builds$")
         b = req.body
@@ -75,8 +83,11 @@ class TestBuild:
         assert image.image_exists(clients, "us-central1-docker.pkg.dev/p/rlctl/rlctl-tpu:latest")
 
     def test_a_failed_build_is_one_line_with_its_step_and_log_url(self, fake, clients, bucket):
-        fake.fail_build(0, 'Build step failure: build step 0 "gcr.io/cloud-builders/docker" '
-                        "failed: step exited with non-zero status: 1")
+        fake.fail_build(
+            0,
+            'Build step failure: build step 0 "gcr.io/cloud-builders/docker" '
+            "failed: step exited with non-zero status: 1",
+        )
         with pytest.raises(CloudError) as e:
             build(clients, accelerator="tpu")
         msg = e.value.message
@@ -84,8 +95,9 @@ class TestBuild:
         assert msg.startswith("Cloud Build b")
         assert "failure at step 0 (build build)" in msg
         assert "step exited with non-zero status: 1" in msg
-        assert "logs: https://console.cloud.google.com/cloud-build/builds;region=us-central1/" \
-            in msg
+        assert (
+            "logs: https://console.cloud.google.com/cloud-build/builds;region=us-central1/" in msg
+        )
         assert e.value.exit_code == 7
 
 

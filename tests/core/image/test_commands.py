@@ -64,13 +64,22 @@ def dockerfile(acc: str):
 
 def runs(acc: str) -> list[list[str]]:
     """The Dockerfile's RUN instructions, each as its '&&'-separated commands (words)."""
-    return [[shlex.split(c) for c in i["value"].split("&&")]
-            for i in dockerfile(acc).structure if i["instruction"] == "RUN"]
+    return [
+        [shlex.split(c) for c in i["value"].split("&&")]
+        for i in dockerfile(acc).structure
+        if i["instruction"] == "RUN"
+    ]
 
 
 def apt_installed(acc: str) -> set[str]:
-    return {w for run in runs(acc) for cmd in run if cmd[:2] == ["apt-get", "install"]
-            for w in cmd[2:] if not w.startswith("-")}
+    return {
+        w
+        for run in runs(acc)
+        for cmd in run
+        if cmd[:2] == ["apt-get", "install"]
+        for w in cmd[2:]
+        if not w.startswith("-")
+    }
 
 
 def system(acc: str) -> set[str]:
@@ -128,8 +137,7 @@ def test_every_command_the_workload_runs_is_in_its_image(backend, kind, slices):
 class TestTheDockerfile:
     def test_wget_comes_from_apt_with_no_lists_left(self, acc):
         """KubeRay's probes need wget, which the slim base image lacks."""
-        run = next((r for r in runs(acc) if any(c[:2] == ["apt-get", "install"] for c in r)),
-                   None)
+        run = next((r for r in runs(acc) if any(c[:2] == ["apt-get", "install"] for c in r)), None)
         assert run, "the Dockerfile installs no Debian package (wget for KubeRay's probes)"
         install = next(c for c in run if c[:2] == ["apt-get", "install"])
         assert run[0] == ["apt-get", "update"]
@@ -154,7 +162,9 @@ class TestTheDockerfile:
         tools = next(c for c in pips if "-c" in c)  # the build tools, at the lock's versions
         assert tools[tools.index("-c") + 1] == "/tmp/rlctl/requirements.txt"
         assert [w for w in tools if not w.startswith("-")][2:] == [
-            "/tmp/rlctl/requirements.txt", *pins().build_tools]
+            "/tmp/rlctl/requirements.txt",
+            *pins().build_tools,
+        ]
         assert requirements(acc) == read_lock(acc)
         wheel = next(c for c in pips if any(w.endswith(".whl") for w in c))
         assert wheel[-1].endswith("-py3-none-any.whl")  # no [extras]
@@ -168,9 +178,17 @@ def test_the_pod_entry_module_imports_from_the_wheel(tmp_path):
     with zipfile.ZipFile(io.BytesIO(build_wheel())) as z:
         assert "rlctl/core/runs/pod.py" in z.namelist()
         z.extractall(tmp_path)
-    code = ("import rlctl.core.runs.pod as m, sys; "
-            f"assert m.__file__.startswith({str(tmp_path)!r}), m.__file__; print('ok')")
+    code = (
+        "import rlctl.core.runs.pod as m, sys; "
+        f"assert m.__file__.startswith({str(tmp_path)!r}), m.__file__; print('ok')"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

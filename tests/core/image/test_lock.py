@@ -42,8 +42,9 @@ class TestTheRecordedLock:
         """images.yaml's pins and rlctl's dependencies as the lock's header records them:
         a change to either without 'python -m rlctl.core.image.lock' fails here, offline."""
         want = lock.header_inputs(acc, lock.inputs(acc, lock.installed_requires_dist()))
-        assert lock.recorded_inputs(read_lock(acc)) == want, \
+        assert lock.recorded_inputs(read_lock(acc)) == want, (
             "stale lock: run 'python -m rlctl.core.image.lock'"
+        )
 
     def test_it_holds_the_pins_and_what_the_image_runs(self, acc):
         got = lock.parse_lock(read_lock(acc))
@@ -60,31 +61,46 @@ class TestTheRecordedLock:
     def test_it_agrees_with_the_versions_the_tests_passed_with(self, acc):
         """The lock prefers constraints.txt (what rlctl's tests passed with): a package in
         both has one version, so the image runs the trainer stack CI checked."""
-        tested = lock.parse_lock("\n".join(
-            ln for ln in (ROOT / "constraints.txt").read_text().splitlines()))
+        tested = lock.parse_lock(
+            "\n".join(ln for ln in (ROOT / "constraints.txt").read_text().splitlines())
+        )
         got = lock.parse_lock(read_lock(acc))
-        differ = {n: (got[n], tested[n]) for n in got.keys() & tested.keys()
-                  if got[n] != tested[n]}
-        assert not differ, (f"lock vs constraints.txt: {differ}; regenerate the lock: "
-                            "python -m rlctl.core.image.lock")
+        differ = {n: (got[n], tested[n]) for n in got.keys() & tested.keys() if got[n] != tested[n]}
+        assert not differ, (
+            f"lock vs constraints.txt: {differ}; regenerate the lock: "
+            "python -m rlctl.core.image.lock"
+        )
 
 
 class TestThePureHelpers:
     def test_rlctl_requirements_for_the_extras(self):
-        rd = ['typer<0.30,>=0.29', 'jax<0.11,>=0.10.2; extra == "train"',
-              'kubernetes>=30; extra == "k8s"', 'rlctl[gcp,k8s,train]; extra == "all"',
-              'tomli>=2; python_version < "3.11"']
+        rd = [
+            "typer<0.30,>=0.29",
+            'jax<0.11,>=0.10.2; extra == "train"',
+            'kubernetes>=30; extra == "k8s"',
+            'rlctl[gcp,k8s,train]; extra == "all"',
+            'tomli>=2; python_version < "3.11"',
+        ]
         assert lock.rlctl_requirements(rd, ["train", "gcp"]) == [
-            "typer<0.30,>=0.29", "jax<0.11,>=0.10.2", 'tomli>=2; python_version < "3.11"']
+            "typer<0.30,>=0.29",
+            "jax<0.11,>=0.10.2",
+            'tomli>=2; python_version < "3.11"',
+        ]
         with pytest.raises(ConfigError, match="names rlctl itself"):
             lock.rlctl_requirements(rd, ["all"])
         with pytest.raises(ConfigError, match="cannot tell"):
             lock.rlctl_requirements(['x; extra == "train" and os_name == "nt"'], ["train"])
 
     def test_pip_runs_without_this_machines_pip_settings(self):
-        env = lock.pip_env({"PIP_FIND_LINKS": "/opt/wheels", "PIP_INDEX_URL": "file:///m",
-                            "PIP_CONSTRAINT": "/etc/c.txt", "PIP_CERT": "/etc/ca.crt",
-                            "HOME": "/root"})
+        env = lock.pip_env(
+            {
+                "PIP_FIND_LINKS": "/opt/wheels",
+                "PIP_INDEX_URL": "file:///m",
+                "PIP_CONSTRAINT": "/etc/c.txt",
+                "PIP_CERT": "/etc/ca.crt",
+                "HOME": "/root",
+            }
+        )
         assert env["PIP_CONFIG_FILE"] == "/dev/null" and env["PIP_CERT"] == "/etc/ca.crt"
         assert not {"PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_CONSTRAINT"} & set(env)
         assert env["HOME"] == "/root"
@@ -100,8 +116,12 @@ class TestThePureHelpers:
                 lock.parse_lock(bad)
 
     def test_render_lists_the_report_sorted_then_no_deps(self):
-        report = {"install": [{"metadata": {"name": "Zeta", "version": "2"}},
-                              {"metadata": {"name": "alpha_x", "version": "1"}}]}
+        report = {
+            "install": [
+                {"metadata": {"name": "Zeta", "version": "2"}},
+                {"metadata": {"name": "alpha_x", "version": "1"}},
+            ]
+        }
         text = lock.render_lock("gpu", report, ["ray[train]==2.60.0"], "constraints.txt")
         body = [ln for ln in text.splitlines() if not ln.startswith("#")]
         assert body == ["alpha-x==1", "zeta==2", *pins().images["gpu"].no_deps]
@@ -135,13 +155,30 @@ def test_every_pin_installs_on_the_image_platform(acc, tmp_path, pypi):
     """pip finds each pin of the lock for the base image's CPython and glibc (wheels only,
     but the named sdists), with the image's own options: what the Dockerfile installs."""
     report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-deps",
-           "--ignore-installed", "--target", str(tmp_path / "t"), "--report", str(report),
-           *lock.platform_args(), *install_format_args(), "--index-url", lock.PYPI,
-           "-r", str(tmp_path / "lock.txt")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--quiet",
+        "--no-deps",
+        "--ignore-installed",
+        "--target",
+        str(tmp_path / "t"),
+        "--report",
+        str(report),
+        *lock.platform_args(),
+        *install_format_args(),
+        "--index-url",
+        lock.PYPI,
+        "-r",
+        str(tmp_path / "lock.txt"),
+    ]
     (tmp_path / "lock.txt").write_text(read_lock(acc))
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=540,
-                       env=lock.pip_env(os.environ))
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=540, env=lock.pip_env(os.environ)
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert lock.versions(json.loads(report.read_text())) == lock.parse_lock(read_lock(acc))
 

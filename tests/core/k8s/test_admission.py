@@ -25,9 +25,17 @@ GB = 1e9
 
 
 class TestQuantities:
-    @pytest.mark.parametrize(("text", "value"), [
-        ("500m", 0.5), ("8", 8.0), ("32G", 32e9), ("100G", 100e9), ("16Gi", 16 * 2**30),
-        ("200Mi", 200 * 2**20)])
+    @pytest.mark.parametrize(
+        ("text", "value"),
+        [
+            ("500m", 0.5),
+            ("8", 8.0),
+            ("32G", 32e9),
+            ("100G", 100e9),
+            ("16Gi", 16 * 2**30),
+            ("200Mi", 200 * 2**20),
+        ],
+    )
     def test_parse(self, text, value):
         assert quantity(text) == pytest.approx(value)
 
@@ -40,10 +48,13 @@ class TestQuantities:
     def test_native_sidecars_add_plain_init_containers_peak(self):
         """KEP-753: sidecars (restartPolicy Always) add up with the containers; a plain init
         container counts only where it is larger than all of them."""
-        spec = {"containers": [{"resources": {"requests": {"cpu": "1"}}}],
-                "initContainers": [
-                    {"restartPolicy": "Always", "resources": {"requests": {"cpu": "2"}}},
-                    {"resources": {"requests": {"cpu": "2.5"}}}]}
+        spec = {
+            "containers": [{"resources": {"requests": {"cpu": "1"}}}],
+            "initContainers": [
+                {"restartPolicy": "Always", "resources": {"requests": {"cpu": "2"}}},
+                {"resources": {"requests": {"cpu": "2.5"}}},
+            ],
+        }
         assert pod_requests(spec).cpu == 3.0
         spec["initContainers"][1]["resources"]["requests"]["cpu"] = "5"
         assert pod_requests(spec).cpu == 5.0
@@ -59,15 +70,17 @@ class TestJobSet:
         assert (g.jobs, g.pods, g.pinned) == (2, 4, "cloud.google.com/gke-nodepool")
         assert g.requests.extended == {"google.com/tpu": 4}
         # ExtendedResourceToleration: a TPU request tolerates the TPU nodes' taint
-        assert {"key": "google.com/tpu", "operator": "Exists",
-                "effect": "NoSchedule"} in g.tolerations
+        assert {
+            "key": "google.com/tpu",
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        } in g.tolerations
 
     def test_gpu_jobs_are_never_pinned_to_one_host(self):
         """Issue 24 point 5: with kubernetes.io/hostname, JobSet's webhook gives every
         follower nodeSelector[hostname] = the leader's node; N whole-node pods hang."""
         objs = render_workload(view("jobset", "gpu", 2))
-        assert objs[-1]["metadata"]["annotations"][EXCLUSIVE_KEY] == \
-            "cloud.google.com/gke-nodepool"
+        assert objs[-1]["metadata"]["annotations"][EXCLUSIVE_KEY] == "cloud.google.com/gke-nodepool"
         (g,) = pod_groups(objs)
         assert (g.jobs, g.pods, g.requests.extended) == (1, 4, {"nvidia.com/gpu": 8})
 
@@ -86,10 +99,14 @@ class TestPathwaysJob:
         assert pod["spec"]["hostNetwork"] is True
         assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
         sidecars = {c["name"]: c for c in pod["spec"]["initContainers"]}
-        assert sidecars["pathways-rm"]["resources"]["limits"] == {"cpu": "8",
-                                                                 "memory": "32000000000"}
-        assert sidecars["pathways-proxy"]["resources"]["limits"] == {"cpu": "16",
-                                                                    "memory": "100000000000"}
+        assert sidecars["pathways-rm"]["resources"]["limits"] == {
+            "cpu": "8",
+            "memory": "32000000000",
+        }
+        assert sidecars["pathways-proxy"]["resources"]["limits"] == {
+            "cpu": "16",
+            "memory": "100000000000",
+        }
         assert all(c["restartPolicy"] == "Always" for c in sidecars.values())
         (hg, _) = pod_groups(objs)
         trainer = pod_requests({"containers": pod["spec"]["containers"]})
@@ -105,15 +122,25 @@ class TestPathwaysJob:
         assert (wg.jobs, wg.pods, wg.pinned) == (2, 4, "cloud.google.com/gke-nodepool")
         assert wg.requests.extended == {"google.com/tpu": 4}
         assert wg.host_network and wg.service_account is None
-        assert wg.node_selector == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                                    "cloud.google.com/gke-tpu-topology": "4x4"}
+        assert wg.node_selector == {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+        }
 
-    @pytest.mark.parametrize(("machine", "topology", "pods"), [
-        ("ct6e-standard-4t", "4x4", 4), ("ct6e-standard-8t", "2x4", 1),
-        ("ct5p-hightpu-4t", "2x2x2", 2)])
+    @pytest.mark.parametrize(
+        ("machine", "topology", "pods"),
+        [
+            ("ct6e-standard-4t", "4x4", 4),
+            ("ct6e-standard-8t", "2x4", 1),
+            ("ct5p-hightpu-4t", "2x2x2", 2),
+        ],
+    )
     def test_vms_per_slice(self, machine, topology, pods):
-        pw = {"kind": "PathwaysJob", "metadata": {"name": "x"}, "spec": {
-            "workers": [{"type": machine, "topology": topology, "numSlices": 1}]}}
+        pw = {
+            "kind": "PathwaysJob",
+            "metadata": {"name": "x"},
+            "spec": {"workers": [{"type": machine, "topology": topology, "numSlices": 1}]},
+        }
         (_, wg) = pod_groups([pw])
         assert wg.pods == pods
 
@@ -122,13 +149,15 @@ class TestKubeRayProbes:
     """kuberay ray-operator controllers/ray/common/pod.go, utils/constant.go."""
 
     def test_missing_probes_are_exec_wget_before_1_6(self):
-        c = ray_probes({"name": "ray-worker"}, head=False, ray_version="2.60.0",
-                       kuberay_version=(1, 5, 2))
+        c = ray_probes(
+            {"name": "ray-worker"}, head=False, ray_version="2.60.0", kuberay_version=(1, 5, 2)
+        )
         cmd = c["readinessProbe"]["exec"]["command"]
         assert cmd[:2] == ["bash", "-c"] and cmd[2].startswith("wget --tries 1 -T 2 ")
         assert "52365/api/local_raylet_healthz | grep success" in cmd[2]
-        head = ray_probes({"name": "ray-head"}, head=True, ray_version=None,
-                          kuberay_version=(1, 3, 2))
+        head = ray_probes(
+            {"name": "ray-head"}, head=True, ray_version=None, kuberay_version=(1, 3, 2)
+        )
         assert "8265/api/gcs_healthz" in head["livenessProbe"]["exec"]["command"][2]
         assert "--tries" not in head["livenessProbe"]["exec"]["command"][2]
 
@@ -141,8 +170,9 @@ class TestKubeRayProbes:
 
     def test_a_probe_the_container_has_is_kept(self):
         mine = {"httpGet": {"path": "/x", "port": 1}}
-        c = ray_probes({"readinessProbe": mine}, head=False, ray_version=None,
-                       kuberay_version=(1, 5, 2))
+        c = ray_probes(
+            {"readinessProbe": mine}, head=False, ray_version=None, kuberay_version=(1, 5, 2)
+        )
         assert c["readinessProbe"] == mine and "exec" in c["livenessProbe"]
 
     @pytest.mark.parametrize("kuberay", [(1, 3, 2), (1, 5, 2), (1, 7, 0)])
@@ -166,15 +196,19 @@ class TestKubeRayProbes:
         sub = pod_groups(objs)[-1]
         assert sub.role == "ray-submitter"
         assert (sub.requests.cpu, sub.requests.memory) == (0.5, 200 * 2**20)
-        assert sub.pod["containers"][0]["image"] == \
-            objs[-1]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"][
-                "containers"][0]["image"]
+        assert (
+            sub.pod["containers"][0]["image"]
+            == objs[-1]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"][
+                "containers"
+            ][0]["image"]
+        )
 
 
 def test_gcs_fuse_sidecar_is_added_to_annotated_pods():
     """GKE's GCS FUSE webhook: a native sidecar requesting 250m CPU and 256Mi."""
     plain = pod_groups(render_workload(view("jobset", "tpu", 1)))[0].requests
-    mounted = pod_groups(render_workload(view("jobset", "tpu", 1,
-                                              gcs_buckets=["data-b"])))[0].requests
+    mounted = pod_groups(render_workload(view("jobset", "tpu", 1, gcs_buckets=["data-b"])))[
+        0
+    ].requests
     assert mounted.cpu - plain.cpu == pytest.approx(0.25)
     assert mounted.memory - plain.memory == 256 * 2**20

@@ -66,17 +66,31 @@ spec:
 @pytest.fixture()
 def job(tmp_path):
     (tmp_path / "job.yaml.j2").write_text(JOB_TEMPLATE)
-    entry = backends.register(backends.Backend(
-        "job", "job.yaml.j2", "batch/v1", "Job", help="a plain Indexed Job",
-        tpu_only=True, dcn_claim=False, template_dir=tmp_path))
+    entry = backends.register(
+        backends.Backend(
+            "job",
+            "job.yaml.j2",
+            "batch/v1",
+            "Job",
+            help="a plain Indexed Job",
+            tpu_only=True,
+            dcn_claim=False,
+            template_dir=tmp_path,
+        )
+    )
     yield entry
     backends.unregister("job")
 
 
 def view(backend: str = "job", **kw):
-    fields = dict(run="r1", backend=backend, image="us-docker.pkg.dev/p/r/rlctl:1",
-                  run_uri="gs://bkt/runs/r1", shape=v6e_16(),
-                  hf_secret="r1-hf-token")
+    fields = dict(
+        run="r1",
+        backend=backend,
+        image="us-docker.pkg.dev/p/r/rlctl:1",
+        run_uri="gs://bkt/runs/r1",
+        shape=v6e_16(),
+        hf_secret="r1-hf-token",
+    )
     return make_view(**{**fields, **kw})
 
 
@@ -85,7 +99,10 @@ class TestRegistry:
         assert backends.names()[:3] == ("jobset", "pathways", "ray")
         ray = backends.get("ray")
         assert (ray.template, ray.workload_kind, ray.plural) == (
-            "rayjob.yaml.j2", ("ray.io/v1", "RayJob"), "rayjobs")
+            "rayjob.yaml.j2",
+            ("ray.io/v1", "RayJob"),
+            "rayjobs",
+        )
         assert backends.get("pathways").plural == "pathwaysjobs"
 
     def test_an_unknown_name_lists_the_known_ones(self):
@@ -99,8 +116,11 @@ class TestRegistry:
 
     def test_unregistered_it_is_gone(self, tmp_path):
         (tmp_path / "job.yaml.j2").write_text(JOB_TEMPLATE)
-        backends.register(backends.Backend("job", "job.yaml.j2", "batch/v1", "Job",
-                                           help="h", template_dir=tmp_path))
+        backends.register(
+            backends.Backend(
+                "job", "job.yaml.j2", "batch/v1", "Job", help="h", template_dir=tmp_path
+            )
+        )
         backends.unregister("job")
         assert "job" not in backends.names()
         assert ("batch/v1", "Job") not in run_kinds()
@@ -115,8 +135,10 @@ class TestAFourthBackend:
         validate_manifests(objs, crds)
         pod = objs[-1]["spec"]["template"]["spec"]
         assert objs[-1]["spec"]["parallelism"] == 4  # v6e-16: 4 hosts
-        assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": 4,
-                                                               "memory": "628Gi"}
+        assert pod["containers"][0]["resources"]["limits"] == {
+            "google.com/tpu": 4,
+            "memory": "628Gi",
+        }
 
     def test_its_entry_decides_what_else_is_rendered(self, job):
         objs = render_workload(view(dcn_networks=["dcn-a"]))  # dcn_claim=False: no claim
@@ -131,9 +153,18 @@ class TestAFourthBackend:
         assert find_workload(api, "r1", "job")["kind"] == "Job"
         assert find_workload(api, "r1")["kind"] == "Job"  # any backend's kind
         assert describe_workload(api, "r1", "job").phase == "pending"  # no pods yet
-        kube.put("v1", "pods", {"metadata": {"name": "r1-0", "labels": {
-            "managed-by": "rlctl", "rlctl.dev/run": "r1"}},
-            "spec": {"containers": [{"name": "trainer"}]}, "status": {"phase": "Running"}})
+        kube.put(
+            "v1",
+            "pods",
+            {
+                "metadata": {
+                    "name": "r1-0",
+                    "labels": {"managed-by": "rlctl", "rlctl.dev/run": "r1"},
+                },
+                "spec": {"containers": [{"name": "trainer"}]},
+                "status": {"phase": "Running"},
+            },
+        )
         kube.logs[("default", "r1-0")] = "step 1\n"
         assert describe_workload(api, "r1", "job").phase == "running"
         assert trainer_logs(api, "r1") == ("r1-0", "step 1\n")

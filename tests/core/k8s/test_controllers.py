@@ -20,7 +20,9 @@ JOBSET, PATHWAYS = by_name("jobset"), by_name("pathways-job")
 class TestShippedManifests:
     def test_pinned_versions_and_files_in_the_package(self):
         assert [(c.name, c.version) for c in CONTROLLERS] == [
-            ("jobset", "v0.12.0"), ("pathways-job", "v0.1.4")]
+            ("jobset", "v0.12.0"),
+            ("pathways-job", "v0.1.4"),
+        ]
         readme = resources.files("rlctl").joinpath("data/controllers/README.md").read_text()
         for c in CONTROLLERS:
             data = resources.files("rlctl").joinpath("data/controllers", c.manifest)
@@ -50,18 +52,26 @@ class TestShippedManifests:
 
     def test_images_are_the_release_images(self):
         def images(c):
-            return [ct["image"] for o in manifests(c) if o["kind"] == "Deployment"
-                    for ct in o["spec"]["template"]["spec"]["containers"]]
+            return [
+                ct["image"]
+                for o in manifests(c)
+                if o["kind"] == "Deployment"
+                for ct in o["spec"]["template"]["spec"]["containers"]
+            ]
 
         assert images(JOBSET) == ["registry.k8s.io/jobset/jobset:v0.12.0"]
         assert images(PATHWAYS) == [
-            "us-docker.pkg.dev/cloud-tpu-v2-images/pathways-job/pathwaysjob-controller:v0.1.4"]
+            "us-docker.pkg.dev/cloud-tpu-v2-images/pathways-job/pathwaysjob-controller:v0.1.4"
+        ]
 
-    @pytest.mark.parametrize(("c", "backend", "kind"), [
-        (JOBSET, "jobset", "JobSet"), (PATHWAYS, "pathways", "PathwaysJob")],
-        ids=["jobset", "pathways"])
-    def test_rendered_workloads_validate_against_the_installed_crd(self, c, backend, kind,
-                                                                   tmp_path, crds):
+    @pytest.mark.parametrize(
+        ("c", "backend", "kind"),
+        [(JOBSET, "jobset", "JobSet"), (PATHWAYS, "pathways", "PathwaysJob")],
+        ids=["jobset", "pathways"],
+    )
+    def test_rendered_workloads_validate_against_the_installed_crd(
+        self, c, backend, kind, tmp_path, crds
+    ):
         """What rlctl renders must be accepted by the CRD it installs, not only by the
         schema it validates with (rlctl/data/crds may be of another version)."""
         import json
@@ -71,11 +81,11 @@ class TestShippedManifests:
         from tests.core.k8s.test_render import view
 
         crd = next(o for o in manifests(c) if o["kind"] == "CustomResourceDefinition")
-        (version,) = [v for v in crd["spec"]["versions"] if v.get("served")
-                      and v.get("storage")]
+        (version,) = [v for v in crd["spec"]["versions"] if v.get("served") and v.get("storage")]
         group = crd["spec"]["group"]
         (tmp_path / f"{kind.lower()}-{group}-{version['name']}.json").write_text(
-            json.dumps(version["schema"]["openAPIV3Schema"]))
+            json.dumps(version["schema"]["openAPIV3Schema"])
+        )
         objs = render_workload(view(backend, "tpu", 2))
         validate_manifests(objs, CrdSchemas(tmp_path))
 
@@ -91,10 +101,18 @@ class TestInstall:
         assert {r["query"]["fieldManager"] for r in patches} == {"rlctl"}
         assert {r["content_type"] for r in patches} == {"application/apply-patch+yaml"}
         assert sleeps == [0.5, 0.5]  # polled until Established
-        assert ("apiextensions.k8s.io/v1", "customresourcedefinitions", "",
-                "jobsets.jobset.x-k8s.io") in kube.objects
-        assert ("apps/v1", "deployments", "jobset-system",
-                "jobset-controller-manager") in kube.objects
+        assert (
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            "",
+            "jobsets.jobset.x-k8s.io",
+        ) in kube.objects
+        assert (
+            "apps/v1",
+            "deployments",
+            "jobset-system",
+            "jobset-controller-manager",
+        ) in kube.objects
         assert "Namespace/jobset-system" in kube.names(cluster=True)
         have = controllers.installed(api, JOBSET)
         assert have == controllers.Installed(version="v0.12.0", ours=True)
@@ -107,8 +125,7 @@ class TestInstall:
     def test_uninstall_removes_only_rlctl_labelled_objects(self, api, kube):
         controllers.install(api, PATHWAYS, interval=0.0)
         # someone else's ClusterRole of the same name must stay
-        key = ("rbac.authorization.k8s.io/v1", "clusterroles", "",
-               "pathways-job-metrics-reader")
+        key = ("rbac.authorization.k8s.io/v1", "clusterroles", "", "pathways-job-metrics-reader")
         kube.objects[key]["metadata"]["labels"] = {"owner": "platform-team"}
         removed = controllers.uninstall(api, PATHWAYS)
         assert "ClusterRole/pathways-job-metrics-reader" not in removed
@@ -118,12 +135,16 @@ class TestInstall:
         deletes = [r["path"] for r in kube.requests if r["method"] == "DELETE"]
         assert deletes[-1].endswith("/namespaces/pathways-job-system")
         assert deletes.index(next(d for d in deletes if "deployments" in d)) < deletes.index(
-            next(d for d in deletes if "customresourcedefinitions" in d))
+            next(d for d in deletes if "customresourcedefinitions" in d)
+        )
         assert controllers.installed(api, PATHWAYS) is None
 
     def test_a_foreign_install_is_reported_not_ours(self, api, kube):
-        kube.put("apiextensions.k8s.io/v1", "customresourcedefinitions",
-                 {"metadata": {"name": "jobsets.jobset.x-k8s.io", "namespace": ""}})
+        kube.put(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            {"metadata": {"name": "jobsets.jobset.x-k8s.io", "namespace": ""}},
+        )
         assert controllers.installed(api, JOBSET) == controllers.Installed(None, ours=False)
 
 
@@ -147,19 +168,30 @@ class TestRunChecks:
         (ksa,) = controllers.missing_for_run(api, "c", "pathways", "ml", "trainer")
         assert ksa.startswith("service account ml/trainer does not exist")
 
-    def test_a_workload_whose_kind_is_not_served_names_the_missing_controller(self, api,
-                                                                             kube):
+    def test_a_workload_whose_kind_is_not_served_names_the_missing_controller(self, api, kube):
         """The API server answers 'the server could not find the requested resource' for
         a kind no CRD defines; that is not "RayJob/x not found"."""
         kube.served_only = True
         with pytest.raises(NotFoundError) as e:
-            api.apply({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                       "metadata": {"name": "x"}, "spec": {}})
+            api.apply(
+                {
+                    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                    "kind": "JobSet",
+                    "metadata": {"name": "x"},
+                    "spec": {},
+                }
+            )
         assert "does not serve the kind of JobSet/x: its CRD is not installed" in e.value.message
         assert "rlctl cluster create" in (e.value.hint or "")
         controllers.install(api, JOBSET, interval=0.0)
-        api.apply({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                   "metadata": {"name": "x"}, "spec": {}})
+        api.apply(
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {"name": "x"},
+                "spec": {},
+            }
+        )
 
 
 def test_an_unreachable_api_is_a_cloud_error_not_a_traceback():
@@ -168,6 +200,8 @@ def test_an_unreachable_api_is_a_cloud_error_not_a_traceback():
     from rlctl.core.k8s.kubeconfig import api_client, build_configuration
 
     api = KubeApi(api_client(build_configuration("http://127.0.0.1:9", None, "")))
-    with pytest.raises(CloudError, match="cannot reach the cluster API for "
-                       "CustomResourceDefinition/jobsets.jobset.x-k8s.io"):
+    with pytest.raises(
+        CloudError,
+        match="cannot reach the cluster API for CustomResourceDefinition/jobsets.jobset.x-k8s.io",
+    ):
         controllers.installed(api, JOBSET)

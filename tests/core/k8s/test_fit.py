@@ -18,19 +18,33 @@ from rlctl.core.k8s.render import make_view, render_workload
 from rlctl.core.k8s.shapes import slice_shape
 
 
-def cluster_pools(accelerator: str, count: int, pathways: bool = True,
-                  threads_per_core: int | None = nodes.TPU_THREADS_PER_CORE
-                  ) -> list[nodes.NodePool]:
+def cluster_pools(
+    accelerator: str,
+    count: int,
+    pathways: bool = True,
+    threads_per_core: int | None = nodes.TPU_THREADS_PER_CORE,
+) -> list[nodes.NodePool]:
     """The pools 'cluster create -a "ACC xCOUNT"' makes (gcp/cluster.py), as nodes."""
     acc = catalog.lookup(accelerator)
     out = [nodes.node_pool("cpu", "e2-standard-8", 1)]
     if acc.kind == "tpu":
-        out += [nodes.node_pool(f"{acc.name}-{i}", acc.machine_type, acc.hosts,
-                                threads_per_core=threads_per_core, accelerator=acc)
-                for i in range(count)]
+        out += [
+            nodes.node_pool(
+                f"{acc.name}-{i}",
+                acc.machine_type,
+                acc.hosts,
+                threads_per_core=threads_per_core,
+                accelerator=acc,
+            )
+            for i in range(count)
+        ]
         if pathways:
-            pw = nodes.node_pool(nodes.PATHWAYS_POOL, nodes.PATHWAYS_MACHINE_TYPE,
-                                 nodes.PATHWAYS_MAX_NODES, autoscaled=True)
+            pw = nodes.node_pool(
+                nodes.PATHWAYS_POOL,
+                nodes.PATHWAYS_MACHINE_TYPE,
+                nodes.PATHWAYS_MAX_NODES,
+                autoscaled=True,
+            )
             out.append(pw.model_copy(update={"taints": [nodes.PATHWAYS_TAINT]}))
     else:
         out.append(nodes.node_pool(f"{acc.name}-0", acc.machine_type, count, accelerator=acc))
@@ -39,8 +53,9 @@ def cluster_pools(accelerator: str, count: int, pathways: bool = True,
 
 def objs_for(backend: str, accelerator: str, count: int, **kw) -> list[dict]:
     shape = slice_shape(catalog.lookup(accelerator), count)
-    view = make_view(run="r1", backend=backend, image="img:1", run_uri="gs://b/runs/r1",
-                     shape=shape, **kw)
+    view = make_view(
+        run="r1", backend=backend, image="img:1", run_uri="gs://b/runs/r1", shape=shape, **kw
+    )
     return render_workload(view)
 
 
@@ -53,8 +68,10 @@ class TestEverythingCatalogedFits:
     @pytest.mark.parametrize("accelerator", TPUS)
     def test_tpu(self, backend, accelerator):
         # with a bucket mounted: GKE's GCS FUSE sidecar rides along on every pod
-        report = check(pod_groups(objs_for(backend, accelerator, 2, gcs_buckets=["data-b"])),
-                       cluster_pools(accelerator, 2))
+        report = check(
+            pod_groups(objs_for(backend, accelerator, 2, gcs_buckets=["data-b"])),
+            cluster_pools(accelerator, 2),
+        )
         if backend == "pathways" and catalog.lookup(accelerator).chips_per_host == 1:
             # pathways-job v0.1.4 asks 4 chips of every worker (8 on -8t machines:
             # ChipsPerVM in pathwaysjob_controller.go), more than a 1-chip host has
@@ -66,15 +83,21 @@ class TestEverythingCatalogedFits:
     @pytest.mark.parametrize("backend", ["jobset", "ray"])
     @pytest.mark.parametrize("accelerator", GPUS)
     def test_gpu(self, backend, accelerator):
-        report = check(pod_groups(objs_for(backend, accelerator, 2, gcs_buckets=["data-b"])),
-                       cluster_pools(accelerator, 2))
+        report = check(
+            pod_groups(objs_for(backend, accelerator, 2, gcs_buckets=["data-b"])),
+            cluster_pools(accelerator, 2),
+        )
         assert report.fits, report.misfits
 
     def test_placements_name_the_pools(self):
-        report = check(pod_groups(objs_for("pathways", "v6e-16", 2, gcs_buckets=["data-b"])),
-                       cluster_pools("v6e-16", 2))
+        report = check(
+            pod_groups(objs_for("pathways", "v6e-16", 2, gcs_buckets=["data-b"])),
+            cluster_pools("v6e-16", 2),
+        )
         assert [(p.role, p.pools) for p in report.placements] == [
-            ("pathways-head", ["pathways"]), ("pathways-worker", ["v6e-16-0", "v6e-16-1"])]
+            ("pathways-head", ["pathways"]),
+            ("pathways-worker", ["v6e-16-0", "v6e-16-1"]),
+        ]
 
 
 class TestRefusals:
@@ -86,8 +109,11 @@ class TestRefusals:
         core) on pools made with one: v6e asked 161 of 90."""
         objs = objs_for("jobset", accelerator, 2)
         shape = slice_shape(catalog.lookup(accelerator), 2, threads_per_core=None)
-        old = render_workload(make_view(run="r1", backend="jobset", image="img:1",
-                                        run_uri="gs://b/runs/r1", shape=shape))
+        old = render_workload(
+            make_view(
+                run="r1", backend="jobset", image="img:1", run_uri="gs://b/runs/r1", shape=shape
+            )
+        )
         pools = cluster_pools(accelerator, 2)
         assert check(pod_groups(objs), pools).fits
         (bad,) = check(pod_groups(old), pools).misfits
@@ -119,8 +145,7 @@ class TestRefusals:
         (bad,) = check(pod_groups(old), pools).misfits
         assert bad.reason == "pinned" and "a node takes 1 of them" in bad.detail
 
-    @pytest.mark.parametrize(("run_on", "have"), [("v6e-32", "v6e-16"),
-                                                  ("v5p-16", "v6e-16")])
+    @pytest.mark.parametrize(("run_on", "have"), [("v6e-32", "v6e-16"), ("v5p-16", "v6e-16")])
     def test_a_pod_selecting_a_topology_or_machine_no_pool_has(self, run_on, have):
         objs = objs_for("jobset", run_on, 1)
         (bad,) = check(pod_groups(objs), cluster_pools(have, 1)).misfits

@@ -13,9 +13,13 @@ from rlctl.core.k8s.validate import CrdSchemas
 
 REPO = Path(__file__).resolve().parents[3]
 PACKAGED = REPO / "rlctl" / "data" / "crds"
-KINDS = {("jobset.x-k8s.io/v1alpha2", "JobSet"), ("ray.io/v1", "RayJob"),
-         ("ray.io/v1", "RayCluster"), ("pathways-job.pathways.domain/v1", "PathwaysJob"),
-         ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")}
+KINDS = {
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+    ("ray.io/v1", "RayJob"),
+    ("ray.io/v1", "RayCluster"),
+    ("pathways-job.pathways.domain/v1", "PathwaysJob"),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+}
 
 
 def test_the_package_finds_its_own_schemas_for_every_kind_it_renders():
@@ -23,8 +27,7 @@ def test_the_package_finds_its_own_schemas_for_every_kind_it_renders():
     assert found is not None and len(found) == len(KINDS)
     for api, kind in KINDS:
         assert found.knows(api, kind), (api, kind)
-    assert "site-packages" in str(found.folder) or str(found.folder).startswith(
-        str(REPO / "rlctl"))
+    assert "site-packages" in str(found.folder) or str(found.folder).startswith(str(REPO / "rlctl"))
 
 
 def test_each_packaged_schema_is_named_in_the_provenance_table():
@@ -52,7 +55,8 @@ def test_no_runtime_code_looks_outside_the_package_for_data():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 value = node.value
-                assert "../shared" not in value and "shared/crds" not in value \
-                    and value != "shared", (path, value)
+                assert (
+                    "../shared" not in value and "shared/crds" not in value and value != "shared"
+                ), (path, value)
             if isinstance(node, ast.Attribute) and node.attr == "parents":
                 pytest.fail(f"{path}:{node.lineno}: Path.parents reaches outside the package")

@@ -16,8 +16,13 @@ from rlctl.core.k8s.validate import ManifestError, validate_manifests
 from tests.core.k8s.conftest import HF_SENTINEL, make_spec
 from tests.fakes.shapes import h100_8, v6e_16
 
-CASES = [(b.name, kind, n) for b in backends.registered() for kind in ("tpu", "gpu")
-         for n in (1, 2) if not (b.tpu_only and kind == "gpu")]
+CASES = [
+    (b.name, kind, n)
+    for b in backends.registered()
+    for kind in ("tpu", "gpu")
+    for n in (1, 2)
+    if not (b.tpu_only and kind == "gpu")
+]
 
 
 def shape(kind: str, slices: int) -> SliceShape:
@@ -26,10 +31,15 @@ def shape(kind: str, slices: int) -> SliceShape:
 
 def view(backend: str = "jobset", kind: str = "tpu", slices: int = 1, **kw) -> WorkloadView:
     spec = make_spec(kw.pop("name", "r1"))
-    fields = dict(run=spec.name, backend=backend, image="us-docker.pkg.dev/p/r/rlctl:1",
-                  run_uri=f"gs://bkt/runs/{spec.name}",
-                  shape=shape(kind, slices), hf_secret=f"{spec.name}-hf-token",
-                  dcn_networks=["dcn-a", "dcn-b"] if slices > 1 and kind == "tpu" else [])
+    fields = dict(
+        run=spec.name,
+        backend=backend,
+        image="us-docker.pkg.dev/p/r/rlctl:1",
+        run_uri=f"gs://bkt/runs/{spec.name}",
+        shape=shape(kind, slices),
+        hf_secret=f"{spec.name}-hf-token",
+        dcn_networks=["dcn-a", "dcn-b"] if slices > 1 and kind == "tpu" else [],
+    )
     return make_view(**{**fields, **kw})
 
 
@@ -77,15 +87,21 @@ class TestEveryBackendValidates:
             assert pod["serviceAccountName"] == "rlctl"
             assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
             for c in pod["containers"]:
-                assert env(c)["HF_TOKEN"] == {"secretKeyRef": {"name": "r1-hf-token",
-                                                               "key": "token"}}
+                assert env(c)["HF_TOKEN"] == {
+                    "secretKeyRef": {"name": "r1-hf-token", "key": "token"}
+                }
                 assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
                 assert "RLCTL_SPEC_FILE" not in env(c)
                 assert c["resources"]["requests"]
         if backend != "ray":  # the trainer entrypoint on the run (Ray: via the driver)
             c = pod_specs(workload)[0]["containers"][0]
-            assert c["command"] == ["python", "-m", "rlctl.core.runs.pod", "--run",
-                                    "gs://bkt/runs/r1"]
+            assert c["command"] == [
+                "python",
+                "-m",
+                "rlctl.core.runs.pod",
+                "--run",
+                "gs://bkt/runs/r1",
+            ]
 
 
 class TestJobSet:
@@ -94,18 +110,20 @@ class TestJobSet:
         (rj,) = js["spec"]["replicatedJobs"]
         assert rj["replicas"] == 2
         job = rj["template"]["spec"]
-        assert (job["completionMode"], job["parallelism"], job["completions"]) == \
-            ("Indexed", 4, 4)
+        assert (job["completionMode"], job["parallelism"], job["completions"]) == ("Indexed", 4, 4)
         pod = job["template"]["spec"]
-        assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                                       "cloud.google.com/gke-tpu-topology": "4x4"}
+        assert pod["nodeSelector"] == {
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+        }
         c = pod["containers"][0]
         assert c["resources"]["limits"] == {"google.com/tpu": 4, "memory": "628Gi"}
         assert c["resources"]["requests"]["google.com/tpu"] == 4
         e = env(c)
         assert e["MEGASCALE_NUM_SLICES"] == "2" and e["MEGASCALE_PORT"] == "9915"
-        assert e["MEGASCALE_SLICE_ID"] == {"fieldRef": {
-            "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/job-index']"}}
+        assert e["MEGASCALE_SLICE_ID"] == {
+            "fieldRef": {"fieldPath": "metadata.annotations['jobset.sigs.k8s.io/job-index']"}
+        }
         assert e["MEGASCALE_COORDINATOR_ADDRESS"] == "r1-slice-0-0.r1"
         fp = js["spec"]["failurePolicy"]
         assert fp["maxRestarts"] == 3 and all(r["name"] for r in fp["rules"])
@@ -117,16 +135,19 @@ class TestJobSet:
         pod = rj["template"]["spec"]["template"]["spec"]
         assert rj["template"]["spec"]["parallelism"] == 4  # 2 slices x 2 hosts
         assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
-        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8,
-                                                               "memory": "1644Gi"}
+        assert pod["containers"][0]["resources"]["limits"] == {
+            "nvidia.com/gpu": 8,
+            "memory": "1644Gi",
+        }
         assert env(pod["containers"][0])["JAX_NUM_PROCESSES"] == "4"
 
 
 class TestPathways:
     def test_layout(self, crds):
         pj = render_workload(view("pathways", "tpu", 2))[-1]
-        assert pj["spec"]["workers"] == [{"type": "ct6e-standard-4t", "topology": "4x4",
-                                          "numSlices": 2, "maxSliceRestarts": 3}]
+        assert pj["spec"]["workers"] == [
+            {"type": "ct6e-standard-4t", "topology": "4x4", "numSlices": 2, "maxSliceRestarts": 3}
+        ]
         c = pj["spec"]["controller"]["template"]["spec"]["containers"][0]
         assert env(c)["JAX_PLATFORMS"] == "proxy"
         assert pj["spec"]["controller"]["mainContainerName"] == c["name"]
@@ -163,8 +184,12 @@ class TestRay:
         objs = render_workload(view("ray", "tpu", 2, min_slices=1, max_restarts=5))
         rj = objs[-1]
         (wg,) = rj["spec"]["rayClusterSpec"]["workerGroupSpecs"]
-        assert (wg["numOfHosts"], wg["replicas"], wg["minReplicas"], wg["maxReplicas"]) == \
-            (4, 2, 1, 2)
+        assert (wg["numOfHosts"], wg["replicas"], wg["minReplicas"], wg["maxReplicas"]) == (
+            4,
+            2,
+            1,
+            2,
+        )
         head = rj["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
         assert head["readinessProbe"]["httpGet"]["port"] == 8265
         assert head["startupProbe"]["tcpSocket"]["port"] == 6379
@@ -176,22 +201,44 @@ class TestRay:
         rct = by_kind(objs)["ResourceClaimTemplate"]
         # the seed's two-netdev claim: one request of ExactCount 2, no selector
         (req,) = rct["spec"]["spec"]["devices"]["requests"]
-        assert req["exactly"] == {"deviceClassName": "netdev.google.com",
-                                  "allocationMode": "ExactCount", "count": 2}
+        assert req["exactly"] == {
+            "deviceClassName": "netdev.google.com",
+            "allocationMode": "ExactCount",
+            "count": 2,
+        }
 
 
 class TestValidatorIsStrict:
-    @pytest.mark.parametrize(("backend", "path", "bad"), [
-        ("jobset", ["spec"], "replicatedJob"),
-        ("jobset", ["spec", "replicatedJobs", 0, "template", "spec", "template", "spec"],
-         "nodeSelecter"),
-        ("jobset", ["spec", "replicatedJobs", 0, "template", "spec", "template", "spec",
-                    "containers", 0], "imagePullPolicyy"),
-        ("ray", ["spec", "rayClusterSpec", "workerGroupSpecs", 0], "numOfHost"),
-        ("ray", ["spec", "rayClusterSpec", "headGroupSpec", "template", "metadata"], "label"),
-        ("pathways", ["spec", "workers", 0], "numSlice"),
-        ("pathways", ["spec", "controller", "template", "spec", "containers", 0], "envv"),
-    ])
+    @pytest.mark.parametrize(
+        ("backend", "path", "bad"),
+        [
+            ("jobset", ["spec"], "replicatedJob"),
+            (
+                "jobset",
+                ["spec", "replicatedJobs", 0, "template", "spec", "template", "spec"],
+                "nodeSelecter",
+            ),
+            (
+                "jobset",
+                [
+                    "spec",
+                    "replicatedJobs",
+                    0,
+                    "template",
+                    "spec",
+                    "template",
+                    "spec",
+                    "containers",
+                    0,
+                ],
+                "imagePullPolicyy",
+            ),
+            ("ray", ["spec", "rayClusterSpec", "workerGroupSpecs", 0], "numOfHost"),
+            ("ray", ["spec", "rayClusterSpec", "headGroupSpec", "template", "metadata"], "label"),
+            ("pathways", ["spec", "workers", 0], "numSlice"),
+            ("pathways", ["spec", "controller", "template", "spec", "containers", 0], "envv"),
+        ],
+    )
     def test_a_misspelt_field_is_caught_with_its_path(self, crds, backend, path, bad):
         objs = render_workload(view(backend, "tpu", 1))
         broken = copy.deepcopy(objs[-1])
@@ -216,21 +263,29 @@ class TestValidatorIsStrict:
             validate_manifests([js], crds)
 
 
-EVIL = ['he said "hi"', "line1\nline2: x", "{{ 7*7 }} {% if %}", "a: b", "- [x]: {y}",
-        "'; kind: Secret", "\u2028tab\there #c", "&anchor *ref !!python/object"]
+EVIL = [
+    'he said "hi"',
+    "line1\nline2: x",
+    "{{ 7*7 }} {% if %}",
+    "a: b",
+    "- [x]: {y}",
+    "'; kind: Secret",
+    "\u2028tab\there #c",
+    "&anchor *ref !!python/object",
+]
 
 
 class TestYamlInjection:
     @pytest.mark.parametrize("name", ['r1"', "r1\nkind: Secret", "{{r}}", "r: 1", "R1", "r1 "])
     def test_a_crafted_run_name_is_a_validation_error(self, name):
         with pytest.raises(ConfigError, match="run name"):
-            make_view(run=name, backend="jobset", image="i", run_uri="gs://b/r",
-                      shape=v6e_16())
+            make_view(run=name, backend="jobset", image="i", run_uri="gs://b/r", shape=v6e_16())
 
     @pytest.mark.parametrize("evil", EVIL)
     def test_crafted_values_round_trip_exactly(self, crds, evil):
-        objs = render_workload(view("ray", "tpu", 1, image=evil,
-                                    env=[{"name": "NOTE", "value": evil}]))
+        objs = render_workload(
+            view("ray", "tpu", 1, image=evil, env=[{"name": "NOTE", "value": evil}])
+        )
         validate_manifests(objs, crds)
         cm = by_kind(objs)["ConfigMap"]
         assert list(cm["data"]) == ["ray_driver.py"]

@@ -64,8 +64,12 @@ class TestTpuHostPods:
         validate_manifests(render_workload(seed_view(backend)), crds)
         for c in tpu_containers(backend):
             e = env(c)
-            for key in ("LIBTPU_INIT_ARGS", "ENABLE_PJRT_COMPATIBILITY", "JAX_PLATFORMS",
-                        "MEGASCALE_PORT"):
+            for key in (
+                "LIBTPU_INIT_ARGS",
+                "ENABLE_PJRT_COMPATIBILITY",
+                "JAX_PLATFORMS",
+                "MEGASCALE_PORT",
+            ):
                 assert e[key] == SEED[key], key
 
     def test_megascale_port_is_the_container_port(self, backend):
@@ -99,7 +103,8 @@ class TestTpuHostPods:
     def test_nic_names_follow_the_number_of_dcn_networks(self, backend):
         (c, *_) = tpu_containers(backend, dcn_networks=["a", "b", "c"])
         assert env(c)["LIBTPU_INIT_ARGS"].endswith(
-            " --megascale_grpc_interface_prefixes=eth1,eth2,eth3,lo")
+            " --megascale_grpc_interface_prefixes=eth1,eth2,eth3,lo"
+        )
         objs = render_workload(view(backend, "tpu", 1))  # no DCN: libtpu's default NICs
         for p in pod_specs(objs[-1]):
             for c in p["containers"]:
@@ -113,8 +118,9 @@ class TestGpuPods:
         e = env(c)
         assert e["JAX_PLATFORMS"] == "cuda" and "ENABLE_PJRT_COMPATIBILITY" not in e
         assert "securityContext" not in c
-        assert c["resources"]["limits"]["memory"] == \
-            nodes.host_pod_resources("a3-highgpu-8g", None)[1]
+        assert (
+            c["resources"]["limits"]["memory"] == nodes.host_pod_resources("a3-highgpu-8g", None)[1]
+        )
 
 
 class TestRay:
@@ -132,9 +138,16 @@ class TestRay:
         head = rc["headGroupSpec"]["template"]["spec"]["containers"][0]
         assert env(head)["JAX_PLATFORMS"] == "cpu"  # the head has no TPU
 
-    @pytest.mark.parametrize(("acc", "ray_type"), [
-        ("v6e-16", "TPU-V6E"), ("v5litepod-16", "TPU-V5LITEPOD"), ("v5p-128", "TPU-V5P"),
-        ("v4-8", "TPU-V4"), ("tpu7x-128", "TPU-V7X")])
+    @pytest.mark.parametrize(
+        ("acc", "ray_type"),
+        [
+            ("v6e-16", "TPU-V6E"),
+            ("v5litepod-16", "TPU-V5LITEPOD"),
+            ("v5p-128", "TPU-V5P"),
+            ("v4-8", "TPU-V4"),
+            ("tpu7x-128", "TPU-V7X"),
+        ],
+    )
     def test_accelerator_types_are_rays(self, acc, ray_type):
         from rlctl.core.k8s.shapes import slice_shape
 
@@ -201,8 +214,14 @@ class TestRayDriverRuns:
         record = tmp_path / "record.json"
         envs = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
         envs.update(PYTHONPATH=str(_stub_ray(tmp_path / "stub")), RAY_STUB_RECORD=str(record))
-        r = subprocess.run([sys.executable, str(driver)], env=envs, capture_output=True,
-                           text=True, timeout=60, cwd=tmp_path)
+        r = subprocess.run(
+            [sys.executable, str(driver)],
+            env=envs,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stderr
         return json.loads(record.read_text())
 
@@ -218,8 +237,10 @@ class TestRayDriverRuns:
         assert rec["FailureConfig"] == {"max_failures": 3}
         assert rec["RunConfig"]["failure_config"] == {"max_failures": 3}
         assert rec["RunConfig"]["storage_path"] == "gs://bkt/runs/r1/ray"
-        assert rec["JaxTrainer"] == {"train_loop_config": {"run_uri": "gs://bkt/runs/r1"},
-                                     "loop": "train_loop"}
+        assert rec["JaxTrainer"] == {
+            "train_loop_config": {"run_uri": "gs://bkt/runs/r1"},
+            "loop": "train_loop",
+        }
 
     def test_min_slices_sets_the_elastic_minimum(self, tmp_path):
         assert self._run(tmp_path, min_slices=2)["ScalingConfig"]["num_workers"] == [8, 8]
@@ -261,15 +282,32 @@ class TestPathways:
         from rlctl.core.k8s.apply import describe_workload
 
         for i in range(4):
-            kube.put("v1", "pods", {"metadata": {
-                "name": f"r1-worker-0-{i}-x", "labels": {
-                    "jobset.sigs.k8s.io/jobset-name": "r1"}},
-                "status": {"phase": "Running"}})
-        kube.put("v1", "pods", {"metadata": {
-            "name": "other-worker-0-0-x", "labels": {"jobset.sigs.k8s.io/jobset-name": "other"}},
-            "status": {"phase": "Running"}})
-        kube.put("pathways-job.pathways.domain/v1", "pathwaysjobs", {
-            "metadata": {"name": "r1", "labels": {"managed-by": "rlctl",
-                                                  "rlctl.dev/run": "r1"}}})
+            kube.put(
+                "v1",
+                "pods",
+                {
+                    "metadata": {
+                        "name": f"r1-worker-0-{i}-x",
+                        "labels": {"jobset.sigs.k8s.io/jobset-name": "r1"},
+                    },
+                    "status": {"phase": "Running"},
+                },
+            )
+        kube.put(
+            "v1",
+            "pods",
+            {
+                "metadata": {
+                    "name": "other-worker-0-0-x",
+                    "labels": {"jobset.sigs.k8s.io/jobset-name": "other"},
+                },
+                "status": {"phase": "Running"},
+            },
+        )
+        kube.put(
+            "pathways-job.pathways.domain/v1",
+            "pathwaysjobs",
+            {"metadata": {"name": "r1", "labels": {"managed-by": "rlctl", "rlctl.dev/run": "r1"}}},
+        )
         d = describe_workload(api, "r1", "pathways")
         assert d.pods == {"Running": 4}

@@ -19,12 +19,16 @@ from rlctl.core.k8s import admission
 from rlctl.core.units import quantity
 
 # google/pathways-job v0.1.4 (c0cc7594), internal/controller/pathwaysjob_controller.go
-PW_RM_605 = ('Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": '
-             '*resource.NewQuantity(8, resource.DecimalSI), "memory": *resource.NewQuantity('
-             '32000000000, resource.DecimalSI)}}, // 32GB')
-PW_PROXY_647 = ('Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{'
-                '"cpu": *resource.NewQuantity(16, resource.DecimalSI), "memory": '
-                '*resource.NewQuantity(100000000000, resource.DecimalSI)}}, //100GiB')
+PW_RM_605 = (
+    'Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": '
+    '*resource.NewQuantity(8, resource.DecimalSI), "memory": *resource.NewQuantity('
+    "32000000000, resource.DecimalSI)}}, // 32GB"
+)
+PW_PROXY_647 = (
+    "Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{"
+    '"cpu": *resource.NewQuantity(16, resource.DecimalSI), "memory": '
+    "*resource.NewQuantity(100000000000, resource.DecimalSI)}}, //100GiB"
+)
 PW_HEAD_909_940 = """\
 func MakePathwaysHeadReplicatedJob(pw *pathwaysjob.PathwaysJob, pathwaysHeadPodSpec corev1.PodSpec) jobsetv1alpha2.ReplicatedJob {
 	var annotations map[string]string
@@ -101,14 +105,21 @@ def _must_parse(text: str) -> list[str]:
     return re.findall(r'MustParse\("([^"]+)"\)', text)
 
 
-def _pathways(annotations=None, template_meta=None, machine="ct6e-standard-4t",
-              topology="4x4"):
-    return {"kind": "PathwaysJob", "metadata": {"name": "r1", "namespace": "default",
-                         "annotations": annotations or {}},
-            "spec": {"workers": [{"type": machine, "topology": topology, "numSlices": 2}],
-                     "controller": {"deploymentMode": "default", "template": {
-                         "metadata": template_meta or {},
-                         "spec": {"containers": [{"name": "trainer"}]}}}}}
+def _pathways(annotations=None, template_meta=None, machine="ct6e-standard-4t", topology="4x4"):
+    return {
+        "kind": "PathwaysJob",
+        "metadata": {"name": "r1", "namespace": "default", "annotations": annotations or {}},
+        "spec": {
+            "workers": [{"type": machine, "topology": topology, "numSlices": 2}],
+            "controller": {
+                "deploymentMode": "default",
+                "template": {
+                    "metadata": template_meta or {},
+                    "spec": {"containers": [{"name": "trainer"}]},
+                },
+            },
+        },
+    }
 
 
 class TestPathwaysJob:
@@ -120,31 +131,44 @@ class TestPathwaysJob:
             assert quantity(PATHWAYS_SIDECARS[name]["cpu"]) == cpu
             assert quantity(PATHWAYS_SIDECARS[name]["memory"]) == memory
         head = admission.pathways_jobset(_pathways())["spec"]["replicatedJobs"][0]
-        side = {c["name"]: c["resources"]["limits"]
-                for c in head["template"]["spec"]["template"]["spec"]["initContainers"]}
-        assert {n: (quantity(x["cpu"]), quantity(x["memory"])) for n, x in side.items()} == \
-            {"pathways-rm": tuple(_quantities(PW_RM_605)),
-             "pathways-proxy": tuple(_quantities(PW_PROXY_647))}
+        side = {
+            c["name"]: c["resources"]["limits"]
+            for c in head["template"]["spec"]["template"]["spec"]["initContainers"]
+        }
+        assert {n: (quantity(x["cpu"]), quantity(x["memory"])) for n, x in side.items()} == {
+            "pathways-rm": tuple(_quantities(PW_RM_605)),
+            "pathways-proxy": tuple(_quantities(PW_PROXY_647)),
+        }
 
     def test_the_heads_metadata_is_the_pathwaysjobs_annotations_only(self):
         """MakePathwaysHeadReplicatedJob: the pod template's ObjectMeta is ``annotations``,
         built from the PathwaysJob's own; no labels, nothing of the user's template."""
-        assert "ObjectMeta: metav1.ObjectMeta{\n\t\t\t\t\t\tAnnotations: annotations," \
-            in PW_HEAD_909_940 and "Labels" not in PW_HEAD_909_940
-        pw = _pathways(annotations={"a": "from-the-pathwaysjob"},
-                       template_meta={"labels": {"rlctl.dev/run": "r1"},
-                                      "annotations": {"gke-gcsfuse/volumes": "true"}})
+        assert (
+            "ObjectMeta: metav1.ObjectMeta{\n\t\t\t\t\t\tAnnotations: annotations,"
+            in PW_HEAD_909_940
+            and "Labels" not in PW_HEAD_909_940
+        )
+        pw = _pathways(
+            annotations={"a": "from-the-pathwaysjob"},
+            template_meta={
+                "labels": {"rlctl.dev/run": "r1"},
+                "annotations": {"gke-gcsfuse/volumes": "true"},
+            },
+        )
         head = admission.pathways_jobset(pw)["spec"]["replicatedJobs"][0]
         meta = head["template"]["spec"]["template"]["metadata"]
-        assert meta == {"annotations": {
-            "a": "from-the-pathwaysjob",
-            "alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"}}
+        assert meta == {
+            "annotations": {
+                "a": "from-the-pathwaysjob",
+                "alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname",
+            }
+        }
         # so a GCS FUSE annotation on the template gets no sidecar; on the PathwaysJob it does
         (g_template, _) = admission.pod_groups([pw])
-        assert not any(c["name"] == "gke-gcsfuse-sidecar"
-                       for c in g_template.pod.get("initContainers") or [])
-        (g_job, _) = admission.pod_groups([_pathways(
-            annotations={"gke-gcsfuse/volumes": "true"})])
+        assert not any(
+            c["name"] == "gke-gcsfuse-sidecar" for c in g_template.pod.get("initContainers") or []
+        )
+        (g_job, _) = admission.pod_groups([_pathways(annotations={"gke-gcsfuse/volumes": "true"})])
         assert any(c["name"] == "gke-gcsfuse-sidecar" for c in g_job.pod["initContainers"])
 
     def test_the_head_runs_on_the_host_network(self):
@@ -152,11 +176,16 @@ class TestPathwaysJob:
         (head, _) = admission.pod_groups([_pathways()])
         assert head.host_network and head.pod["dnsPolicy"] == "ClusterFirstWithHostNet"
 
-    @pytest.mark.parametrize(("machine", "topology"), [
-        ("ct6e-standard-4t", "4x4"), ("ct6e-standard-8t", "2x4"), ("ct5lp-hightpu-8t", "2x4"),
-        ("ct5p-hightpu-4t", "2x2x4")])
-    def test_vms_per_slice_are_chips_over_the_controllers_chips_per_vm(self, machine,
-                                                                       topology):
+    @pytest.mark.parametrize(
+        ("machine", "topology"),
+        [
+            ("ct6e-standard-4t", "4x4"),
+            ("ct6e-standard-8t", "2x4"),
+            ("ct5lp-hightpu-8t", "2x4"),
+            ("ct5p-hightpu-4t", "2x2x4"),
+        ],
+    )
+    def test_vms_per_slice_are_chips_over_the_controllers_chips_per_vm(self, machine, topology):
         per_vm = 8 if machine.replace("-", "_").capitalize() in PW_VMS_469_472 else 4
         chips = 1
         for d in topology.split("x"):
@@ -168,8 +197,10 @@ class TestPathwaysJob:
 class TestKubeRay:
     def test_the_default_submitter_is_kuberays(self):
         limits_cpu, limits_mem, req_cpu, req_mem = _must_parse(KR_SUBMITTER_217_229)
-        quoted = {"requests": {"cpu": req_cpu, "memory": req_mem},
-                  "limits": {"cpu": limits_cpu, "memory": limits_mem}}
+        quoted = {
+            "requests": {"cpu": req_cpu, "memory": req_mem},
+            "limits": {"cpu": limits_cpu, "memory": limits_mem},
+        }
         assert quoted == admission.RAY_SUBMITTER
 
     def test_the_rendered_submitter_is_the_default_plus_the_runs_labels(self):

@@ -23,14 +23,25 @@ def make_run(tmp_path):
     run = LocalRunStore(tmp_path).run("r1")
     run.write_text(SPEC, "name: r1\n")
     run.write_json(STATUS, {"phase": "completed", "step": 3, "total_steps": 3})
-    run.write_text(METRICS, "".join(json.dumps(r) + "\n" for r in [
-        {"step": 1, "reward_mean": 0.1, "accuracy": 0.0, "loss": 0.5},
-        {"step": 2, "reward_mean": 0.2, "accuracy": 0.5, "loss": 0.4},
-        {"step": 2, "reward_mean": 0.25, "accuracy": 0.5, "loss": 0.4},  # re-written: last wins
-        {"step": 3, "reward_mean": 0.3, "accuracy": 1.0, "loss": 0.3}]))
+    run.write_text(
+        METRICS,
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"step": 1, "reward_mean": 0.1, "accuracy": 0.0, "loss": 0.5},
+                {"step": 2, "reward_mean": 0.2, "accuracy": 0.5, "loss": 0.4},
+                {
+                    "step": 2,
+                    "reward_mean": 0.25,
+                    "accuracy": 0.5,
+                    "loss": 0.4,
+                },  # re-written: last wins
+                {"step": 3, "reward_mean": 0.3, "accuracy": 1.0, "loss": 0.3},
+            ]
+        ),
+    )
     run.write_json("eval/final.json", {"which": "final", "step": 3, "n": 2, "accuracy": 1.0})
-    run.write_json("eval/baseline.json", {"which": "baseline", "step": 0, "n": 2,
-                                          "accuracy": 0.0})
+    run.write_json("eval/baseline.json", {"which": "baseline", "step": 0, "n": 2, "accuracy": 0.0})
     run.write_json("eval/step-2.json", {"which": "step-2", "step": 2, "n": 2, "accuracy": 0.5})
     run.write_text("eval/step-9.json", '{"which": "step-9", "acc')  # cut: left out
     return run
@@ -42,11 +53,21 @@ class TestBuildCurve:
         assert curve.step == [1, 2, 3]
         assert curve.reward_mean == [0.1, 0.25, 0.3]
         assert [(e.which, e.step, e.accuracy) for e in curve.eval] == [
-            ("baseline", 0, 0.0), ("step-2", 2, 0.5), ("final", 3, 1.0)]
+            ("baseline", 0, 0.0),
+            ("step-2", 2, 0.5),
+            ("final", 3, 1.0),
+        ]
 
     def test_eval_steps_from_their_names_when_the_record_has_none(self):
-        curve = build_curve([], {"final": {"accuracy": 1}, "step-4": {"accuracy": 0.5},
-                                 "baseline": {"accuracy": 0.1}, "other": {"accuracy": 1}})
+        curve = build_curve(
+            [],
+            {
+                "final": {"accuracy": 1},
+                "step-4": {"accuracy": 0.5},
+                "baseline": {"accuracy": 0.1},
+                "other": {"accuracy": 1},
+            },
+        )
         assert [(e.which, e.step) for e in curve.eval] == [("baseline", 0), ("step-4", 4)]
 
     def test_non_finite_values_are_none_and_the_json_is_strict(self):
@@ -64,21 +85,30 @@ class TestJson:
         one = describe_run(run, curve=True).model_dump(mode="json")
         assert list(one)[-1] == "curve"
         assert one["curve"]["step"] == [1, 2, 3]
-        assert one["curve"]["eval"][0] == {"which": "baseline", "step": 0, "accuracy": 0.0,
-                                           "reward": None, "rewards": {}}
+        assert one["curve"]["eval"][0] == {
+            "which": "baseline",
+            "step": 0,
+            "accuracy": 0.0,
+            "reward": None,
+            "rewards": {},
+        }
         assert "curve" not in describe_run(run).model_dump(mode="json")
-        assert all("curve" not in r.model_dump(mode="json")
-                   for r in list_runs(LocalRunStore(tmp_path)))
+        assert all(
+            "curve" not in r.model_dump(mode="json") for r in list_runs(LocalRunStore(tmp_path))
+        )
 
 
 class TestPlotPath:
-    @pytest.mark.parametrize("name,words", [
-        ("missing/curve.png", "does not exist"),
-        (".", "is a folder"),
-        ("curve.pdf", "name the file *.png"),
-        ("/proc/curve.png", "kernel file system"),
-        (" ", "empty"),
-    ])
+    @pytest.mark.parametrize(
+        "name,words",
+        [
+            ("missing/curve.png", "does not exist"),
+            (".", "is a folder"),
+            ("curve.pdf", "name the file *.png"),
+            ("/proc/curve.png", "kernel file system"),
+            (" ", "empty"),
+        ],
+    )
     def test_refused_before_anything_is_read(self, tmp_path, monkeypatch, name, words):
         monkeypatch.chdir(tmp_path)
         with pytest.raises(ConfigError, match=words.replace("*", r"\*")):
@@ -121,8 +151,11 @@ class TestPng:
         from rlctl.core.errors import MissingDependencyError
 
         real = importlib.util.find_spec
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: None if name == "matplotlib" else real(name, *a))
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "matplotlib" else real(name, *a),
+        )
         with pytest.raises(MissingDependencyError) as e:
             render_png(build_curve([], {}), "r")
         from rlctl.core.install import extra_install_command

@@ -16,12 +16,21 @@ def spec(**flags):
 
 class TestPodInputs:
     def test_gs_paths_become_mount_paths_and_their_buckets_are_mounted(self):
-        s = pod_inputs(spec(**{"model.source": "gs://models-b/qwen3-0.6b",
-                               "data.name": "gsm8k", "data.path": "gs://data-b/gsm8k/train.jsonl",
-                               "data.eval_path": "gs://data-b/gsm8k/test.jsonl"}))
+        s = pod_inputs(
+            spec(
+                **{
+                    "model.source": "gs://models-b/qwen3-0.6b",
+                    "data.name": "gsm8k",
+                    "data.path": "gs://data-b/gsm8k/train.jsonl",
+                    "data.eval_path": "gs://data-b/gsm8k/test.jsonl",
+                }
+            )
+        )
         assert s.model.source == "/gcs/models-b/qwen3-0.6b"
-        assert (s.data.path, s.data.eval_path) == ("/gcs/data-b/gsm8k/train.jsonl",
-                                                   "/gcs/data-b/gsm8k/test.jsonl")
+        assert (s.data.path, s.data.eval_path) == (
+            "/gcs/data-b/gsm8k/train.jsonl",
+            "/gcs/data-b/gsm8k/test.jsonl",
+        )
         assert mounted_buckets(s) == ["models-b", "data-b"]
         # the stored spec (resume renders from it) keeps its mounts
         assert pod_inputs(s) == s and mounted_buckets(pod_inputs(s)) == ["models-b", "data-b"]
@@ -32,15 +41,17 @@ class TestPodInputs:
         s = spec()
         assert pod_inputs(s) == s
 
-    @pytest.mark.parametrize("key,flag", [("data.path", "--data-path"),
-                                          ("data.eval_path", "--set data.eval_path=")])
+    @pytest.mark.parametrize(
+        "key,flag", [("data.path", "--data-path"), ("data.eval_path", "--set data.eval_path=")]
+    )
     def test_a_local_data_file_is_refused_with_the_copy_command(self, tmp_path, key, flag):
         f = tmp_path / "train.jsonl"
         f.write_text('{"question": "1+1", "answer": "#### 2"}\n')
         with pytest.raises(ConfigError) as e:
             pod_inputs(spec(**{"data.name": "gsm8k", key: str(f)}))
-        assert e.value.message == (f"{key}={str(f)!r} is a path on this machine; the "
-                                   "cluster's pods cannot read it")
+        assert e.value.message == (
+            f"{key}={str(f)!r} is a path on this machine; the cluster's pods cannot read it"
+        )
         assert f"gcloud storage cp -r {f} gs://BUCKET/inputs/" in (e.value.hint or "")
         assert flag in (e.value.hint or "")
 

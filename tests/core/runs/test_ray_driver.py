@@ -40,12 +40,22 @@ def _throwaway_key(path: Path) -> Path:
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
-    path.write_text(json.dumps({
-        "type": "service_account", "project_id": "test", "private_key_id": "test",
-        "private_key": pem, "client_email": "rlctl-test@test.iam.gserviceaccount.com",
-        "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token"}))
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    path.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "test",
+                "private_key_id": "test",
+                "private_key": pem,
+                "client_email": "rlctl-test@test.iam.gserviceaccount.com",
+                "client_id": "1",
+                "token_uri": "https://oauth2.googleapis.com/token",
+            }
+        )
+    )
     return path
 
 
@@ -56,9 +66,12 @@ def rendered_driver(spec, store) -> str:
 
     # a cluster run reads gs:// inputs through the pods' GCS FUSE mounts; the driver
     # does not depend on them (only on the run, its store, the shape and the restarts)
-    bucket = store.uri[len("gs://"):].split("/", 1)[0]
-    on_gcs = spec.model_copy(update={"model": spec.model.model_copy(
-        update={"source": f"gs://{bucket}/models/tiny-llama"})})
+    bucket = store.uri[len("gs://") :].split("/", 1)[0]
+    on_gcs = spec.model_copy(
+        update={
+            "model": spec.model.model_copy(update={"source": f"gs://{bucket}/models/tiny-llama"})
+        }
+    )
     # no restarts: a failing worker fails the job at once instead of three more times
     opts = ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=0)
     objs = render_run(on_gcs, "ray", v6e_16(1), store, opts)
@@ -75,9 +88,18 @@ def write_run(spec, store) -> None:
     from rlctl.core.store.base import STATUS, Phase
 
     run = write_new_run(store, spec)
-    run.write_json(STATUS, {"name": spec.name, "phase": Phase.PENDING,
-                            "algorithm": spec.algorithm, "total_steps": spec.training.steps,
-                            "step": 0, "latest_checkpoint": None, "backend": "ray"})
+    run.write_json(
+        STATUS,
+        {
+            "name": spec.name,
+            "phase": Phase.PENDING,
+            "algorithm": spec.algorithm,
+            "total_steps": spec.training.steps,
+            "step": 0,
+            "latest_checkpoint": None,
+            "backend": "ray",
+        },
+    )
 
 
 def run_driver(driver: str, tmp_path: Path, gcs_url: str) -> subprocess.CompletedProcess:
@@ -86,21 +108,29 @@ def run_driver(driver: str, tmp_path: Path, gcs_url: str) -> subprocess.Complete
     # Ray's sockets live under its temp dir: keep the path short (AF_UNIX's 107 bytes)
     ray_tmp = tempfile.mkdtemp(prefix="rlray")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update({
-        "PYTHONPATH": str(REPO),  # this rlctl and tests.fakes.rewards in the workers
-        "RLCTL_RAY_DEVICE": "cpu",
-        "JAX_PLATFORMS": "cpu",
-        "STORAGE_EMULATOR_HOST": gcs_url,  # rlctl's run store (google-cloud-storage)
-        "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_url,  # Ray's storage_path (pyarrow)
-        "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
-        "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
-        "RAY_TMPDIR": ray_tmp,
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),  # this rlctl and tests.fakes.rewards in the workers
+            "RLCTL_RAY_DEVICE": "cpu",
+            "JAX_PLATFORMS": "cpu",
+            "STORAGE_EMULATOR_HOST": gcs_url,  # rlctl's run store (google-cloud-storage)
+            "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_url,  # Ray's storage_path (pyarrow)
+            "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
+            "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
+            "RAY_TMPDIR": ray_tmp,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     try:
-        return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=420)
+        return subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -112,16 +142,27 @@ def tiny_spec(name: str, root: str, model: str | None = None):
 
     return resolve_run_spec(
         "grpo",
-        overrides=['rewards=["tests.fakes.rewards.digit_count"]', "checkpoint.interval=1",
-                   "eval.size=0"],
-        flags={"name": name, "model.source": model, "training.steps": 2,
-               "training.prompts_per_step": 2, "rollout.num_generations": 4,
-               "rollout.max_new_tokens": 8, "training.learning_rate": 3e-3,
-               "output.root": root})
+        overrides=[
+            'rewards=["tests.fakes.rewards.digit_count"]',
+            "checkpoint.interval=1",
+            "eval.size=0",
+        ],
+        flags={
+            "name": name,
+            "model.source": model,
+            "training.steps": 2,
+            "training.prompts_per_step": 2,
+            "rollout.num_generations": 4,
+            "rollout.max_new_tokens": 8,
+            "training.learning_rate": 3e-3,
+            "output.root": root,
+        },
+    )
 
 
-def test_rendered_ray_driver_trains_a_run_on_a_local_ray(gcs, gcs_server_url,
-                                                          tiny_model_dir, tmp_path):
+def test_rendered_ray_driver_trains_a_run_on_a_local_ray(
+    gcs, gcs_server_url, tiny_model_dir, tmp_path
+):
     from rlctl.core.store import open_store
 
     client, bucket = gcs
@@ -138,8 +179,9 @@ def test_rendered_ray_driver_trains_a_run_on_a_local_ray(gcs, gcs_server_url,
 
     b = client.bucket(bucket)
     status = json.loads(b.blob(f"runs/{RUN}/status.json").download_as_text())
-    assert (status["phase"], status["step"], status["latest_checkpoint"]) == \
-        ("completed", 2, 2), status
+    assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 2, 2), (
+        status
+    )
     assert b.blob(f"runs/{RUN}/checkpoints/2/COMMITTED").exists()
     # the pod entrypoint ran inside the Ray worker and said so on its stdout
     assert '"event": "done"' in out, out[-6000:]
@@ -188,7 +230,13 @@ def test_the_pod_entry_keeps_the_jax_job_ray_joined(tmp_path):
     initializes jax.distributed; the pod entry's ``distributed.initialize`` then takes
     it as it is instead of initializing a second time (which JAX refuses)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
-    r = subprocess.run([sys.executable, "-c", JOINED_BY_RAY], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", JOINED_BY_RAY],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "topology 0 1" in r.stdout

@@ -28,8 +28,14 @@ class TestPhase:
 
     def test_one_finished_set_and_one_active_set(self):
         assert Phase.INTERRUPTED.finished  # a local run stopped by Ctrl-C: only resume moves it
-        assert {p.value for p in FINISHED} == {"completed", "failed", "interrupted",
-                                               "suspended", "absent", "stale"}
+        assert {p.value for p in FINISHED} == {
+            "completed",
+            "failed",
+            "interrupted",
+            "suspended",
+            "absent",
+            "stale",
+        }
         assert {p.value for p in ACTIVE} == {"pending", "starting", "evaluating", "running"}
         assert not FINISHED & ACTIVE and Phase.UNKNOWN not in FINISHED | ACTIVE
         assert "absent" in FINISHED  # a workload's phase string compares as it is
@@ -41,21 +47,49 @@ class TestDumps:
         run.write_text(SPEC, "name: r1\n")
         run.write_json(STATUS, {"phase": "interrupted", "step": 3, "total_steps": 5})
         run.write_text("metrics.jsonl", "".join(f'{{"step": {k}}}\n' for k in (1, 2, 3)))
-        run.write_json("eval/baseline.json", {"which": "baseline", "n": 2, "accuracy": 0.5,
-                                              "format_rate": 1.0, "mean_reward": 0.25})
+        run.write_json(
+            "eval/baseline.json",
+            {"which": "baseline", "n": 2, "accuracy": 0.5, "format_rate": 1.0, "mean_reward": 0.25},
+        )
         info = describe_run(run)
         assert info.phase is Phase.INTERRUPTED and info.finished
         doc = info.model_dump(mode="json")
-        assert list(doc) == ["name", "path", "phase", "algorithm", "step", "total_steps",
-                             "latest_checkpoint", "checkpoint_bytes", "disk_bytes",
-                             "processes", "devices", "engine", "precision",
-                             "sampling_precision", "compiles", "last_save", "peak_device_bytes",
-                             "created", "updated", "error", "latest_metrics", "eval"]
+        assert list(doc) == [
+            "name",
+            "path",
+            "phase",
+            "algorithm",
+            "step",
+            "total_steps",
+            "latest_checkpoint",
+            "checkpoint_bytes",
+            "disk_bytes",
+            "processes",
+            "devices",
+            "engine",
+            "precision",
+            "sampling_precision",
+            "compiles",
+            "last_save",
+            "peak_device_bytes",
+            "created",
+            "updated",
+            "error",
+            "latest_metrics",
+            "eval",
+        ]
         assert doc["phase"] == "interrupted" and doc["step"] == 3
         # no checkpoint yet: its size is null; the folder's is what is there
         assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0
-        assert doc["eval"] == {"baseline": {"accuracy": 0.5, "format_rate": 1.0,
-                                            "mean_reward": 0.25, "rewards": None, "n": 2}}
+        assert doc["eval"] == {
+            "baseline": {
+                "accuracy": 0.5,
+                "format_rate": 1.0,
+                "mean_reward": 0.25,
+                "rewards": None,
+                "n": 2,
+            }
+        }
 
     def test_compiles_and_the_device_peak_are_read_back_and_shown(self, tmp_path):
         """What the trainer records in status.json: each program's compile seconds and
@@ -64,9 +98,15 @@ class TestDumps:
 
         run = LocalRunStore(tmp_path).run("r1")
         run.write_text(SPEC, "name: r1\n")
-        run.write_json(STATUS, {"phase": "running", "step": 1,
-                                "compiles": {"step": 41.2, "sample_groups": 3, "x": "?"},
-                                "peak_device_bytes": 3 * 2**30})
+        run.write_json(
+            STATUS,
+            {
+                "phase": "running",
+                "step": 1,
+                "compiles": {"step": 41.2, "sample_groups": 3, "x": "?"},
+                "peak_device_bytes": 3 * 2**30,
+            },
+        )
         info = describe_run(run)
         assert info.compiles == {"step": 41.2, "sample_groups": 3.0}
         doc = info.model_dump(mode="json")
@@ -89,20 +129,43 @@ class TestDumps:
         info = ClusterRunInfo(**dict(base), workload=Diagnosis(phase="absent"))
         assert info.finished
         assert not info.model_copy(update={"workload": Diagnosis(phase="running")}).finished
-        assert info.model_dump(mode="json")["workload"] == {"phase": "absent", "reason": None,
-                                                            "pods": {}}
+        assert info.model_dump(mode="json")["workload"] == {
+            "phase": "absent",
+            "reason": None,
+            "pods": {},
+        }
 
     def test_train_result_keeps_the_trainers_eval_record(self):
-        ev = {"which": "final", "step": 4, "n": 2, "accuracy": 0.5, "format_rate": 1.0,
-              "mean_reward": 0.1, "greedy": True, "seconds": 1.5,
-              "samples": [{"question": "q", "gold": 1, "completion": "1", "correct": True}],
-              "added_later": 7}
-        r = TrainResult(name="r", path="/runs/r", phase=Phase.COMPLETED, step=4,
-                        latest_checkpoint=4, baseline=None, final=ev)
-        assert r.model_dump(mode="json") == {"name": "r", "path": "/runs/r",
-                                             "phase": "completed", "step": 4,
-                                             "latest_checkpoint": 4, "baseline": None,
-                                             "final": ev}
+        ev = {
+            "which": "final",
+            "step": 4,
+            "n": 2,
+            "accuracy": 0.5,
+            "format_rate": 1.0,
+            "mean_reward": 0.1,
+            "greedy": True,
+            "seconds": 1.5,
+            "samples": [{"question": "q", "gold": 1, "completion": "1", "correct": True}],
+            "added_later": 7,
+        }
+        r = TrainResult(
+            name="r",
+            path="/runs/r",
+            phase=Phase.COMPLETED,
+            step=4,
+            latest_checkpoint=4,
+            baseline=None,
+            final=ev,
+        )
+        assert r.model_dump(mode="json") == {
+            "name": "r",
+            "path": "/runs/r",
+            "phase": "completed",
+            "step": 4,
+            "latest_checkpoint": 4,
+            "baseline": None,
+            "final": ev,
+        }
 
     def test_submit_result_names_its_run_store(self):
         r = SubmitResult(name="r1", path="gs://b/runs/r1", backend="jobset", applied=[])
@@ -123,7 +186,8 @@ def test_resume_refuses_a_live_run_in_any_active_phase(tmp_path):
     run.write_text(SPEC, dump_yaml(spec))
     with run.lock():  # the live trainer: this process, another descriptor
         for phase in ("starting", "evaluating", "running"):
-            run.write_json(STATUS, {"phase": phase, "pid": os.getppid(),
-                                    "host": socket.gethostname()})
+            run.write_json(
+                STATUS, {"phase": phase, "pid": os.getppid(), "host": socket.gethostname()}
+            )
             with pytest.raises(ConflictError, match="is in use by pid"):
                 resume_local(str(tmp_path), "r1")

@@ -28,8 +28,11 @@ def body(path: Path) -> list[str]:
 
 
 def step(k: int, seconds: float) -> dict:
-    return {"event": "step", "step": k, "metrics": {"reward_mean": 0.5, "accuracy": 0.25,
-                                                   "loss": 0.0, "step_seconds": seconds}}
+    return {
+        "event": "step",
+        "step": k,
+        "metrics": {"reward_mean": 0.5, "accuracy": 0.25, "loss": 0.0, "step_seconds": seconds},
+    }
 
 
 @pytest.fixture
@@ -53,8 +56,9 @@ class TestPlainLines:
     def test_phase_lines_say_what_and_how_far(self):
         lines = PlainLines()
         assert lines.lines(phase(Stage.LOADING, "loading model m")) == ["loading model m"]
-        assert lines.lines(phase(Stage.EVALUATING, "evaluating baseline", 1, 4, "batches")
-                           ) == ["evaluating baseline (1/4 batches)"]
+        assert lines.lines(phase(Stage.EVALUATING, "evaluating baseline", 1, 4, "batches")) == [
+            "evaluating baseline (1/4 batches)"
+        ]
 
     def test_a_long_eval_logs_about_every_tenth_batch(self):
         assert all(shown_in_log(k, 20) for k in range(21))
@@ -71,11 +75,16 @@ class TestRunLog:
         log.attach(run)
         log({"event": "message", "message": "hello\nworld"})
         log.end("run completed: 1 steps")
-        assert [e.get("text") or e.get("message") for e in seen] == ["starting run r",
-                                                                     "hello\nworld"]
+        assert [e.get("text") or e.get("message") for e in seen] == [
+            "starting run r",
+            "hello\nworld",
+        ]
         lines = body(run.path / "train.log")
-        assert re.fullmatch(rf"==== attempt 1: rlctl train r \(pid {os.getpid()} on "
-                            rf"{re.escape(socket.gethostname())}\) ====", lines[0])
+        assert re.fullmatch(
+            rf"==== attempt 1: rlctl train r \(pid {os.getpid()} on "
+            rf"{re.escape(socket.gethostname())}\) ====",
+            lines[0],
+        )
         assert lines[1:] == ["starting run r", "hello", "world", "run completed: 1 steps"]
 
     def test_each_attempt_appends_with_its_own_marker(self, run):
@@ -85,8 +94,11 @@ class TestRunLog:
             log.end(f"{command} ended")
         lines = body(run.path / "train.log")
         assert [x.split(" (pid")[0] for x in lines] == [
-            "==== attempt 1: rlctl train r", "train ended",
-            "==== attempt 2: rlctl resume r", "resume ended"]
+            "==== attempt 1: rlctl train r",
+            "train ended",
+            "==== attempt 2: rlctl resume r",
+            "resume ended",
+        ]
 
     def test_a_log_that_cannot_be_written_warns_once_and_the_run_goes_on(self, run):
         (run.path / "train.log").mkdir()  # not a file: every write fails
@@ -102,22 +114,33 @@ class TestRunLog:
 
 class TestFollow:
     def _status(self, run: LocalRunDir, phase_: str) -> None:
-        run.write_json("status.json", {"phase": phase_, "backend": "local",
-                                       "pid": os.getpid(), "host": socket.gethostname()})
+        run.write_json(
+            "status.json",
+            {"phase": phase_, "backend": "local", "pid": os.getpid(), "host": socket.gethostname()},
+        )
 
     def test_new_lines_until_the_run_ends_then_the_last_ones(self, run):
         self._status(run, "running")
         (run.path / "train.log").write_text("a\nb\nc\n")
-        rounds = iter([
-            lambda: _append(run, "d\npart"),  # half a line: shown once it is whole
-            lambda: (_append(run, "ial\ne\n"), self._status(run, "completed")),
-        ])
+        rounds = iter(
+            [
+                lambda: _append(run, "d\npart"),  # half a line: shown once it is whole
+                lambda: (_append(run, "ial\ne\n"), self._status(run, "completed")),
+            ]
+        )
         out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
         assert out == ["b", "c", "d", "partial", "e"]
 
     def test_a_stale_run_ends_the_follow(self, run):
-        run.write_json("status.json", {"phase": "running", "backend": "local",
-                                       "pid": 2**22 + 12345, "host": socket.gethostname()})
+        run.write_json(
+            "status.json",
+            {
+                "phase": "running",
+                "backend": "local",
+                "pid": 2**22 + 12345,
+                "host": socket.gethostname(),
+            },
+        )
         (run.path / "train.log").write_text("x\n")
         assert list(follow_log(run, 10, 1, sleep=pytest.fail)) == ["x"]
 

@@ -46,10 +46,16 @@ class TestRoot:
 class TestLocalInputs:
     def test_data_paths_and_a_model_folder_become_absolute(self, cwd):
         (cwd / "model").mkdir()
-        spec = resolve_run_spec("grpo", overrides=[
-            "model.source=./model", "data.name=gsm8k", "data.path=data/train.jsonl",
-            "data.eval_path=../test.jsonl", "output.root=runs",
-        ])
+        spec = resolve_run_spec(
+            "grpo",
+            overrides=[
+                "model.source=./model",
+                "data.name=gsm8k",
+                "data.path=data/train.jsonl",
+                "data.eval_path=../test.jsonl",
+                "output.root=runs",
+            ],
+        )
         got = local_paths_absolute(spec)
         assert got.model.source == str(cwd / "model")
         assert got.data.path == str(cwd / "data" / "train.jsonl")

@@ -20,8 +20,13 @@ from rlctl.core.store.base import METRICS, SPEC, STATUS, Phase
 from rlctl.core.store.local import LocalRunStore
 from rlctl.core.trainer.metrics import MetricsWriter
 
-GOOD_STATUS = {"phase": "interrupted", "step": 2, "total_steps": 4, "algorithm": "grpo",
-               "created": "2026-01-02T03:04:05+00:00"}
+GOOD_STATUS = {
+    "phase": "interrupted",
+    "step": 2,
+    "total_steps": 4,
+    "algorithm": "grpo",
+    "created": "2026-01-02T03:04:05+00:00",
+}
 ROWS = [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.75}]
 
 # file -> bytes that broke `status` (a traceback) before
@@ -91,7 +96,7 @@ def test_a_row_with_bytes_that_are_not_utf8_is_damage_even_if_it_parses(tmp_path
     run = make_run(LocalRunStore(tmp_path), "r1")
     raw = bytearray((run.path / METRICS).read_bytes())
     i = raw.index(b'"reward"')
-    raw[i + 1:i + 3] = b"\xff\xfe"
+    raw[i + 1 : i + 3] = b"\xff\xfe"
     (run.path / METRICS).write_bytes(bytes(raw))
     info = describe_run(run)
     assert "metrics.jsonl: 1 unreadable line skipped" in (info.error or ""), info.error
@@ -127,8 +132,16 @@ class TestLiveness:
 
     def test_a_run_whose_process_is_gone_is_stale(self, tmp_path):
         run = make_run(LocalRunStore(tmp_path), "r1")
-        run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
-                                "pid": self.dead_pid(), "host": socket.gethostname()})
+        run.write_json(
+            STATUS,
+            {
+                **GOOD_STATUS,
+                "phase": "running",
+                "backend": "local",
+                "pid": self.dead_pid(),
+                "host": socket.gethostname(),
+            },
+        )
         info = describe_run(run)
         assert info.phase is Phase.STALE and info.finished
         assert "rlctl resume r1" in info.error
@@ -138,8 +151,10 @@ class TestLiveness:
     def test_a_live_process_or_another_hosts_is_not_judged(self, tmp_path):
         run = make_run(LocalRunStore(tmp_path), "r1")
         for pid, host in [(os.getppid(), socket.gethostname()), (self.dead_pid(), "elsewhere")]:
-            run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
-                                    "pid": pid, "host": host})
+            run.write_json(
+                STATUS,
+                {**GOOD_STATUS, "phase": "running", "backend": "local", "pid": pid, "host": host},
+            )
             assert describe_run(run).phase is Phase.RUNNING
 
     def test_the_lock_not_the_pid_decides(self, tmp_path):
@@ -147,21 +162,44 @@ class TestLiveness:
         with the run's lock free the run is stale, and with it held it is running
         whatever the pid (issue #25)."""
         run = make_run(LocalRunStore(tmp_path), "r1")
-        run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
-                                "pid": os.getppid(), "host": socket.gethostname()})
+        run.write_json(
+            STATUS,
+            {
+                **GOOD_STATUS,
+                "phase": "running",
+                "backend": "local",
+                "pid": os.getppid(),
+                "host": socket.gethostname(),
+            },
+        )
         with run.lock():
             pass  # the file a real run leaves behind, its lock released
         assert run.lock_held() is False
         assert describe_run(run).phase is Phase.STALE
         holder = subprocess.Popen(
-            [sys.executable, "-c", "import fcntl, os, sys, time; "
-             "fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
-             "print('held', flush=True); time.sleep(60)", str(run.path / ".lock")],
-            stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-c",
+                "import fcntl, os, sys, time; "
+                "fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
+                "print('held', flush=True); time.sleep(60)",
+                str(run.path / ".lock"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert holder.stdout.readline().strip() == "held"
-            run.write_json(STATUS, {**GOOD_STATUS, "phase": "running", "backend": "local",
-                                    "pid": self.dead_pid(), "host": socket.gethostname()})
+            run.write_json(
+                STATUS,
+                {
+                    **GOOD_STATUS,
+                    "phase": "running",
+                    "backend": "local",
+                    "pid": self.dead_pid(),
+                    "host": socket.gethostname(),
+                },
+            )
             assert run.lock_held() is True
             assert describe_run(run).phase is Phase.RUNNING
         finally:

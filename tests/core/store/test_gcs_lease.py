@@ -30,14 +30,14 @@ KEY = f"runs/r1/{LEASE}"
 def gstore(gcs, tmp_path, monkeypatch):
     monkeypatch.delenv("RLCTL_LEASE_TTL_S", raising=False)
     client, bucket = gcs
-    return GcsRunStore(f"gs://{bucket}/runs", client=client,
-                       staging_root=str(tmp_path / "staging"))
+    return GcsRunStore(f"gs://{bucket}/runs", client=client, staging_root=str(tmp_path / "staging"))
 
 
 def other(store: GcsRunStore) -> GcsRunStore:
     """The same store as another process would open it."""
-    return GcsRunStore(store.uri, client=store.client, staging_root=store.staging_root,
-                       lease_ttl=store.lease_ttl)
+    return GcsRunStore(
+        store.uri, client=store.client, staging_root=store.staging_root, lease_ttl=store.lease_ttl
+    )
 
 
 def lease(store: GcsRunStore) -> dict | None:
@@ -61,8 +61,12 @@ def dead_pid() -> int:
     return p.pid
 
 
-ELSEWHERE = {"pid": 4242, "host": "trainer-pod-0", "since": "2020-01-01T00:00:00+00:00",
-             "renewed": "2020-01-01T00:00:00+00:00"}
+ELSEWHERE = {
+    "pid": 4242,
+    "host": "trainer-pod-0",
+    "since": "2020-01-01T00:00:00+00:00",
+    "renewed": "2020-01-01T00:00:00+00:00",
+}
 
 
 def test_lock_holds_a_lease_object_and_exit_deletes_it(gstore):
@@ -71,8 +75,11 @@ def test_lock_holds_a_lease_object_and_exit_deletes_it(gstore):
         held = lease(gstore)
         assert held is not None
         assert {"pid", "host", "since", "renewed", "ttl_s"} <= held.keys()
-        assert (held["pid"], held["host"], held["ttl_s"]) == \
-            (os.getpid(), socket.gethostname(), 120.0)
+        assert (held["pid"], held["host"], held["ttl_s"]) == (
+            os.getpid(),
+            socket.gethostname(),
+            120.0,
+        )
         assert held["since"].endswith("+00:00") and held["renewed"].endswith("+00:00")
         assert len(renewers()) == 1
     assert lease(gstore) is None and renewers() == []
@@ -87,8 +94,9 @@ def test_a_second_holder_gets_a_conflict_naming_the_first(gstore):
         since = lease(gstore)["since"]
         with pytest.raises(ConflictError) as e, second.lock():
             pass
-        assert str(e.value.message) == (f"run 'r1' is in use by pid {os.getpid()} on "
-                                        f"{socket.gethostname()} since {since}")
+        assert str(e.value.message) == (
+            f"run 'r1' is in use by pid {os.getpid()} on {socket.gethostname()} since {since}"
+        )
         assert e.value.exit_code == 4
         assert "stop that process" in e.value.hint and "120 s" in e.value.hint
     with second.lock():  # free again once released
@@ -97,9 +105,13 @@ def test_a_second_holder_gets_a_conflict_naming_the_first(gstore):
 
 def test_a_fresh_lease_from_another_host_blocks_whatever_its_clock_says(gstore):
     write_lease(gstore, {**ELSEWHERE, "ttl_s": 30})  # "renewed" in 2020: GCS's time counts
-    with pytest.raises(ConflictError, match=re.escape(
-            "in use by pid 4242 on trainer-pod-0 since 2020-01-01T00:00:00+00:00")) as e, \
-            gstore.run("r1").lock():
+    with (
+        pytest.raises(
+            ConflictError,
+            match=re.escape("in use by pid 4242 on trainer-pod-0 since 2020-01-01T00:00:00+00:00"),
+        ) as e,
+        gstore.run("r1").lock(),
+    ):
         pass
     assert "30 s" in e.value.hint
     assert lease(gstore)["pid"] == 4242  # left alone
@@ -116,8 +128,7 @@ def test_an_expired_lease_is_taken_over(gstore):
 def test_a_damaged_lease_expires_after_the_default_ttl(gstore, monkeypatch):
     monkeypatch.setenv("RLCTL_LEASE_TTL_S", "2")
     write_lease(gstore, "{not json")
-    with pytest.raises(ConflictError, match="in use by another process"), \
-            gstore.run("r1").lock():
+    with pytest.raises(ConflictError, match="in use by another process"), gstore.run("r1").lock():
         pass
     time.sleep(2.3)
     with gstore.run("r1").lock():
@@ -141,8 +152,10 @@ def test_renewals_keep_a_held_lease_alive_past_its_ttl(gstore):
         first = store.bucket.get_blob(KEY)
         assert lease(store)["ttl_s"] == 1.0
         time.sleep(2.5)
-        with pytest.raises(ConflictError, match=f"pid {os.getpid()} on "), \
-                other(store).run("r1").lock():
+        with (
+            pytest.raises(ConflictError, match=f"pid {os.getpid()} on "),
+            other(store).run("r1").lock(),
+        ):
             pass
         now = store.bucket.get_blob(KEY)
         assert now.generation != first.generation and now.updated > first.updated
@@ -188,12 +201,16 @@ def test_a_holder_whose_lease_was_taken_stops_writing(gstore, monkeypatch):
 def test_a_bad_ttl_is_a_config_error(gstore, monkeypatch):
     for bad in ("abc", "0", "-5", "nan"):
         monkeypatch.setenv("RLCTL_LEASE_TTL_S", bad)
-        with pytest.raises(ConfigError, match=f"lease ttl '{bad}' .*RLCTL_LEASE_TTL_S"), \
-                gstore.run("r1").lock():
+        with (
+            pytest.raises(ConfigError, match=f"lease ttl '{bad}' .*RLCTL_LEASE_TTL_S"),
+            gstore.run("r1").lock(),
+        ):
             pass
     monkeypatch.delenv("RLCTL_LEASE_TTL_S")
-    with pytest.raises(ConfigError, match="'-1'"), GcsRunStore(
-            gstore.uri, client=gstore.client, lease_ttl=-1).run("r1").lock():
+    with (
+        pytest.raises(ConfigError, match="'-1'"),
+        GcsRunStore(gstore.uri, client=gstore.client, lease_ttl=-1).run("r1").lock(),
+    ):
         pass
     assert lease(gstore) is None
 
@@ -202,7 +219,9 @@ def test_cloud_errors_are_translated(gcs):
     client, _ = gcs
     run = GcsRunStore("gs://no-such-bucket-here/runs", client=client).run("r1")
     # #47: said at the first request, naming the bucket
-    with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-here' does not exist"), \
-            run.lock():
+    with (
+        pytest.raises(NotFoundError, match="bucket 'no-such-bucket-here' does not exist"),
+        run.lock(),
+    ):
         pass
     assert renewers() == []

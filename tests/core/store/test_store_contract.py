@@ -23,8 +23,7 @@ def store(request, tmp_path):
     client, bucket = request.getfixturevalue("gcs")
     from rlctl.core.store.gcs import GcsRunStore
 
-    return GcsRunStore(f"gs://{bucket}/runs", client=client,
-                       staging_root=str(tmp_path / "staging"))
+    return GcsRunStore(f"gs://{bucket}/runs", client=client, staging_root=str(tmp_path / "staging"))
 
 
 def reopen(store):
@@ -38,9 +37,11 @@ def reopen(store):
 
 def save_fake_checkpoint(run, step: int) -> dict[str, bytes]:
     """Files as Orbax lays them out, written where the trainer writes them."""
-    files = {"_CHECKPOINT_METADATA": b'{"ok": true}',
-             "default/_METADATA": json.dumps({"step": step}).encode(),
-             "default/d/0.bin": bytes(range(256)) * 40}
+    files = {
+        "_CHECKPOINT_METADATA": b'{"ok": true}',
+        "default/_METADATA": json.dumps({"step": step}).encode(),
+        "default/d/0.bin": bytes(range(256)) * 40,
+    }
     root = Path(run.path_for(f"{CHECKPOINTS}/{step}"))
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +101,11 @@ class TestRunStoreContract:
         run.push(METRICS)
         info = describe_run(reopen(store).existing("r1"))
         # the torn last line is skipped; the step is the files' (#47), not status.json's
-        assert (info.phase, info.step, info.latest_metrics) == \
-            ("running", 1, {"step": 1, "loss": 0.5})
+        assert (info.phase, info.step, info.latest_metrics) == (
+            "running",
+            1,
+            {"step": 1, "loss": 0.5},
+        )
         assert [r.name for r in list_runs(store)] == ["r1"]
 
     def test_staged_files_are_pushed_and_pulled(self, store):
@@ -125,8 +129,9 @@ class TestRunStoreContract:
         assert latest_checkpoint_step(fresh) == 2
         fresh.fetch_checkpoint(2)
         got = Path(fresh.path_for(f"{CHECKPOINTS}/2"))
-        assert {p.relative_to(got).as_posix(): p.read_bytes()
-                for p in got.rglob("*") if p.is_file()} == files
+        assert {
+            p.relative_to(got).as_posix(): p.read_bytes() for p in got.rglob("*") if p.is_file()
+        } == files
 
     def test_an_unfinished_checkpoint_is_never_the_latest(self, store):
         run = store.run("r1")
@@ -151,8 +156,9 @@ class TestRunStoreContract:
         assert set_aside_checkpoints(fresh) == ["2.damaged"]
         fresh.pull(f"{CHECKPOINTS}/2.damaged")
         got = Path(fresh.path_for(f"{CHECKPOINTS}/2.damaged"))
-        assert {p.relative_to(got).as_posix(): p.read_bytes()
-                for p in got.rglob("*") if p.is_file()} == files
+        assert {
+            p.relative_to(got).as_posix(): p.read_bytes() for p in got.rglob("*") if p.is_file()
+        } == files
 
     def test_delete_removes_the_run(self, store):
         run = store.run("r1")
@@ -190,8 +196,9 @@ class TestGcsCommits:
         from rlctl.core.store.gcs import GcsRunStore
 
         client, bucket = gcs
-        return GcsRunStore(f"gs://{bucket}/runs", client=client,
-                           staging_root=str(tmp_path / "staging"))
+        return GcsRunStore(
+            f"gs://{bucket}/runs", client=client, staging_root=str(tmp_path / "staging")
+        )
 
     def test_concurrent_status_writer_gets_a_conflict_not_a_lost_update(self, gstore):
         a = gstore.run("r1")
@@ -218,10 +225,12 @@ class TestGcsCommits:
         blobs = {b.name: b for b in client.list_blobs(bucket, prefix="runs/r1/checkpoints/2/")}
         marker = blobs.pop("runs/r1/checkpoints/2/COMMITTED")
         assert len(blobs) == 3
-        assert all(b.generation < marker.generation or b.updated <= marker.updated
-                   for b in blobs.values())
+        assert all(
+            b.generation < marker.generation or b.updated <= marker.updated for b in blobs.values()
+        )
         assert json.loads(marker.download_as_bytes())["files"] == sorted(
-            n.rsplit("/2/", 1)[1] for n in blobs)
+            n.rsplit("/2/", 1)[1] for n in blobs
+        )
 
     def test_pruned_checkpoints_leave_the_store(self, gstore):
         import shutil
@@ -270,11 +279,14 @@ class TestOneWriter:
         assert e.value.exit_code == 4 and "stop that process" in (e.value.hint or "")
         with second.lock():  # released on exit
             pass
-        code = ("import sys, time; from rlctl.core.store import open_store;"
-                "cm = open_store(sys.argv[1]).run('r1').lock(); cm.__enter__();"
-                "print('held', flush=True); time.sleep(60)")
-        holder = subprocess.Popen([sys.executable, "-c", code, store.uri],
-                                  stdout=subprocess.PIPE, text=True)
+        code = (
+            "import sys, time; from rlctl.core.store import open_store;"
+            "cm = open_store(sys.argv[1]).run('r1').lock(); cm.__enter__();"
+            "print('held', flush=True); time.sleep(60)"
+        )
+        holder = subprocess.Popen(
+            [sys.executable, "-c", code, store.uri], stdout=subprocess.PIPE, text=True
+        )
         try:
             assert holder.stdout.readline().strip() == "held"
             with pytest.raises(ConflictError, match=f"pid {holder.pid} on "), run.lock():

@@ -15,8 +15,10 @@ def test_only_the_temporary_folders_of_unfinished_saves_are_removed(tmp_path):
     (tmp_path / "4.orbax-checkpoint-tmp-1700000000" / "default").mkdir(parents=True)
     (tmp_path / "4.orbax-checkpoint-tmp-1700000000" / "default" / "x").write_bytes(b"0" * 99)
     (tmp_path / "6.orbax-checkpoint-tmp").write_text("")
-    assert remove_partial(tmp_path) == ["4.orbax-checkpoint-tmp-1700000000",
-                                        "6.orbax-checkpoint-tmp"]
+    assert remove_partial(tmp_path) == [
+        "4.orbax-checkpoint-tmp-1700000000",
+        "6.orbax-checkpoint-tmp",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["2"]
     assert remove_partial(tmp_path / "missing") == []
 
@@ -52,14 +54,23 @@ class TestManifest:
         (tmp_path / "3" / "notes.txt").write_text("x")
         assert verify(tmp_path / "3") == "it has no _CHECKPOINT_METADATA"
 
-    @pytest.mark.parametrize(("damage", "why"), [
-        (lambda s: (s / "default" / "params").write_bytes(b"cut"), "has 3 bytes, not 10240"),
-        (lambda s: (s / "_CHECKPOINT_METADATA").write_text('{"step": 5}'),
-         "does not match its recorded SHA-256"),
-        (lambda s: (s / "_CHECKPOINT_METADATA").write_text(""), "has 0 bytes"),
-        (lambda s: (s / "default" / "params").unlink(), "default/params is missing"),
-        (lambda s: (s / "rlctl-manifest.json").write_bytes(b"\xff"), "manifest.json is damaged"),
-    ], ids=["truncated", "changed", "emptied", "missing", "manifest"])
+    @pytest.mark.parametrize(
+        ("damage", "why"),
+        [
+            (lambda s: (s / "default" / "params").write_bytes(b"cut"), "has 3 bytes, not 10240"),
+            (
+                lambda s: (s / "_CHECKPOINT_METADATA").write_text('{"step": 5}'),
+                "does not match its recorded SHA-256",
+            ),
+            (lambda s: (s / "_CHECKPOINT_METADATA").write_text(""), "has 0 bytes"),
+            (lambda s: (s / "default" / "params").unlink(), "default/params is missing"),
+            (
+                lambda s: (s / "rlctl-manifest.json").write_bytes(b"\xff"),
+                "manifest.json is damaged",
+            ),
+        ],
+        ids=["truncated", "changed", "emptied", "missing", "manifest"],
+    )
     def test_each_kind_of_damage_is_named(self, tmp_path, damage, why):
         from rlctl.core.trainer.checkpointing import verify
 
@@ -70,8 +81,9 @@ class TestManifest:
 
 @pytest.mark.trainer
 @pytest.mark.parametrize("manifest", ["kept", "removed"])
-def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_model_dir, tmp_path,
-                                                                    monkeypatch, manifest):
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
+    tiny_model_dir, tmp_path, monkeypatch, manifest
+):
     """Checkpoint 4 truncated: resume warns, restores 2, and ends exactly as a run that
     was never interrupted. Without a manifest (an older rlctl's checkpoint) the damage
     shows only when Orbax reads it: the same fallback, one warning line instead of
@@ -108,8 +120,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_model_d
     assert verify(ckpt) is None  # saved again by the resumed run, not the damaged copy
 
 
-def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_path,
-                                                            monkeypatch):
+def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_path, monkeypatch):
     """Orbax holds at most SAVE_IN_FLIGHT bytes of host copies while saving; an array
     larger than that raises the limit to its size instead of stalling the save, and
     the checkpoint restores exactly."""
@@ -150,21 +161,30 @@ class TestFailedReadNoise:
     (issue #25: thousands of lines; a CI run in four printed one more form); any
     other late error is still shown."""
 
-    READ = ValueError('DATA_LOSS: Error opening "cast" driver: Error opening "zarr" '
-                      'driver: Error reading "optimizer.step/.zarray" in OCDBT database')
+    READ = ValueError(
+        'DATA_LOSS: Error opening "cast" driver: Error opening "zarr" '
+        'driver: Error reading "optimizer.step/.zarray" in OCDBT database'
+    )
 
     @staticmethod
     def record(exc: BaseException) -> logging.LogRecord:
-        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1,
-                                 "Future exception was never retrieved\nfuture: %s",
-                                 (f"<Future finished exception={exc!r}>",),
-                                 (type(exc), exc, None))
+        return logging.LogRecord(
+            "asyncio",
+            logging.ERROR,
+            __file__,
+            1,
+            "Future exception was never retrieved\nfuture: %s",
+            (f"<Future finished exception={exc!r}>",),
+            (type(exc), exc, None),
+        )
 
     # a chunk read past the end of a cut data file names only the OCDBT store (what
     # tests/faults' "no manifest, data cut" printed after its hint in a CI run)
-    CUT = ValueError('OUT_OF_RANGE: Error reading "model.lm_head.w/0.0" in OCDBT database '
-                     'at local file "/runs/ok/checkpoints/1/default/": Requested byte range '
-                     '[593085, 684056) is not valid for value of size 419417')
+    CUT = ValueError(
+        'OUT_OF_RANGE: Error reading "model.lm_head.w/0.0" in OCDBT database '
+        'at local file "/runs/ok/checkpoints/1/default/": Requested byte range '
+        "[593085, 684056) is not valid for value of size 419417"
+    )
 
     def test_an_unretrieved_read_without_a_traceback_is_dropped(self):
         from rlctl.core.trainer.checkpointing import _UNRETRIEVED
@@ -196,10 +216,13 @@ class TestFailedReadNoise:
             warnings.simplefilter("always")
             quiet.install()
             quiet.remove()  # the warnings filter stays: these come at exit
-            for name in ("_read_array_index_and_device_put", "_read_shard",
-                         "_read_and_create_array", "my_reward"):
-                warnings.warn(f"coroutine '{name}' was never awaited", RuntimeWarning,
-                              stacklevel=1)
+            for name in (
+                "_read_array_index_and_device_put",
+                "_read_shard",
+                "_read_and_create_array",
+                "my_reward",
+            ):
+                warnings.warn(f"coroutine '{name}' was never awaited", RuntimeWarning, stacklevel=1)
         assert [str(w.message) for w in shown] == ["coroutine 'my_reward' was never awaited"]
 
 
@@ -221,7 +244,8 @@ class TestSpaceNeeded:
 
 
 def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
-        tmp_path, tiny_model_dir):
+    tmp_path, tiny_model_dir
+):
     """keep=1 leaves the newest checkpoint alone; a ``<step>.damaged`` folder is not
     one of the kept, and is never deleted (it may be all a run has)."""
     from rlctl.core.config.models import TrainingSpec
@@ -242,7 +266,8 @@ def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
         ckpt.save(step, model, optimizer)
         assert sorted(p.name for p in aside.parent.iterdir()) == ["3.damaged", str(step)]
     assert ckpt.latest == 6 and ckpt.latest_size == checkpointing.checkpoint_bytes(
-        aside.parent / "6")
+        aside.parent / "6"
+    )
     ckpt.close()
     assert (aside / "default" / "x").read_bytes() == b"data"
 
@@ -266,12 +291,16 @@ class TestFirstCheckpointEstimate:
         from rlctl.core.trainer.checkpoint_size import estimate_bytes
 
         rng = np.random.default_rng(0)
-        state = {"params": jnp.asarray(rng.normal(size=(512, 768)).astype(np.float32)),
-                 "moments": {"mu": jnp.zeros((512, 768), jnp.float32),  # before a gradient
-                             "nu": jnp.asarray(rng.normal(size=(300_000,)).astype(np.float32))},
-                 "half": jnp.asarray(rng.normal(size=(256, 1024)), jnp.bfloat16),
-                 "steps": jnp.asarray(3, jnp.int32),
-                 "levels": jnp.asarray(rng.integers(0, 16, size=(1024, 512)) / 8.0, jnp.float32)}
+        state = {
+            "params": jnp.asarray(rng.normal(size=(512, 768)).astype(np.float32)),
+            "moments": {
+                "mu": jnp.zeros((512, 768), jnp.float32),  # before a gradient
+                "nu": jnp.asarray(rng.normal(size=(300_000,)).astype(np.float32)),
+            },
+            "half": jnp.asarray(rng.normal(size=(256, 1024)), jnp.bfloat16),
+            "steps": jnp.asarray(3, jnp.int32),
+            "levels": jnp.asarray(rng.integers(0, 16, size=(1024, 512)) / 8.0, jnp.float32),
+        }
         in_memory = sum(int(x.nbytes) for x in jax_leaves(state))
         saved = self._saved_bytes(tmp_path, state)
         estimate = estimate_bytes(state)
@@ -310,7 +339,8 @@ class TestBackgroundSaves:
         return model, make_optimizer(model, TrainingSpec()), LocalRunDir(tmp_path, "bg")
 
     def test_the_saved_state_is_the_one_at_the_save_though_the_update_donates_it(
-            self, parts, tiny_model_dir):
+        self, parts, tiny_model_dir
+    ):
         """The next update donates the model's buffers (deleted, then reused) while the
         thread writes: the thread writes its own copy, and the restored checkpoint is
         the state at the save, not after."""
@@ -326,13 +356,16 @@ class TestBackgroundSaves:
         ckpt = checkpointing.Checkpoints(run, current(), keep=2, background=True)
         # device copies: a numpy view (which JAX keeps on the array) would be an
         # external reference, and a buffer with one is copied, not donated
-        before = [jnp.array(x, copy=True)
-                  for x in jax.tree.leaves(checkpointing._state(model, optimizer))]
+        before = [
+            jnp.array(x, copy=True) for x in jax.tree.leaves(checkpointing._state(model, optimizer))
+        ]
         ckpt.save(3, model, optimizer)
         # what a step does next: a jitted update whose input state is donated
         state = nnx.state((model, optimizer))
-        bump = jax.jit(lambda s: jax.tree.map(lambda x: x + 1 if x.dtype.kind == "f" else x,
-                                              s), donate_argnums=0)
+        bump = jax.jit(
+            lambda s: jax.tree.map(lambda x: x + 1 if x.dtype.kind == "f" else x, s),
+            donate_argnums=0,
+        )
         bumped = bump(state)
         # donated indeed: the floats' buffers are gone (the counts pass through)
         assert all(x.is_deleted() for x in jax.tree.leaves(state) if x.dtype.kind == "f")
@@ -350,7 +383,8 @@ class TestBackgroundSaves:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
     def test_one_save_in_flight_and_a_failed_write_is_raised_on_the_run_thread(
-            self, parts, monkeypatch):
+        self, parts, monkeypatch
+    ):
         """The next save waits for the one in flight; a write that fails in the thread
         is raised by the next wait, and no checkpoint of it is left or counted."""
         import os

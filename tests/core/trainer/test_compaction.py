@@ -61,7 +61,11 @@ def test_needed_positions_are_those_before_a_masked_target():
 
     mask = jnp.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 1, 0, 0]])
     assert needed_positions(mask).astype(int).tolist() == [
-        [1, 1, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]
+        [1, 1, 0, 0, 0],
+        [0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 1, 0, 0, 0],
+    ]
 
 
 def test_packed_runs_the_kept_rows_only_with_their_gradients():
@@ -82,8 +86,7 @@ def test_packed_runs_the_kept_rows_only_with_their_gradients():
 
     out = packed(fn, x, p)
     flat = np.asarray(keep).reshape(-1)
-    np.testing.assert_allclose(np.asarray(out)[flat], np.tanh(np.asarray(x @ w))[flat],
-                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out)[flat], np.tanh(np.asarray(x @ w))[flat], rtol=1e-6)
     assert int(p.branch) == 2 and sorted(set(seen)) == [8, 16, 24, 32, 40, 48]
     assert np.count_nonzero(np.abs(np.asarray(out)).sum(-1)) == 24  # only 24 computed
 
@@ -91,8 +94,9 @@ def test_packed_runs_the_kept_rows_only_with_their_gradients():
         y = packed(lambda r: jnp.tanh(r @ w), x, p) if packs else jnp.tanh(x @ w)
         return (y * keep.reshape(-1, 1)).sum()
 
-    for a, b in zip(jax.grad(loss, (0, 1))(w, x, True), jax.grad(loss, (0, 1))(w, x, False),
-                    strict=True):
+    for a, b in zip(
+        jax.grad(loss, (0, 1))(w, x, True), jax.grad(loss, (0, 1))(w, x, False), strict=True
+    ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
@@ -120,10 +124,12 @@ def test_the_log_probs_are_the_whole_grids_where_the_mask_is_set(padded):
 
     model, info, prompts, comps, mask, _, pad, G = padded
     assert int(compaction.plan(compaction.needed_positions(mask)).branch) < 5  # skips
-    whole, went = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
-                                         temperature=0.7, info=info)
-    skips, ent = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
-                                        temperature=0.7, info=info, mask=mask)
+    whole, went = ta.shared_prefix_logps(
+        model, prompts, comps, group=G, pad_id=pad, temperature=0.7, info=info
+    )
+    skips, ent = ta.shared_prefix_logps(
+        model, prompts, comps, group=G, pad_id=pad, temperature=0.7, info=info, mask=mask
+    )
     np.testing.assert_allclose(np.asarray(skips) * mask, np.asarray(whole) * mask, atol=2e-5)
     np.testing.assert_allclose(np.asarray(ent) * mask, np.asarray(went) * mask, atol=2e-5)
     # where nothing reads them the MLPs and the head were skipped: those log-probs differ
@@ -134,8 +140,9 @@ def test_the_log_probs_are_the_whole_grids_where_the_mask_is_set(padded):
 def test_loss_and_gradients_are_tunixs_with_the_pads_skipped(padded, remat):
     from tests.core.trainer import yardsticks
 
-    yardsticks.assert_loss_and_gradients_match(*padded, algorithm="grpo", remat=remat,
-                                               skip_pads=True)
+    yardsticks.assert_loss_and_gradients_match(
+        *padded, algorithm="grpo", remat=remat, skip_pads=True
+    )
 
 
 def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatch):
@@ -151,9 +158,11 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
     model, info, prompts, comps, mask, *_ = padded
     seen = []
     real = logprobs.decoder_layer
-    monkeypatch.setattr(logprobs, "decoder_layer",
-                        lambda *a, **k: seen.append(len(a) >= 6 and a[5] is not None)
-                        or real(*a, **k))
+    monkeypatch.setattr(
+        logprobs,
+        "decoder_layer",
+        lambda *a, **k: seen.append(len(a) >= 6 and a[5] is not None) or real(*a, **k),
+    )
     heads = []
     real_head = logprobs.head_logps
     monkeypatch.setattr(logprobs, "head_logps", lambda *a: heads.append(1) or real_head(*a))

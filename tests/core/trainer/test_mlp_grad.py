@@ -16,8 +16,7 @@ def mlp_case(seed: int, d: int, f: int, rows: tuple[int, int], scale: float):
     k = jax.random.split(jax.random.PRNGKey(seed), 5)
     wg, wu = (jax.random.normal(k[i], (d, f)) * scale for i in (0, 1))
     wd = jax.random.normal(k[2], (f, d)) * scale
-    return (wg, wu, wd, jax.random.normal(k[3], (*rows, d)),
-            jax.random.normal(k[4], (*rows, d)))
+    return (wg, wu, wd, jax.random.normal(k[3], (*rows, d)), jax.random.normal(k[4], (*rows, d)))
 
 
 def test_the_gated_mlps_gradients_are_jaxs():
@@ -33,8 +32,7 @@ def test_the_gated_mlps_gradients_are_jaxs():
 
     ours = jax.grad(lambda *a: (gated_mlp("float32", *a) * dy).sum(), argnums=(0, 1, 2, 3))
     theirs = jax.grad(lambda *a: (plain(*a) * dy).sum(), argnums=(0, 1, 2, 3))
-    np.testing.assert_allclose(gated_mlp("float32", wg, wu, wd, x), plain(wg, wu, wd, x),
-                               rtol=1e-6)
+    np.testing.assert_allclose(gated_mlp("float32", wg, wu, wd, x), plain(wg, wu, wd, x), rtol=1e-6)
     for a, b in zip(ours(wg, wu, wd, x), theirs(wg, wu, wd, x), strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -55,8 +53,9 @@ def test_in_bfloat16_it_is_float32s_within_bfloat16s_precision():
         return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
 
     def grads(dtype):
-        return jax.grad(lambda *a: (gated_mlp(dtype, *a) * dy).sum(),
-                        argnums=(0, 1, 2, 3))(wg, wu, wd, x)
+        return jax.grad(lambda *a: (gated_mlp(dtype, *a) * dy).sum(), argnums=(0, 1, 2, 3))(
+            wg, wu, wd, x
+        )
 
     narrow, wide = (gated_mlp(dt, wg, wu, wd, x) for dt in ("bfloat16", "float32"))
     assert 1e-4 < rel(narrow, wide) < 1e-2  # read narrow, and close
@@ -83,12 +82,14 @@ def test_the_decoder_layer_is_tunixs_forward_and_backward(tiny_model_dir):
 
     def loss(state, x, own):
         m = nnx.merge(graphdef, state)
-        out = decoder_layer(m, x, positions, None, mask)[1] if own else m(
-            x, positions, None, mask)[1]
+        out = (
+            decoder_layer(m, x, positions, None, mask)[1] if own else m(x, positions, None, mask)[1]
+        )
         return (out * dy).sum()
 
-    (l1, g1), (l2, g2) = (jax.value_and_grad(loss, argnums=(0, 1))(state, x, own)
-                          for own in (True, False))
+    (l1, g1), (l2, g2) = (
+        jax.value_and_grad(loss, argnums=(0, 1))(state, x, own) for own in (True, False)
+    )
     assert float(l1) == pytest.approx(float(l2), rel=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
@@ -105,20 +106,20 @@ def test_the_update_takes_it_for_plain_llama_and_not_with_lora(tiny_model_dir, m
 
     calls = []
     real = logprobs.decoder_layer
-    monkeypatch.setattr(logprobs, "decoder_layer",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(logprobs, "decoder_layer", lambda *a, **k: calls.append(1) or real(*a, **k))
     prompts = np.full((1, 4), 5, np.int32)
     comps = np.full((2, 3), 7, np.int32)
 
     def logps(model, info):
         calls.clear()
-        ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0, temperature=1.0,
-                               info=info)
+        ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0, temperature=1.0, info=info)
         return len(calls)
 
     model, info = ta.load_model(tiny_model_dir)
     assert logps(model, info) == 2 * info.num_layers  # prompts, then completions
-    lora = apply_lora(ta.load_model(tiny_model_dir)[0], "llama",
-                      SimpleNamespace(lora_rank=4, lora_alpha=8.0,
-                                      lora_target_modules=["gate_proj", "up_proj"]))
+    lora = apply_lora(
+        ta.load_model(tiny_model_dir)[0],
+        "llama",
+        SimpleNamespace(lora_rank=4, lora_alpha=8.0, lora_target_modules=["gate_proj", "up_proj"]),
+    )
     assert logps(lora, info) == 0

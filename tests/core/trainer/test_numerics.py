@@ -18,8 +18,15 @@ def test_every_choice_has_its_measurement():
 
 
 def test_the_cpus_tricks_are_on_for_the_cpu_only():
-    tricks = ("pack_mlp_rows", "pack_head", "own_mlp_gradient", "weights_first_decode",
-              "prefill_once_per_group", "xla_cpu_options", "partial_remat")
+    tricks = (
+        "pack_mlp_rows",
+        "pack_head",
+        "own_mlp_gradient",
+        "weights_first_decode",
+        "prefill_once_per_group",
+        "xla_cpu_options",
+        "partial_remat",
+    )
     assert all(getattr(TABLE["cpu"], t) for t in tricks)
     for row in ("gpu", "tpu"):
         assert not any(getattr(TABLE[row], t) for t in tricks), row
@@ -28,8 +35,10 @@ def test_the_cpus_tricks_are_on_for_the_cpu_only():
     assert not TABLE["cpu"].background_saves  # a copy of the state in the same RAM
 
 
-@pytest.mark.parametrize(("platform", "row"), [("cpu", "cpu"), ("gpu", "gpu"), ("cuda", "gpu"),
-                                               ("rocm", "gpu"), ("tpu", "tpu")])
+@pytest.mark.parametrize(
+    ("platform", "row"),
+    [("cpu", "cpu"), ("gpu", "gpu"), ("cuda", "gpu"), ("rocm", "gpu"), ("tpu", "tpu")],
+)
 def test_each_backend_gets_its_row(platform, row):
     assert choose(platform).row == row
 
@@ -46,10 +55,12 @@ def test_describe_names_what_is_on():
     assert TABLE["cpu"].describe() == (
         "cpu row: packed MLP rows, packed head, own MLP gradient, weights-first decode, "
         "prefill once per group, XLA:CPU options, 3/4 of the layers recomputed; layers "
-        "unrolled; saves in the step")
+        "unrolled; saves in the step"
+    )
     assert TABLE["gpu"].describe() == (
         "gpu row: none of the CPU's tricks; layers scanned (one layer body compiled); "
-        "saves in the background")
+        "saves in the background"
+    )
 
 
 def test_the_update_takes_no_cpu_compiler_options_in_an_accelerators_row():

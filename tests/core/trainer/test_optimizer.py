@@ -18,36 +18,44 @@ from rlctl.core.trainer.optimizer import clipped_adamw, global_norm  # noqa: E40
 
 def optax_reference(lr, weight_decay: float, max_norm: float):
     """What rlctl used before: optax's chain on float32 copies of everything."""
-    tx = optax.chain(optax.clip_by_global_norm(max_norm),
-                     optax.adamw(lr, b1=0.9, b2=0.99, weight_decay=weight_decay))
+    tx = optax.chain(
+        optax.clip_by_global_norm(max_norm),
+        optax.adamw(lr, b1=0.9, b2=0.99, weight_decay=weight_decay),
+    )
     f32 = lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), t)  # noqa: E731
     return optax.GradientTransformation(
-        lambda p: tx.init(f32(p)),
-        lambda g, s, p: tx.update(f32(g), s, f32(p)))
+        lambda p: tx.init(f32(p)), lambda g, s, p: tx.update(f32(g), s, f32(p))
+    )
 
 
-@pytest.mark.parametrize("lr", [1e-2, optax.linear_schedule(0.0, 1e-2, 3)],
-                         ids=["constant", "warmup"])
+@pytest.mark.parametrize(
+    "lr", [1e-2, optax.linear_schedule(0.0, 1e-2, 3)], ids=["constant", "warmup"]
+)
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 def test_four_steps_equal_optax_with_and_without_clipping(lr, weight_decay):
     rng = np.random.default_rng(0)
-    params = {"w": jnp.asarray(rng.normal(size=(5, 7)), jnp.float32),
-              "b": jnp.asarray(rng.normal(size=(3,)), jnp.float32)}
-    ref, new = optax_reference(lr, weight_decay, 1.0), clipped_adamw(
-        lr, b1=0.9, b2=0.99, weight_decay=weight_decay, max_norm=1.0)
+    params = {
+        "w": jnp.asarray(rng.normal(size=(5, 7)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=(3,)), jnp.float32),
+    }
+    ref, new = (
+        optax_reference(lr, weight_decay, 1.0),
+        clipped_adamw(lr, b1=0.9, b2=0.99, weight_decay=weight_decay, max_norm=1.0),
+    )
     s_ref, s_new = ref.init(params), new.init(params)
     assert jax.tree.structure(s_ref) == jax.tree.structure(s_new)  # checkpoints load
     p_ref = p_new = params
     for k in range(4):  # norms of about 0.5 (kept) and 15 (clipped), alternately
         size = 3.0 if k % 2 else 0.1
-        g = {name: jnp.asarray(rng.normal(size=x.shape) * size, jnp.float32)
-             for name, x in params.items()}
+        g = {
+            name: jnp.asarray(rng.normal(size=x.shape) * size, jnp.float32)
+            for name, x in params.items()
+        }
         u, s_ref = ref.update(g, s_ref, p_ref)
         p_ref = optax.apply_updates(p_ref, u)
         u, s_new = new.update(g, s_new, p_new)
         p_new = optax.apply_updates(p_new, u)
-    for a, b in zip(jax.tree.leaves((p_ref, s_ref)), jax.tree.leaves((p_new, s_new)),
-                    strict=True):
+    for a, b in zip(jax.tree.leaves((p_ref, s_ref)), jax.tree.leaves((p_new, s_new)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 

@@ -43,8 +43,15 @@ def theta_model(tmp_path_factory):
     """A tiny Llama whose rope theta (1e5, like SmolLM2) is not Tunix's hard-coded 1e6."""
     from tests.fakes.tiny_model import write_tiny_llama
 
-    return write_tiny_llama(tmp_path_factory.mktemp("m") / "theta", rope_theta=1e5, seed=1,
-                            layers=2, hidden=64, heads=2, kv_heads=1)
+    return write_tiny_llama(
+        tmp_path_factory.mktemp("m") / "theta",
+        rope_theta=1e5,
+        seed=1,
+        layers=2,
+        hidden=64,
+        heads=2,
+        kv_heads=1,
+    )
 
 
 class TestRopeTheta:
@@ -105,8 +112,14 @@ class TestPadToken:
 
         def logps(pad: int) -> np.ndarray:
             out, _ = ta.shared_prefix_logps(
-                model, np.array([prompt], np.int32), np.array([completion], np.int32),
-                group=1, pad_id=pad, temperature=1.0, info=info)
+                model,
+                np.array([prompt], np.int32),
+                np.array([completion], np.int32),
+                group=1,
+                pad_id=pad,
+                temperature=1.0,
+                info=info,
+            )
             return np.asarray(out[0])
 
         np.testing.assert_allclose(logps(tok.pad_id()), want, atol=1e-4)
@@ -124,8 +137,7 @@ class TestSamplingSeed:
 
         tok = ChatTokenizer(tiny_model_dir)
         model, info = ta.load_model(tiny_model_dir)
-        rollout = Rollout.create(RolloutSpec(num_generations=4, max_new_tokens=8), model,
-                                 tok, info)
+        rollout = Rollout.create(RolloutSpec(num_generations=4, max_new_tokens=8), model, tok, info)
         prompts = [tok.apply_chat_template([{"role": "user", "content": "hi"}])]
 
         def draw(step: int) -> list[list[int]]:

@@ -13,17 +13,20 @@ ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16"})
 SAPPHIRE_RAPIDS = frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
 
 
-@pytest.mark.parametrize(("requested", "platform", "flags", "want"), [
-    ("auto", "cpu", ZEN3, "float32"),
-    ("auto", "cpu", ZEN4, "float32"),  # faster in bfloat16, but it learned less
-    ("auto", "cpu", SAPPHIRE_RAPIDS, "float32"),
-    ("auto", "gpu", ZEN3, "bfloat16"),
-    ("auto", "tpu", frozenset(), "bfloat16"),
-    ("float32", "cpu", ZEN4, "float32"),
-    ("float32", "gpu", frozenset(), "float32"),
-    ("bfloat16", "cpu", ZEN3, "bfloat16"),
-    ("bfloat16", "cpu", ZEN4, "bfloat16"),
-])
+@pytest.mark.parametrize(
+    ("requested", "platform", "flags", "want"),
+    [
+        ("auto", "cpu", ZEN3, "float32"),
+        ("auto", "cpu", ZEN4, "float32"),  # faster in bfloat16, but it learned less
+        ("auto", "cpu", SAPPHIRE_RAPIDS, "float32"),
+        ("auto", "gpu", ZEN3, "bfloat16"),
+        ("auto", "tpu", frozenset(), "bfloat16"),
+        ("float32", "cpu", ZEN4, "float32"),
+        ("float32", "gpu", frozenset(), "float32"),
+        ("bfloat16", "cpu", ZEN3, "bfloat16"),
+        ("bfloat16", "cpu", ZEN4, "bfloat16"),
+    ],
+)
 def test_what_each_setting_picks(requested, platform, flags, want):
     p = choose(requested, "float32", platform, flags)
     assert p.dtype == want
@@ -58,8 +61,10 @@ def test_bfloat16_weights_are_read_as_they_are():
 
 def test_the_cpu_flags_come_from_proc_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
-                    "flags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n")
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+        "flags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n"
+    )
     assert cpu_flags(info) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
     assert cpu_flags(tmp_path / "absent") == frozenset()
 
@@ -73,19 +78,22 @@ def test_the_setting_says_what_auto_picks():
         ModelSpec(compute_dtype="float16")
 
 
-@pytest.mark.parametrize(("model", "rollout", "platform", "flags", "want"), [
-    # (the update's, the sampler's)
-    ("auto", "auto", "cpu", ZEN4, ("float32", "bfloat16")),  # sampling learned as float32
-    ("auto", "auto", "cpu", SAPPHIRE_RAPIDS, ("float32", "bfloat16")),
-    ("auto", "auto", "cpu", ZEN3, ("float32", "float32")),  # emulated: never by default
-    ("auto", "auto", "gpu", ZEN3, ("bfloat16", "bfloat16")),
-    ("float32", "auto", "cpu", ZEN4, ("float32", "float32")),  # float32 asked for: all of it
-    ("float32", "auto", "gpu", ZEN3, ("float32", "float32")),
-    ("bfloat16", "auto", "cpu", ZEN3, ("bfloat16", "bfloat16")),
-    ("auto", "float32", "cpu", ZEN4, ("float32", "float32")),
-    ("bfloat16", "float32", "cpu", ZEN4, ("bfloat16", "float32")),
-    ("float32", "bfloat16", "cpu", ZEN4, ("float32", "bfloat16")),
-])
+@pytest.mark.parametrize(
+    ("model", "rollout", "platform", "flags", "want"),
+    [
+        # (the update's, the sampler's)
+        ("auto", "auto", "cpu", ZEN4, ("float32", "bfloat16")),  # sampling learned as float32
+        ("auto", "auto", "cpu", SAPPHIRE_RAPIDS, ("float32", "bfloat16")),
+        ("auto", "auto", "cpu", ZEN3, ("float32", "float32")),  # emulated: never by default
+        ("auto", "auto", "gpu", ZEN3, ("bfloat16", "bfloat16")),
+        ("float32", "auto", "cpu", ZEN4, ("float32", "float32")),  # float32 asked for: all of it
+        ("float32", "auto", "gpu", ZEN3, ("float32", "float32")),
+        ("bfloat16", "auto", "cpu", ZEN3, ("bfloat16", "bfloat16")),
+        ("auto", "float32", "cpu", ZEN4, ("float32", "float32")),
+        ("bfloat16", "float32", "cpu", ZEN4, ("bfloat16", "float32")),
+        ("float32", "bfloat16", "cpu", ZEN4, ("float32", "bfloat16")),
+    ],
+)
 def test_the_sampler_reads_its_own_setting(model, rollout, platform, flags, want):
     p = choose(model, "float32", platform, flags, sampling=rollout)
     assert (p.dtype, p.sampling) == want
@@ -99,8 +107,9 @@ def test_the_sampler_reads_its_own_setting(model, rollout, platform, flags, want
 
 def test_a_split_says_how_to_trade_each_half():
     why = choose("auto", "float32", "cpu", ZEN4).why
-    assert why.startswith("float32 matmuls in the update (auto on a CPU; this CPU's "
-                          "AVX512-BF16 makes bfloat16 faster"), why
+    assert why.startswith(
+        "float32 matmuls in the update (auto on a CPU; this CPU's AVX512-BF16 makes bfloat16 faster"
+    ), why
     assert "--set model.compute_dtype=bfloat16" in why
     slow = choose("float32", "float32", "cpu", ZEN3, sampling="bfloat16")
     assert "emulated" in slow.warning and "rollout.compute_dtype=float32" in slow.warning

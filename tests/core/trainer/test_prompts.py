@@ -14,8 +14,11 @@ from rlctl.core.trainer.step import StepMetrics
 
 # what prompts.py built before the prompt was configurable: the default run learns with it
 OLD_DEFAULT = [
-    {"role": "system", "content": "You are a careful math assistant. Solve the problem, then "
-     "give the final answer as a number inside <answer></answer> tags."},
+    {
+        "role": "system",
+        "content": "You are a careful math assistant. Solve the problem, then "
+        "give the final answer as a number inside <answer></answer> tags.",
+    },
     {"role": "user", "content": "What is 4 + 3?"},
     {"role": "assistant", "content": "4 + 3 = 7. <answer>7</answer>"},
     {"role": "user", "content": "Q?"},
@@ -28,11 +31,23 @@ class TestChatMessages:
         assert chat_messages(Problem("Q?", "1"), RunSpec().prompt) == OLD_DEFAULT
 
     def test_system_and_examples_from_the_config(self):
-        spec = RunSpec(prompt={"system": "Be brief.", "examples": [
-            {"user": "1+1?", "assistant": "<answer>2</answer>"},
-            {"user": "2+2?", "assistant": "<answer>4</answer>"}]})
+        spec = RunSpec(
+            prompt={
+                "system": "Be brief.",
+                "examples": [
+                    {"user": "1+1?", "assistant": "<answer>2</answer>"},
+                    {"user": "2+2?", "assistant": "<answer>4</answer>"},
+                ],
+            }
+        )
         assert [m["content"] for m in chat_messages(Problem("Q?", "1"), spec.prompt)] == [
-            "Be brief.", "1+1?", "<answer>2</answer>", "2+2?", "<answer>4</answer>", "Q?"]
+            "Be brief.",
+            "1+1?",
+            "<answer>2</answer>",
+            "2+2?",
+            "<answer>4</answer>",
+            "Q?",
+        ]
 
     def test_no_system_no_examples(self):
         p = PromptSpec(system="", examples=[])
@@ -43,30 +58,49 @@ class TestChatMessages:
         p = Problem("U", "1", messages=msgs)
         assert chat_messages(p, PromptSpec(system="ignored")) == [dict(m) for m in msgs]
 
-    @pytest.mark.parametrize("prompt", [{"examples": [{"user": "x"}]},
-                                        {"system": 3}, {"sytem": "typo"}])
+    @pytest.mark.parametrize(
+        "prompt", [{"examples": [{"user": "x"}]}, {"system": 3}, {"sytem": "typo"}]
+    )
     def test_bad_prompt_config(self, prompt):
         with pytest.raises(ValueError):
             RunSpec(prompt=prompt)
 
 
 def _scores(means):
-    return Scores(np.array([1.0, 0.0], np.float32), np.array([1.0, 0.0], np.float32),
-                  np.array([1.0, 1.0], np.float32), means)
+    return Scores(
+        np.array([1.0, 0.0], np.float32),
+        np.array([1.0, 0.0], np.float32),
+        np.array([1.0, 1.0], np.float32),
+        means,
+    )
 
 
 class TestPerRewardMetrics:
     def test_a_step_row_has_each_rewards_mean(self):
-        m = StepMetrics.measure(3, [0.1], [1.0], {"kl": 0.0, "entropy": 1.0,
-                                                  "clip_fraction": 0.0},
-                                _scores({"correct": 0.5, "brevity": None}),
-                                np.ones((2, 4)), elapsed=1.0, rollout_seconds=0.5)
+        m = StepMetrics.measure(
+            3,
+            [0.1],
+            [1.0],
+            {"kl": 0.0, "entropy": 1.0, "clip_fraction": 0.0},
+            _scores({"correct": 0.5, "brevity": None}),
+            np.ones((2, 4)),
+            elapsed=1.0,
+            rollout_seconds=0.5,
+        )
         row = m.row()
         assert row["rewards/correct/mean"] == 0.5 and row["rewards/brevity/mean"] is None
         assert "reward_means" not in row and row["reward_mean"] == 0.5
 
     def test_an_evals_tensorboard_scalars_include_each_reward(self):
-        result = {"accuracy": 0.5, "format_rate": 1.0, "mean_reward": 0.6,
-                  "rewards": {"correct": 0.5, "never": None}}
-        assert scalars(result) == {"accuracy": 0.5, "format_rate": 1.0, "mean_reward": 0.6,
-                                   "rewards/correct/mean": 0.5}
+        result = {
+            "accuracy": 0.5,
+            "format_rate": 1.0,
+            "mean_reward": 0.6,
+            "rewards": {"correct": 0.5, "never": None},
+        }
+        assert scalars(result) == {
+            "accuracy": 0.5,
+            "format_rate": 1.0,
+            "mean_reward": 0.6,
+            "rewards/correct/mean": 0.5,
+        }

@@ -39,9 +39,21 @@ class TestExtractAnswer:
 class TestNormalizeNumber:
     @pytest.mark.parametrize(
         ("raw", "want"),
-        [("1,234", "1234"), ("$5", "5"), ("7.0", "7"), ("7.", "7"), ("-3", "-3"),
-         ("0.50", "0.5"), (" 42 ", "42"), ("+8", "8"), ("1e3", None), ("seven", None),
-         ("", None), (None, None), ("3/4", None)],
+        [
+            ("1,234", "1234"),
+            ("$5", "5"),
+            ("7.0", "7"),
+            ("7.", "7"),
+            ("-3", "-3"),
+            ("0.50", "0.5"),
+            (" 42 ", "42"),
+            ("+8", "8"),
+            ("1e3", None),
+            ("seven", None),
+            ("", None),
+            (None, None),
+            ("3/4", None),
+        ],
     )
     def test_cases(self, raw, want):
         assert normalize_number(raw) == want
@@ -99,9 +111,10 @@ class TestMathVerify:
     def test_equal_forms_of_seven(self, answer):
         assert correct_reward(f"<answer>{answer}</answer>", "7") == 1.0
 
-    @pytest.mark.parametrize(("answer", "gold"), [
-        ("18 + 11", "29"), ("7 apples", "7"), ("x = 7", "7"), ("3 + 4 = 7", "7"),
-        ("{7}", "7")])
+    @pytest.mark.parametrize(
+        ("answer", "gold"),
+        [("18 + 11", "29"), ("7 apples", "7"), ("x = 7", "7"), ("3 + 4 = 7", "7"), ("{7}", "7")],
+    )
     def test_a_numeric_gold_wants_one_number_not_a_sum_or_a_hedge(self, answer, gold):
         """math-verify alone credits each of these (measured); the prompt asks for a
         number, and crediting sums and lists cost the default run held-out gain."""
@@ -130,17 +143,28 @@ class TestMathVerify:
         thread and would race rlctl's own signal handling. rlctl turns it off."""
         before = signal.getsignal(signal.SIGALRM)
         got = []
-        t = threading.Thread(target=lambda: got.append(
-            correct_reward("<answer>3/4</answer>", "0.75")))
+        t = threading.Thread(
+            target=lambda: got.append(correct_reward("<answer>3/4</answer>", "0.75"))
+        )
         t.start()
         t.join()
         assert got == [1.0]
         assert signal.getsignal(signal.SIGALRM) is before
         assert signal.alarm(0) == 0  # no alarm left pending
 
-    @pytest.mark.parametrize(("raw", "want"), [
-        ("#### 1,200", "1200"), ("12", "12"), (7, "7"), (2.5, "2.5"),
-        ("\\frac{1}{2}", "\\frac{1}{2}"), ("seven", None), ("", None), (True, None)])
+    @pytest.mark.parametrize(
+        ("raw", "want"),
+        [
+            ("#### 1,200", "1200"),
+            ("12", "12"),
+            (7, "7"),
+            (2.5, "2.5"),
+            ("\\frac{1}{2}", "\\frac{1}{2}"),
+            ("seven", None),
+            ("", None),
+            (True, None),
+        ],
+    )
     def test_gold_answer(self, raw, want):
         assert gold_answer(raw) == want
 
@@ -150,16 +174,21 @@ def _trl(tmp_path, body, name="rewards.py"):
     return str(tmp_path / name)
 
 
-SAMPLES = [Sample("<answer>7</answer>", "3+4?", "7", {"level": 1}),
-           Sample("a long answer without tags", "2+2?", "4", {"level": 2})]
+SAMPLES = [
+    Sample("<answer>7</answer>", "3+4?", "7", {"level": 1}),
+    Sample("a long answer without tags", "2+2?", "4", {"level": 2}),
+]
 
 
 class TestForms:
     def test_a_trl_reward_from_a_file_gets_prompts_completions_and_columns(self, tmp_path):
-        path = _trl(tmp_path, "SEEN = {}\n"
-                    "def brevity(prompts, completions, level, **kwargs):\n"
-                    "    SEEN.update(prompts=prompts, level=level, kw=sorted(kwargs))\n"
-                    "    return [1.0 / len(c) for c in completions]\n")
+        path = _trl(
+            tmp_path,
+            "SEEN = {}\n"
+            "def brevity(prompts, completions, level, **kwargs):\n"
+            "    SEEN.update(prompts=prompts, level=level, kw=sorted(kwargs))\n"
+            "    return [1.0 / len(c) for c in completions]\n",
+        )
         (r,) = resolve([f"{path}:brevity"])
         assert r.batched and r.name == "brevity"
         out = score([r], SAMPLES)
@@ -169,8 +198,11 @@ class TestForms:
         assert seen["kw"] == ["answer", "completion_ids", "question"]
 
     def test_none_means_not_applicable(self, tmp_path):
-        path = _trl(tmp_path, "def only_tagged(completions, **kw):\n"
-                    "    return [1.0 if '<answer>' in c else None for c in completions]\n")
+        path = _trl(
+            tmp_path,
+            "def only_tagged(completions, **kw):\n"
+            "    return [1.0 if '<answer>' in c else None for c in completions]\n",
+        )
         rewards = resolve(["correct", f"{path}:only_tagged"])
         out = score(rewards, SAMPLES)
         assert out.total.tolist() == [2.0, 0.0]  # None adds nothing
@@ -178,38 +210,48 @@ class TestForms:
         assert out.means() == {"correct": 0.5, "only_tagged": 1.0}  # over the applicable
 
     def test_a_reward_that_applies_to_none_has_no_mean(self, tmp_path):
-        path = _trl(tmp_path, "def never(prompts, completions):\n"
-                    "    return [None] * len(completions)\n")
+        path = _trl(
+            tmp_path, "def never(prompts, completions):\n    return [None] * len(completions)\n"
+        )
         assert score(resolve([f"{path}:never"]), SAMPLES).means() == {"never": None}
 
     def test_weights_multiply(self, tmp_path):
-        rewards = resolve([RewardEntry(fn="correct", weight=2.0),
-                           RewardEntry(fn="format", weight=-0.5)])
+        rewards = resolve(
+            [RewardEntry(fn="correct", weight=2.0), RewardEntry(fn="format", weight=-0.5)]
+        )
         assert score(rewards, SAMPLES).total.tolist() == [1.5, 0.0]
 
     def test_only_the_keywords_a_reward_names_are_passed(self, tmp_path):
-        path = _trl(tmp_path, "def f(prompts, completions):\n"
-                    "    return [0.0 for _ in completions]\n")
+        path = _trl(
+            tmp_path, "def f(prompts, completions):\n    return [0.0 for _ in completions]\n"
+        )
         assert score(resolve([f"{path}:f"]), SAMPLES).total.tolist() == [0.0, 0.0]
 
     def test_conversational_rows_get_chat_turns(self, tmp_path):
-        path = _trl(tmp_path, "SEEN = []\n"
-                    "def f(prompts, completions, **kw):\n"
-                    "    SEEN.extend([prompts, completions])\n"
-                    "    return [0.0 for _ in completions]\n")
+        path = _trl(
+            tmp_path,
+            "SEEN = []\n"
+            "def f(prompts, completions, **kw):\n"
+            "    SEEN.extend([prompts, completions])\n"
+            "    return [0.0 for _ in completions]\n",
+        )
         (r,) = resolve([f"{path}:f"])
         msgs = ({"role": "user", "content": "hi"},)
         score([r], [Sample("<answer>1</answer>", "hi", "1", {}, msgs)])
         assert r.fn.__globals__["SEEN"] == [
             [[{"role": "user", "content": "hi"}]],
-            [[{"role": "assistant", "content": "<answer>1</answer>"}]]]
+            [[{"role": "assistant", "content": "<answer>1</answer>"}]],
+        ]
 
-    @pytest.mark.parametrize(("body", "words"), [
-        ("return 1.0", "returned a float, not a list"),
-        ("return [1.0]", "returned 1 values for 2 completions"),
-        ("return [1.0, 'x']", "returned 'x', not a finite number or None"),
-        ("raise KeyError('solution')", "raised KeyError"),
-    ])
+    @pytest.mark.parametrize(
+        ("body", "words"),
+        [
+            ("return 1.0", "returned a float, not a list"),
+            ("return [1.0]", "returned 1 values for 2 completions"),
+            ("return [1.0, 'x']", "returned 'x', not a finite number or None"),
+            ("raise KeyError('solution')", "raised KeyError"),
+        ],
+    )
     def test_a_batched_reward_that_misbehaves_is_named(self, tmp_path, body, words):
         path = _trl(tmp_path, f"def f(prompts, completions, **kw):\n    {body}\n")
         with pytest.raises(ConfigError, match=words) as e:
@@ -222,8 +264,11 @@ class TestForms:
 
     def test_neither_form(self, tmp_path):
         path = _trl(tmp_path, "def f(completion):\n    return 1.0\n")
-        with pytest.raises(ConfigError, match=r"cannot be called as f\(completion, gold\) "
-                           r"nor as f\(prompts, completions"):
+        with pytest.raises(
+            ConfigError,
+            match=r"cannot be called as f\(completion, gold\) "
+            r"nor as f\(prompts, completions",
+        ):
             resolve([f"{path}:f"])
 
 
@@ -258,7 +303,9 @@ class TestFiles:
 class TestConfig:
     def test_the_default_is_correct_plus_a_tenth_of_format(self):
         assert [(e.fn, e.weight, e.name) for e in RunSpec().rewards] == [
-            ("correct", 1.0, "correct"), ("format", 0.1, "format")]
+            ("correct", 1.0, "correct"),
+            ("format", 0.1, "format"),
+        ]
 
     def test_an_old_spec_keeps_its_meaning(self):
         """spec.yaml files from before weights: bare names, format worth 0.1."""
@@ -270,13 +317,16 @@ class TestConfig:
         (e,) = RunSpec(rewards=[{"fn": "pkg.mod:fn", "weight": 0.5, "name": "short"}]).rewards
         assert (e.fn, e.weight, e.name) == ("pkg.mod:fn", 0.5, "short")
 
-    @pytest.mark.parametrize(("rewards", "words"), [
-        (["a.f", "b.f"], "two rewards are named 'f'"),
-        ([{"fn": "correct", "name": "a b"}], "metrics key"),
-        ([{"fn": "correct", "weight": "nan"}], "finite"),
-        (["./r.py:not-a-name"], "not a function name"),
-        ([], "at least 1"),
-    ])
+    @pytest.mark.parametrize(
+        ("rewards", "words"),
+        [
+            (["a.f", "b.f"], "two rewards are named 'f'"),
+            ([{"fn": "correct", "name": "a b"}], "metrics key"),
+            ([{"fn": "correct", "weight": "nan"}], "finite"),
+            (["./r.py:not-a-name"], "not a function name"),
+            ([], "at least 1"),
+        ],
+    )
     def test_bad_entries(self, rewards, words):
         with pytest.raises(ValueError, match=words):
             RunSpec(rewards=rewards)
@@ -287,14 +337,18 @@ class TestGuest:
     ``REWARD_LIMIT``), what it prints goes to ``say`` (the run's log), never to
     stdout, and one that exits is named like one that raises."""
 
-    @pytest.mark.parametrize(("value", "words"), [
-        ("1e308", "returned 1e+308, outside the range ±1e+06"),
-        ("-2e6", "returned -2e+06, outside the range"),
-        ("float('nan')", "returned 'nan', not a finite number"),
-        ("float('inf')", "returned 'inf', not a finite number"),
-    ])
+    @pytest.mark.parametrize(
+        ("value", "words"),
+        [
+            ("1e308", "returned 1e+308, outside the range ±1e+06"),
+            ("-2e6", "returned -2e+06, outside the range"),
+            ("float('nan')", "returned 'nan', not a finite number"),
+            ("float('inf')", "returned 'inf', not a finite number"),
+        ],
+    )
     def test_a_value_out_of_range_or_not_finite_is_refused_with_the_rewards_name(
-            self, tmp_path, value, words):
+        self, tmp_path, value, words
+    ):
         path = _trl(tmp_path, f"def f(completion, gold):\n    return {value}\n")
         with pytest.raises(ConfigError, match=re.escape(words)) as e:
             score(resolve([f"{path}:f"]), SAMPLES)
@@ -322,14 +376,19 @@ class TestGuest:
             score(resolve([f"{path}:f"]), SAMPLES)
 
     def test_what_a_reward_prints_goes_to_say_never_to_stdout(self, tmp_path, capsys):
-        path = _trl(tmp_path, "def f(prompts, completions, **kw):\n"
-                    "    print('scoring', len(completions), end='')\n"
-                    "    print(' now')\n    print('partial', end='')\n"
-                    "    return [0.0 for _ in completions]\n")
+        path = _trl(
+            tmp_path,
+            "def f(prompts, completions, **kw):\n"
+            "    print('scoring', len(completions), end='')\n"
+            "    print(' now')\n    print('partial', end='')\n"
+            "    return [0.0 for _ in completions]\n",
+        )
         said: list[str] = []
         score(resolve([f"{path}:f"]), SAMPLES, said.append)
-        assert said == [f"reward '{path}:f' printed: scoring 2 now",
-                        f"reward '{path}:f' printed: partial"]
+        assert said == [
+            f"reward '{path}:f' printed: scoring 2 now",
+            f"reward '{path}:f' printed: partial",
+        ]
         score(resolve([f"{path}:f"]), SAMPLES)  # no say: stderr, still not stdout
         out = capsys.readouterr()
         assert out.out == "" and "scoring 2 now" in out.err
@@ -340,15 +399,25 @@ class TestExpressionGolds:
     answer in the same form is credited (math-verify's plain parse took the last
     number of ``x^2 + 1`` or ``2^{10}``, and nothing of ``x^2+1``)."""
 
-    @pytest.mark.parametrize(("gold", "answer"), [
-        ("x^2+1", "1 + x^2"), ("x^2+1", "x^2 + 1"), ("{1,2}", "{2, 1}"),
-        ("sqrt(2)", "\\sqrt{2}"), ("2^{10}", "1024"), ("a+b", "b+a"), ("(1, 2)", "(1,2)")])
+    @pytest.mark.parametrize(
+        ("gold", "answer"),
+        [
+            ("x^2+1", "1 + x^2"),
+            ("x^2+1", "x^2 + 1"),
+            ("{1,2}", "{2, 1}"),
+            ("sqrt(2)", "\\sqrt{2}"),
+            ("2^{10}", "1024"),
+            ("a+b", "b+a"),
+            ("(1, 2)", "(1,2)"),
+        ],
+    )
     def test_an_expression_gold_is_accepted_and_matched(self, gold, answer):
         assert gold_answer(gold) == gold
         assert correct_reward(f"<answer>{answer}</answer>", gold) == 1.0
 
-    @pytest.mark.parametrize(("gold", "answer"), [
-        ("x^2+1", "x^2"), ("x^2+1", "1"), ("2^{10}", "2"), ("{1,2}", "{1,3}")])
+    @pytest.mark.parametrize(
+        ("gold", "answer"), [("x^2+1", "x^2"), ("x^2+1", "1"), ("2^{10}", "2"), ("{1,2}", "{1,3}")]
+    )
     def test_a_different_expression_is_not(self, gold, answer):
         assert correct_reward(f"<answer>{answer}</answer>", gold) == 0.0
 

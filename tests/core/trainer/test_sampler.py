@@ -33,8 +33,13 @@ class Setup:
     def sampler(self, max_new_tokens: int = N, eos_ids: tuple[int, ...] = ()):
         from rlctl.core.trainer.sampler import Sampler
 
-        return Sampler(self.model, self.info, pad_id=self.pad, eos_ids=list(eos_ids),
-                       max_new_tokens=max_new_tokens)
+        return Sampler(
+            self.model,
+            self.info,
+            pad_id=self.pad,
+            eos_ids=list(eos_ids),
+            max_new_tokens=max_new_tokens,
+        )
 
     def prompts(self, rows=None, width: int = WIDTH) -> np.ndarray:
         from rlctl.core.trainer.sampler import left_pad
@@ -49,21 +54,21 @@ class Setup:
 
         seq = jnp.asarray([prompt + completion], jnp.int32)
         n = seq.shape[1]
-        hidden, _ = ta.trunk(self.model, seq, jnp.arange(n)[None],
-                             None, jnp.tril(jnp.ones((n, n), jnp.bool_))[None])
+        hidden, _ = ta.trunk(
+            self.model, seq, jnp.arange(n)[None], None, jnp.tril(jnp.ones((n, n), jnp.bool_))[None]
+        )
         return np.asarray(hidden[0] @ ta.head_weight(self.model), np.float32)
 
     def completion_logits(self, row: int, tokens: np.ndarray) -> np.ndarray:
         """[N, V]: the logits that predicted each completion token of prompt ``row``."""
         prompt = self.rows[row]
         logits = self.full_logits(prompt, [int(t) for t in tokens[:-1]])
-        return logits[len(prompt) - 1:]
+        return logits[len(prompt) - 1 :]
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3_text"])
 def setup(request, tmp_path_factory) -> Setup:
-    return Setup(write_tiny_model(tmp_path_factory.mktemp("m") / request.param,
-                                  request.param))
+    return Setup(write_tiny_model(tmp_path_factory.mktemp("m") / request.param, request.param))
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +99,15 @@ class TestAgainstThePlainComputation:
             logits = setup.completion_logits(i // G, out.tokens[i])
             want = np.take_along_axis(log_softmax(logits / T), out.tokens[i][:, None], -1)
             np.testing.assert_allclose(out.logps[i], want[:, 0], atol=2e-5)
-        update, _ = ta.shared_prefix_logps(setup.model, setup.prompts(), out.tokens, group=G,
-                                           pad_id=setup.pad, temperature=T, info=setup.info)
+        update, _ = ta.shared_prefix_logps(
+            setup.model,
+            setup.prompts(),
+            out.tokens,
+            group=G,
+            pad_id=setup.pad,
+            temperature=T,
+            info=setup.info,
+        )
         np.testing.assert_allclose(out.logps, np.asarray(update), atol=2e-5)
 
     def test_prompts_of_different_lengths_decode_as_each_alone(self, setup):
@@ -103,21 +115,31 @@ class TestAgainstThePlainComputation:
         sampler = setup.sampler()
         both = sampler(setup.prompts(), group=1, seed=0, temperature=0.0)
         for row, prompt in enumerate(setup.rows):
-            alone = sampler(setup.prompts([prompt], width=len(prompt)), group=1, seed=0,
-                            temperature=0.0)
+            alone = sampler(
+                setup.prompts([prompt], width=len(prompt)), group=1, seed=0, temperature=0.0
+            )
             np.testing.assert_array_equal(both.tokens[row], alone.tokens[0])
 
     def test_greedy_tokens_equal_tunix_sampler(self, llama):
         from tests.core.trainer.yardsticks import tunix_generate, tunix_sampler
 
-        texts = [llama.tok.apply_chat_template([{"role": "user", "content": q}])
-                 for q in ("What is 4 + 3?", "Tom has 5 apples and gets 2 more?")]
+        texts = [
+            llama.tok.apply_chat_template([{"role": "user", "content": q}])
+            for q in ("What is 4 + 3?", "Tom has 5 apples and gets 2 more?")
+        ]
         rows = [llama.tok.encode(t) for t in texts]
         width = max(map(len, rows))
-        theirs = tunix_generate(tunix_sampler(llama.model, llama.tok, llama.info,
-                                              cache_size=width + N), texts,
-                                max_new_tokens=N, max_prompt_tokens=width, eos_ids=[llama.pad],
-                                temperature=None, top_p=None, top_k=None, seed=0)
+        theirs = tunix_generate(
+            tunix_sampler(llama.model, llama.tok, llama.info, cache_size=width + N),
+            texts,
+            max_new_tokens=N,
+            max_prompt_tokens=width,
+            eos_ids=[llama.pad],
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            seed=0,
+        )
         ours = llama.sampler()(llama.prompts(rows, width), group=1, seed=0, temperature=0.0)
         for row in range(2):
             assert list(ours.tokens[row]) == [int(t) for t in theirs.tokens[row]]
@@ -136,8 +158,8 @@ class TestEarlyStop:
         assert out.steps == out.lengths.max() < N - 1
         for row, n in enumerate(out.lengths):
             np.testing.assert_array_equal(out.tokens[row, : n + 1], free.tokens[row, : n + 1])
-            assert (out.tokens[row, n + 1:] == llama.pad).all()
-            assert (out.logps[row, n + 1:] == 0).all()
+            assert (out.tokens[row, n + 1 :] == llama.pad).all()
+            assert (out.logps[row, n + 1 :] == 0).all()
 
 
 class TestSeeds:
@@ -158,8 +180,9 @@ class TestSamplingParameters:
         sampler = llama.sampler()
         greedy = sampler(llama.prompts(), group=2, seed=0, temperature=0.0).tokens
         for top_k, top_p in ((1, 1.0), (None, 1e-6)):
-            out = sampler(llama.prompts(), group=2, seed=3, temperature=1.0, top_k=top_k,
-                          top_p=top_p)
+            out = sampler(
+                llama.prompts(), group=2, seed=3, temperature=1.0, top_k=top_k, top_p=top_p
+            )
             np.testing.assert_array_equal(out.tokens, greedy)
 
     def test_top_k_and_top_p_keep_to_their_candidates(self, llama):
@@ -181,8 +204,9 @@ class TestSamplingParameters:
     def test_first_tokens_follow_the_tempered_softmax(self, llama):
         """4000 draws of one token: each frequency within 4.5 sigma of its probability."""
         T, n = 0.02, 4000  # a random tiny model is nearly flat: sharpen it
-        out = llama.sampler(max_new_tokens=1)(llama.prompts(llama.rows[:1]), group=n,
-                                               seed=4, temperature=T)
+        out = llama.sampler(max_new_tokens=1)(
+            llama.prompts(llama.rows[:1]), group=n, seed=4, temperature=T
+        )
         probs = np.exp(log_softmax(llama.full_logits(llama.rows[0], [])[-1] / T))
         counts = np.bincount(out.tokens[:, 0], minlength=probs.size) / n
         sigma = np.sqrt(probs * (1 - probs) / n)
@@ -206,8 +230,9 @@ class TestSamplingParameters:
         sampler(llama.prompts(), group=2, seed=0, temperature=0.0)
         before = sample_groups._cache_size()
         for temperature, top_p, top_k in ((1.0, 1.0, None), (0.7, 0.9, None), (1.3, 1.0, 5)):
-            sampler(llama.prompts(), group=2, seed=1, temperature=temperature, top_p=top_p,
-                    top_k=top_k)
+            sampler(
+                llama.prompts(), group=2, seed=1, temperature=temperature, top_p=top_p, top_k=top_k
+            )
         assert sample_groups._cache_size() == before
 
 
@@ -221,12 +246,20 @@ class TestWeightsFirstDecode:
         from rlctl.core.trainer.sampler import sample_groups
 
         s = llama.sampler()
-        kw = dict(info=s.info, group=group, max_new_tokens=N, pad_id=s.pad_id,
-                  eos_ids=s.eos_ids)
-        args = (s.graphdef, s.state, llama.prompts(), np.uint32(7), np.float32(temperature),
-                np.float32(1.0), np.int32(0))
-        return (jax.device_get(sample_groups(*args, **kw, weights_first=True)),
-                jax.device_get(sample_groups(*args, **kw, weights_first=False)))
+        kw = dict(info=s.info, group=group, max_new_tokens=N, pad_id=s.pad_id, eos_ids=s.eos_ids)
+        args = (
+            s.graphdef,
+            s.state,
+            llama.prompts(),
+            np.uint32(7),
+            np.float32(temperature),
+            np.float32(1.0),
+            np.int32(0),
+        )
+        return (
+            jax.device_get(sample_groups(*args, **kw, weights_first=True)),
+            jax.device_get(sample_groups(*args, **kw, weights_first=False)),
+        )
 
     @pytest.mark.parametrize("temperature", [0.0, 1.0])
     def test_it_draws_the_tokens_and_log_probs_of_tunix_layers(self, llama, temperature):
@@ -248,9 +281,11 @@ class TestWeightsFirstDecode:
         qwen, info = ta.load_model(write_tiny_model(tmp_path / "q", "qwen3"))
         assert not decode.fits(qwen, info)
         _, plain = ta.load_model(write_tiny_model(tmp_path / "l", "llama"))
-        lora = apply_lora(ta.load_model(tmp_path / "l")[0], "llama",
-                          SimpleNamespace(lora_rank=4, lora_alpha=8.0,
-                                          lora_target_modules=["q_proj", "v_proj"]))
+        lora = apply_lora(
+            ta.load_model(tmp_path / "l")[0],
+            "llama",
+            SimpleNamespace(lora_rank=4, lora_alpha=8.0, lora_target_modules=["q_proj", "v_proj"]),
+        )
         assert not decode.fits(lora, plain)
 
 

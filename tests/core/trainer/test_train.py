@@ -24,17 +24,43 @@ TIMING = {"step_seconds", "rollout_seconds", "tokens_per_s"}
 
 def tiny_args(model: Path, root: Path, name: str, algo: str = "grpo", *extra: str) -> list[str]:
     return [
-        "train", algo, "--model", str(model), "--runs-dir", str(root), "--name", name,
-        "--eval-size", "4", "--prompts-per-step", "2", "-G", "4", "--max-new-tokens", "12",
-        "--lr", "3e-3", "--set", 'rewards=["tests.fakes.rewards.digit_count"]',
-        "--set", "eval.batch_size=4", *extra,
+        "train",
+        algo,
+        "--model",
+        str(model),
+        "--runs-dir",
+        str(root),
+        "--name",
+        name,
+        "--eval-size",
+        "4",
+        "--prompts-per-step",
+        "2",
+        "-G",
+        "4",
+        "--max-new-tokens",
+        "12",
+        "--lr",
+        "3e-3",
+        "--set",
+        'rewards=["tests.fakes.rewards.digit_count"]',
+        "--set",
+        "eval.batch_size=4",
+        *extra,
     ]
 
 
 def rlctl(*args: str, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "RLCTL_CACHE": os.environ.get("RLCTL_CACHE", "")}
-    return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        **kw,
+    )
 
 
 def metrics(run: Path) -> list[dict]:
@@ -54,13 +80,32 @@ def in_process(model: Path, root: Path, name: str, algo: str, *extra: str) -> li
 
 class TestLocalRun:
     def test_run_writes_the_whole_layout(self, tiny_model_dir, tmp_path):
-        rows = in_process(tiny_model_dir, tmp_path, "full", "grpo", "--steps", "3",
-                          "--set", "checkpoint.interval=2", "--set", "eval.interval=2",
-                          "-o", "json")
+        rows = in_process(
+            tiny_model_dir,
+            tmp_path,
+            "full",
+            "grpo",
+            "--steps",
+            "3",
+            "--set",
+            "checkpoint.interval=2",
+            "--set",
+            "eval.interval=2",
+            "-o",
+            "json",
+        )
         run = tmp_path / "full"
         assert [r["step"] for r in rows] == [1, 2, 3]
-        assert {"loss", "reward_mean", "reward_min", "reward_max", "format_rate", "kl",
-                "grad_norm", "completion_length"} <= set(rows[0])
+        assert {
+            "loss",
+            "reward_mean",
+            "reward_min",
+            "reward_max",
+            "format_rate",
+            "kl",
+            "grad_norm",
+            "completion_length",
+        } <= set(rows[0])
         assert any(r["grad_norm"] > 0 for r in rows)  # the tiny model gets a learning signal
         status = json.loads((run / "status.json").read_text())
         assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 3, 3)
@@ -91,12 +136,21 @@ class TestLocalRun:
 
 
 class TestBfloat16:
-    def test_a_bfloat16_model_trains_through_its_checkpoints(self, tiny_model_dir,
-                                                                 tmp_path):
+    def test_a_bfloat16_model_trains_through_its_checkpoints(self, tiny_model_dir, tmp_path):
         """``model.dtype=bfloat16`` used to crash at the first update: the shared-prefix
         KV cache was float32 while the model wrote bfloat16 keys and values."""
-        rows = in_process(tiny_model_dir, tmp_path, "bf16", "grpo", "--steps", "2",
-                          "--set", "model.dtype=bfloat16", "--set", "checkpoint.interval=1")
+        rows = in_process(
+            tiny_model_dir,
+            tmp_path,
+            "bf16",
+            "grpo",
+            "--steps",
+            "2",
+            "--set",
+            "model.dtype=bfloat16",
+            "--set",
+            "checkpoint.interval=1",
+        )
         assert [r["step"] for r in rows] == [1, 2]
         assert all(isinstance(r["loss"], float) and r["loss"] == r["loss"] for r in rows)
         status = json.loads((tmp_path / "bf16" / "status.json").read_text())
@@ -107,11 +161,23 @@ class TestBfloat16:
         there): the whole run with it, not only its layers (test_mixed.py), says so,
         records it and resumes in it."""
         name = "mixed"
-        r = rlctl(*tiny_args(tiny_model_dir, tmp_path, name, "grpo", "--steps", "1",
-                             "--set", "model.compute_dtype=bfloat16"))
+        r = rlctl(
+            *tiny_args(
+                tiny_model_dir,
+                tmp_path,
+                name,
+                "grpo",
+                "--steps",
+                "1",
+                "--set",
+                "model.compute_dtype=bfloat16",
+            )
+        )
         assert r.returncode == 0, r.stderr
-        assert "precision: bfloat16 matmuls summed in float32, float32 weights and optimizer " \
-               "(model.compute_dtype=bfloat16)" in r.stderr, r.stderr
+        assert (
+            "precision: bfloat16 matmuls summed in float32, float32 weights and optimizer "
+            "(model.compute_dtype=bfloat16)" in r.stderr
+        ), r.stderr
         r = rlctl("resume", name, "--runs-dir", str(tmp_path), "--steps", "2")
         assert r.returncode == 0, r.stderr
         assert "precision: bfloat16 matmuls" in r.stderr, r.stderr
@@ -125,12 +191,25 @@ class TestBfloat16:
         """The split that ``auto`` picks on a CPU with native bfloat16, asked for on any
         CPU: said, recorded, shown by ``status``, and the update still learns."""
         name = "split"
-        r = rlctl(*tiny_args(tiny_model_dir, tmp_path, name, "grpo", "--steps", "1",
-                             "--set", "model.compute_dtype=float32",
-                             "--set", "rollout.compute_dtype=bfloat16"))
+        r = rlctl(
+            *tiny_args(
+                tiny_model_dir,
+                tmp_path,
+                name,
+                "grpo",
+                "--steps",
+                "1",
+                "--set",
+                "model.compute_dtype=float32",
+                "--set",
+                "rollout.compute_dtype=bfloat16",
+            )
+        )
         assert r.returncode == 0, r.stderr
-        assert "precision: float32 matmuls (model.compute_dtype=float32); sampling reads " \
-               "bfloat16 (rollout.compute_dtype=bfloat16)" in r.stderr, r.stderr
+        assert (
+            "precision: float32 matmuls (model.compute_dtype=float32); sampling reads "
+            "bfloat16 (rollout.compute_dtype=bfloat16)" in r.stderr
+        ), r.stderr
         status = json.loads((tmp_path / name / "status.json").read_text())
         assert (status["precision"], status["sampling_precision"]) == ("float32", "bfloat16")
         assert metrics(tmp_path / name)[0]["grad_norm"] > 0
@@ -149,20 +228,34 @@ class TestBfloat16:
         model, info = ta.load_model(tiny_model_dir, "bfloat16")
         params = jax.tree.leaves(nnx.state(model, nnx.Param))
         assert {x.dtype for x in params} == {jnp.dtype(jnp.bfloat16)}
-        moments = [x for x in jax.tree.leaves(nnx.state(make_optimizer(model, TrainingSpec())))
-                   if x.ndim > 0]
+        moments = [
+            x
+            for x in jax.tree.leaves(nnx.state(make_optimizer(model, TrainingSpec())))
+            if x.ndim > 0
+        ]
         assert len(moments) == 2 * len(params)  # mu and nu of every parameter
         assert {x.dtype for x in moments} == {jnp.dtype(jnp.float32)}
         prompts, comps = jnp.ones((1, 4), jnp.int32), jnp.ones((2, 3), jnp.int32)
-        logps, _ = ta.shared_prefix_logps(model, prompts, comps, group=2, pad_id=0,
-                                          temperature=1.0, info=info)
+        logps, _ = ta.shared_prefix_logps(
+            model, prompts, comps, group=2, pad_id=0, temperature=1.0, info=info
+        )
         assert logps.dtype == jnp.float32
 
 
 class TestGspo:
     def test_equals_grpo_with_one_iteration(self, tiny_model_dir, tmp_path):
-        one = ("--steps", "1", "--set", "training.num_iterations=1", "--set",
-               "training.epsilon=0.2", "--set", "training.epsilon_high=0.2", "--eval-size", "0")
+        one = (
+            "--steps",
+            "1",
+            "--set",
+            "training.num_iterations=1",
+            "--set",
+            "training.epsilon=0.2",
+            "--set",
+            "training.epsilon_high=0.2",
+            "--eval-size",
+            "0",
+        )
         grpo = in_process(tiny_model_dir, tmp_path, "g1", "grpo", *one)
         gspo = in_process(tiny_model_dir, tmp_path, "s1", "gspo", *one)
         assert grpo[0]["loss"] == pytest.approx(gspo[0]["loss"], abs=1e-7)
@@ -182,8 +275,11 @@ class TestResume:
         assert whole.returncode == 0, whole.stderr
 
         ckpt = tmp_path / "killed" / "checkpoints" / "2"
-        kill_when(tiny_args(tiny_model_dir, tmp_path, "killed", "grpo", *common), ckpt.is_dir,
-                  {**os.environ, "PYTHONPATH": str(REPO)})
+        kill_when(
+            tiny_args(tiny_model_dir, tmp_path, "killed", "grpo", *common),
+            ckpt.is_dir,
+            {**os.environ, "PYTHONPATH": str(REPO)},
+        )
         done = [r["step"] for r in metrics(tmp_path / "killed")]
         assert done and max(done) < 6, "the run finished before it was killed"
 
@@ -191,12 +287,13 @@ class TestResume:
         assert resumed.returncode == 0, resumed.stderr
         assert json.loads(resumed.stdout)["phase"] == "completed"
         assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
-        ev = [json.loads((tmp_path / n / "eval" / "final.json").read_text())["accuracy"]
-              for n in ("killed", "whole")]
+        ev = [
+            json.loads((tmp_path / n / "eval" / "final.json").read_text())["accuracy"]
+            for n in ("killed", "whole")
+        ]
         assert ev[0] == ev[1]
 
-    def test_sigkill_during_a_background_save_resumes_from_the_previous_checkpoint(
-            self, tmp_path):
+    def test_sigkill_during_a_background_save_resumes_from_the_previous_checkpoint(self, tmp_path):
         """The accelerators' row saves in the background (RLCTL_NUMERICS=gpu, here on
         the CPU): killed while checkpoint 4 is being written (its temporary folder on
         disk, the run already at step 5), the run resumes from checkpoint 2, the
@@ -209,13 +306,20 @@ class TestResume:
         common = ("--steps", "6", "--set", "checkpoint.interval=2", "--seed", "3")
 
         def run(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "rlctl", *args], cwd=REPO, env=env,
-                                  capture_output=True, text=True, timeout=600)
+            return subprocess.run(
+                [sys.executable, "-m", "rlctl", *args],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
 
         whole = run(*tiny_args(model, tmp_path, "whole", "grpo", *common))
         assert whole.returncode == 0, whole.stderr
-        assert re.search(r"checkpoint 4 saved \([\d.]+ [KMG]i?B\) in the background in ",
-                         whole.stderr), whole.stderr
+        assert re.search(
+            r"checkpoint 4 saved \([\d.]+ [KMG]i?B\) in the background in ", whole.stderr
+        ), whole.stderr
         ckpts = tmp_path / "killed" / "checkpoints"
 
         def writing_4() -> bool:
@@ -228,8 +332,10 @@ class TestResume:
         assert resumed.returncode == 0, resumed.stderr
         assert "resumed from checkpoint 2" in resumed.stderr, resumed.stderr
         assert metrics(tmp_path / "killed") == metrics(tmp_path / "whole")
-        ev = [json.loads((tmp_path / n / "eval" / "final.json").read_text())["accuracy"]
-              for n in ("killed", "whole")]
+        ev = [
+            json.loads((tmp_path / n / "eval" / "final.json").read_text())["accuracy"]
+            for n in ("killed", "whole")
+        ]
         assert ev[0] == ev[1]
         assert sorted(p.name for p in ckpts.iterdir()) == ["4", "6"]  # keep: 2
 
@@ -245,13 +351,23 @@ class TestResume:
         common = ("--steps", "8", "--set", "checkpoint.interval=4", "--seed", "5")
         proc = subprocess.Popen(
             [sys.executable, "-m", "rlctl", *tiny_args(model, tmp_path, "bg", "grpo", *common)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         ckpts = tmp_path / "bg" / "checkpoints"
         deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None and not (
-                ckpts.is_dir() and any(p.name.startswith("4.orbax-checkpoint-tmp")
-                                       for p in ckpts.iterdir())):
+        while (
+            time.time() < deadline
+            and proc.poll() is None
+            and not (
+                ckpts.is_dir()
+                and any(p.name.startswith("4.orbax-checkpoint-tmp") for p in ckpts.iterdir())
+            )
+        ):
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
@@ -260,13 +376,23 @@ class TestResume:
         assert verify(ckpts / "4") is None
         done = json.loads((tmp_path / "bg" / "status.json").read_text())["step"]
         assert sorted(p.name for p in ckpts.iterdir()) == sorted({"4", str(done)})
-        resumed = subprocess.run([sys.executable, "-m", "rlctl", "resume", "bg", "--runs-dir",
-                                  str(tmp_path)], cwd=REPO, env=env, capture_output=True,
-                                 text=True, timeout=600)
+        resumed = subprocess.run(
+            [sys.executable, "-m", "rlctl", "resume", "bg", "--runs-dir", str(tmp_path)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert resumed.returncode == 0, resumed.stderr
-        whole = subprocess.run([sys.executable, "-m", "rlctl",
-                                *tiny_args(model, tmp_path, "whole", "grpo", *common)],
-                               cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        whole = subprocess.run(
+            [sys.executable, "-m", "rlctl", *tiny_args(model, tmp_path, "whole", "grpo", *common)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert whole.returncode == 0, whole.stderr
         assert metrics(tmp_path / "bg") == metrics(tmp_path / "whole")
 
@@ -276,10 +402,26 @@ class TestResume:
         ``interrupted``, no partial checkpoint left, and resume completes."""
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rlctl",
-             *tiny_args(tiny_model_dir, tmp_path, "ctrlc", "grpo", "--steps", "40",
-                        "--set", "checkpoint.interval=2")],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "rlctl",
+                *tiny_args(
+                    tiny_model_dir,
+                    tmp_path,
+                    "ctrlc",
+                    "grpo",
+                    "--steps",
+                    "40",
+                    "--set",
+                    "checkpoint.interval=2",
+                ),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             # a shell without job control starts background jobs with SIGINT ignored, and an
             # ignored SIGINT survives exec: give the child the disposition a terminal gives
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -325,7 +467,8 @@ def ctrl_c_at(monkeypatch, at: int) -> None:
 
 class TestPromptWidth:
     def test_the_longest_prompt_of_the_data_sets_every_step_and_the_resumed_run(
-            self, tiny_model_dir, tmp_path, monkeypatch):
+        self, tiny_model_dir, tmp_path, monkeypatch
+    ):
         """The long prompt is drawn at step 1 only, yet every step, and every step of a
         run resumed at step 2, pads to its width: one compiled shape for the run."""
         from typer.testing import CliRunner
@@ -337,11 +480,14 @@ class TestPromptWidth:
 
         data = tmp_path / "train.jsonl"
         rows = [{"question": f"What is {a} + {a + 1}?", "answer": 2 * a + 1} for a in range(1, 8)]
-        data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG,
-                                                                  "answer": 18}]))
+        data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG, "answer": 18}]))
         src = load_source(DataSpec(name="jsonl", path=str(data), seed=7), 0)
-        assert [any(p.question == LONG for p in src.batch(k, 2)) for k in range(4)] == \
-            [False, True, False, False], "data seed 7 no longer draws the long prompt at step 1"
+        assert [any(p.question == LONG for p in src.batch(k, 2)) for k in range(4)] == [
+            False,
+            True,
+            False,
+            False,
+        ], "data seed 7 no longer draws the long prompt at step 1"
 
         widths: list[int] = []
         sample = rollout.Rollout.sample
@@ -351,8 +497,20 @@ class TestPromptWidth:
             return sample(self, prompts, width, seed, greedy)
 
         monkeypatch.setattr(rollout.Rollout, "sample", recording)
-        common = ("--steps", "4", "--eval-size", "0", "--set", "checkpoint.interval=2",
-                  "--set", "data.name=jsonl", "--data-path", str(data), "--set", "data.seed=7")
+        common = (
+            "--steps",
+            "4",
+            "--eval-size",
+            "0",
+            "--set",
+            "checkpoint.interval=2",
+            "--set",
+            "data.name=jsonl",
+            "--data-path",
+            str(data),
+            "--set",
+            "data.seed=7",
+        )
         whole = in_process(tiny_model_dir, tmp_path, "whole", "grpo", *common)
         assert len(widths) == 4 and len(set(widths)) == 1, widths
         assert widths[0] >= 137  # LONG, drawn at step 1 only
@@ -368,25 +526,38 @@ class TestPromptWidth:
         assert metrics(tmp_path / "cut") == whole
         assert len(set(widths)) == 1, widths
 
-    def test_a_prompt_longer_than_the_limit_is_refused_before_training(self, tiny_model_dir,
-                                                                       tmp_path):
+    def test_a_prompt_longer_than_the_limit_is_refused_before_training(
+        self, tiny_model_dir, tmp_path
+    ):
         data = tmp_path / "train.jsonl"
         rows = [{"question": f"What is {a} + 1?", "answer": a + 1} for a in range(8)]
-        data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG,
-                                                                  "answer": 18}]))
-        r = rlctl(*tiny_args(tiny_model_dir, tmp_path, "long", "grpo", "--eval-size", "0",
-                             "--set", "data.name=jsonl", "--data-path", str(data),
-                             "--set", "rollout.max_prompt_tokens=128"))
+        data.write_text("\n".join(json.dumps(r) for r in [*rows, {"question": LONG, "answer": 18}]))
+        r = rlctl(
+            *tiny_args(
+                tiny_model_dir,
+                tmp_path,
+                "long",
+                "grpo",
+                "--eval-size",
+                "0",
+                "--set",
+                "data.name=jsonl",
+                "--data-path",
+                str(data),
+                "--set",
+                "rollout.max_prompt_tokens=128",
+            )
+        )
         assert r.returncode == 2, r.stderr
-        assert "1 of the data's 9 prompts are longer than rollout.max_prompt_tokens=128" \
-            in r.stderr
+        assert "1 of the data's 9 prompts are longer than rollout.max_prompt_tokens=128" in r.stderr
         assert "Traceback" not in r.stderr
         assert not (tmp_path / "long").exists()  # refused in preflight: no run folder
 
 
 class TestBaselineOnResume:
     def test_a_lost_baseline_is_re_created_from_the_initial_weights(
-            self, tiny_model_dir, tmp_path, monkeypatch):
+        self, tiny_model_dir, tmp_path, monkeypatch
+    ):
         """eval/ deleted, resume from checkpoint 2: the baseline written again must be
         the one of the untrained model, not of the restored step-2 weights."""
         import shutil
@@ -398,8 +569,19 @@ class TestBaselineOnResume:
 
         real_step = loop.Trainer.step
         ctrl_c_at(monkeypatch, 2)  # after the checkpoint at step 2
-        r = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "lost", "grpo",
-                                              "--steps", "4", "--set", "checkpoint.interval=2"))
+        r = CliRunner().invoke(
+            app,
+            tiny_args(
+                tiny_model_dir,
+                tmp_path,
+                "lost",
+                "grpo",
+                "--steps",
+                "4",
+                "--set",
+                "checkpoint.interval=2",
+            ),
+        )
         assert r.exit_code == 130, r.output
         run = tmp_path / "lost"
         original = json.loads((run / "eval" / "baseline.json").read_text())
@@ -412,8 +594,9 @@ class TestBaselineOnResume:
         assert again == original
         final = json.loads((run / "eval" / "final.json").read_text())
         trained = [s["completion"] for s in final["samples"]]
-        assert trained != [s["completion"] for s in again["samples"]], \
+        assert trained != [s["completion"] for s in again["samples"]], (
             "training changed no completion: the test cannot tell the weights apart"
+        )
 
 
 def test_prompt_width_is_a_function_of_the_batch_alone():

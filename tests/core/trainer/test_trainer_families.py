@@ -48,8 +48,9 @@ def test_prefix_shared_log_probs_match_full_sequence(setup):
     from tests.core.trainer import yardsticks
 
     model, info, prompts, comps, mask, _, pad, G = setup
-    ours, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
-                                     temperature=0.7, info=info)
+    ours, _ = ta.shared_prefix_logps(
+        model, prompts, comps, group=G, pad_id=pad, temperature=0.7, info=info
+    )
     full = yardsticks.per_token_logps(model, np.repeat(prompts, G, 0), comps, pad, 2, 0.7)
     np.testing.assert_allclose(np.asarray(ours) * mask, np.asarray(full) * mask, atol=2e-5)
 
@@ -59,10 +60,12 @@ def test_chunked_log_softmax_matches_one_chunk(setup):
     from rlctl.core.trainer import tunix_adapter as ta
 
     model, info, prompts, comps, _, _, pad, G = setup
-    one, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
-                                    temperature=1.0, info=info)
-    chunked, _ = ta.shared_prefix_logps(model, prompts, comps, group=G, pad_id=pad,
-                                        temperature=1.0, info=info, chunk=7)
+    one, _ = ta.shared_prefix_logps(
+        model, prompts, comps, group=G, pad_id=pad, temperature=1.0, info=info
+    )
+    chunked, _ = ta.shared_prefix_logps(
+        model, prompts, comps, group=G, pad_id=pad, temperature=1.0, info=info, chunk=7
+    )
     np.testing.assert_allclose(np.asarray(one), np.asarray(chunked), atol=1e-6)
 
 
@@ -73,14 +76,17 @@ def test_loss_and_gradient_match_tunix(setup):
     yardsticks.assert_loss_and_gradients_match(*setup)
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
-    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
-    ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
-    ({"rms_norm_eps": 1e-5}, "rms_norm_eps"),
-    ({"query_pre_attn_scalar": 3}, "query_pre_attn_scalar"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+        ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+        ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
+        ({"rms_norm_eps": 1e-5}, "rms_norm_eps"),
+        ({"query_pre_attn_scalar": 3}, "query_pre_attn_scalar"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
+    ],
+)
 def test_gemma3_refuses_what_tunix_cannot_run(tmp_path, change, field):
     from rlctl.core.trainer import tunix_adapter as ta
 
@@ -102,11 +108,16 @@ def test_qwen3_refuses_a_rope_theta_tunix_ignores(tmp_path):
 def test_gemma3_rope_and_scaling_reach_tunix(tmp_path):
     from rlctl.core.trainer import tunix_adapter as ta
 
-    cfg = json.loads((write_tiny_model(tmp_path / "g", "gemma3_text") / "config.json")
-                     .read_text())
-    built = ta.build_config(FAMILIES["gemma3_text"], {
-        **cfg, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
-        "rope_scaling": {"rope_type": "linear", "factor": 8.0}})
+    cfg = json.loads((write_tiny_model(tmp_path / "g", "gemma3_text") / "config.json").read_text())
+    built = ta.build_config(
+        FAMILIES["gemma3_text"],
+        {
+            **cfg,
+            "rope_theta": 1e6,
+            "rope_local_base_freq": 1e4,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        },
+    )
     assert (built.global_base_frequency, built.local_base_frequency) == (1_000_000, 10_000)
     assert built.global_scale_factor == 8.0 and built.num_embed == cfg["vocab_size"]
 

@@ -20,8 +20,14 @@ from flax import nnx
 
 
 def algo_config(
-    *, algorithm: str, beta: float, epsilon: float, epsilon_high: float,
-    kl_estimator: str, loss_aggregation: str, temperature: float,
+    *,
+    algorithm: str,
+    beta: float,
+    epsilon: float,
+    epsilon_high: float,
+    kl_estimator: str,
+    loss_aggregation: str,
+    temperature: float,
 ) -> Any:
     """What ``grpo_loss_fn`` reads, with names mapped from rlctl's spec.
 
@@ -50,8 +56,13 @@ def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
 
 
 def train_example(
-    prompt_ids, completion_ids, completion_mask, advantages, pad_id,
-    ref_logps=None, old_logps=None,
+    prompt_ids,
+    completion_ids,
+    completion_mask,
+    advantages,
+    pad_id,
+    ref_logps=None,
+    old_logps=None,
 ):
     """Tunix's ``TrainExample``: one row per completion, the prompt repeated in each."""
     from tunix.rl import common
@@ -80,16 +91,30 @@ def per_token_logps(model, prompt_ids, completion_ids, pad_id: int, eos_id: int,
 
     graphdef, state = nnx.split(model)
     return common.compute_per_token_logps(
-        graphdef, state,
+        graphdef,
+        state,
         prompt_tokens=jnp.asarray(prompt_ids),
         completion_tokens=jnp.asarray(completion_ids),
-        pad_id=pad_id, eos_id=eos_id, stop_gradient=True, temperature=temperature,
+        pad_id=pad_id,
+        eos_id=eos_id,
+        stop_gradient=True,
+        temperature=temperature,
     )
 
 
-def assert_loss_and_gradients_match(model, info, prompts, comps, mask, adv, pad, G,
-                                    algorithm: str = "grpo", remat: bool = False,
-                                    skip_pads: bool = False) -> None:
+def assert_loss_and_gradients_match(
+    model,
+    info,
+    prompts,
+    comps,
+    mask,
+    adv,
+    pad,
+    G,
+    algorithm: str = "grpo",
+    remat: bool = False,
+    skip_pads: bool = False,
+) -> None:
     """rlctl's prefix-shared log-probs + loss against Tunix's ``grpo_loss_fn`` on the
     full sequences, with old log-probs a little off the current ones (so the ratio and
     its clipping matter): equal loss and gradients, with or without ``remat``, and
@@ -104,16 +129,31 @@ def assert_loss_and_gradients_match(model, info, prompts, comps, mask, adv, pad,
 
     eps = (0.2, 0.28) if algorithm == "grpo" else (3e-4, 4e-4)
     cfg = LossConfig(algorithm, *eps, 0.0, "k3", "sequence-mean-token-mean")
-    tcfg = algo_config(algorithm=algorithm, beta=0.0, epsilon=eps[0], epsilon_high=eps[1],
-                       kl_estimator="k3", loss_aggregation=cfg.aggregation, temperature=1.0)
+    tcfg = algo_config(
+        algorithm=algorithm,
+        beta=0.0,
+        epsilon=eps[0],
+        epsilon_high=eps[1],
+        kl_estimator="k3",
+        loss_aggregation=cfg.aggregation,
+        temperature=1.0,
+    )
     full_prompts = np.repeat(prompts, G, 0)
     old = per_token_logps(model, full_prompts, comps, pad, 2) - 0.05 * mask
     ex = train_example(full_prompts, comps, mask, adv, pad, old_logps=old)
 
     def ours_fn(m):
-        lp, _ = ta.shared_prefix_logps(m, prompts, comps, group=G, pad_id=pad,
-                                       temperature=1.0, info=info, remat=remat,
-                                       mask=mask if skip_pads else None)
+        lp, _ = ta.shared_prefix_logps(
+            m,
+            prompts,
+            comps,
+            group=G,
+            pad_id=pad,
+            temperature=1.0,
+            info=info,
+            remat=remat,
+            mask=mask if skip_pads else None,
+        )
         return ours_loss(lp, mask, adv, cfg, old_logps=old)[0]
 
     def tunix_fn(m):
@@ -130,8 +170,12 @@ def tunix_sampler(model: Any, tokenizer: Any, info: Any, cache_size: int) -> Any
     """Tunix's KV-cache sampler, as rlctl sampled with before ``sampler.py``."""
     from tunix.generate import sampler as sampler_lib
 
-    cache = sampler_lib.CacheConfig(cache_size=cache_size, num_layers=info.num_layers,
-                                    num_kv_heads=info.num_kv_heads, head_dim=info.head_dim)
+    cache = sampler_lib.CacheConfig(
+        cache_size=cache_size,
+        num_layers=info.num_layers,
+        num_kv_heads=info.num_kv_heads,
+        head_dim=info.head_dim,
+    )
     sampler = sampler_lib.Sampler(transformer=model, tokenizer=tokenizer, cache_config=cache)
     # Pitfall: Tunix keeps a jax Array in the sampling state's pytree metadata, so
     # jit's cache lookup compares it with ``==`` from the second call on, which
@@ -140,9 +184,18 @@ def tunix_sampler(model: Any, tokenizer: Any, info: Any, cache_size: int) -> Any
     return sampler
 
 
-def tunix_generate(sampler: Any, prompts: list[str], *, max_new_tokens: int,
-                   max_prompt_tokens: int, eos_ids: list[int], temperature: float | None,
-                   top_p: float | None, top_k: int | None, seed: int) -> Any:
+def tunix_generate(
+    sampler: Any,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    eos_ids: list[int],
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    seed: int,
+) -> Any:
     """Sample (temperature set) or greedy decode (temperature None) with Tunix's sampler.
 
     Pitfall: Tunix reuses one PRNG key when ``seed`` is None, so every call would draw
@@ -150,7 +203,13 @@ def tunix_generate(sampler: Any, prompts: list[str], *, max_new_tokens: int,
     """
     greedy = temperature is None
     return sampler(
-        prompts, max_generation_steps=max_new_tokens, max_prompt_length=max_prompt_tokens,
-        eos_tokens=eos_ids, temperature=1.0 if greedy else temperature,
+        prompts,
+        max_generation_steps=max_new_tokens,
+        max_prompt_length=max_prompt_tokens,
+        eos_tokens=eos_ids,
+        temperature=1.0 if greedy else temperature,
         top_p=None if greedy else (top_p if top_p is not None else 1.0),
-        top_k=None if greedy else top_k, seed=seed, echo=False)
+        top_k=None if greedy else top_k,
+        seed=seed,
+        echo=False,
+    )

@@ -33,8 +33,13 @@ class ProblemSource:
     ``notes`` are what the trainer should say about the data (one line each), e.g.
     that a small file's held-out slice is smaller than ``eval.size``."""
 
-    def __init__(self, train: list[Problem] | None, eval_set: list[Problem], spec: DataSpec,
-                 notes: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        train: list[Problem] | None,
+        eval_set: list[Problem],
+        spec: DataSpec,
+        notes: tuple[str, ...] = (),
+    ):
         self._train = train
         self.eval_set = eval_set
         self.spec = spec
@@ -83,9 +88,11 @@ def load_source(spec: DataSpec, eval_size: int) -> ProblemSource:
         # with eval.size 0: the training order, so the batches, are those of older runs)
         take = _held_out_size(len(train), eval_size, name)
         if take < eval_size:
-            notes.append(f"{name} has {len(train)} rows: holding out {take} for eval, not "
-                         f"eval.size={eval_size} (at most a fifth of the rows; give a "
-                         "separate eval set with data.eval_path or data.eval_split)")
+            notes.append(
+                f"{name} has {len(train)} rows: holding out {take} for eval, not "
+                f"eval.size={eval_size} (at most a fifth of the rows; give a "
+                "separate eval set with data.eval_path or data.eval_split)"
+            )
         order = np.random.default_rng([spec.seed, 3]).permutation(len(train))
         held = [train[int(i)] for i in order[:take]]
         train = [train[int(i)] for i in order[take:]]
@@ -93,17 +100,20 @@ def load_source(spec: DataSpec, eval_size: int) -> ProblemSource:
     held_q = {p.question for p in held}
     train = [p for p in train if p.question not in held_q]
     if not train:
-        raise ConfigError(f"every training question of {name} is also a held-out question",
-                          hint="evaluate on other questions (data.eval_path / "
-                               "data.eval_split), or pass --eval-size 0")
+        raise ConfigError(
+            f"every training question of {name} is also a held-out question",
+            hint="evaluate on other questions (data.eval_path / "
+            "data.eval_split), or pass --eval-size 0",
+        )
     return ProblemSource(train, held, spec, tuple(notes))
 
 
 def _held_out_size(rows: int, eval_size: int, name: str) -> int:
     if rows < 2 and eval_size:
-        raise ConfigError(f"{name} has {rows} row: none can be held out for eval and "
-                          "still trained on",
-                          hint="pass --eval-size 0, or an eval file with data.eval_path")
+        raise ConfigError(
+            f"{name} has {rows} row: none can be held out for eval and still trained on",
+            hint="pass --eval-size 0, or an eval file with data.eval_path",
+        )
     return min(eval_size, max(1, rows // HELD_OUT_SHARE))
 
 
@@ -140,10 +150,8 @@ def _problems(rows: list[tuple[str, Any]], source: str, spec: DataSpec) -> list[
     if not rows:
         raise ConfigError(f"{source} has no rows")
     columns = column_names(rows)
-    where, first = next(((w, row) for w, row in rows if isinstance(row, Mapping)),
-                        (None, None))
+    where, first = next(((w, row) for w, row in rows if isinstance(row, Mapping)), (None, None))
     if first is None:  # no row is an object: say what the first one is
         raise not_a_mapping(*rows[0])
-    layout = choose(columns, first, source, spec.prompt_column, spec.answer_column,
-                    where=where)
+    layout = choose(columns, first, source, spec.prompt_column, spec.answer_column, where=where)
     return [to_problem(row, where, layout) for where, row in rows]

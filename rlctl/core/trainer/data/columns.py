@@ -50,23 +50,34 @@ def column_names(rows: Iterable[tuple[str, Any]]) -> list[str]:
     return list(seen)
 
 
-def choose(columns: list[str], first: Any, source: str, prompt_column: str | None,
-           answer_column: str | None, where: str | None = None) -> Layout:
+def choose(
+    columns: list[str],
+    first: Any,
+    source: str,
+    prompt_column: str | None,
+    answer_column: str | None,
+    where: str | None = None,
+) -> Layout:
     """The layout of a dataset with ``columns`` whose first row is ``first``, or a
     ConfigError that names the columns it has and the settings that map them."""
     found = ", ".join(columns) if columns else "none"
     for key, name in (("prompt_column", prompt_column), ("answer_column", answer_column)):
         if name is not None and name not in columns:
-            raise ConfigError(f"data.{key}={name!r} is not a column of {source} (its columns: "
-                              f"{found})", hint=f"name its columns with {FLAGS}")
+            raise ConfigError(
+                f"data.{key}={name!r} is not a column of {source} (its columns: {found})",
+                hint=f"name its columns with {FLAGS}",
+            )
     prompt = prompt_column or next((c for c in PROMPT_COLUMNS if c in columns), None)
-    answer = answer_column or next((c for c in ANSWER_COLUMNS if c in columns and c != prompt),
-                                   None)
+    answer = answer_column or next(
+        (c for c in ANSWER_COLUMNS if c in columns and c != prompt), None
+    )
     if prompt is None:
         raise ConfigError(
             f"{source} has no prompt column (its columns: {found}; looked for "
             f"{', '.join(PROMPT_COLUMNS)}): set data.prompt_column"
-            + ("" if answer else " and data.answer_column"), hint=f"e.g. {FLAGS}")
+            + ("" if answer else " and data.answer_column"),
+            hint=f"e.g. {FLAGS}",
+        )
     conversation = isinstance(first, Mapping) and _is_conversation(first.get(prompt))
     if answer is None and not conversation and isinstance(first, Mapping):
         # a conversation meant, but malformed: say that, not "no answer column"
@@ -78,18 +89,24 @@ def choose(columns: list[str], first: Any, source: str, prompt_column: str | Non
             f"{source} has no answer column (its columns: {found}; looked for "
             f"{', '.join(ANSWER_COLUMNS)}): set data.answer_column",
             hint="rlctl's rewards compare against a gold answer per row ('... #### N' or "
-                 "a number): --set data.answer_column=COLUMN")
+            "a number): --set data.answer_column=COLUMN",
+        )
     return Layout(prompt, answer)
 
 
 def _is_conversation(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(m, Mapping) and "role" in m and "content" in m for m in value)
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in value)
+    )
 
 
 ROLES = ("system", "user", "assistant", "tool")  # what chat templates render
-CONVERSATION = ('a conversation is a list of {"role": "system" | "user" | "assistant", '
-                '"content": TEXT} messages')
+CONVERSATION = (
+    'a conversation is a list of {"role": "system" | "user" | "assistant", '
+    '"content": TEXT} messages'
+)
 
 
 def conversation_problem(value: Any, column: str) -> str | None:
@@ -97,8 +114,10 @@ def conversation_problem(value: Any, column: str) -> str | None:
     message alone), or None when it is a good one: ``'messages'[1] has no
     'content'`` rather than "holds a array, not text or a conversation" (#47)."""
     if isinstance(value, Mapping) and ("role" in value or "content" in value):
-        return (f"{column!r} holds one message, not a list of them: write "
-                '[{"role": ..., "content": ...}]')
+        return (
+            f"{column!r} holds one message, not a list of them: write "
+            '[{"role": ..., "content": ...}]'
+        )
     if not isinstance(value, list):
         return None
     if not value:
@@ -107,7 +126,7 @@ def conversation_problem(value: Any, column: str) -> str | None:
         at = f"{column!r}[{i}]"
         if not isinstance(m, Mapping):
             kind = _KINDS.get(type(m), type(m).__name__)
-            return f"{at} is a {kind}, not a message {{\"role\": ..., \"content\": ...}}"
+            return f'{at} is a {kind}, not a message {{"role": ..., "content": ...}}'
         for key in ("role", "content"):
             if key not in m:
                 return f"{at} has no {key!r}"
@@ -119,14 +138,21 @@ def conversation_problem(value: Any, column: str) -> str | None:
     return None
 
 
-_KINDS = {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
-          type(None): "null"}
+_KINDS = {
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    type(None): "null",
+}
 
 
 def not_a_mapping(where: str, row: Any) -> ConfigError:
     kind = _KINDS.get(type(row), type(row).__name__)
-    return ConfigError(f"{where}: a JSON {kind}, not an object of columns",
-                       hint="write one JSON object per line")
+    return ConfigError(
+        f"{where}: a JSON {kind}, not an object of columns", hint="write one JSON object per line"
+    )
 
 
 def to_problem(row: Any, where: str, layout: Layout) -> Problem:
@@ -135,9 +161,10 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
         raise not_a_mapping(where, row)
     for col in (layout.prompt, layout.answer):
         if col is not None and row.get(col) is None:
-            raise ConfigError(f"{where}: no field {col!r}" if col not in row else
-                              f"{where}: {col!r} is empty",
-                              hint=f"every row needs its prompt and answer; {FLAGS}")
+            raise ConfigError(
+                f"{where}: no field {col!r}" if col not in row else f"{where}: {col!r} is empty",
+                hint=f"every row needs its prompt and answer; {FLAGS}",
+            )
     value = row[layout.prompt]
     bad = conversation_problem(value, layout.prompt)
     if bad is not None:
@@ -151,9 +178,11 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
             if raw_answer is None:
                 raw_answer = last["content"]
         if raw_answer is None:
-            raise ConfigError(f"{where}: the conversation's last turn is the "
-                              f"{turns[-1]['role']}'s, not the assistant's answer",
-                              hint="--set data.answer_column=COLUMN")
+            raise ConfigError(
+                f"{where}: the conversation's last turn is the "
+                f"{turns[-1]['role']}'s, not the assistant's answer",
+                hint="--set data.answer_column=COLUMN",
+            )
         users = [t["content"] for t in turns if t["role"] == "user"]
         if not users:
             raise ConfigError(f"{where}: the conversation in {layout.prompt!r} has no user turn")
@@ -162,24 +191,33 @@ def to_problem(row: Any, where: str, layout: Layout) -> Problem:
         question = value
     else:
         kind = _KINDS.get(type(value), type(value).__name__)
-        raise ConfigError(f"{where}: {layout.prompt!r} holds a {kind}, not text or a "
-                          "conversation", hint="set data.prompt_column to the prompt's column")
+        raise ConfigError(
+            f"{where}: {layout.prompt!r} holds a {kind}, not text or a conversation",
+            hint="set data.prompt_column to the prompt's column",
+        )
     if isinstance(raw_answer, (Mapping, list, tuple)):
         # an object's text ("{'n': 1}") parses as math once expressions are golds
         kind = _KINDS.get(type(raw_answer), "object")
-        raise ConfigError(f"{where}: the answer ({layout.answer or 'last turn'!r}) is a JSON "
-                          f"{'object' if isinstance(raw_answer, Mapping) else kind}, not text "
-                          "or a number", hint='write it as text, e.g. "#### 7", "7" or "{1, 2}"')
+        raise ConfigError(
+            f"{where}: the answer ({layout.answer or 'last turn'!r}) is a JSON "
+            f"{'object' if isinstance(raw_answer, Mapping) else kind}, not text "
+            "or a number",
+            hint='write it as text, e.g. "#### 7", "7" or "{1, 2}"',
+        )
     raw = str(raw_answer)
     gold = gold_answer(raw)
     if gold is None:
         _, sep, tail = raw.rpartition("####")
-        why = (f"no number after '####' in answer (got {tail.strip()[:40]!r})" if sep
-               else f"answer {raw[-40:]!r} is neither a number nor an expression "
-               "math-verify can parse")
-        raise ConfigError(f"{where}: {why}",
-                          hint="GSM8K answers end in '#### N'; plain answers are a number or "
-                               "a math expression (x^2+1, \\frac{1}{2}, {1,2})")
+        why = (
+            f"no number after '####' in answer (got {tail.strip()[:40]!r})"
+            if sep
+            else f"answer {raw[-40:]!r} is neither a number nor an expression math-verify can parse"
+        )
+        raise ConfigError(
+            f"{where}: {why}",
+            hint="GSM8K answers end in '#### N'; plain answers are a number or "
+            "a math expression (x^2+1, \\frac{1}{2}, {1,2})",
+        )
     # str keys only: a CSV line with more fields than its header puts them under None
     columns = {k: v for k, v in row.items() if isinstance(k, str)}
     return Problem(question, gold, columns=columns, messages=messages, where=where)

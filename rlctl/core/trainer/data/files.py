@@ -20,19 +20,28 @@ from rlctl.core.errors import ConfigError
 Rows = list[tuple[str, Any]]
 
 FORMATS = "JSONL, JSON, Parquet or CSV"
-_BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
-              ".pq": "parquet", ".csv": "csv", ".tsv": "tsv"}
+_BY_SUFFIX = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".tsv": "tsv",
+}
 
 
 def read_rows(path: str) -> Rows:
     """Every row of the file at ``path``; a ConfigError when it cannot be read."""
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"data path {path!r} is a directory, not a file",
-                          hint=f"pass a {FORMATS} file")
+        raise ConfigError(
+            f"data path {path!r} is a directory, not a file", hint=f"pass a {FORMATS} file"
+        )
     if p.exists() and not p.is_file():
-        raise ConfigError(f"data path {path!r} is not a regular file",
-                          hint=f"pass a {FORMATS} file")
+        raise ConfigError(
+            f"data path {path!r} is not a regular file", hint=f"pass a {FORMATS} file"
+        )
     if not p.is_file():
         raise ConfigError(f"data file {path!r} does not exist")
     kind = _BY_SUFFIX.get(p.suffix.lower()) or _sniff(p, path)
@@ -68,17 +77,21 @@ def _sniff(p: Path, path: str) -> str:
         return "json"
     if start == b"{":
         return "jsonl"
-    raise ConfigError(f"data file {path!r}: cannot tell its format from its name or content",
-                      hint=f"rlctl reads {FORMATS}: name it .jsonl, .json, .parquet or .csv")
+    raise ConfigError(
+        f"data file {path!r}: cannot tell its format from its name or content",
+        hint=f"rlctl reads {FORMATS}: name it .jsonl, .json, .parquet or .csv",
+    )
 
 
 def _text(data: bytes, path: str) -> str:
     try:
         return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x})",
-                          hint="save the file as UTF-8") from e
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x})",
+            hint="save the file as UTF-8",
+        ) from e
 
 
 # How deep a row's values may nest: a row holds text, numbers, lists of them and chat
@@ -102,9 +115,10 @@ def _depth_over(value: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 def _nested(where: str) -> ConfigError:
-    return ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep",
-                       hint="a data row holds text, numbers and chat messages "
-                            '([{"role": ..., "content": ...}])')
+    return ConfigError(
+        f"{where}: nested more than {MAX_DEPTH} levels deep",
+        hint='a data row holds text, numbers and chat messages ([{"role": ..., "content": ...}])',
+    )
 
 
 def _parse(text: str, where: str) -> Any:
@@ -153,28 +167,37 @@ def _json_rows(data: bytes, path: str) -> Rows:
     except json.JSONDecodeError as e:
         if text.lstrip().startswith("{") and e.msg == "Extra data":
             return _jsonl_rows(data, path)
-        line = text[:e.pos].count("\n") + 1
+        line = text[: e.pos].count("\n") + 1
         raise ConfigError(f"{path}:{line}: not valid JSON ({e.msg})") from e
     if isinstance(doc, dict):
         lists = {k: v for k, v in doc.items() if isinstance(v, list)}
-        if len(lists) == 1 and len(doc) == 1 and all(isinstance(r, dict)
-                                                     for r in next(iter(lists.values()))):
+        if (
+            len(lists) == 1
+            and len(doc) == 1
+            and all(isinstance(r, dict) for r in next(iter(lists.values())))
+        ):
             doc = next(iter(lists.values()))
         elif lists and len(lists) == len(doc) and len({len(v) for v in lists.values()}) == 1:
             doc = [dict(zip(lists, values)) for values in zip(*lists.values())]
         elif lists and len(lists) == len(doc):  # columns, of unequal lengths
             sizes = ", ".join(f"{k}: {len(v)}" for k, v in lists.items())
-            raise ConfigError(f"{path}: its columns have unequal lengths ({sizes})",
-                              hint="give every column one value per row, or write the rows "
-                                   'as [{"question": ..., "answer": ...}, ...]')
+            raise ConfigError(
+                f"{path}: its columns have unequal lengths ({sizes})",
+                hint="give every column one value per row, or write the rows "
+                'as [{"question": ..., "answer": ...}, ...]',
+            )
     if not isinstance(doc, list):
-        raise ConfigError(f"{path}: a JSON document that is not a list of rows",
-                          hint='write [{"question": ..., "answer": ...}, ...] or JSON lines')
+        raise ConfigError(
+            f"{path}: a JSON document that is not a list of rows",
+            hint='write [{"question": ..., "answer": ...}, ...] or JSON lines',
+        )
     return [(f"{path}: row {n}", row) for n, row in enumerate(doc, 1)]
 
 
-_QUOTING = ('a field that holds the delimiter, a quote or a line break is quoted '
-            '("...") and each quote inside it doubled ("")')
+_QUOTING = (
+    "a field that holds the delimiter, a quote or a line break is quoted "
+    '("...") and each quote inside it doubled ("")'
+)
 
 
 def _csv_rows(data: bytes, path: str, delimiter: str) -> Rows:
@@ -194,8 +217,9 @@ def _csv_rows(data: bytes, path: str, delimiter: str) -> Rows:
     try:
         header = next(reader, None)
         if header is None:
-            raise ConfigError(f"data file {path!r} is empty",
-                              hint="its first line names the columns")
+            raise ConfigError(
+                f"data file {path!r} is empty", hint="its first line names the columns"
+            )
         start = reader.line_num + 1
         for fields in reader:
             where = f"{path}:{start}"
@@ -206,11 +230,15 @@ def _csv_rows(data: bytes, path: str, delimiter: str) -> Rows:
                 raise ConfigError(
                     f"{where}: {len(fields)} field{'s' * (len(fields) != 1)}, but the "
                     f"header names {len(header)} ({', '.join(header)[:120]})",
-                    hint=f"one field per column on every line; {_QUOTING}")
+                    hint=f"one field per column on every line; {_QUOTING}",
+                )
             rows.append((where, dict(zip(header, fields))))
     except csv.Error as e:
-        why = (f"a quoted field opened on line {start} is never closed"
-               if "unexpected end of data" in str(e) else f"not valid CSV ({e})")
+        why = (
+            f"a quoted field opened on line {start} is never closed"
+            if "unexpected end of data" in str(e)
+            else f"not valid CSV ({e})"
+        )
         line = start if "unexpected end of data" in str(e) else reader.line_num
         raise ConfigError(f"{path}:{line}: {why}", hint=_QUOTING) from e
     finally:

@@ -34,8 +34,10 @@ def hub_rows(repo: str, config: str | None, split: str) -> list[tuple[str, Any]]
     import importlib.util
 
     if importlib.util.find_spec("datasets") is None:
-        raise ConfigError(f"loading {repo} from the hub needs the 'datasets' package",
-                          hint="pip install datasets, or pass --data-path FILE")
+        raise ConfigError(
+            f"loading {repo} from the hub needs the 'datasets' package",
+            hint="pip install datasets, or pass --data-path FILE",
+        )
     local: str | None = None
     off = offline()
     if off:
@@ -47,7 +49,8 @@ def hub_rows(repo: str, config: str | None, split: str) -> list[tuple[str, Any]]
                 f"{repo} is not on this machine and the Hugging Face hub cannot be reached "
                 "(offline)",
                 hint=f"where the hub is reachable run 'hf download {repo} --repo-type "
-                "dataset' and copy ~/.cache/huggingface here, or pass --data-path FILE")
+                "dataset' and copy ~/.cache/huggingface here, or pass --data-path FILE",
+            )
     import datasets
 
     with _quiet(datasets):
@@ -72,8 +75,9 @@ def offline() -> bool:
     return False
 
 
-def _load(datasets: Any, repo: str, config: str | None, split: str, off: bool,
-          local: str | None) -> Any:
+def _load(
+    datasets: Any, repo: str, config: str | None, split: str, off: bool, local: str | None
+) -> Any:
     """One split: from the hub when online; offline, from the hub cache's snapshot
     (``local``) or else the datasets cache, with the libraries told not to connect."""
     if not off:
@@ -124,8 +128,9 @@ def _named_configs(text: str) -> list[str]:
     not found. Available: [...]" on their first."""
     import re
 
-    m = (re.search(r"available configs: \[([^\]]*)\]", text, re.IGNORECASE)
-         or re.search(r"configurations in the cache: ([^\n]*)", text))
+    m = re.search(r"available configs: \[([^\]]*)\]", text, re.IGNORECASE) or re.search(
+        r"configurations in the cache: ([^\n]*)", text
+    )
     if not m:
         return []
     return [c.strip(" '\"") for c in m.group(1).split(",") if c.strip(" '\"")]
@@ -156,19 +161,27 @@ def _one_line(e: Exception, repo: str, config: str | None, split: str) -> Config
     text = str(e).strip()
     first = (text.splitlines() or [type(e).__name__])[0][:300]
     if isinstance(e, DatasetNotFoundError):
-        return ConfigError(f"cannot load {repo} from the hub: {first}",
-                           hint="check the id; a gated or private dataset needs HF_TOKEN")
+        return ConfigError(
+            f"cannot load {repo} from the hub: {first}",
+            hint="check the id; a gated or private dataset needs HF_TOKEN",
+        )
     configs = _named_configs(text)
     if not configs and "Couldn't find cache" in text:
         configs = _cached_configs(repo)
     if configs and ("Config name is missing" in text or "multiple" in text):
-        return ConfigError(f"{repo} has several configs ({', '.join(configs)}): name one",
-                           hint=f"--set data.config={configs[0]}")
+        return ConfigError(
+            f"{repo} has several configs ({', '.join(configs)}): name one",
+            hint=f"--set data.config={configs[0]}",
+        )
     if configs and config is not None and config not in configs:
-        return ConfigError(f"{repo} has no config {config!r} here (its configs: "
-                           f"{', '.join(configs)})", hint=f"--set data.config={configs[0]}")
-    return ConfigError(f"cannot load {repo} (config {config or 'default'}, split {split}): "
-                       f"{first}", hint="set data.config / data.split / data.eval_split")
+        return ConfigError(
+            f"{repo} has no config {config!r} here (its configs: {', '.join(configs)})",
+            hint=f"--set data.config={configs[0]}",
+        )
+    return ConfigError(
+        f"cannot load {repo} (config {config or 'default'}, split {split}): {first}",
+        hint="set data.config / data.split / data.eval_split",
+    )
 
 
 @contextlib.contextmanager

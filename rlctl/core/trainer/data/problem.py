@@ -22,9 +22,11 @@ class Problem:
 
     question: str
     answer: str
-    columns: Mapping[str, object] = dataclasses.field(default_factory=dict, compare=False,
-                                                     hash=False)
+    columns: Mapping[str, object] = dataclasses.field(
+        default_factory=dict, compare=False, hash=False
+    )
     messages: tuple[Mapping[str, str], ...] | None = dataclasses.field(
-        default=None, compare=False, hash=False)
+        default=None, compare=False, hash=False
+    )
     # where the row came from (``path:line``, ``repo split: row N``): errors name it
     where: str = dataclasses.field(default="", compare=False, hash=False)

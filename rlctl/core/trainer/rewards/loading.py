@@ -29,8 +29,10 @@ from rlctl.core.trainer.rewards.verifier import correct_reward, format_reward
 
 RewardFn = Callable[..., object]
 REGISTRY: dict[str, RewardFn] = {"correct": correct_reward, "format": format_reward}
-_FORMS = ("a reward is fn(completion, gold) -> float, or TRL's "
-          "fn(prompts, completions, **columns) -> list[float | None]")
+_FORMS = (
+    "a reward is fn(completion, gold) -> float, or TRL's "
+    "fn(prompts, completions, **columns) -> list[float | None]"
+)
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,10 @@ def _lookup(ref: str) -> object:
         mod = _import(ref, module)
     fn = getattr(mod, attr, None)
     if fn is None:
-        raise ConfigError(f"unknown reward {ref!r}: {module!r} has no {attr!r}",
-                          hint=f"use one of {sorted(REGISTRY)}, module.function or "
-                          "path/to/file.py:function")
+        raise ConfigError(
+            f"unknown reward {ref!r}: {module!r} has no {attr!r}",
+            hint=f"use one of {sorted(REGISTRY)}, module.function or path/to/file.py:function",
+        )
     return fn
 
 
@@ -85,12 +88,14 @@ def _import(ref: str, module: str) -> ModuleType:
             raise ConfigError(
                 f"unknown reward {ref!r}: no module {e.name!r}",
                 hint=f"use one of {sorted(REGISTRY)}, a dotted path module.function on "
-                "PYTHONPATH, or a file: ./rewards.py:function") from e
+                "PYTHONPATH, or a file: ./rewards.py:function",
+            ) from e
         raise _import_failed(ref, module, e) from e
     except ValueError as e:  # an empty module path
-        raise ConfigError(f"unknown reward {ref!r}",
-                          hint=f"use one of {sorted(REGISTRY)}, module.function or "
-                          "path/to/file.py:function") from e
+        raise ConfigError(
+            f"unknown reward {ref!r}",
+            hint=f"use one of {sorted(REGISTRY)}, module.function or path/to/file.py:function",
+        ) from e
     except Exception as e:  # its own code failed: a syntax error, an import inside it
         raise _import_failed(ref, module, e) from e
 
@@ -100,9 +105,11 @@ def _load_file(ref: str, path: str) -> ModuleType:
     rewards from one file share it) under a name derived from its absolute path."""
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(full):
-        raise ConfigError(f"reward {ref!r}: no file {full}",
-                          hint="give the path of a .py file (relative to where you run "
-                          "'rlctl train'), then ':function'")
+        raise ConfigError(
+            f"reward {ref!r}: no file {full}",
+            hint="give the path of a .py file (relative to where you run "
+            "'rlctl train'), then ':function'",
+        )
     digest = hashlib.sha1(full.encode()).hexdigest()[:10]
     stem = "".join(c if c.isalnum() else "_" for c in os.path.basename(full)[:-3])
     name = f"rlctl_reward_file_{stem}_{digest}"
@@ -110,8 +117,9 @@ def _load_file(ref: str, path: str) -> ModuleType:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, full)
     if spec is None or spec.loader is None:
-        raise ConfigError(f"reward {ref!r}: {full} cannot be loaded as Python",
-                          hint="give the path of a .py file")
+        raise ConfigError(
+            f"reward {ref!r}: {full} cannot be loaded as Python", hint="give the path of a .py file"
+        )
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses and pickling look a module up by name
     try:
@@ -124,8 +132,10 @@ def _load_file(ref: str, path: str) -> ModuleType:
 
 def _import_failed(ref: str, module: str, e: BaseException) -> ConfigError:
     first = (str(e).splitlines() or [""])[0][:160]
-    return ConfigError(f"reward {ref!r}: importing {module!r} failed "
-                       f"({type(e).__name__}: {first})", hint="fix that module, or drop the reward")
+    return ConfigError(
+        f"reward {ref!r}: importing {module!r} failed ({type(e).__name__}: {first})",
+        hint="fix that module, or drop the reward",
+    )
 
 
 def _checked(entry: RewardEntry, fn: object) -> Reward:
@@ -133,8 +143,9 @@ def _checked(entry: RewardEntry, fn: object) -> Reward:
     label = entry.name or entry.fn
     weight = 1.0 if entry.weight is None else entry.weight  # filled by RewardEntry
     if not callable(fn):
-        raise ConfigError(f"reward {entry.fn!r} is a {type(fn).__name__}, not a function",
-                          hint=_FORMS)
+        raise ConfigError(
+            f"reward {entry.fn!r} is a {type(fn).__name__}, not a function", hint=_FORMS
+        )
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins have no signature: trust them
@@ -148,7 +159,10 @@ def _checked(entry: RewardEntry, fn: object) -> Reward:
         sig.bind("completion", "gold")
     except TypeError as e:
         short = entry.fn.rpartition(":")[2].rpartition(".")[2]
-        raise ConfigError(f"reward {entry.fn!r} cannot be called as {short}"
-                          f"(completion, gold) nor as {short}(prompts, completions, "
-                          f"**columns): {e}", hint=_FORMS) from e
+        raise ConfigError(
+            f"reward {entry.fn!r} cannot be called as {short}"
+            f"(completion, gold) nor as {short}(prompts, completions, "
+            f"**columns): {e}",
+            hint=_FORMS,
+        ) from e
     return Reward(label, fn, weight, ref=entry.fn)

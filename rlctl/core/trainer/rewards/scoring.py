@@ -69,8 +69,7 @@ class Scored:
         return out
 
 
-def score(rewards: Sequence[Reward], samples: Sequence[Sample], say: Say | None = None
-          ) -> Scored:
+def score(rewards: Sequence[Reward], samples: Sequence[Sample], say: Say | None = None) -> Scored:
     """Every reward's values for ``samples`` and their weighted total. ``say``: where
     the lines a reward prints go (the run's log; stderr when not given)."""
     n = len(samples)
@@ -78,19 +77,24 @@ def score(rewards: Sequence[Reward], samples: Sequence[Sample], say: Say | None 
     per: dict[str, np.ndarray] = {}
     for r in rewards:
         with _guest(r, say or _to_stderr):
-            values = _batched(r, samples) if r.batched else np.array(
-                [_per_sample(r, s) for s in samples], np.float64)
+            values = (
+                _batched(r, samples)
+                if r.batched
+                else np.array([_per_sample(r, s) for s in samples], np.float64)
+            )
         per[r.name] = values
         total += np.where(np.isnan(values), 0.0, r.weight * values)
     with np.errstate(over="ignore"):  # an overflow is reported below, by name
         total32 = total.astype(np.float32)
     if not np.isfinite(total32).all():  # values in range, but weights beyond it
-        worst = max(rewards, key=lambda r: float(np.nanmax(np.abs(r.weight * per[r.name]),
-                                                           initial=0.0)))
-        raise ConfigError(f"reward {worst.label!r} weighted {worst.weight:g} makes the total "
-                          "reward of a completion overflow float32",
-                          hint="give the rewards weights such that their sum stays within "
-                               f"±{REWARD_LIMIT:g}")
+        worst = max(
+            rewards, key=lambda r: float(np.nanmax(np.abs(r.weight * per[r.name]), initial=0.0))
+        )
+        raise ConfigError(
+            f"reward {worst.label!r} weighted {worst.weight:g} makes the total "
+            "reward of a completion overflow float32",
+            hint=f"give the rewards weights such that their sum stays within ±{REWARD_LIMIT:g}",
+        )
     return Scored(total32, per)
 
 
@@ -137,10 +141,14 @@ def _failed(r: Reward, e: BaseException) -> ConfigError:
     reward's exit code and no word of why), as one line naming it."""
     if isinstance(e, KeyboardInterrupt):  # a stop signal, not the reward's fault
         raise e
-    what = (f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else
-            f"raised {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}")
-    return ConfigError(f"reward {r.label!r} {what}",
-                       hint="fix the reward function, then 'rlctl resume' the run")
+    what = (
+        f"called sys.exit({e.code!r})"
+        if isinstance(e, SystemExit)
+        else f"raised {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+    )
+    return ConfigError(
+        f"reward {r.label!r} {what}", hint="fix the reward function, then 'rlctl resume' the run"
+    )
 
 
 def _number(r: Reward, value: object, allow_none: bool) -> float:
@@ -152,14 +160,17 @@ def _number(r: Reward, value: object, allow_none: bool) -> float:
         number = math.nan
     also = " or None" if allow_none else ""
     if not math.isfinite(number):
-        raise ConfigError(f"reward {r.label!r} returned {str(value)[:40]!r}, not a finite "
-                          f"number{also}", hint=f"a reward returns a float such as 0.0 or "
-                          f"1.0{also}")
+        raise ConfigError(
+            f"reward {r.label!r} returned {str(value)[:40]!r}, not a finite number{also}",
+            hint=f"a reward returns a float such as 0.0 or 1.0{also}",
+        )
     if abs(number) > REWARD_LIMIT:
-        raise ConfigError(f"reward {r.label!r} returned {number:g}, outside the range "
-                          f"±{REWARD_LIMIT:g} a reward's value must lie in",
-                          hint="a reward returns a float such as 0.0 or 1.0 (GRPO uses only "
-                               "the differences within a group)")
+        raise ConfigError(
+            f"reward {r.label!r} returned {number:g}, outside the range "
+            f"±{REWARD_LIMIT:g} a reward's value must lie in",
+            hint="a reward returns a float such as 0.0 or 1.0 (GRPO uses only "
+            "the differences within a group)",
+        )
     return number
 
 
@@ -180,14 +191,16 @@ def _batched(r: Reward, samples: Sequence[Sample]) -> np.ndarray:
     except BaseException as e:  # SystemExit too: a reward that exits is named
         raise _failed(r, e) from e
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ConfigError(f"reward {r.label!r} returned a {type(values).__name__}, not a "
-                          "list with one value per completion",
-                          hint="a TRL-style reward returns [float or None, ...], one per "
-                          "completion")
+        raise ConfigError(
+            f"reward {r.label!r} returned a {type(values).__name__}, not a "
+            "list with one value per completion",
+            hint="a TRL-style reward returns [float or None, ...], one per completion",
+        )
     if len(values) != len(samples):
-        raise ConfigError(f"reward {r.label!r} returned {len(values)} values for "
-                          f"{len(samples)} completions", hint="return one value (float or "
-                          "None) per completion, in order")
+        raise ConfigError(
+            f"reward {r.label!r} returned {len(values)} values for {len(samples)} completions",
+            hint="return one value (float or None) per completion, in order",
+        )
     # a user's value, checked above as far as it is: sized, not text; iterated as list() would
     items = cast("Iterable[object]", values)
     return np.array([_number(r, v, allow_none=True) for v in items], np.float64)
@@ -200,17 +213,24 @@ def _trl_kwargs(samples: Sequence[Sample]) -> dict[str, Any]:
     """
     conversational = any(s.messages is not None for s in samples)
     if conversational:
-        prompts: list[Any] = [list(s.messages) if s.messages is not None
-                              else [{"role": "user", "content": s.question}] for s in samples]
-        completions: list[Any] = [[{"role": "assistant", "content": s.completion}]
-                                  for s in samples]
+        prompts: list[Any] = [
+            list(s.messages)
+            if s.messages is not None
+            else [{"role": "user", "content": s.question}]
+            for s in samples
+        ]
+        completions: list[Any] = [[{"role": "assistant", "content": s.completion}] for s in samples]
     else:
         prompts = [s.question for s in samples]
         completions = [s.completion for s in samples]
     rows = [{"question": s.question, "answer": s.gold, **s.columns} for s in samples]
     names = [k for k in dict.fromkeys(k for row in rows for k in row) if k not in _RESERVED]
     out: dict[str, Any] = {k: [row.get(k) for row in rows] for k in names}
-    out.update(prompts=prompts, completions=completions,
-               completion_ids=[list(s.completion_ids) if s.completion_ids is not None
-                               else None for s in samples])
+    out.update(
+        prompts=prompts,
+        completions=completions,
+        completion_ids=[
+            list(s.completion_ids) if s.completion_ids is not None else None for s in samples
+        ],
+    )
     return out

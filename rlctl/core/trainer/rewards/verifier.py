@@ -156,8 +156,11 @@ def one_number(text: str) -> bool:
     ``7 apples`` against a gold 29 or 7. Measured on the default run (5 seeds): with
     that leniency the held-out gain fell from +0.30 to +0.23; a model rewarded for
     writing the sum learns less arithmetic, and one rewarded for a list learns to hedge."""
-    return (normalize_number(text) is not None or bool(_FRACTION.match(text))
-            or bool(_LATEX_FRACTION.match(text)))
+    return (
+        normalize_number(text) is not None
+        or bool(_FRACTION.match(text))
+        or bool(_LATEX_FRACTION.match(text))
+    )
 
 
 def _answer_form(gold: str, answer: str) -> bool:

@@ -36,7 +36,17 @@ from rlctl.core.trainer.tunix_adapter.shim import patch_llama3_rope_theta
 from rlctl.core.trainer.tunix_adapter.weights import ModelInfo, load_model
 
 __all__ = [
-    "ModelInfo", "build_config", "check_family", "chunk_tokens",
-    "head_weight", "kv_cache", "load_model", "patch_llama3_rope_theta",
-    "shared_prefix_logps", "shim", "token_logps", "trunk", "whole_weights",
+    "ModelInfo",
+    "build_config",
+    "check_family",
+    "chunk_tokens",
+    "head_weight",
+    "kv_cache",
+    "load_model",
+    "patch_llama3_rope_theta",
+    "shared_prefix_logps",
+    "shim",
+    "token_logps",
+    "trunk",
+    "whole_weights",
 ]

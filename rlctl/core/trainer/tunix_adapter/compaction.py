@@ -66,8 +66,9 @@ class Packing(NamedTuple):
 def sizes(tokens: int, buckets: int = BUCKETS) -> list[int]:
     """The packed sizes for a grid of ``tokens``: ``buckets`` steps up to it, each a
     multiple of ``ALIGN`` (the last is ``tokens`` itself)."""
-    out = sorted({min(tokens, -(-tokens * i // buckets // ALIGN) * ALIGN)
-                  for i in range(1, buckets + 1)})
+    out = sorted(
+        {min(tokens, -(-tokens * i // buckets // ALIGN) * ALIGN) for i in range(1, buckets + 1)}
+    )
     return [s for s in out if s > 0] or [tokens]
 
 
@@ -84,8 +85,7 @@ def plan(keep: jax.Array, buckets: int = BUCKETS) -> Packing:
     order = jnp.argsort(~flat, stable=True).astype(jnp.int32)
     inverse = jnp.argsort(order).astype(jnp.int32)
     n = flat.sum()
-    branch = jnp.searchsorted(jnp.asarray(sizes(flat.shape[0], buckets), jnp.int32), n,
-                              side="left")
+    branch = jnp.searchsorted(jnp.asarray(sizes(flat.shape[0], buckets), jnp.int32), n, side="left")
     return Packing(order, inverse, branch.astype(jnp.int32))
 
 
@@ -107,8 +107,7 @@ def _permute_bwd(inverse, g):
 permute.defvjp(_permute_fwd, _permute_bwd)
 
 
-def packed(fn: Callable[[jax.Array], jax.Array], x: jax.Array,
-           packing: Packing) -> jax.Array:
+def packed(fn: Callable[[jax.Array], jax.Array], x: jax.Array, packing: Packing) -> jax.Array:
     """``fn`` applied to the kept rows of ``x`` [T, ...], its output [T, ...] back in
     ``x``'s order.
 
@@ -123,6 +122,7 @@ def packed(fn: Callable[[jax.Array], jax.Array], x: jax.Array,
         def run(xs):
             out = fn(xs[:m])
             return jnp.pad(out, [(0, T - m)] + [(0, 0)] * (out.ndim - 1))
+
         return run
 
     with jax.named_scope(ROWS_SCOPE):
@@ -130,8 +130,14 @@ def packed(fn: Callable[[jax.Array], jax.Array], x: jax.Array,
     return permute(out, packing.inverse, packing.order)
 
 
-def head_logps(h: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
-               keep: jax.Array, dtype: str = "float32") -> tuple[jax.Array, jax.Array]:
+def head_logps(
+    h: jax.Array,
+    targets: jax.Array,
+    w: jax.Array,
+    temperature: float,
+    keep: jax.Array,
+    dtype: str = "float32",
+) -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target [T] under the head ``w`` [D, V] from hidden states
     ``h`` [T, D], and the entropy of its distribution (no gradient), computed where
     ``keep`` [T] is set and 0 elsewhere; the head's [m, D] x [D, V] products run on
@@ -141,8 +147,7 @@ def head_logps(h: jax.Array, targets: jax.Array, w: jax.Array, temperature: floa
     return _head(temperature, dtype, h, w, targets, keep, p.order, p.inverse, p.branch)
 
 
-def _scaled_logits(h: jax.Array, w: jax.Array, temperature: float,
-                   dtype: str) -> jax.Array:
+def _scaled_logits(h: jax.Array, w: jax.Array, temperature: float, dtype: str) -> jax.Array:
     """As ``logprobs.token_logps`` computes them: float32, over the temperature. ``w``
     is [D, V] in float32 and, narrow, [V, D] (``_head_weight``)."""
     logits = dot_nt(h, w, dtype) if narrow(dtype) else dot(h, w, dtype)
@@ -169,16 +174,21 @@ def _head_forward(temperature, dtype, h, w, targets, keep, order, inverse, branc
             logp = jnp.take_along_axis(logits, tp[:m, None], axis=-1)[:, 0] - lse
             probs = jnp.exp(logits - lse[:, None])
             ent = lse - (probs * logits).sum(-1)
-            return (jnp.pad(logp, (0, T - m)), jnp.pad(ent, (0, T - m)),
-                    jnp.pad(probs, ((0, T - m), (0, 0))))
+            return (
+                jnp.pad(logp, (0, T - m)),
+                jnp.pad(ent, (0, T - m)),
+                jnp.pad(probs, ((0, T - m), (0, 0))),
+            )
+
         return fn
 
     with jax.named_scope(HEAD_SCOPE):
-        logp, ent, probs = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
-                                          hp, tp)
+        logp, ent, probs = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)], hp, tp)
     # the packed size's extra rows were computed too: 0 there as elsewhere
-    out = (jnp.where(keep, jnp.take(logp, inverse), 0.0),
-           jax.lax.stop_gradient(jnp.where(keep, jnp.take(ent, inverse), 0.0)))
+    out = (
+        jnp.where(keep, jnp.take(logp, inverse), 0.0),
+        jax.lax.stop_gradient(jnp.where(keep, jnp.take(ent, inverse), 0.0)),
+    )
     marks = jnp.zeros((0,), w.dtype)  # the head's own dtype, for its gradient
     return out, (hp, wc, tp, probs, keep, order, inverse, branch, marks)
 
@@ -201,11 +211,11 @@ def _head_backward(temperature, dtype, saved, grads):
                 dh = jnp.einsum("tv,dv->td", dl, wc.astype(hp.dtype))
             dw = jnp.einsum("td,tv->dv", hp[:m], dl)
             return jnp.pad(dh, ((0, T - m), (0, 0))), dw.astype(w_mark.dtype)
+
         return fn
 
     with jax.named_scope(HEAD_SCOPE):
-        dh, dw = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)],
-                                hp, tp, probs, g)
+        dh, dw = jax.lax.switch(branch, [run(m) for m in sizes(T, HEAD_BUCKETS)], hp, tp, probs, g)
     return jnp.take(dh, inverse, axis=0), dw, None, None, None, None, None
 
 

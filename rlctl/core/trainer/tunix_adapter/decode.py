@@ -75,27 +75,33 @@ def weights(model: Any, dtype: str = "float32") -> dict[str, Any]:
         # transposed, then joined along the rows (measured: 1.4x faster than the other
         # way round; XLA:CPU transposes at about 1.6 GB/s, the copy's main cost)
         qkv = [p.w[...].reshape(d, -1).T for p in (a.q_proj, a.k_proj, a.v_proj)]
-        layers.append({
-            "ln1": layer.input_layernorm.w[...],
-            "qkv": jnp.concatenate(qkv, axis=0).astype(dt),
-            "o": (a.o_proj.w[...].reshape(-1, d) if o_rows
-                  else a.o_proj.w[...].reshape(-1, d).T).astype(dt),
-            "ln2": layer.post_attention_layernorm.w[...],
-            "gu": jnp.concatenate([mlp.gate_proj.kernel[...].T,
-                                   mlp.up_proj.kernel[...].T], 0).astype(dt),
-            "down": mlp.down_proj.kernel[...].T.astype(dt),
-        })
+        layers.append(
+            {
+                "ln1": layer.input_layernorm.w[...],
+                "qkv": jnp.concatenate(qkv, axis=0).astype(dt),
+                "o": (
+                    a.o_proj.w[...].reshape(-1, d) if o_rows else a.o_proj.w[...].reshape(-1, d).T
+                ).astype(dt),
+                "ln2": layer.post_attention_layernorm.w[...],
+                "gu": jnp.concatenate(
+                    [mlp.gate_proj.kernel[...].T, mlp.up_proj.kernel[...].T], 0
+                ).astype(dt),
+                "down": mlp.down_proj.kernel[...].T.astype(dt),
+            }
+        )
     emb = model.embedder.input_embedding[...]
     head = (model.lm_head.w[...].T if hasattr(model, "lm_head") else emb).astype(dt)
     return {"layers": layers, "norm": model.final_norm.w[...], "emb": emb, "head": head}
 
 
-def prefix_layout(cache: dict[str, Any], layers: int,
-                  slots: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def prefix_layout(
+    cache: dict[str, Any], layers: int, slots: int
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The first ``slots`` slots of Tunix's prefill cache (``layer_i: {k, v}`` as
     [P, S, K, H]), one per prompt, as ``step`` reads them: the keys and values of
     each layer as [P, K, slots, H] (transposed once, after prefill). A stacked cache
     (``kv_cache(stacked=True)``, from scanned layers) is read layer by layer."""
+
     def layer(i: int) -> Any:
         return jax.tree.map(lambda x: x[i], cache) if "k" in cache else cache[f"layer_{i}"]
 
@@ -104,8 +110,9 @@ def prefix_layout(cache: dict[str, Any], layers: int,
     return ks, vs
 
 
-def row_cache(prefix_keys: tuple[Any, ...], rows: int,
-              slots: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+def row_cache(
+    prefix_keys: tuple[Any, ...], rows: int, slots: int
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """Each row's own slots, empty: per layer keys and values [rows, K, slots, H]."""
     _, K, _, H = prefix_keys[0].shape
     empty = tuple(jnp.zeros((rows, K, slots, H), x.dtype) for x in prefix_keys)
@@ -135,22 +142,39 @@ def _norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     return (w[:, None] * x / rms).astype(x.dtype)
 
 
-def step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Array,
-         prefix: tuple[tuple[Any, ...], tuple[Any, ...]], keys: tuple[Any, ...],
-         values: tuple[Any, ...], slot: jax.Array, prefix_mask: jax.Array,
-         mask: jax.Array, dtype: str = "float32",
-         ) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
+def step(
+    w: dict[str, Any],
+    config: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    prefix: tuple[tuple[Any, ...], tuple[Any, ...]],
+    keys: tuple[Any, ...],
+    values: tuple[Any, ...],
+    slot: jax.Array,
+    prefix_mask: jax.Array,
+    mask: jax.Array,
+    dtype: str = "float32",
+) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
     """``_step`` under its named scope (``SCOPE``)."""
     with jax.named_scope(SCOPE):
-        return _step(w, config, tokens, positions, prefix, keys, values, slot, prefix_mask,
-                     mask, dtype)
+        return _step(
+            w, config, tokens, positions, prefix, keys, values, slot, prefix_mask, mask, dtype
+        )
 
 
-def _step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Array,
-          prefix: tuple[tuple[Any, ...], tuple[Any, ...]], keys: tuple[Any, ...],
-          values: tuple[Any, ...], slot: jax.Array, prefix_mask: jax.Array,
-          mask: jax.Array, dtype: str = "float32",
-          ) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
+def _step(
+    w: dict[str, Any],
+    config: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    prefix: tuple[tuple[Any, ...], tuple[Any, ...]],
+    keys: tuple[Any, ...],
+    values: tuple[Any, ...],
+    slot: jax.Array,
+    prefix_mask: jax.Array,
+    mask: jax.Array,
+    dtype: str = "float32",
+) -> tuple[jax.Array, tuple[Any, ...], tuple[Any, ...]]:
     """Float32 logits [B, V] of the next token after ``tokens`` [B] at ``positions``
     [B]. ``prefix`` holds each layer's prompt keys and values [P, K, Lp, H], shared
     by the B / P rows of each prompt (rows grouped by prompt, as ``jnp.repeat``
@@ -170,8 +194,8 @@ def _step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Arra
         y = _norm(x, lw["ln1"], config.norm_eps)
         qkv = settle(dot(lw["qkv"], y, dtype), dtype).astype(x.dtype).T  # [B, (N+2K)H]
         q = qkv[:, : n * h].reshape(b, 1, n, h)
-        kk = qkv[:, n * h:(n + k) * h].reshape(b, 1, k, h)
-        vv = qkv[:, (n + k) * h:].reshape(b, 1, k, h)
+        kk = qkv[:, n * h : (n + k) * h].reshape(b, 1, k, h)
+        vv = qkv[:, (n + k) * h :].reshape(b, 1, k, h)
         q = m.apply_rope(q, positions[:, None], head_dim=h, rope_theta=config.rope_theta)
         kk = m.apply_rope(kk, positions[:, None], head_dim=h, rope_theta=config.rope_theta)
         kc = jax.lax.dynamic_update_slice(kc, jnp.swapaxes(kk, 1, 2), (0, 0, slot, 0))
@@ -187,8 +211,10 @@ def _step(w: dict[str, Any], config: Any, tokens: jax.Array, positions: jax.Arra
         scores = jnp.concatenate([prompt, own], axis=-1) * h**-0.5
         scores = jnp.where(allowed, scores, m.K_MASK)
         probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(kc.dtype)
-        out = (_by_row(jnp.einsum("pkqs,pksh->pkqh", _by_group(probs[..., :Lp], P), pv), b)
-               + (probs[..., Lp:, None] * vc[:, :, None]).sum(-2)).reshape(b, n * h)
+        out = (
+            _by_row(jnp.einsum("pkqs,pksh->pkqh", _by_group(probs[..., :Lp], P), pv), b)
+            + (probs[..., Lp:, None] * vc[:, :, None]).sum(-2)
+        ).reshape(b, n * h)
         x = x + _out_projection(lw["o"], out, dtype).astype(x.dtype)
         y = _norm(x, lw["ln2"], config.norm_eps)
         gu = dot(lw["gu"], y, dtype).astype(x.dtype)  # [2F, B]

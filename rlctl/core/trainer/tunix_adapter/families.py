@@ -30,9 +30,15 @@ def _hashable(config: Any) -> Any:
     if cls.__hash__ is not None:
         return config
     if cls not in _HASHABLE:
-        _HASHABLE[cls] = type(cls.__name__, (cls,), {
-            "__slots__": (), "__hash__": lambda self: hash(repr(self)),
-            "__module__": cls.__module__})
+        _HASHABLE[cls] = type(
+            cls.__name__,
+            (cls,),
+            {
+                "__slots__": (),
+                "__hash__": lambda self: hash(repr(self)),
+                "__module__": cls.__module__,
+            },
+        )
     import dataclasses
 
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
@@ -68,7 +74,9 @@ def check_family(folder: Path) -> str:
     try:
         FAMILIES[family].config_fields(config)  # every field the Tunix config needs is there
     except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{folder / 'config.json'}: cannot build a {family} model from it "
-                          f"({type(e).__name__}: {e})", hint="copy or download the model again"
-                          ) from e
+        raise ConfigError(
+            f"{folder / 'config.json'}: cannot build a {family} model from it "
+            f"({type(e).__name__}: {e})",
+            hint="copy or download the model again",
+        ) from e
     return str(family)

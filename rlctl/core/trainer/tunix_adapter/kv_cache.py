@@ -24,16 +24,18 @@ def kv_cache(info: ModelInfo, batch: int, size: int, stacked: bool = False) -> A
         return jax.tree.map(lambda x: jnp.zeros((info.num_layers, *x.shape), x.dtype), one)
     from tunix.generate import sampler as sampler_lib
 
-    return sampler_lib._init_cache(info.num_layers, size, batch, info.num_kv_heads,
-                                   info.head_dim, jnp.dtype(info.dtype))
+    return sampler_lib._init_cache(
+        info.num_layers, size, batch, info.num_kv_heads, info.head_dim, jnp.dtype(info.dtype)
+    )
 
 
 def layer_cache(info: ModelInfo, batch: int, size: int) -> Any:
     """One layer's empty cache (``kv_cache``'s ``layer_0``)."""
     from tunix.generate import sampler as sampler_lib
 
-    return sampler_lib._init_cache(1, size, batch, info.num_kv_heads, info.head_dim,
-                                   jnp.dtype(info.dtype))["layer_0"]
+    return sampler_lib._init_cache(
+        1, size, batch, info.num_kv_heads, info.head_dim, jnp.dtype(info.dtype)
+    )["layer_0"]
 
 
 def repeat_rows(cache: Any, times: int, stacked: bool = False) -> Any:

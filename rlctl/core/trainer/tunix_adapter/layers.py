@@ -68,13 +68,21 @@ def narrowed(states: Any, dtype: str) -> Any:
     if not narrow(dtype):
         return states
     dt = dtype_of(dtype)
-    return jax.tree.map(lambda x: x.astype(dt) if x.ndim >= 3 and
-                        jnp.issubdtype(x.dtype, jnp.floating) else x, states)
+    return jax.tree.map(
+        lambda x: x.astype(dt) if x.ndim >= 3 and jnp.issubdtype(x.dtype, jnp.floating) else x,
+        states,
+    )
 
 
-def scan_trunk(model: Any, tokens: jax.Array, positions: jax.Array, cache: Any,
-               mask: jax.Array, dtype: str = "float32",
-               stacked: tuple[Any, Any] | None = None) -> tuple[jax.Array, Any]:
+def scan_trunk(
+    model: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    cache: Any,
+    mask: jax.Array,
+    dtype: str = "float32",
+    stacked: tuple[Any, Any] | None = None,
+) -> tuple[jax.Array, Any]:
     """``logprobs.trunk`` with the layers scanned: the final-norm hidden states and the
     new stacked cache (``cache`` stacked, or None). Each layer is rlctl's
     (``mlp_grad.decoder_layer``: Tunix's operations in float32, its products reading
@@ -84,8 +92,16 @@ def scan_trunk(model: Any, tokens: jax.Array, positions: jax.Array, cache: Any,
 
     def body(x: jax.Array, each: Any) -> tuple[jax.Array, Any]:
         state, layer_cache = each
-        new_cache, x = decoder_layer(nnx.merge(graphdef, state), x, positions, layer_cache,
-                                     mask, None, dtype, own_gradient=False)
+        new_cache, x = decoder_layer(
+            nnx.merge(graphdef, state),
+            x,
+            positions,
+            layer_cache,
+            mask,
+            None,
+            dtype,
+            own_gradient=False,
+        )
         return x, new_cache
 
     x, new_cache = jax.lax.scan(body, model.embedder.encode(tokens), (states, cache))

@@ -21,8 +21,16 @@ from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 
 
-def trunk(model, tokens, positions, cache, mask, scan: bool = False,
-          dtype: str = "float32", stacked: Any = None) -> tuple[jax.Array, Any]:
+def trunk(
+    model,
+    tokens,
+    positions,
+    cache,
+    mask,
+    scan: bool = False,
+    dtype: str = "float32",
+    stacked: Any = None,
+) -> tuple[jax.Array, Any]:
     """The model's final-norm hidden states [B, L, D] and its new cache: everything
     but the vocabulary projection, which ``token_logps`` does in chunks.
 
@@ -67,9 +75,16 @@ def chunk_tokens(vocab_size: int, limit_bytes: int | None = None) -> int:
     return max(16, limit // (4 * vocab_size))
 
 
-def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature: float,
-                chunk: int, keep: jax.Array | None = None,
-                dtype: str = "float32", pack_head: bool = True) -> tuple[jax.Array, jax.Array]:
+def token_logps(
+    hidden: jax.Array,
+    targets: jax.Array,
+    w: jax.Array,
+    temperature: float,
+    chunk: int,
+    keep: jax.Array | None = None,
+    dtype: str = "float32",
+    pack_head: bool = True,
+) -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target token and the entropy of its predicted distribution,
     from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
 
@@ -111,9 +126,18 @@ def token_logps(hidden: jax.Array, targets: jax.Array, w: jax.Array, temperature
 
 
 def shared_prefix_logps(
-    model, prompt_ids, completion_ids, *, group: int, pad_id: int, temperature: float,
-    info: ModelInfo, chunk: int | None = None, remat: bool | int = False,
-    mask: jax.Array | None = None, numerics: Numerics | None = None,
+    model,
+    prompt_ids,
+    completion_ids,
+    *,
+    group: int,
+    pad_id: int,
+    temperature: float,
+    info: ModelInfo,
+    chunk: int | None = None,
+    remat: bool | int = False,
+    mask: jax.Array | None = None,
+    numerics: Numerics | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs of completions, computing each group's prompt once.
 
@@ -165,15 +189,15 @@ def shared_prefix_logps(
     if _runs_whole(model):
         cache = kv_cache(info, P, S)  # the layout the sampler decodes with
         p_hidden, cache = trunk(model, prompt_ids, p_positions, cache, p_mask)
-        c_hidden, _ = trunk(model, completion_ids, positions, repeat_rows(cache, group),
-                            c_mask)
+        c_hidden, _ = trunk(model, completion_ids, positions, repeat_rows(cache, group), c_mask)
     else:
         layers = len(model.layers)
         again = recomputed(remat, layers)
         mine = fits(model, info)  # rlctl's layer, else Tunix's (a LoRA model's)
         how = (group, mine, n.own_mlp_gradient, info.compute_dtype)
-        packing = (plan(needed_positions(mask)) if mine and n.pack_mlp_rows
-                   and mask is not None else None)
+        packing = (
+            plan(needed_positions(mask)) if mine and n.pack_mlp_rows and mask is not None else None
+        )
         xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
         # each layer's cache starts empty: one empty layer cache serves every layer
         empty = layer_cache(info, P, S)
@@ -184,8 +208,10 @@ def shared_prefix_logps(
             for pair, lo, hi in ((_recomputed_pair, 0, again), (_layer_pair, again, layers)):
                 if hi > lo:
                     xs = layers_lib.scan(
-                        functools.partial(_scanned_pair, pair, graphdef, how, masks), xs,
-                        layers_lib.part(states, lo, hi))
+                        functools.partial(_scanned_pair, pair, graphdef, how, masks),
+                        xs,
+                        layers_lib.part(states, lo, hi),
+                    )
         else:
             for i, layer in enumerate(model.layers):
                 graphdef, state = nnx.split(layer)
@@ -195,9 +221,16 @@ def shared_prefix_logps(
     # token j is predicted by position j-1: the first one by the prompt's last position
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
     hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
-    return token_logps(hidden, completion_ids, head_weight(model), temperature,
-                       chunk or chunk_tokens(info.vocab_size, n.logits_chunk_bytes),
-                       keep=mask, dtype=info.compute_dtype, pack_head=n.pack_head)
+    return token_logps(
+        hidden,
+        completion_ids,
+        head_weight(model),
+        temperature,
+        chunk or chunk_tokens(info.vocab_size, n.logits_chunk_bytes),
+        keep=mask,
+        dtype=info.compute_dtype,
+        pack_head=n.pack_head,
+    )
 
 
 def recomputed(remat: bool | int, layers: int) -> int:
@@ -234,15 +267,19 @@ def _layer_pair(graphdef, how: tuple[int, bool, bool, str], state, xs, masks):
     group, mine, own_gradient, dtype = how
     p_positions, p_mask, positions, c_mask, empty, packing = masks
     layer = nnx.merge(graphdef, state)
-    call = (functools.partial(decoder_layer, layer, dtype=dtype, own_gradient=own_gradient)
-            if mine else layer)
+    call = (
+        functools.partial(decoder_layer, layer, dtype=dtype, own_gradient=own_gradient)
+        if mine
+        else layer
+    )
     cache, p_out = call(xs[0], p_positions, empty, p_mask)
     cache = repeat_rows(cache, group)
     if packing is None:
         _, c_out = call(xs[1], positions, cache, c_mask)
     else:  # the MLP on the positions the loss reads
-        _, c_out = decoder_layer(layer, xs[1], positions, cache, c_mask, packing, dtype,
-                                 own_gradient)
+        _, c_out = decoder_layer(
+            layer, xs[1], positions, cache, c_mask, packing, dtype, own_gradient
+        )
     return p_out, c_out
 
 

@@ -37,10 +37,12 @@ def check_lora(family: str, training: Any, devices: int = 1) -> None:
         return
     fam = FAMILIES[family]
     if not fam.lora_paths:
-        raise ConfigError(f"training.lora_rank: LoRA is not supported for {family} models "
-                          "yet (its attention is stacked einsums qwix cannot split by "
-                          "projection)", hint="remove training.lora_rank to train all "
-                          "parameters, or use a Llama or Qwen model")
+        raise ConfigError(
+            f"training.lora_rank: LoRA is not supported for {family} models "
+            "yet (its attention is stacked einsums qwix cannot split by "
+            "projection)",
+            hint="remove training.lora_rank to train all parameters, or use a Llama or Qwen model",
+        )
 
 
 def module_regex(family: str, targets: list[str]) -> str:
@@ -57,16 +59,17 @@ def apply_lora(model: nnx.Module, family: str, training: Any, seed: int = 0) -> 
 
     from rlctl.core.trainer.tunix_adapter.logprobs import trunk
 
-    provider = qwix.LoraProvider(module_path=module_regex(family, training.lora_target_modules),
-                                 rank=int(training.lora_rank),
-                                 alpha=float(training.lora_alpha))
+    provider = qwix.LoraProvider(
+        module_path=module_regex(family, training.lora_target_modules),
+        rank=int(training.lora_rank),
+        alpha=float(training.lora_alpha),
+    )
     rngs = nnx.Rngs(seed)
     layers = model.layers  # type: ignore[attr-defined]  # a Tunix model's (Tunix is untyped)
     for i, layer in enumerate(layers):
         # skip qwix's own first call (its inputs differ per family): one eager forward
         # of the whole model below creates every layer's adapters
-        layers[i] = qwix.apply_lora_to_model(layer, provider, skip_nnx_init=True,
-                                                   rngs=rngs)
+        layers[i] = qwix.apply_lora_to_model(layer, provider, skip_nnx_init=True, rngs=rngs)
     model.set_attributes(qwix_rngs=rngs)
     tokens = jnp.zeros((1, 1), jnp.int32)
     trunk(model, tokens, jnp.zeros((1, 1), jnp.int32), None, jnp.ones((1, 1, 1), jnp.bool_))
@@ -78,8 +81,10 @@ def apply_lora(model: nnx.Module, family: str, training: Any, seed: int = 0) -> 
     adapters = nnx.state(model, nnx.LoRAParam)
     nnx.update(model, jax.tree.map(lambda x: jax.device_put(x, x.sharding), adapters))
     if not jax.tree.leaves(adapters):
-        raise ConfigError(f"training.lora_target_modules={training.lora_target_modules}: "
-                          "no projection of the model matched")
+        raise ConfigError(
+            f"training.lora_target_modules={training.lora_target_modules}: "
+            "no projection of the model matched"
+        )
     return model
 
 
@@ -96,6 +101,7 @@ def frozen_params(model: nnx.Module) -> Any:
 def base_only(state: Any) -> Any:
     """``state`` (of a LoRA model) with every adapter zeroed: the base model's output
     exactly (``x @ a @ 0`` adds nothing), sharing the base's arrays."""
+
     def zero(v: Any) -> Any:
         return v.replace(jnp.zeros_like(v.get_value())) if isinstance(v, nnx.LoRAParam) else v
 

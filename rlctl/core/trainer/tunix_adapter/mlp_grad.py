@@ -42,8 +42,7 @@ SCOPE = "own_mlp_gradient"
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def gated_mlp(dtype: str, wg: jax.Array, wu: jax.Array, wd: jax.Array,
-              x: jax.Array) -> jax.Array:
+def gated_mlp(dtype: str, wg: jax.Array, wu: jax.Array, wd: jax.Array, x: jax.Array) -> jax.Array:
     """``(silu(x @ wg) * (x @ wu)) @ wd``, as Tunix's ``MLP.block`` computes it, each
     product's inputs read as ``dtype`` (``mixed``), its sums float32."""
     return _forward(dtype, wg, wu, wd, x)[0]
@@ -77,15 +76,15 @@ def _gradients(dtype, saved, dy):
     d_wg = jnp.einsum("...d,...f->df", xf, dg)
     d_wu = jnp.einsum("...d,...f->df", xf, du)
     dx = dot_nt(dg, wg, dtype) + dot_nt(du, wu, dtype)
-    return (d_wg.astype(wg.dtype), d_wu.astype(wu.dtype), d_wd.astype(wd.dtype),
-            dx.astype(x.dtype))
+    return (d_wg.astype(wg.dtype), d_wu.astype(wu.dtype), d_wd.astype(wd.dtype), dx.astype(x.dtype))
 
 
 gated_mlp.defvjp(_forward, _backward)
 
 
-def attention(attn: Any, x: jax.Array, positions: jax.Array, cache: Any, mask: jax.Array,
-              dtype: str) -> tuple[Any, jax.Array]:
+def attention(
+    attn: Any, x: jax.Array, positions: jax.Array, cache: Any, mask: jax.Array, dtype: str
+) -> tuple[Any, jax.Array]:
     """Tunix's ``Attention.block`` (with the model's rope theta, as ``shim`` patches
     it), its projections through ``mixed.mm`` in ``dtype``: (new cache, output)."""
     from tunix.models.llama3 import model as m
@@ -126,17 +125,25 @@ def attention(attn: Any, x: jax.Array, positions: jax.Array, cache: Any, mask: j
     return new_cache, out
 
 
-def jax_gradient_mlp(dtype: str, wg: jax.Array, wu: jax.Array, wd: jax.Array,
-                     x: jax.Array) -> jax.Array:
+def jax_gradient_mlp(
+    dtype: str, wg: jax.Array, wu: jax.Array, wd: jax.Array, x: jax.Array
+) -> jax.Array:
     """``gated_mlp``'s forward, differentiated by JAX itself: an accelerator's
     (``numerics.Numerics.own_mlp_gradient`` off), whose compiler fuses that gradient
     well; the products still read ``dtype`` and sum in float32."""
     return _forward(dtype, wg, wu, wd, x)[0]
 
 
-def decoder_layer(layer: Any, x: jax.Array, positions: jax.Array, cache: Any,
-                  mask: jax.Array, packing: Packing | None = None,
-                  dtype: str = "float32", own_gradient: bool = True) -> tuple[Any, jax.Array]:
+def decoder_layer(
+    layer: Any,
+    x: jax.Array,
+    positions: jax.Array,
+    cache: Any,
+    mask: jax.Array,
+    packing: Packing | None = None,
+    dtype: str = "float32",
+    own_gradient: bool = True,
+) -> tuple[Any, jax.Array]:
     """Tunix's ``DecoderLayer.block`` with the attention through ``attention`` and the
     MLP through ``gated_mlp``, both in ``dtype``: (new cache, the layer's output).
     With a ``packing`` of x's [B, L] positions, the MLP (norm included) runs on the
@@ -148,8 +155,13 @@ def decoder_layer(layer: Any, x: jax.Array, positions: jax.Array, cache: Any,
     mlp_fn = gated_mlp if own_gradient else jax_gradient_mlp
 
     def feed_forward(h):
-        return mlp_fn(dtype, mlp.gate_proj.kernel[...], mlp.up_proj.kernel[...],
-                      mlp.down_proj.kernel[...], layer.post_attention_layernorm(h))
+        return mlp_fn(
+            dtype,
+            mlp.gate_proj.kernel[...],
+            mlp.up_proj.kernel[...],
+            mlp.down_proj.kernel[...],
+            layer.post_attention_layernorm(h),
+        )
 
     with jax.named_scope("feed_forward"):
         if packing is None:

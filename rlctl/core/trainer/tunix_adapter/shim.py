@@ -31,7 +31,6 @@ def _tunix_without_its_init() -> None:
 _tunix_without_its_init()
 
 
-
 # --- pitfall: tunix.models.llama3 ignores ModelConfig.rope_theta -------------------
 def _llama3_block_with_rope_theta(self, x, segment_pos, cache, attn_mask):
     """Tunix 0.1.7's ``Attention.block`` with one change: ``apply_rope`` gets the

@@ -38,8 +38,9 @@ class ModelInfo:
     compute_dtype: str = "float32"
 
 
-def load_model(folder: str | Path, dtype: str = "float32", mesh: Any = None,
-               compute_dtype: str = "float32") -> tuple[nnx.Module, ModelInfo]:
+def load_model(
+    folder: str | Path, dtype: str = "float32", mesh: Any = None, compute_dtype: str = "float32"
+) -> tuple[nnx.Module, ModelInfo]:
     """Build a Tunix model from a Hugging Face folder (config.json + safetensors), or
     from a trainer folder (``rlctl checkpoint-convert --to trainer``: config.json and
     an Orbax checkpoint of the model already in Tunix's layout, restored directly).
@@ -68,13 +69,16 @@ def load_model(folder: str | Path, dtype: str = "float32", mesh: Any = None,
             model = _restore_trainer_folder(folder, fam, config, jdtype, mesh)
         else:
             params_mod = tunix_module(fam, fam.safetensors_loader)
-            model = params_mod.create_model_from_safe_tensors(str(folder), config, mesh=mesh,
-                                                              dtype=jdtype)
+            model = params_mod.create_model_from_safe_tensors(
+                str(folder), config, mesh=mesh, dtype=jdtype
+            )
     except (KeyError, ValueError) as e:  # weights that do not fit the config's shapes
         first = (str(e).splitlines() or [""])[0][:160]
-        raise ConfigError(f"model folder {str(folder)!r}: its weights do not match its "
-                          f"config.json ({type(e).__name__}: {first})",
-                          hint="copy or download the model again") from e
+        raise ConfigError(
+            f"model folder {str(folder)!r}: its weights do not match its "
+            f"config.json ({type(e).__name__}: {first})",
+            hint="copy or download the model again",
+        ) from e
     n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     info = ModelInfo(
         family=family,
@@ -89,8 +93,9 @@ def load_model(folder: str | Path, dtype: str = "float32", mesh: Any = None,
     return model, info
 
 
-def _restore_trainer_folder(folder: Path, fam: Family, config: Any, jdtype: Any,
-                            mesh: Any) -> nnx.Module:
+def _restore_trainer_folder(
+    folder: Path, fam: Family, config: Any, jdtype: Any, mesh: Any
+) -> nnx.Module:
     """The model, restored from a trainer folder's Orbax checkpoint: shapes come from
     the model built abstractly (no memory), each array is read straight into its
     place (sharded over ``mesh`` when given) and cast to ``jdtype``."""
@@ -99,7 +104,7 @@ def _restore_trainer_folder(folder: Path, fam: Family, config: Any, jdtype: Any,
     m = tunix_module(fam)
     abstract = nnx.eval_shape(lambda: getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0)))
     params = nnx.state(abstract, nnx.Param)
-    shardings = (nnx.get_named_sharding(params, mesh) if mesh is not None else None)
+    shardings = nnx.get_named_sharding(params, mesh) if mesh is not None else None
 
     def target(x: Any, s: Any = None) -> Any:
         return jax.ShapeDtypeStruct(x.shape, jdtype, sharding=s)
@@ -111,7 +116,8 @@ def _restore_trainer_folder(folder: Path, fam: Family, config: Any, jdtype: Any,
         want = jax.tree.map(target, pure)
     want = _str_keys(want)  # Orbax names every key by its string
     restored = ocp.StandardCheckpointer().restore(
-        (folder / "checkpoint" / "default").absolute(), {"model": want})["model"]
+        (folder / "checkpoint" / "default").absolute(), {"model": want}
+    )["model"]
     nnx.replace_by_pure_dict(params, _like_keys(restored, pure))
     if mesh is None:
         params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
