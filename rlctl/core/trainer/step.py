@@ -264,15 +264,16 @@ class Update:
         self, graphdef: Any, size: int, remat: bool | int | None = None
     ) -> Callable[..., Any]:
         """(state, batch) -> (new state, loss, aux, grad norm)."""
-        import optax
         from flax import nnx
+
+        from rlctl.core.trainer.optimizer import apply_step
 
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
             mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
             (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size, remat)
-            optimizer.update(model, grads)
-            return nnx.state((model, optimizer)), loss, aux, optax.global_norm(grads)
+            gnorm = apply_step(optimizer, model, grads)
+            return nnx.state((model, optimizer)), loss, aux, gnorm
 
         return step
 

@@ -93,3 +93,60 @@ def test_the_update_holds_no_float32_copy_of_the_gradients(dtype):
 
     assert temporaries(optax_reference(1e-3, 0.0, 1.0)) >= float32_copy
     assert temporaries(clipped_adamw(1e-3, b1=0.9, b2=0.99, max_norm=1.0)) < float32_copy / 16
+    # and the trainer's step (``apply``: the updates added in the same expression)
+    tx = clipped_adamw(1e-3, b1=0.9, b2=0.99, max_norm=1.0)
+    state = jax.eval_shape(tx.init, params)
+    # (donated as the trainer's update donates its state: outputs in the inputs' order)
+    step = jax.jit(lambda p, s, g: tx.apply(g, s, p), donate_argnums=(0, 1))
+    compiled = step.lower(params, state, params).compile()
+    assert compiled.memory_analysis().temp_size_in_bytes < float32_copy / 16
+
+
+def test_a_layers_arrays_are_one_unit_and_other_arrays_their_own():
+    from rlctl.core.trainer.optimizer import units
+
+    tree = {
+        "embed": jnp.zeros(2),
+        "layers": {i: {"a": jnp.zeros(3), "b": {"c": jnp.zeros(4)}} for i in range(3)},
+        "norm": jnp.zeros(2),
+    }
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    got = [[jax.tree_util.keystr(leaves[i][0]) for i in u] for u in units(tree)]
+    assert got == [
+        ["['embed']"],
+        ["['layers'][0]['a']", "['layers'][0]['b']['c']"],
+        ["['layers'][1]['a']", "['layers'][1]['b']['c']"],
+        ["['layers'][2]['a']", "['layers'][2]['b']['c']"],
+        ["['norm']"],
+    ]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_apply_is_update_then_optax_apply_updates_on_layered_parameters(dtype):
+    """``apply`` (the trainer's step: units of a layer, updates added in the same
+    expression) gives what ``update`` and ``optax.apply_updates`` give (to an ulp: XLA
+    may fuse the addition)."""
+    rng = np.random.default_rng(1)
+
+    def tree(scale):
+        return {
+            "e": jnp.asarray(rng.normal(size=(6, 4)) * scale, dtype),
+            "layers": {
+                i: {"w": jnp.asarray(rng.normal(size=(4, 4)) * scale, dtype)} for i in range(3)
+            },
+        }
+
+    params = tree(1.0)
+    tx = clipped_adamw(optax.linear_schedule(0.0, 1e-2, 3), b1=0.9, b2=0.99, max_norm=1.0)
+    s1 = s2 = tx.init(params)
+    p1 = p2 = params
+    for k in range(3):
+        g = tree(3.0 if k % 2 else 0.1)
+        u, s1 = tx.update(g, s1, p1)
+        p1 = optax.apply_updates(p1, u)
+        p2, s2, norm = jax.jit(tx.apply)(g, s2, p2)
+        assert float(norm) == pytest.approx(float(global_norm(g)), rel=1e-6)
+    for a, b in zip(jax.tree.leaves((p1, s1)), jax.tree.leaves((p2, s2)), strict=True):
+        np.testing.assert_allclose(
+            np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-6, atol=1e-8
+        )
