@@ -159,7 +159,7 @@ MEASURED: dict[str, str] = {
         "Accelerator: one layer body compiled whatever the depth, as MaxText's "
         "scan_layers: the layers' programs do not grow with them (CI lowers the update "
         "and the sampler for cuda and tpu: 4 against 24 layers, the sampler 1.02x in "
-        "ops, the loss and gradients 1.09x; AdamW's per-array expressions aside)."
+        "ops, the whole update with AdamW 1.09x)."
     ),
     "background_saves": (
         "CPU: in the step, Orbax holding at most 256 MB of host copies at once (a save "
