@@ -47,6 +47,8 @@ class Numerics:
     # a checkpoint written by a thread from a device copy of the state while the next
     # steps run (checkpointing.Checkpoints), else within the step
     background_saves: bool
+    # the step's metric reads the optimizer's gradient norm (else its own, computed apart)
+    norm_once: bool = True
     # logits live at once in the update's log-softmax (above it: chunks, recomputed)
     logits_chunk_bytes: int = 256 * 2**20
 
@@ -85,6 +87,7 @@ _CPU = Numerics(
     partial_remat=True,
     scan_layers=False,
     background_saves=False,
+    norm_once=False,
 )
 # An accelerator runs the plain program; its rows differ only in their name until a
 # run there measures otherwise.
@@ -98,6 +101,7 @@ _ACCELERATOR = dict(
     partial_remat=False,
     scan_layers=True,
     background_saves=True,
+    norm_once=True,
 )
 TABLE: dict[str, Numerics] = {
     "cpu": _CPU,
@@ -169,6 +173,15 @@ MEASURED: dict[str, str] = {
         "on the device (milliseconds) and written by a thread while the next steps run: "
         "the H200's default run stalled about 5 s at each of four saves between 0.24 s "
         "steps, the 1B run 21 s at its last."
+    ),
+    "norm_once": (
+        "CPU: the metric's norm computed apart, as optax.global_norm, beside the "
+        "optimizer's: the compiled update then stays bit for bit what it was (without "
+        "it XLA fuses the gradients' last operations otherwise: after 3 steps of a tiny "
+        "model 192 of 197k parameters differed by an ulp, and the default run's seed-0 "
+        "trajectory with them: 0.219 -> 0.453 against 0.500). Accelerator: one norm, "
+        "the optimizer's; a second costs about 6 operations per parameter array, which "
+        "would make the update grow with depth again (test_lowering.py)."
     ),
     "logits_chunk_bytes": (
         "Every backend: 256 MB, so the default run's 16 x 48 x 49152 logits (151 MB) stay "

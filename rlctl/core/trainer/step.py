@@ -266,13 +266,15 @@ class Update:
         """(state, batch) -> (new state, loss, aux, grad norm)."""
         from flax import nnx
 
-        from rlctl.core.trainer.optimizer import apply_step
+        from rlctl.core.trainer.optimizer import apply_step, global_norm
 
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
             mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
             (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size, remat)
             gnorm = apply_step(optimizer, model, grads)
+            if not self.numerics.norm_once:  # the numerics table's norm_once
+                gnorm = global_norm(grads)
             return nnx.state((model, optimizer)), loss, aux, gnorm
 
         return step
