@@ -163,7 +163,7 @@ MEASURED: dict[str, str] = {
         "Accelerator: one layer body compiled whatever the depth, as MaxText's "
         "scan_layers: the layers' programs do not grow with them (CI lowers the update "
         "and the sampler for cuda and tpu: 4 against 24 layers, the sampler 1.02x in "
-        "ops, the whole update with AdamW 1.09x)."
+        "ops, the whole update with AdamW 1.15x)."
     ),
     "background_saves": (
         "CPU: in the step, Orbax holding at most 256 MB of host copies at once (a save "
