@@ -318,24 +318,10 @@ def status(
 
     def fetch() -> tuple[Any, Any, bool]:
         """(data, renderable, finished)"""
-        from rlctl.core.runs.where import Local
-
-        if isinstance(where, Local):
-            from rlctl.core.runs.status import describe_run, list_runs
-            from rlctl.core.store import open_store
-
-            store = open_store(where.known_root)
-            if run is None:
-                rows = list_runs(store)
-                return rows, _runs_table(rows) if rows else f"no runs in {store.uri}", False
-            info = describe_run(store.existing(run), curve=True)
-            return info, _run_view(info), info.finished
-        from rlctl.core.runs import cluster as core
-
         if run is None:
-            uri, rows = core.list_store(where.clients, where.ref)
+            uri, rows = where.runs()
             return rows, _runs_table(rows) if rows else f"no runs in {uri}", False
-        info = core.describe(where.clients, where.ref, run, curve=True)
+        info = where.describe(run)
         return info, _view(info), info.finished
 
     if not watch:
@@ -446,41 +432,26 @@ def resume(
 
     Example: rlctl resume my-first-run --steps 40
     """
-    from rlctl.core.runs.where import OnCluster
-
     out = make_output(ctx, output, yes)
     _check_name(run)
     where = _where(ctx, runs_dir, cluster, project, region, run)
-    if isinstance(where, OnCluster):
-        from rlctl.core.runs import cluster as core
+    if where.trains_here:  # this process trains: its progress is shown live
+        from rlctl.cli.progress import TrainProgress
 
-        if recover or steps is not None:
-            from rlctl.core.errors import ConfigError
-
-            flag = "--recover" if recover else "--steps"
-            raise ConfigError(
-                f"{flag} is for a run trained on this machine",
-                hint="copy the run's folder here, resume it, then copy it back",
+        with out.stdout_for_json_only(), TrainProgress(out) as progress:
+            record = where.resume(
+                run, image=image, recover=recover, steps=steps, progress=progress.callback
             )
-        result = core.resume(
-            where.clients, where.ref, run, hf_token=core.hf_token_from_env(), image=image
-        )
-        for line in result.applied:
-            out.info(f"  {line}")
-        out.result(
-            result.model_dump(mode="json"),
-            f"resumed run {run} on {result.cluster} "
-            f"from checkpoint {result.checkpoint} ({result.backend})",
-        )
+        out.result(record.model_dump(mode="json"), progress.summary(record))
         return
-    from rlctl.cli.progress import TrainProgress
-    from rlctl.core.runs.local import resume_local
-
-    with out.stdout_for_json_only(), TrainProgress(out) as progress:
-        record = resume_local(
-            where.known_root, run, progress=progress.callback, recover=recover, steps=steps
-        )
-    out.result(record.model_dump(mode="json"), progress.summary(record))
+    result = where.resume(run, image=image, recover=recover, steps=steps)
+    for line in result.applied:
+        out.info(f"  {line}")
+    out.result(
+        result.model_dump(mode="json"),
+        f"resumed run {run} on {result.cluster} "
+        f"from checkpoint {result.checkpoint} ({result.backend})",
+    )
 
 
 @guarded
@@ -511,61 +482,28 @@ def logs(
     Example: rlctl logs my-first-run -f
     """
     from rlctl.core.errors import ConfigError
-    from rlctl.core.runs.where import Local
 
     out = make_output(ctx, output)
     _check_name(run)
     if follow and out.json:
         raise ConfigError("-f is text output only", hint="drop -o json")
     where = _where(ctx, runs_dir, cluster, project, region, run)
-    if isinstance(where, Local):  # trained on this machine (its store may be gs://)
-        from rlctl.core.store import open_store
-
-        _run_log(
-            out, where.run or open_store(where.known_root).existing(run), follow, tail, interval
-        )
-        return
-    from rlctl.core.runs import cluster as core
-
-    if not follow:
-        got = core.logs(where.clients, where.ref, run, tail)
-        out.info(got.source)
-        if out.json:
-            out.result(got.model_dump(mode="json", exclude_none=True))
-        else:
-            for line in got.lines:
-                out.line(line)
-        return
-    for line in core.follow_logs(where.clients, where.ref, run, tail, interval):
-        out.line(line)
-    out.info("the run's workload has ended")
-
-
-def _run_log(out: Output, run: Any, follow: bool, tail: int, interval: float) -> None:
-    """The run's own train.log: its last ``tail`` lines, or (``follow``) those and
-    each new one until the run is no longer active."""
-    from rlctl.core.runs.run_log import follow_log, read_log, tail_lines
-    from rlctl.core.runs.status import run_phase
-    from rlctl.core.store.base import LOG
-
-    uri = f"{run.uri}/{LOG}"
-    text = read_log(run)
-    if text is None:
-        out.info(
-            f"run {run.name} has no {LOG} yet: a run trained before rlctl kept one "
-            f"shows its steps in 'rlctl status {run.name}'"
-        )
-    if not follow:
-        lines = tail_lines(text or "", tail)
-        if out.json:
-            out.result({"run": run.name, "log": uri, "lines": lines})
-            return
-        for line in lines:
+    if follow:
+        following = where.follow(run, tail, interval)
+        if following.note:
+            out.info(following.note)
+        for line in following.lines:
             out.line(line)
+        out.info(following.end())
         return
-    for line in follow_log(run, tail, interval):
+    got, note = where.tail(run, tail)
+    if note:
+        out.info(note)
+    if out.json:
+        out.result(got.model_dump(mode="json", exclude_none=True))
+        return
+    for line in got.lines:
         out.line(line)
-    out.info(f"run {run.name} is {run_phase(run)}: its log ends here")
 
 
 @guarded
@@ -592,33 +530,8 @@ def delete_run(
     Example: rlctl delete run my-run --runs-dir gs://my-bucket/runs --purge --yes
     """
     from rlctl.cli._infra import run_plan
-    from rlctl.core.runs.where import Local
 
     out = make_output(ctx, output, yes)
     _check_name(run)
-    where = _where(ctx, runs_dir, cluster, project, region)
-    if isinstance(where, Local):
-        from rlctl.core.runs.local_delete import delete_local, plan_delete_local
-
-        root = where.known_root
-        local = plan_delete_local(root, run)
-        run_plan(
-            out,
-            local,
-            dry_run,
-            lambda ev: delete_local(root, local, ev).model_dump(mode="json"),
-            f"deleted run {run} ({local.changes[-1].fields['path']})",
-        )
-        return
-    from rlctl.core.runs import cluster as core
-
-    clients, ref = where.clients, where.ref
-    plan = core.plan_delete(clients, ref, run, purge)
-    n = len(plan.pending())
-    run_plan(
-        out,
-        plan,
-        dry_run,
-        lambda ev: core.delete(clients, ref, plan, ev).model_dump(mode="json"),
-        f"deleted {n} item{'s' if n != 1 else ''} of run {run}",
-    )
+    deletion = _where(ctx, runs_dir, cluster, project, region).plan_delete(run, purge)
+    run_plan(out, deletion.plan, dry_run, deletion.apply, deletion.done)

@@ -37,6 +37,7 @@ from rlctl.core.plan import ApplyResult, Plan
 from rlctl.core.runs.placement import check_placement
 from rlctl.core.runs.results import (
     ClusterRunInfo,
+    LogTail,
     ResumeResult,
     RunInfo,
     SubmitPreview,
@@ -436,19 +437,6 @@ def list_store(clients: GcpClients, ref: ClusterRef) -> tuple[str, list[RunInfo]
         runs_dir = ref.runs_dir
     store = _store(clients, runs_dir)
     return store.uri, list_runs(store)
-
-
-class LogTail(BaseModel):
-    """The last lines of a cluster run's log, and where they were read."""
-
-    run: str
-    log: str | None = None  # the run store's train.log, when the trainer has written one
-    pod: str | None = None  # else the leading pod they came from (the fallback)
-    lines: list[str]
-
-    @property
-    def source(self) -> str:
-        return self.log or f"pod {self.pod}"
 
 
 def logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100) -> LogTail:

@@ -190,3 +190,16 @@ class ResumeResult(BaseModel):
     applied: list[str]
     cluster: str | None = None
     accelerator: str | None = None
+
+
+class LogTail(BaseModel):
+    """The last lines of a run's log, and where they were read."""
+
+    run: str
+    log: str | None = None  # the run store's train.log, when the trainer has written one
+    pod: str | None = None  # else a cluster run's leading pod they came from (the fallback)
+    lines: list[str]
+
+    @property
+    def source(self) -> str:
+        return self.log or f"pod {self.pod}"

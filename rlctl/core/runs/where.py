@@ -7,25 +7,93 @@ store alone is written from here). An existing run is on a cluster when a cluste
 named or its store is gs://, unless (``locate`` with ``run``) its status.json says it
 was trained on this machine: a local run may keep its store on gs://.
 
+Both places answer one interface (``Place``): list and describe runs, tail and
+follow a run's log, resume it, plan its deletion. The CLI maps its flags to
+``locate`` and renders what these return; it never asks which place it holds (a
+local resume trains in this process, so it shows progress: ``trains_here``).
+
 Clients are built only when a cluster run first asks for them (``OnCluster.clients``),
 and nothing here imports Google Cloud or Kubernetes at module level.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlctl.core.paths import RUNS_ROOT
+from rlctl.core.runs.results import LogTail
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.gcp.api import GcpClients
+    from rlctl.core.plan import Plan
     from rlctl.core.runs.cluster import ClusterRef
+    from rlctl.core.runs.results import RunInfo
     from rlctl.core.store.base import RunDir
 
 ClientsFactory = Callable[[], "GcpClients"]  # the CLI's (injected in tests), made on demand
+
+
+@dataclass
+class Following:
+    """A followed log: a note for stderr first (or None), its lines as they come, then
+    (``end``) the line that says why it ended."""
+
+    note: str | None
+    lines: Iterator[str]
+    end: Callable[[], str]
+
+
+@dataclass
+class Deletion:
+    """What ``delete run`` removes (``plan``, shown first), how (``apply``, given the
+    progress callback: the result's JSON) and the line that says it was done."""
+
+    plan: Plan
+    apply: Callable[[Any], Any]
+    done: str
+
+
+class Place(Protocol):
+    """What ``status``, ``logs``, ``resume`` and ``delete run`` ask of where a run is."""
+
+    trains_here: bool  # a resume trains in this process (the CLI shows its progress)
+
+    def runs(self) -> tuple[str, list[RunInfo]]:
+        """(the store's URI, its runs)."""
+        ...
+
+    def describe(self, name: str) -> RunInfo:
+        """One run as ``status`` shows it, with its learning curve."""
+        ...
+
+    def tail(self, name: str, n: int) -> tuple[LogTail, str | None]:
+        """(the last ``n`` lines of the run's log, a note for stderr or None)."""
+        ...
+
+    def follow(self, name: str, n: int, interval: float) -> Following:
+        """The last ``n`` lines, then each new one until the run has ended."""
+        ...
+
+    def resume(
+        self,
+        name: str,
+        *,
+        image: str | None,
+        recover: bool,
+        steps: int | None,
+        progress: Any = None,
+    ) -> Any:
+        """Continue the run from its latest complete checkpoint: the attempt's
+        ``TrainResult`` where it trains here, else the re-submission's
+        ``ResumeResult``."""
+        ...
+
+    def plan_delete(self, name: str, purge: bool) -> Deletion:
+        """What deleting the run removes, and how."""
+        ...
 
 
 @dataclass
@@ -45,6 +113,81 @@ class Local:
             raise ValueError("no run store given: only train's spec decides its own")
         return self.root
 
+    trains_here = True
+
+    def _run(self, name: str) -> RunDir:
+        from rlctl.core.store import open_store
+
+        return self.run or open_store(self.known_root).existing(name)
+
+    def runs(self) -> tuple[str, list[RunInfo]]:
+        from rlctl.core.runs.status import list_runs
+        from rlctl.core.store import open_store
+
+        store = open_store(self.known_root)
+        return store.uri, list_runs(store)
+
+    def describe(self, name: str) -> RunInfo:
+        from rlctl.core.runs.status import describe_run
+        from rlctl.core.store import open_store
+
+        return describe_run(open_store(self.known_root).existing(name), curve=True)
+
+    def tail(self, name: str, n: int) -> tuple[LogTail, str | None]:
+        from rlctl.core.runs.run_log import read_log, tail_lines
+        from rlctl.core.store.base import LOG
+
+        run = self._run(name)
+        text = read_log(run)
+        tail = LogTail(run=run.name, log=f"{run.uri}/{LOG}", lines=tail_lines(text or "", n))
+        return tail, None if text is not None else _no_log(run)
+
+    def follow(self, name: str, n: int, interval: float) -> Following:
+        from rlctl.core.runs.run_log import follow_log, read_log
+        from rlctl.core.runs.status import run_phase
+
+        run = self._run(name)
+        return Following(
+            None if read_log(run) is not None else _no_log(run),
+            follow_log(run, n, interval),
+            lambda: f"run {run.name} is {run_phase(run)}: its log ends here",
+        )
+
+    def resume(
+        self,
+        name: str,
+        *,
+        image: str | None,
+        recover: bool,
+        steps: int | None,
+        progress: Any = None,
+    ) -> Any:
+        from rlctl.core.runs.local import resume_local
+
+        return resume_local(self.known_root, name, progress=progress, recover=recover, steps=steps)
+
+    def plan_delete(self, name: str, purge: bool) -> Deletion:
+        """The run's whole folder (``purge`` changes nothing: it is all of it)."""
+        from rlctl.core.runs.local_delete import delete_local, plan_delete_local
+
+        root = self.known_root
+        plan = plan_delete_local(root, name)
+        return Deletion(
+            plan,
+            lambda ev: delete_local(root, plan, ev).model_dump(mode="json"),
+            f"deleted run {name} ({plan.changes[-1].fields['path']})",
+        )
+
+
+def _no_log(run: RunDir) -> str:
+    """What ``logs`` says of a run that has no train.log (trained before rlctl kept one)."""
+    from rlctl.core.store.base import LOG
+
+    return (
+        f"run {run.name} has no {LOG} yet: a run trained before rlctl kept one "
+        f"shows its steps in 'rlctl status {run.name}'"
+    )
+
 
 @dataclass
 class OnCluster:
@@ -56,6 +199,71 @@ class OnCluster:
     @cached_property
     def clients(self) -> GcpClients:
         return self.make_clients()
+
+    trains_here = False
+
+    def runs(self) -> tuple[str, list[RunInfo]]:
+        from rlctl.core.runs import cluster as core
+
+        return core.list_store(self.clients, self.ref)
+
+    def describe(self, name: str) -> RunInfo:
+        from rlctl.core.runs import cluster as core
+
+        return core.describe(self.clients, self.ref, name, curve=True)
+
+    def tail(self, name: str, n: int) -> tuple[LogTail, str | None]:
+        from rlctl.core.runs import cluster as core
+
+        got = core.logs(self.clients, self.ref, name, n)
+        return got, got.source
+
+    def follow(self, name: str, n: int, interval: float) -> Following:
+        from rlctl.core.runs import cluster as core
+
+        return Following(
+            None,
+            core.follow_logs(self.clients, self.ref, name, n, interval),
+            lambda: "the run's workload has ended",
+        )
+
+    def resume(
+        self,
+        name: str,
+        *,
+        image: str | None,
+        recover: bool,
+        steps: int | None,
+        progress: Any = None,
+    ) -> Any:
+        """Re-submitted with its recorded backend, image and accelerator (``image``
+        overrides); ``recover`` and ``steps`` are a local run's."""
+        from rlctl.core.runs import cluster as core
+
+        if recover or steps is not None:
+            from rlctl.core.errors import ConfigError
+
+            flag = "--recover" if recover else "--steps"
+            raise ConfigError(
+                f"{flag} is for a run trained on this machine",
+                hint="copy the run's folder here, resume it, then copy it back",
+            )
+        return core.resume(
+            self.clients, self.ref, name, hf_token=core.hf_token_from_env(), image=image
+        )
+
+    def plan_delete(self, name: str, purge: bool) -> Deletion:
+        """The run's rlctl-labelled objects (``purge``: and its files in the store)."""
+        from rlctl.core.runs import cluster as core
+
+        clients, ref = self.clients, self.ref
+        plan = core.plan_delete(clients, ref, name, purge)
+        n = len(plan.pending())
+        return Deletion(
+            plan,
+            lambda ev: core.delete(clients, ref, plan, ev).model_dump(mode="json"),
+            f"deleted {n} item{'s' if n != 1 else ''} of run {name}",
+        )
 
 
 Where = Local | OnCluster
