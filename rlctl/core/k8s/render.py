@@ -270,7 +270,7 @@ class WorkloadView(BaseModel):
         is the node's own) and loopback. None when there are neither."""
         from rlctl.core.config.catalog import libtpu_flags
 
-        if self.shape.kind != "tpu":
+        if not self.shape.strategy.libtpu:
             return None
         flags = libtpu_flags(self.shape.accelerator)
         if self.dcn_networks:

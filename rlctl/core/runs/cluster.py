@@ -117,16 +117,15 @@ class ClusterTarget:
             shape = self.shapes[key]
             if not re.search(r"\s[xX*]\s*\d", accelerator):  # no count: all of them
                 return key, shape
-            have = shape.num_slices if shape.kind == "tpu" else shape.hosts_per_slice
+            have = shape.count
             if count > have:
-                what = "slice" if shape.kind == "tpu" else "machine"
+                what = shape.strategy.count_word
                 raise ConfigError(
                     f"cluster {self.name!r} has {have} {key} {what}"
                     f"{'s' if have != 1 else ''}, not {count}",
                     hint=f"pass -a '{key} x{have}' or fewer",
                 )
-            field = "num_slices" if shape.kind == "tpu" else "hosts_per_slice"
-            return key, shape.model_copy(update={field: count})
+            return key, shape.with_count(count)
         if len(self.shapes) > 1:
             raise ConfigError(
                 f"cluster {self.name!r} has several accelerator types: "
