@@ -1,25 +1,27 @@
 """The workload backends a cluster run can use (``rlctl train --backend``): one registry.
 
-Each backend is one folder here (``jobset/``, ``pathways/``, ``ray/``) whose
-``BACKEND`` implements the protocol of ``base.py``: its template, CRD schema and
-controllers, the pods its controller makes (the fit check), its phase, how its pods
-and leading log are found, the core templates it embeds (validation) and the fix for
-a missing CRD. The registry resolves a name once, where a run is submitted or opened
-(``runs/cluster.py``); below that code holds the ``Backend`` and calls it. Adding a
-backend is a folder, its template (``rlctl/templates`` or the backend's
-``template_dir``), its CRD schema in ``rlctl/data/crds`` (a custom resource) and a row
-in tests/core/k8s/test_backend_conformance.py (docs/cluster.md, "Adding a backend").
+Each backend is one folder here (``jobset/``, ``pathways/``, ``ray/``; every folder
+is registered, by name) whose ``BACKEND`` implements the protocol of ``base.py``: its
+template, CRD schema and controllers, the pods its controller makes (the fit check),
+its phase, how its pods and leading log are found, the core templates it embeds
+(validation) and the fix for a missing CRD. The registry resolves a name once, where a
+run is submitted or opened (``runs/cluster.py``); below that code holds the ``Backend``
+and calls it. Adding a backend is a folder (with its template in ``rlctl/templates``),
+its CRD schema in ``rlctl/data/crds`` (a custom resource) and a row in
+tests/core/k8s/test_backend_conformance.py (docs/cluster.md, "adding one"); one from
+outside the package is ``register``ed with its own ``template_dir``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import ConfigError
-from rlctl.core.k8s.admission import PodGroup
-from rlctl.core.k8s.backends import jobset, pathways, ray
 from rlctl.core.k8s.backends.base import Backend, Controller
+
+if TYPE_CHECKING:  # pydantic: the CLI reads the registry for --help, which stays instant
+    from rlctl.core.k8s.admission import PodGroup
 
 __all__ = [
     "Backend",
@@ -119,5 +121,19 @@ def template_source(name: str) -> tuple[str, str, Callable[[], bool]] | None:
     return None
 
 
-for _builtin in (jobset.BACKEND, pathways.BACKEND, ray.BACKEND):
-    register(_builtin)
+def _builtin() -> list[Backend]:
+    """The ``BACKEND`` of every folder here, by name: a new folder is a new backend,
+    with no list to edit (its controllers install in this order too: jobset's first)."""
+    import importlib
+    import pkgutil
+
+    found = []
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if m.ispkg:
+            module = importlib.import_module(f"{__name__}.{m.name}")
+            found.append(module.BACKEND)
+    return found
+
+
+for _b in _builtin():
+    register(_b)

@@ -21,10 +21,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlctl.core.k8s.admission import PodGroup
-from rlctl.core.phases import Phase
+if TYPE_CHECKING:  # both import pydantic: the CLI reads the registry for --help
+    from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.phases import Phase
 
 RUN_LABEL = "rlctl.dev/run"
 
@@ -37,6 +38,8 @@ def run_selector(run: str) -> str:
 def condition_phase(workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
     """(phase, message) from ``status.conditions`` as a JobSet or batch/v1 Job writes
     them; phase None while not finished (its pods say whether it runs)."""
+    from rlctl.core.phases import Phase
+
     conds = (workload.get("status") or {}).get("conditions") or []
     true = {c.get("type"): c for c in conds if c.get("status") == "True"}
     if "Completed" in true:

@@ -14,9 +14,8 @@ PathwaysJob's pods come from (its controller makes a JobSet).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlctl.core.k8s.admission import PodGroup, group
 from rlctl.core.k8s.backends.base import (
     Backend,
     Controller,
@@ -24,7 +23,10 @@ from rlctl.core.k8s.backends.base import (
     pod_template,
     run_selector,
 )
-from rlctl.core.phases import Phase
+
+if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
+    from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.phases import Phase
 
 EXCLUSIVE_KEY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 # The JobSet controller labels every pod of a JobSet with its name.
@@ -56,6 +58,8 @@ def _exclusive(jobset: dict[str, Any], rjob: dict[str, Any]) -> str | None:
 
 def jobset_groups(jobset: dict[str, Any], roles: dict[str, str] | None = None) -> list[PodGroup]:
     """One group per replicated job: ``replicas`` Jobs of ``parallelism`` pods."""
+    from rlctl.core.k8s.admission import group
+
     name = jobset["metadata"]["name"]
     out = []
     for rjob in jobset["spec"]["replicatedJobs"]:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlctl.core.config.nodes import PATHWAYS_SIDECARS
-from rlctl.core.k8s.admission import PodGroup
 from rlctl.core.k8s.backends.base import (
     Backend,
     Controller,
@@ -38,7 +36,10 @@ from rlctl.core.k8s.backends.jobset import (
     JOBSET_NAME_LABEL,
     jobset_groups,
 )
-from rlctl.core.phases import Phase
+
+if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
+    from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.phases import Phase
 
 PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
 PATHWAYS_CONTROLLER = Controller(
@@ -73,6 +74,8 @@ def _tpu_label(machine_type: str) -> str:
 def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
     """The JobSet pathways-job v0.1.4 creates for a PathwaysJob (``createJobSet``),
     restricted to what placement and admission depend on."""
+    from rlctl.core.config.nodes import PATHWAYS_SIDECARS
+
     spec = pw["spec"]
     md = pw["metadata"]
     worker = spec["workers"][0]

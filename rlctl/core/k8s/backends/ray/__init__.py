@@ -15,11 +15,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlctl.core.k8s.admission import PodGroup, group
 from rlctl.core.k8s.backends.base import Backend, pod_template, run_selector
-from rlctl.core.phases import Phase
+
+if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
+    from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.phases import Phase
 
 # KubeRay: the default submitter pod of K8sJobMode (common/job.go)
 RAY_SUBMITTER = {
@@ -97,6 +99,8 @@ def rayjob_groups(
     rayjob: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
 ) -> list[PodGroup]:
     """The head, each worker group's pods, and the submitter (K8sJobMode)."""
+    from rlctl.core.k8s.admission import group
+
     name = rayjob["metadata"]["name"]
     spec = rayjob["spec"]
     cluster = spec["rayClusterSpec"]
@@ -149,6 +153,8 @@ def rayjob_groups(
 def rayjob_phase(workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
     """A RayJob's ``jobDeploymentStatus`` and ``jobStatus`` as a phase: unlike a JobSet
     it says when the job runs."""
+    from rlctl.core.phases import Phase
+
     status = workload.get("status") or {}
     deploy = status.get("jobDeploymentStatus") or ""
     job = status.get("jobStatus") or ""
