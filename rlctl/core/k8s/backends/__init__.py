@@ -6,7 +6,7 @@ template, CRD schema and controllers, the pods its controller makes (the fit che
 its phase, how its pods and leading log are found, the core templates it embeds
 (validation) and the fix for a missing CRD. The registry resolves a name once, where a
 run is submitted or opened (``runs/cluster.py``); below that code holds the ``Backend``
-and calls it. Adding a backend is a folder (with its template in ``rlctl/templates``),
+and calls it. Adding a backend is a folder (its template in it, or in ``rlctl/templates``),
 its CRD schema in ``rlctl/data/crds`` (a custom resource) and a row in
 tests/core/k8s/test_backend_conformance.py (docs/cluster.md, "adding one"); one from
 outside the package is ``register``ed with its own ``template_dir``.

@@ -98,6 +98,8 @@ class Backend(ABC):
     config_files: Mapping[str, str] = MappingProxyType({})
     # the container whose log 'rlctl logs' shows when the run store has no train.log yet
     leader_container: str = "trainer"
+    # where its template is when not in rlctl/templates: its own folder
+    # (``Path(__file__).parent``; package data) or, registered from outside, any
     template_dir: Path | None = None
 
     @property
