@@ -76,7 +76,7 @@ def accelerators(incomplete: str) -> Suggestions:
     from rlctl.core.config.catalog import all_types
 
     return [
-        (a.name, f"{a.kind}, {a.chips} {'chips' if a.kind == 'tpu' else 'GPUs'}")
+        (a.name, f"{a.kind}, {a.chips} {a.strategy.unit}")
         for a in all_types()
         if a.name.startswith(incomplete.lower())
     ]

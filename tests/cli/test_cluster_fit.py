@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from rlctl.core.k8s.admission import pod_groups
+from rlctl.core.k8s.backends import pod_groups
 from rlctl.core.k8s.fit import check
 from tests.fakes.k8s import nodes_of_cluster
 from tests.fakes.seed import seed_cluster

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from rlctl.core.k8s import backends
 from tests.cli.test_cluster import BASE, CREATE
 
 CTL = "rlctl.dev/controller"
@@ -91,8 +92,8 @@ class TestApply:
         from rlctl.core.k8s.kubeconfig import api_client, build_configuration
 
         api = KubeApi(api_client(build_configuration(kube.url, None, "")), "train")
-        assert missing_for_run(api, "rl", "jobset", "train", "trainer") == []
-        assert missing_for_run(api, "rl", "pathways", "train", "trainer") == []
+        assert missing_for_run(api, "rl", backends.get("jobset"), "train", "trainer") == []
+        assert missing_for_run(api, "rl", backends.get("pathways"), "train", "trainer") == []
 
     def test_a_controller_of_another_version_is_updated(self, cli, kube):
         assert cli(*CREATE, "--yes").exit_code == 0

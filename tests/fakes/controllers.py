@@ -285,11 +285,23 @@ def _jobset_identities(js: dict[str, Any], uid: str, rng: random.Random) -> list
     return out
 
 
+def generic_identities(run: str, sizes: list[int]) -> list[list[Identity]]:
+    """The pods of a workload kind none of the controllers above is emulated for, as a
+    controller that copies the pod template's labels (batch/v1 Job, JobSet, KubeRay,
+    LeaderWorkerSet all do) names them: rlctl's run labels, RUN-GROUP-INDEX. A backend
+    whose controller labels its pods otherwise needs its own emulation here."""
+    labels = {"managed-by": "rlctl", "rlctl.dev/run": run}
+    return [
+        [Identity(name=f"{run}-{g}-{i}", labels=dict(labels), annotations={}) for i in range(n)]
+        for g, n in enumerate(sizes)
+    ]
+
+
 def pod_identities(
     obj: dict[str, Any], rng: random.Random, worker_vms: int = 1
 ) -> list[list[Identity]]:
     """The pods of a JobSet, PathwaysJob or RayJob, one list per group in the order of
-    ``rlctl.core.k8s.admission.pod_groups`` (JobSet: its replicated jobs; Pathways: head,
+    ``rlctl.core.k8s.backends.pod_groups`` (JobSet: its replicated jobs; Pathways: head,
     workers; Ray: head, each worker group, submitter), each ``jobs`` x ``pods`` long."""
     kind, md = obj["kind"], obj["metadata"]
     uid = md.get("uid") or "uid"

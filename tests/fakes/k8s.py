@@ -176,18 +176,23 @@ class FakeKube:
         JobSet's RUN-RJOB-J-I-xxxxx with the pod template's labels and JobSet's, the
         Pathways head with JobSet's labels only, KubeRay's CLUSTER-head-xxxxx,
         CLUSTER-GROUP-worker-xxxxx and the submitter RUN-xxxxx."""
-        from rlctl.core.k8s.admission import pod_groups
+        from rlctl.core.k8s import backends
         from rlctl.core.k8s.fit import check
-        from tests.fakes.controllers import pod_identities
+        from tests.fakes.controllers import generic_identities, pod_identities
 
-        if self.nodes is None or obj.get("kind") not in ("JobSet", "PathwaysJob", "RayJob"):
+        backend = backends.for_object(obj)
+        if self.nodes is None or backend is None or obj.get("kind") != backend.kind:
             return
-        groups = pod_groups([obj], self.kuberay_version)
+        groups = backend.pod_groups(obj, self.kuberay_version)
         report = check(groups, self.nodes)
         ns = obj["metadata"].get("namespace", "default")
         run = obj["metadata"]["name"]
         worker_vms = groups[-1].pods if obj["kind"] == "PathwaysJob" else 1
-        identities = pod_identities(obj, self.rng, worker_vms)
+        # a workload kind no fake controller emulates (a backend being added): its pods
+        # as a controller that copies the pod template's labels names them
+        identities = pod_identities(obj, self.rng, worker_vms) or generic_identities(
+            run, [g.total for g in groups]
+        )
         for g, placed, ids in zip(groups, report.placements, identities, strict=True):
             assert len(ids) == g.jobs * g.pods, (g.name, len(ids))
             for ident in ids:

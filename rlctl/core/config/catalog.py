@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from rlctl.core.config import kinds
 from rlctl.core.errors import ConfigError
 
 
@@ -38,13 +39,18 @@ class Accelerator(BaseModel):
     gpus: int = 0
 
     @property
+    def strategy(self) -> kinds.AcceleratorKind:
+        """Everything that differs between TPU and GPU, for this one's kind."""
+        return kinds.of(self.kind)
+
+    @property
     def chips(self) -> int:
         """Chips in one slice (TPU) or GPUs in one machine."""
-        return self.chips_per_host * self.hosts if self.kind == "tpu" else self.gpus
+        return self.strategy.chips(self)
 
     @property
     def multi_host(self) -> bool:
-        return self.kind == "tpu" and self.hosts > 1
+        return self.strategy.multi_host(self)
 
 
 @lru_cache(maxsize=1)
@@ -172,7 +178,7 @@ def multislice_refusal(acc: Accelerator, count: int) -> str | None:
     injects TPU_WORKER_HOSTNAMES and the megascale coordinates only into jobs of more than
     one pod, so single-host slices (v6e-8, v5litepod-4, v4-8, ...) never join each other.
     """
-    if acc.kind != "tpu" or acc.multi_host or count <= 1:
+    if not acc.strategy.multislice_needs_multi_host or acc.multi_host or count <= 1:
         return None
     bigger = next(
         (

@@ -30,11 +30,16 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlctl.core.config.catalog import Accelerator, Machine, allocatable, machine
+from rlctl.core.config.kinds import (  # defined with the kinds; named here as before
+    GPU_ACCELERATOR_LABEL as GPU_ACCELERATOR_LABEL,
+)
+from rlctl.core.config.kinds import GPU_RESOURCE as GPU_RESOURCE
+from rlctl.core.config.kinds import TPU_ACCELERATOR_LABEL as TPU_ACCELERATOR_LABEL
+from rlctl.core.config.kinds import TPU_RESOURCE as TPU_RESOURCE
+from rlctl.core.config.kinds import TPU_THREADS_PER_CORE as TPU_THREADS_PER_CORE
+from rlctl.core.config.kinds import TPU_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
 from rlctl.core.units import quantity
 
-# rlctl's TPU pools: one thread per core, as the seeds create them
-# (`gcloud container node-pools create ... --threads-per-core=1`).
-TPU_THREADS_PER_CORE = 1
 # What the node's own DaemonSets (metadata server, netd/anetd, logging, GCS FUSE node
 # plugin, DRANET, device plugins) take of the allocatable resources; a pod rlctl sizes
 # asks for the rest, and the fit check keeps it free. GKE publishes no single figure;
@@ -62,11 +67,6 @@ GCSFUSE_SIDECAR = {"cpu": "250m", "memory": "256Mi"}
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-GPU_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
-TPU_RESOURCE = "google.com/tpu"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class Taint(BaseModel):
@@ -144,15 +144,11 @@ def node_pool(
     }
     extended: dict[str, int] = {}
     taints: list[Taint] = []
-    if accelerator is not None and accelerator.kind == "tpu":
-        node_labels[TPU_ACCELERATOR_LABEL] = accelerator.gke_accelerator or ""
-        node_labels[TPU_TOPOLOGY_LABEL] = accelerator.topology or ""
-        extended[TPU_RESOURCE] = accelerator.chips_per_host
-        taints.append(Taint(key=TPU_RESOURCE, value="present"))
-    elif accelerator is not None:
-        node_labels[GPU_ACCELERATOR_LABEL] = accelerator.gpu_type or ""
-        extended[GPU_RESOURCE] = accelerator.gpus
-        taints.append(Taint(key=GPU_RESOURCE, value="present"))
+    if accelerator is not None:
+        kind = accelerator.strategy
+        node_labels.update(kind.node_labels(accelerator))
+        extended[kind.resource] = kind.per_node(accelerator)
+        taints.append(Taint(key=kind.resource, value="present"))
     return NodePool(
         name=name,
         machine_type=machine_type,

@@ -35,11 +35,9 @@ def machine_hour(machine_type: str, capacity: Capacity = "on-demand") -> float |
 
 def pool_hour(acc: Accelerator, nodes: int, capacity: Capacity = "on-demand") -> float | None:
     """Estimated USD/hour for ``nodes`` machines of ``acc`` (None if not in the table)."""
-    if acc.kind == "tpu":
-        rate = _rate(table()["tpu_chip_hour"].get(acc.family or ""), capacity)
-        return None if rate is None else round(rate * acc.chips_per_host * nodes, 2)
-    rate = machine_hour(acc.machine_type, capacity)
-    return None if rate is None else round(rate * nodes, 2)
+    prices, key, per_node = acc.strategy.price_key(acc)  # TPU: per chip; GPU: per machine
+    rate = _rate(table()[prices].get(key), capacity)
+    return None if rate is None else round(rate * per_node * nodes, 2)
 
 
 def caveat(region: str | None = None) -> str:

@@ -23,7 +23,6 @@ from rlctl.core.config.nodes import (
     PATHWAYS_MAX_NODES,
     PATHWAYS_POOL,
     PATHWAYS_TAINT,
-    TPU_THREADS_PER_CORE,
     NodePool,
     Taint,
     node_pool,
@@ -85,8 +84,7 @@ def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str
     idx: dict[str, int] = {}
     for s in spec.accelerators:
         acc = lookup(s.type)
-        per_pool = [acc.hosts] * s.count if acc.kind == "tpu" else [s.count]
-        for nodes in per_pool:
+        for nodes in acc.strategy.pool_sizes(acc, s.count):
             i = idx.get(acc.name, 0)
             idx[acc.name] = i + 1
             name = pool_name(acc, i)
@@ -100,16 +98,7 @@ def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str
             if spec.dcn.count:
                 config["labels"] = {DRANET_LABEL: "true"}
             config["oauth_scopes"] = [CLOUD_PLATFORM]
-            if acc.kind == "tpu":
-                config["advanced_machine_features"] = {"threads_per_core": TPU_THREADS_PER_CORE}
-            if acc.kind == "gpu":
-                config["accelerators"] = [
-                    {
-                        "accelerator_count": acc.gpus,
-                        "accelerator_type": acc.gpu_type,
-                        "gpu_driver_installation_config": {"gpu_driver_version": "LATEST"},
-                    }
-                ]
+            config.update(acc.strategy.pool_config(acc))  # TPU: threads; GPU: the GPUs
             body: dict[str, Any] = {
                 "name": name,
                 "initial_node_count": nodes,
@@ -117,8 +106,7 @@ def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str
                 "config": config,
                 "management": {"auto_repair": True, "auto_upgrade": True},
             }
-            if acc.kind == "tpu" and acc.multi_host:
-                body["placement_policy"] = {"type_": "COMPACT", "tpu_topology": acc.topology}
+            body.update(acc.strategy.pool_extras(acc))  # a multi-host slice: its placement
             if spec.dcn.count:
                 body["network_config"] = {"additional_node_network_configs": _node_networks(spec)}
             out.append((name, acc, nodes, body))
@@ -152,10 +140,7 @@ def _pool_accelerator(pool: Any) -> Accelerator | None:
     except ConfigError:
         pass
     found = [
-        a
-        for a in all_types()
-        if a.machine_type == machine
-        and (a.kind == "gpu" or (a.topology == topology if topology else a.hosts == 1))
+        a for a in all_types() if a.machine_type == machine and a.strategy.matches(a, topology)
     ]
     return found[0] if len(found) == 1 else None
 
@@ -182,7 +167,7 @@ def slices_from_pools(pools: list[Any]) -> tuple[list[PoolSlices], list[str]]:
             if net.network and net.network.rsplit("/", 1)[-1] not in networks:
                 networks.append(net.network.rsplit("/", 1)[-1])
     found = [
-        PoolSlices(acc, n_pools if acc.kind == "tpu" else max(nodes, 1), threads.get(acc.name))
+        PoolSlices(acc, acc.strategy.count_from_pools(n_pools, nodes), threads.get(acc.name))
         for acc, n_pools, nodes in groups.values()
     ]
     return found, networks
@@ -313,10 +298,7 @@ def _pool_fields(spec: InfraSpec, acc: Accelerator | None, nodes: int, machine: 
     f: dict[str, Any] = {"machine_type": machine, "nodes": nodes}
     if acc is not None:
         f.update(accelerator=acc.name, zone=spec.zone, capacity=spec.capacity.kind)
-        if acc.kind == "tpu":
-            f.update(topology=acc.topology, chips=acc.chips, threads_per_core=TPU_THREADS_PER_CORE)
-        else:
-            f.update(gpus=f"{acc.gpus} x {acc.gpu_type}")
+        f.update(acc.strategy.plan_fields(acc))
         if spec.dcn.count:
             f.update(additional_networks=spec.dcn.count, dranet=True)
     return f
@@ -466,7 +448,7 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
             )
         if st in ("PROVISIONING", "RECONCILING"):
             out.append(Change(action="wait", **base))
-        elif have.initial_node_count != nodes and acc.kind == "gpu":
+        elif have.initial_node_count != nodes and acc.strategy.resizable:
             out.append(
                 Change(
                     action="update",

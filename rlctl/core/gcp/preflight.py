@@ -29,8 +29,10 @@ def parse_gke_version(v: str) -> tuple[int, ...]:
 
 def required_apis(spec: InfraSpec) -> list[str]:
     apis = ["compute.googleapis.com", "container.googleapis.com"]
-    if any(lookup(s.type).kind == "tpu" for s in spec.accelerators):
-        apis.append("tpu.googleapis.com")
+    for s in spec.accelerators:
+        api = lookup(s.type).strategy.api
+        if api and api not in apis:
+            apis.append(api)
     if spec.bucket.name:
         apis.append("storage.googleapis.com")
     return apis
@@ -124,6 +126,8 @@ GPU_QUOTA = {
 }
 TPU_QUOTA = {"v5e": "TPU_LITE_PODSLICE_V5"}
 CPU_QUOTA = {"n2": "N2_CPUS"}  # by machine family
+# each kind's Compute Engine quota metrics, by its strategy's quota_key (GPU type, TPU family)
+KIND_QUOTA = {"gpu": GPU_QUOTA, "tpu": TPU_QUOTA}
 
 
 def _pathways_vcpus(spec: InfraSpec) -> dict[str, float]:
@@ -146,11 +150,7 @@ def _quota_needs(spec: InfraSpec) -> dict[str, float]:
     needs: dict[str, float] = {}
     for s in spec.accelerators:
         acc = lookup(s.type)
-        metric = (
-            GPU_QUOTA.get(acc.gpu_type or "")
-            if acc.kind == "gpu"
-            else TPU_QUOTA.get(acc.family or "")
-        )
+        metric = KIND_QUOTA[acc.kind].get(acc.strategy.quota_key(acc))
         if metric:
             needs[spot + metric] = needs.get(spot + metric, 0) + acc.chips * s.count
     return {**needs, **_pathways_vcpus(spec)}

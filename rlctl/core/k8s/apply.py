@@ -3,7 +3,7 @@
 One thin wrapper, ``KubeApi``, over the ``kubernetes`` client's ``ApiClient``
 (built by ``kubeconfig.py``, or by the client factory). It addresses objects by
 (apiVersion, kind) -> REST path, so the same code applies core objects and each
-backend's workload (JobSet, RayJob, PathwaysJob: ``backends.py``). ``kubernetes``
+backend's workload (JobSet, RayJob, PathwaysJob: ``backends/``). ``kubernetes``
 API errors are translated into rlctl errors here, ``from e``.
 """
 
@@ -20,15 +20,15 @@ from rlctl.core.errors import (
     PermissionDeniedError,
 )
 from rlctl.core.k8s import backends
+from rlctl.core.k8s.backends.base import RUN_LABEL, Backend, run_selector
 from rlctl.core.k8s.diagnose import Diagnosis, diagnose
-from rlctl.core.k8s.render import RUN_LABEL
 from rlctl.core.phases import Phase
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 FIELD_MANAGER = "rlctl"
-# The kinds rlctl manages besides the workloads (whose plurals are in backends.py).
+# The kinds rlctl manages besides the workloads (whose plurals their backends give).
 PLURALS = {
     ("v1", "ServiceAccount"): "serviceaccounts",
     ("v1", "ConfigMap"): "configmaps",
@@ -59,10 +59,6 @@ CLUSTER_PLURALS = {
 }
 # Created only when missing, never updated: shared or holding a secret value.
 CREATE_ONLY = {"ServiceAccount", "Secret"}
-
-
-def run_selector(run: str) -> str:
-    return f"managed-by=rlctl,{RUN_LABEL}={run}"
 
 
 def run_kinds() -> list[tuple[str, str]]:
@@ -327,12 +323,13 @@ def delete_objects(api: KubeApi, objs: list[tuple[str, str, str]]) -> list[str]:
     ]
 
 
-def find_workload(api: KubeApi, run: str, backend: str | None = None) -> dict[str, Any] | None:
-    kinds = (
-        [backends.get(backend).workload_kind]
-        if backend
-        else [b.workload_kind for b in backends.registered()]
-    )
+def _or_all(backend: Backend | None) -> tuple[Backend, ...]:
+    """The run's backend, or (not known: a run recorded by another rlctl) every one."""
+    return (backend,) if backend is not None else backends.registered()
+
+
+def find_workload(api: KubeApi, run: str, backend: Backend | None = None) -> dict[str, Any] | None:
+    kinds = [b.workload_kind for b in _or_all(backend)]
     for api_version, kind in kinds:
         obj = api.get(api_version, kind, run)
         if obj is not None and (obj.get("metadata", {}).get("labels") or {}).get(RUN_LABEL) == run:
@@ -340,27 +337,21 @@ def find_workload(api: KubeApi, run: str, backend: str | None = None) -> dict[st
     return None
 
 
-# The JobSet controller labels every pod of a JobSet with its name. A PathwaysJob's
-# worker pods are built by its controller from a JobSet named after the run, with no
-# way to add our labels (its CRD has no worker pod template), so they are found by it.
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-
-
-def run_pods(api: KubeApi, run: str, backend: str | None = None) -> list[dict[str, Any]]:
-    """The run's pods: those with rlctl's run label, plus (Pathways, or an unknown
-    backend) the pods of the JobSet its PathwaysJob made, which carry only its name."""
-    pods = api.list("v1", "Pod", run_selector(run))
-    if backend in (None, "pathways"):
-        names = {p["metadata"]["name"] for p in pods}
-        pods += [
-            p
-            for p in api.list("v1", "Pod", f"{JOBSET_NAME_LABEL}={run}")
-            if p["metadata"]["name"] not in names
-        ]
+def run_pods(api: KubeApi, run: str, backend: Backend | None = None) -> list[dict[str, Any]]:
+    """The run's pods, found by the backend's selectors (every backend's when it is not
+    known): rlctl's run label, plus e.g. the JobSet name a PathwaysJob's workers carry."""
+    selectors = dict.fromkeys(s for b in _or_all(backend) for s in b.pod_selectors(run))
+    pods: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for selector in selectors:
+        for p in api.list("v1", "Pod", selector):
+            if p["metadata"]["name"] not in names:
+                names.add(p["metadata"]["name"])
+                pods.append(p)
     return pods
 
 
-def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Diagnosis:
+def describe_workload(api: KubeApi, run: str, backend: Backend | None = None) -> Diagnosis:
     """The run's workload phase and, when it is not running, why (one line)."""
     workload = find_workload(api, run, backend)
     pods = run_pods(api, run, backend)
@@ -389,7 +380,7 @@ def describe_workload(api: KubeApi, run: str, backend: str | None = None) -> Dia
 
 
 def trainer_logs(
-    api: KubeApi, run: str, tail_lines: int = 100, backend: str | None = None
+    api: KubeApi, run: str, tail_lines: int = 100, backend: Backend | None = None
 ) -> tuple[str, str]:
     """(pod, text): the last lines of the run's leading trainer process, from its pod.
 
@@ -401,11 +392,7 @@ def trainer_logs(
     (process 0), Pathways the head, Ray the submitter, where the driver's output lands.
     """
     pods = sorted(run_pods(api, run, backend), key=lambda p: p["metadata"]["name"])
-    leaders = (
-        [backends.get(backend).leader_container]
-        if backend
-        else list(dict.fromkeys(b.leader_container for b in backends.registered()))
-    )
+    leaders = list(dict.fromkeys(b.leader_container for b in _or_all(backend)))
     for c in leaders:
         for p in pods:
             names = [x.get("name") for x in (p.get("spec") or {}).get("containers") or []]

@@ -27,6 +27,7 @@ from typing import Any
 from rlctl.core.errors import CloudError
 from rlctl.core.k8s import backends
 from rlctl.core.k8s.apply import KubeApi
+from rlctl.core.k8s.backends.base import Backend, Controller
 
 CONTROLLERS_DIR = "data/controllers"  # inside the rlctl package
 CONTROLLER_LABEL = "rlctl.dev/controller"
@@ -34,43 +35,15 @@ VERSION_LABEL = "rlctl.dev/controller-version"
 CRD_API = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 
 
-@dataclass(frozen=True)
-class Controller:
-    """One controller rlctl installs: its pinned manifest and the CRDs it serves."""
-
-    name: str
-    version: str
-    manifest: str  # file name in rlctl/data/controllers
-    crds: tuple[str, ...]  # CRD names (plural.group) its workloads need
-    title: str  # for people: "JobSet controller"
-
-
-CONTROLLERS: tuple[Controller, ...] = (
-    Controller(
-        "jobset",
-        "v0.12.0",
-        "jobset-v0.12.0.yaml",
-        ("jobsets.jobset.x-k8s.io",),
-        "JobSet controller",
-    ),
-    Controller(
-        "pathways-job",
-        "v0.1.4",
-        "pathways-job-v0.1.4.yaml",
-        ("pathwaysjobs.pathways-job.pathways.domain",),
-        "PathwaysJob controller",
-    ),
+# Every controller the registered backends need, each once, in install order (JobSet's
+# before pathways-job's, which makes JobSets). A backend's folder names its own.
+CONTROLLERS: tuple[Controller, ...] = tuple(
+    dict.fromkeys(c for b in backends.registered() for c in b.controllers)
 )
 
 
 def by_name(name: str) -> Controller:
     return next(c for c in CONTROLLERS if c.name == name)
-
-
-def crd_name(backend: str) -> str:
-    """The CRD a backend's workload kind needs, e.g. ``jobsets.jobset.x-k8s.io``."""
-    b = backends.get(backend)
-    return f"{b.plural}.{b.api_version.split('/')[0]}"
 
 
 def provider(crd: str) -> Controller | None:
@@ -228,7 +201,7 @@ def ensure_service_account(api: KubeApi, namespace: str, name: str) -> bool:
 def missing_for_run(
     api: KubeApi,
     cluster: str,
-    backend: str,
+    backend: Backend,
     namespace: str,
     service_account: str,
     region: str | None = None,
@@ -236,22 +209,10 @@ def missing_for_run(
     """One line per thing the run's workload needs and the cluster lacks, each naming
     the command that fixes it (empty: ready)."""
     lines = []
-    crd = crd_name(backend)
+    crd = backend.crd
     where = f" --region {region}" if region else ""
-    if not established(api.get(*CRD_API, crd)):
-        c = provider(crd)
-        if c is not None:
-            lines.append(
-                f"the cluster has no {crd} CRD ({c.title} {c.version} is not "
-                f"installed): run 'rlctl cluster create {cluster}{where}', which "
-                "installs it"
-            )
-        else:
-            lines.append(
-                f"the cluster has no {crd} CRD (GKE's Ray operator add-on is off): "
-                f"run 'gcloud container clusters update {cluster}{where} "
-                "--update-addons=RayOperator=ENABLED'"
-            )
+    if crd is not None and not established(api.get(*CRD_API, crd)):
+        lines.append(f"the cluster has no {crd} CRD {backend.crd_fix(cluster, where)}")
     create = (
         f"rlctl cluster create {cluster}{where} --namespace {namespace} "
         f"--service-account {service_account}"

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlctl.core.k8s import backends
+from rlctl.core.k8s.backends.base import condition_phase
 from rlctl.core.phases import Phase
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -25,39 +27,14 @@ class Diagnosis(BaseModel):
     pods: dict[str, int] = {}  # pod phase -> count
 
 
-def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return {c.get("type"): c for c in conds if c.get("status") == "True"}
-
-
 def workload_phase(workload: dict[str, Any] | None) -> tuple[Phase | None, str | None]:
-    """(phase, message) from a JobSet, PathwaysJob or RayJob's status alone; phase None
-    when the workload is not finished and its status does not say it runs (its pods do)."""
+    """(phase, message) from the workload's status alone, as its backend reads it; phase
+    None when the workload is not finished and its status does not say it runs (its
+    pods do). A kind no backend reads is read by its conditions, as a JobSet's."""
     if workload is None:
         return Phase.UNKNOWN, "no workload object"
-    status = workload.get("status") or {}
-    if workload.get("kind") == "RayJob":
-        deploy = status.get("jobDeploymentStatus") or ""
-        job = status.get("jobStatus") or ""
-        msg = status.get("message") or None
-        if (deploy == "Complete" and job == "SUCCEEDED") or job == "SUCCEEDED":
-            return Phase.COMPLETED, None
-        if deploy == "Failed" or job in ("FAILED", "STOPPED"):
-            return Phase.FAILED, msg or f"Ray job {job.lower() or 'failed'}"
-        if deploy == "Suspended" or (workload.get("spec") or {}).get("suspend"):
-            return Phase.SUSPENDED, None
-        if job == "RUNNING":
-            return Phase.RUNNING, None
-        return Phase.PENDING, msg
-    conds = _conditions(workload)
-    if "Completed" in conds:
-        return Phase.COMPLETED, None
-    if "Failed" in conds:
-        c = conds["Failed"]
-        return Phase.FAILED, c.get("message") or c.get("reason")
-    if "Suspended" in conds:
-        return Phase.SUSPENDED, None
-    return None, None  # not finished: the pods say whether it runs
+    backend = backends.for_object(workload)
+    return backend.phase(workload) if backend is not None else condition_phase(workload)
 
 
 def _selector_text(pod: dict[str, Any]) -> str:
@@ -195,7 +172,7 @@ def diagnose(
             phase=Phase.PENDING if pending else Phase.RUNNING, reason=reason, pods=counts
         )
     if not pods:
-        if phase is Phase.RUNNING:  # a RayJob that says so
+        if phase is Phase.RUNNING:  # a workload whose status says so (a RayJob)
             return Diagnosis(phase=Phase.RUNNING, reason=None, pods=counts)
         return Diagnosis(phase=Phase.PENDING, reason=message or "no pods yet", pods=counts)
     if counts.get("Pending"):  # Kubernetes' own pod phase

@@ -1,6 +1,6 @@
 """Will every pod of a run get a node? The scheduler's answer, before anything is applied.
 
-``check`` places the pods of a run's workload (``admission.pod_groups``: what the
+``check`` places the pods of a run's workload (``backends.pod_groups``: what the
 controllers will create, as they will admit them) on the nodes of the cluster's node
 pools (``config.nodes.NodePool``: allocatable after threads per core and GKE's
 reservations, labels, taints) the way kube-scheduler's filters decide it
@@ -9,7 +9,7 @@ nodeSelector, TaintToleration), first fit, group after group, on an otherwise em
 cluster: a pod that fits here may still wait for capacity others hold, but a pod that
 does not fit here stays Pending on that cluster whatever else runs.
 
-JobSet's exclusive placement is honoured as its webhook enforces it (``admission.py``):
+JobSet's exclusive placement is honoured as its webhook enforces it (``backends/jobset``):
 all pods of one job in the leader's domain of the topology key, one job per domain.
 
 For each group the result names the pool(s) that take it, or one reason it would stay

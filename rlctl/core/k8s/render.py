@@ -4,7 +4,8 @@ Templates are data: one Jinja2 Environment (PackageLoader + StrictUndefined),
 fed a typed ``WorkloadView``; every value is emitted with ``tojson``, names are
 DNS-1035 labels checked before rendering, and the YAML is parsed back into
 dicts. Which workload template (and extra ConfigMap files) a backend renders is
-its entry in ``backends.py``. The caller validates the dicts (``validate.py``) before applying them.
+its ``Backend``'s (``backends/``). The caller validates the dicts (``validate.py``)
+before applying them.
 No secret value is ever part of the view: the HF token is referenced by Secret
 name only.
 """
@@ -20,11 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
 from rlctl.core.errors import ConfigError
 from rlctl.core.k8s import backends
+from rlctl.core.k8s.backends.base import RUN_LABEL, Backend
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.names import validate_name
 from rlctl.core.units import quantity
 
-RUN_LABEL = "rlctl.dev/run"
+__all__ = ["RUN_LABEL", "WorkloadView", "make_view", "render_workload"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
@@ -46,11 +48,11 @@ class EnvVar(BaseModel):
 class WorkloadView(BaseModel):
     """Everything a template may use; built by ``submit`` from the spec and shape."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     run: str
     namespace: str = DEFAULT_NAMESPACE
-    backend: str = Field(description="A registered backend's name (backends.py).")
+    backend: Backend = Field(description="The run's backend (a name is resolved once).")
     image: str = Field(min_length=1)
     run_uri: str = Field(description="gs://BUCKET/PREFIX/RUN: where the trainer's run lives.")
     shape: SliceShape
@@ -110,12 +112,15 @@ class WorkloadView(BaseModel):
     def _run(cls, v: str) -> str:
         return validate_name(v, "run")
 
-    @field_validator("backend")
+    @field_validator("backend", mode="before")
     @classmethod
-    def _backend(cls, v: str) -> str:
-        if not backends.is_backend(v):
+    def _backend(cls, v: object) -> object:
+        if isinstance(v, Backend):
+            return v
+        found = backends.resolve(v)
+        if found is None:
             raise ValueError(f"{v!r} is not a backend: one of {', '.join(backends.names())}")
-        return v
+        return found
 
     @field_validator("namespace", "service_account")
     @classmethod
@@ -185,8 +190,8 @@ class WorkloadView(BaseModel):
 
     @model_validator(mode="after")
     def _fits(self) -> WorkloadView:
-        if backends.get(self.backend).tpu_only and self.shape.kind != "tpu":
-            raise ValueError(f"the {self.backend} backend runs on TPU slices only")
+        if self.backend.tpu_only and self.shape.kind != "tpu":
+            raise ValueError(f"the {self.backend.name} backend runs on TPU slices only")
         if self.min_slices > self.shape.num_slices:
             raise ValueError("min_slices is larger than the number of slices")
         return self
@@ -199,7 +204,7 @@ class WorkloadView(BaseModel):
 
     @property
     def has_config_files(self) -> bool:
-        return bool(backends.get(self.backend).config_files)
+        return bool(self.backend.config_files)
 
     @property
     def gcs_mount_options(self) -> str:
@@ -265,7 +270,7 @@ class WorkloadView(BaseModel):
         is the node's own) and loopback. None when there are neither."""
         from rlctl.core.config.catalog import libtpu_flags
 
-        if self.shape.kind != "tpu":
+        if not self.shape.strategy.libtpu:
             return None
         flags = libtpu_flags(self.shape.accelerator)
         if self.dcn_networks:
@@ -358,7 +363,7 @@ def render_workload(view: WorkloadView) -> list[dict[str, Any]]:
     The HF token Secret is not rendered: ``apply.py`` creates it from the value
     without it ever passing through a template or a printed manifest.
     """
-    backend = backends.get(view.backend)
+    backend = view.backend
     extra = {name: render_text(template, view) for name, template in backend.config_files.items()}
     objs = [_render_yaml("serviceaccount.yaml.j2", v=view)]
     if extra:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlctl.core.config import kinds
+
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.config.catalog import Accelerator
 
@@ -41,23 +43,30 @@ class SliceShape(BaseModel):
 
     @model_validator(mode="after")
     def _tpu_has_topology(self) -> SliceShape:
-        if self.kind == "tpu" and not self.topology:
+        if self.strategy.needs_topology and not self.topology:
             raise ValueError("a TPU slice shape needs a topology (e.g. 4x4)")
         return self
 
     @property
+    def strategy(self) -> kinds.AcceleratorKind:
+        """Everything that differs between TPU and GPU, for this shape's kind."""
+        return kinds.of(self.kind)
+
+    @property
     def resource(self) -> str:
-        return "google.com/tpu" if self.kind == "tpu" else "nvidia.com/gpu"
+        return self.strategy.resource
+
+    @property
+    def count(self) -> int:
+        """What ``-a "TYPE xN"`` set: slices (TPU) or machines (GPU)."""
+        return int(getattr(self, self.strategy.count_field))
+
+    def with_count(self, count: int) -> SliceShape:
+        return self.model_copy(update={self.strategy.count_field: count})
 
     @property
     def node_selector(self) -> dict[str, str]:
-        if self.kind == "tpu":
-            assert self.topology is not None
-            return {
-                "cloud.google.com/gke-tpu-accelerator": self.accelerator,
-                "cloud.google.com/gke-tpu-topology": self.topology,
-            }
-        return {"cloud.google.com/gke-accelerator": self.accelerator}
+        return self.strategy.selector(self.accelerator, self.topology)
 
     @property
     def total_hosts(self) -> int:
@@ -70,26 +79,12 @@ def slice_shape(acc: Accelerator, count: int, threads_per_core: int | None = -1)
     ``threads_per_core``: of the pools that hold it, as GKE reports them; -1 = as
     ``rlctl cluster create`` makes them (one thread per core on TPU hosts).
     """
-    from rlctl.core.config.nodes import TPU_THREADS_PER_CORE
-
+    kind = acc.strategy
     if threads_per_core == -1:
-        threads_per_core = TPU_THREADS_PER_CORE if acc.kind == "tpu" else None
-    if acc.kind == "tpu":
-        return SliceShape(
-            kind="tpu",
-            accelerator=acc.gke_accelerator or "",
-            machine_type=acc.machine_type,
-            topology=acc.topology,
-            hosts_per_slice=acc.hosts,
-            chips_per_host=acc.chips_per_host,
-            num_slices=count,
-            threads_per_core=threads_per_core,
-        )
+        threads_per_core = kind.threads_per_core
     return SliceShape(
-        kind="gpu",
-        accelerator=acc.gpu_type or "",
+        kind=acc.kind,
         machine_type=acc.machine_type,
-        hosts_per_slice=count,
-        chips_per_host=acc.gpus,
         threads_per_core=threads_per_core,
+        **kind.shape_fields(acc, count),
     )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import ConfigError, RlctlError, require_extra
 from rlctl.core.install import extra_install_command
+from rlctl.core.k8s import backends
 
 if TYPE_CHECKING:  # pragma: no cover
     from importlib.abc import Traversable
@@ -176,46 +177,11 @@ def core_errors(obj: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[
 
 
 def embedded_templates(obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(path, core object) for each pod/Job template embedded in a custom resource."""
-    spec = obj.get("spec") or {}
-    kind = obj.get("kind")
-
-    def pod(path: str, template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        return path, {
-            "apiVersion": "v1",
-            "kind": "PodTemplate",
-            "metadata": {"name": "embedded"},
-            "template": template,
-        }
-
-    if kind == "JobSet":
-        for i, rj in enumerate(spec.get("replicatedJobs") or []):
-            t = rj.get("template") or {}
-            yield (
-                f"spec.replicatedJobs[{i}].template",
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "metadata": {"name": "embedded", **(t.get("metadata") or {})},
-                    "spec": t.get("spec") or {},
-                },
-            )
-            yield pod(
-                f"spec.replicatedJobs[{i}].template.spec.template",
-                (t.get("spec") or {}).get("template") or {},
-            )
-    elif kind in ("RayJob", "RayCluster"):
-        rc = spec.get("rayClusterSpec", spec) if kind == "RayJob" else spec
-        yield pod(
-            "spec.rayClusterSpec.headGroupSpec.template",
-            rc.get("headGroupSpec", {}).get("template") or {},
-        )
-        for i, g in enumerate(rc.get("workerGroupSpecs") or []):
-            yield pod(
-                f"spec.rayClusterSpec.workerGroupSpecs[{i}].template", g.get("template") or {}
-            )
-    elif kind == "PathwaysJob":
-        yield pod("spec.controller.template", (spec.get("controller") or {}).get("template") or {})
+    """(path, core object) for each pod/Job template embedded in a custom resource, as
+    the backend that reads its kind lists them (none for a kind no backend reads)."""
+    backend = backends.for_object(obj)
+    if backend is not None:
+        yield from backend.embedded_templates(obj)
 
 
 def manifest_errors(obj: dict[str, Any], crds: CrdSchemas | None) -> list[str]:

@@ -32,6 +32,7 @@ from rlctl.core.gcp.image import default_image, default_tag, image_exists
 from rlctl.core.gcp.storage import runs_bucket
 from rlctl.core.k8s import backends
 from rlctl.core.k8s.apply import KubeApi, describe_workload, trainer_logs
+from rlctl.core.k8s.backends.base import Backend
 from rlctl.core.k8s.shapes import SliceShape, slice_shape
 from rlctl.core.plan import ApplyResult, Plan
 from rlctl.core.runs.placement import check_placement
@@ -117,16 +118,15 @@ class ClusterTarget:
             shape = self.shapes[key]
             if not re.search(r"\s[xX*]\s*\d", accelerator):  # no count: all of them
                 return key, shape
-            have = shape.num_slices if shape.kind == "tpu" else shape.hosts_per_slice
+            have = shape.count
             if count > have:
-                what = "slice" if shape.kind == "tpu" else "machine"
+                what = shape.strategy.count_word
                 raise ConfigError(
                     f"cluster {self.name!r} has {have} {key} {what}"
                     f"{'s' if have != 1 else ''}, not {count}",
                     hint=f"pass -a '{key} x{have}' or fewer",
                 )
-            field = "num_slices" if shape.kind == "tpu" else "hosts_per_slice"
-            return key, shape.model_copy(update={field: count})
+            return key, shape.with_count(count)
         if len(self.shapes) > 1:
             raise ConfigError(
                 f"cluster {self.name!r} has several accelerator types: "
@@ -244,7 +244,7 @@ def _image_lines(
 
 
 def _ready_or_raise(
-    api: KubeApi, target: ClusterTarget, backend: str, opts: ClusterOptions, lines: list[str]
+    api: KubeApi, target: ClusterTarget, backend: Backend, opts: ClusterOptions, lines: list[str]
 ) -> None:
     """The pre-submit checks: the backend's CRD, the namespace, the KSA and the image
     are there.
@@ -291,7 +291,7 @@ def submit(
     written); a submit ``submit_run``'s result with where the run went.
     """
     res = resources or HostResources()
-    backends.get(backend)  # ConfigError naming the registered backends
+    chosen = backends.get(backend)  # resolved once; ConfigError naming the registered ones
     if not ref.cluster:
         raise ConfigError("no cluster given", hint="pass --cluster NAME")
     project, region = _location(ref, {})
@@ -325,7 +325,7 @@ def submit(
     }
     # recorded for resume, which renders the workload again
     record = {**where, **res.model_dump(exclude_none=True)}
-    objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
+    objs = render_run(spec, chosen, shape, store, opts, with_hf_secret=bool(hf_token))
     # every pod has a node before anything is written or applied (UnschedulableError)
     report, notes = check_placement(objs, target.pools, target.unmodelled, target.name, region, acc)
     notes = [
@@ -341,8 +341,8 @@ def submit(
     registry = (preflight.REGISTRY_API,) if ".pkg.dev/" in image else ()
     preflight.require_apis(clients, project, (*preflight.TRAIN_APIS, *registry))
     api = kube_api(clients, target, opts.namespace)
-    _ready_or_raise(api, target, backend, opts, _image_lines(clients, target, shape, image))
-    out = submit_run(spec, backend, shape, api, store, opts, hf_token=hf_token, record=record)
+    _ready_or_raise(api, target, chosen, opts, _image_lines(clients, target, shape, image))
+    out = submit_run(spec, chosen, shape, api, store, opts, hf_token=hf_token, record=record)
     return out.model_copy(update={**where, "placements": report.placements, "notes": notes})
 
 
@@ -356,9 +356,10 @@ class OpenRun:
     api: KubeApi | None = None
 
     @property
-    def backend(self) -> str | None:
-        b = self.status.get("backend")
-        return b if backends.is_backend(b) else None
+    def backend(self) -> Backend | None:
+        """The backend status.json records, resolved (None: a local run, or one this
+        rlctl has no backend for)."""
+        return backends.resolve(self.status.get("backend"))
 
 
 def is_cluster_run(status: dict[str, Any]) -> bool:
@@ -418,7 +419,8 @@ def describe(
     if o.api is None:
         return describe_run(o.run, curve=curve)
     info = describe_cluster_run(name, o.api, o.store, o.backend, curve=curve)
-    return info.model_copy(update={"cluster": o.status.get("cluster"), "backend": o.backend})
+    backend = o.backend.name if o.backend is not None else None
+    return info.model_copy(update={"cluster": o.status.get("cluster"), "backend": backend})
 
 
 def list_store(clients: GcpClients, ref: ClusterRef) -> tuple[str, list[RunInfo]]:

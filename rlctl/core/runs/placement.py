@@ -1,8 +1,9 @@
 """Which node pool takes each pod of a cluster run, or why it would stay Pending.
 
 ``train --cluster`` (its ``--dry-run`` too) and ``resume`` call ``check_placement`` on
-the rendered objects before anything is applied: ``core/k8s/admission.py`` says what
-pods the controllers will make of them, ``core/k8s/fit.py`` places them on the
+the rendered objects before anything is applied: each workload's backend
+(``core/k8s/backends/``) says what pods its controller will make of them,
+``core/k8s/fit.py`` places them on the
 cluster's pools, and this module turns each misfit into one line with the flag or
 command that fixes it for this user. No peer says this before submitting: with XPK
 or KubeRay it shows in ``kubectl describe pod`` afterwards.
@@ -14,7 +15,8 @@ from typing import Any
 
 from rlctl.core.config.nodes import PATHWAYS_MACHINE_TYPE, PATHWAYS_POOL, NodePool
 from rlctl.core.errors import UnschedulableError
-from rlctl.core.k8s.admission import PodGroup, pod_groups
+from rlctl.core.k8s.admission import PodGroup
+from rlctl.core.k8s.backends import pod_groups
 from rlctl.core.k8s.fit import FitReport, Placement, check, selects
 
 _HOST_ROLES = ("trainer", "ray-worker", "pathways-worker")

@@ -61,8 +61,8 @@ def kube_changes(
     notes: list[str] = []
     for c in controllers.CONTROLLERS:
         fields = _controller_fields(c)
-        # the PathwaysJob controller creates JobSets: it comes after the JobSet CRD
-        deps = [*after, *(["controller/jobset"] if c.name != "jobset" else [])]
+        # e.g. the PathwaysJob controller creates JobSets: it comes after the JobSet CRD
+        deps = [*after, *(f"controller/{name}" for name in c.after)]
         have = controllers.installed(api, c) if api is not None else None
         if have is None:
             changes.append(

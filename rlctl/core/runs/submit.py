@@ -28,6 +28,7 @@ from rlctl.core.k8s.apply import (
     hf_token_secret,
     list_run_objects,
 )
+from rlctl.core.k8s.backends.base import Backend
 from rlctl.core.k8s.render import WorkloadView, make_view, render_workload
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.k8s.validate import validate_manifests
@@ -82,7 +83,7 @@ def cluster_engine(requested: str, kind: str, image: str) -> Engine:
 
 def build_view(
     spec: RunSpec,
-    backend: str,
+    backend: Backend,
     shape: SliceShape,
     run_uri: str,
     opts: ClusterOptions,
@@ -110,7 +111,7 @@ def build_view(
 
 def render_run(
     spec: RunSpec,
-    backend: str,
+    backend: Backend,
     shape: SliceShape,
     store: RunStore,
     opts: ClusterOptions,
@@ -224,7 +225,7 @@ def _apply(api: KubeApi, run: str, objs: list[dict[str, Any]], hf_token: str | N
 
 def submit_run(
     spec: RunSpec,
-    backend: str,
+    backend: Backend,
     shape: SliceShape,
     k8s_api: KubeApi,
     store: RunStore,
@@ -254,7 +255,7 @@ def submit_run(
                 "total_steps": spec.training.steps,
                 "step": 0,
                 "latest_checkpoint": None,
-                "backend": backend,
+                "backend": backend.name,
                 "namespace": opts.namespace,
                 "service_account": opts.service_account,
                 **(record or {}),
@@ -262,12 +263,12 @@ def submit_run(
         ),
     )
     applied = _apply(k8s_api, name, objs, hf_token)
-    return SubmitResult(name=name, path=run.uri, backend=backend, applied=applied)
+    return SubmitResult(name=name, path=run.uri, backend=backend.name, applied=applied)
 
 
 def resume_run(
     name: str,
-    backend: str,
+    backend: Backend,
     shape: SliceShape,
     k8s_api: KubeApi,
     store: RunStore,
@@ -301,11 +302,17 @@ def resume_run(
         k8s_api.delete(old["apiVersion"], old["kind"], old["metadata"]["name"])
     objs = render_run(spec, backend, shape, store, opts, with_hf_secret=bool(hf_token))
     applied = _apply(k8s_api, name, objs, hf_token)
-    return ResumeResult(name=name, path=run.uri, backend=backend, checkpoint=step, applied=applied)
+    return ResumeResult(
+        name=name, path=run.uri, backend=backend.name, checkpoint=step, applied=applied
+    )
 
 
 def describe_cluster_run(
-    name: str, k8s_api: KubeApi, store: RunStore, backend: str | None = None, curve: bool = False
+    name: str,
+    k8s_api: KubeApi,
+    store: RunStore,
+    backend: Backend | None = None,
+    curve: bool = False,
 ) -> ClusterRunInfo:
     """The run store's view of a run merged with its workload's state on the cluster
     (``curve``: with its learning curve, read from the store)."""

@@ -1,22 +1,20 @@
 """What the controllers make of rlctl's workloads, checked against their upstream sources.
 
 Each expectation quotes the upstream file and version it comes from (the same ones
-``rlctl/core/k8s/admission.py`` cites), so a change of the model that leaves upstream
-behind fails here, and the fake Kubernetes API (which admits pods through the model)
-cannot drift from it silently.
+``rlctl/core/k8s/admission.py`` and each backend's folder cite), so a change of the
+model that leaves upstream behind fails here, and the fake Kubernetes API (which
+admits pods through the model) cannot drift from it silently.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from rlctl.core.k8s.admission import (
-    EXCLUSIVE_KEY,
-    pathways_jobset,
-    pod_groups,
-    pod_requests,
-    ray_probes,
-)
+from rlctl.core.k8s.admission import pod_requests
+from rlctl.core.k8s.backends import pod_groups
+from rlctl.core.k8s.backends.jobset import EXCLUSIVE_KEY
+from rlctl.core.k8s.backends.pathways import pathways_jobset
+from rlctl.core.k8s.backends.ray import ray_probes
 from rlctl.core.k8s.render import render_workload
 from rlctl.core.units import quantity
 from tests.core.k8s.test_render import view

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.apply import describe_workload, trainer_logs
 from rlctl.core.runs.submit import (
     ClusterOptions,
@@ -45,7 +46,13 @@ def store_text(store) -> str:
 class TestSubmit:
     def test_creates_exactly_the_expected_objects(self, crds, kube, api, store):
         out = submit_run(
-            make_spec("r1"), "jobset", v6e_16(2), api, store, OPTS, hf_token=HF_SENTINEL
+            make_spec("r1"),
+            backends.get("jobset"),
+            v6e_16(2),
+            api,
+            store,
+            OPTS,
+            hf_token=HF_SENTINEL,
         )
         assert kube.names() == ["JobSet/r1", "Secret/r1-hf-token", "ServiceAccount/rlctl"]
         assert out.applied == [
@@ -71,10 +78,10 @@ class TestSubmit:
         assert load_run_spec(run).output.root == store.uri  # what the pods will see
 
     def test_a_taken_name_is_refused_before_anything_is_applied(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("ray"), v6e_16(1), api, store, OPTS)
         before = kube.mutations()
         with pytest.raises(AlreadyExistsError, match="rlctl resume r1"):
-            submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
+            submit_run(make_spec("r1"), backends.get("ray"), v6e_16(1), api, store, OPTS)
         assert kube.mutations() == before
 
     def test_an_existing_service_account_is_kept(self, crds, kube, api, store):
@@ -83,7 +90,7 @@ class TestSubmit:
             "serviceaccounts",
             {"metadata": {"name": "rlctl", "annotations": {"owner": "platform-team"}}},
         )
-        out = submit_run(make_spec("r1"), "pathways", v6e_16(1), api, store, OPTS)
+        out = submit_run(make_spec("r1"), backends.get("pathways"), v6e_16(1), api, store, OPTS)
         assert "ServiceAccount/rlctl (exists, kept)" in out.applied
         sa = kube.objects[("v1", "serviceaccounts", "default", "rlctl")]
         assert sa["metadata"]["annotations"] == {"owner": "platform-team"}
@@ -91,13 +98,23 @@ class TestSubmit:
 
     def test_a_local_run_store_is_refused(self, crds, api, tmp_path):
         with pytest.raises(ConfigError, match="gs://"):
-            render_run(make_spec("r1"), "jobset", v6e_16(), LocalRunStore(tmp_path), OPTS)
+            render_run(
+                make_spec("r1"), backends.get("jobset"), v6e_16(), LocalRunStore(tmp_path), OPTS
+            )
 
     def test_the_hf_token_is_only_in_its_secret(self, crds, kube, api, store, caplog, capsys):
         caplog.set_level(logging.DEBUG)
-        dry = render_run(make_spec("r1"), "jobset", v6e_16(2), store, OPTS, with_hf_secret=True)
+        dry = render_run(
+            make_spec("r1"), backends.get("jobset"), v6e_16(2), store, OPTS, with_hf_secret=True
+        )
         out = submit_run(
-            make_spec("r1"), "jobset", v6e_16(2), api, store, OPTS, hf_token=HF_SENTINEL
+            make_spec("r1"),
+            backends.get("jobset"),
+            v6e_16(2),
+            api,
+            store,
+            OPTS,
+            hf_token=HF_SENTINEL,
         )
         secret = kube.objects[("v1", "secrets", "default", "r1-hf-token")]
         assert base64.b64decode(secret["data"]["token"]).decode() == HF_SENTINEL
@@ -269,7 +286,7 @@ class TestStatus:
         for p in seed:
             kube.put("v1", "pods", p)
         kube.logs[("default", "r1-slice-0-0")] = "step 3\nTraceback ...\nValueError: the last line"
-        got = describe_workload(api, "r1", "jobset")
+        got = describe_workload(api, "r1", backends.get("jobset"))
         assert (got.phase, got.reason) == (phase, reason)
 
     def test_reason_from_a_scheduling_event(self, kube, api):
@@ -321,7 +338,7 @@ class TestStatus:
         assert describe_workload(api, "r1").phase == "absent"
 
     def test_status_merges_the_run_store(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "jobset", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("jobset"), v6e_16(1), api, store, OPTS)
         kube.put(
             "v1",
             "pods",
@@ -347,12 +364,12 @@ def commit_checkpoint(store, step: int) -> None:
 
 class TestResume:
     def test_resubmits_after_a_recorded_checkpoint(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "jobset", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("jobset"), v6e_16(1), api, store, OPTS)
         commit_checkpoint(store, 2)
         js = kube.objects[("jobset.x-k8s.io/v1alpha2", "jobsets", "default", "r1")]
         js["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
         old_uid = js["metadata"]["uid"]
-        out = resume_run("r1", "jobset", v6e_16(1), api, store, OPTS)
+        out = resume_run("r1", backends.get("jobset"), v6e_16(1), api, store, OPTS)
         assert out.checkpoint == 2
         new = kube.objects[("jobset.x-k8s.io/v1alpha2", "jobsets", "default", "r1")]
         assert new["metadata"]["uid"] != old_uid and "status" not in new  # a fresh JobSet
@@ -362,24 +379,26 @@ class TestResume:
         ) in kube.mutations()
 
     def test_refuses_while_running(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "jobset", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("jobset"), v6e_16(1), api, store, OPTS)
         commit_checkpoint(store, 2)
         kube.put("v1", "pods", pod("r1-slice-0-0", "Running"))
         before = kube.mutations()
         with pytest.raises(ConflictError, match="still running"):
-            resume_run("r1", "jobset", v6e_16(1), api, store, OPTS)
+            resume_run("r1", backends.get("jobset"), v6e_16(1), api, store, OPTS)
         assert kube.mutations() == before
 
     def test_refuses_without_a_checkpoint(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "jobset", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("jobset"), v6e_16(1), api, store, OPTS)
         with pytest.raises(ConflictError, match="no complete checkpoint"):
-            resume_run("r1", "jobset", v6e_16(1), api, store, OPTS)
+            resume_run("r1", backends.get("jobset"), v6e_16(1), api, store, OPTS)
 
 
 class TestDelete:
     def test_removes_only_rlctl_objects_of_that_run(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS, hf_token=HF_SENTINEL)
-        submit_run(make_spec("r2"), "jobset", v6e_16(2), api, store, OPTS)
+        submit_run(
+            make_spec("r1"), backends.get("ray"), v6e_16(1), api, store, OPTS, hf_token=HF_SENTINEL
+        )
+        submit_run(make_spec("r2"), backends.get("jobset"), v6e_16(2), api, store, OPTS)
         kube.put(
             "v1",
             "configmaps",
@@ -409,12 +428,12 @@ class TestDelete:
         assert store.list_runs() == ["r2"]
 
     def test_without_purge_the_run_store_stays(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("ray"), v6e_16(1), api, store, OPTS)
         assert delete_run("r1", api, store) == ["RayJob/r1", "ConfigMap/r1-config"]
         assert store.list_runs() == ["r1"]
 
     def test_applies_the_plan_and_reports_only_what_it_removed(self, crds, kube, api, store):
-        submit_run(make_spec("r1"), "ray", v6e_16(1), api, store, OPTS)
+        submit_run(make_spec("r1"), backends.get("ray"), v6e_16(1), api, store, OPTS)
         planned = plan_delete_run("r1", api, store)
         events: list[tuple[str, str]] = []
         removed = apply_delete_run(planned, api, store, lambda k, st, _: events.append((k, st)))

@@ -1,17 +1,24 @@
-"""Adding a backend is one registry entry and one template.
+"""Adding a backend is one ``Backend`` subclass and one template.
 
-A throwaway fourth backend (a plain Indexed batch/v1 Job, its template in a
-temporary folder) renders, validates strictly, is applied, found, described and
-deleted on the fake API server, and passes the cluster submit's backend check,
-with nothing but ``backends.register`` and the template.
+A throwaway fourth backend (a plain Indexed batch/v1 Job: a core kind, so no CRD
+schema; its template in a temporary folder) renders, validates strictly, is admitted
+by the fit check, applied, found, described and deleted on the fake API server, and
+passes the cluster submit's backend check, with nothing but the class below,
+``backends.register`` and the template. tests/core/k8s/test_backend_conformance.py
+runs the same steps over every registered backend.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlctl.core.errors import ConfigError
 from rlctl.core.k8s import backends
+from rlctl.core.k8s.admission import PodGroup, group
 from rlctl.core.k8s.apply import (
     apply_objects,
     delete_objects,
@@ -21,12 +28,14 @@ from rlctl.core.k8s.apply import (
     run_kinds,
     trainer_logs,
 )
+from rlctl.core.k8s.backends.base import Backend, condition_phase, run_selector
 from rlctl.core.k8s.render import make_view, render_workload
 from rlctl.core.k8s.validate import validate_manifests
+from rlctl.core.phases import Phase
 from tests.core.k8s.conftest import make_spec
 from tests.fakes.shapes import h100_8, v6e_16
 
-# The whole of the fourth backend: this template and the entry in ``job`` below.
+# The whole of the fourth backend: this template and ``JobBackend`` below.
 JOB_TEMPLATE = """\
 {#- A plain Indexed Job: one pod per host, every host runs the trainer. -#}
 {%- import "_macros.yaml.j2" as m -%}
@@ -63,21 +72,48 @@ spec:
 """
 
 
+class JobBackend(Backend):
+    """A plain Indexed Job: one pod per host, its controller Kubernetes' own."""
+
+    name = "job"
+    template = "job.yaml.j2"
+    api_version = "batch/v1"
+    kind = "Job"
+    help = "a plain Indexed Job"
+    tpu_only = True
+    dcn_claim = False
+
+    def __init__(self, template_dir: Path) -> None:
+        self.template_dir = template_dir
+
+    def pod_groups(
+        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+    ) -> list[PodGroup]:
+        t = obj["spec"]["template"]
+        return [
+            group(
+                f"Job {obj['metadata']['name']}",
+                "trainer",
+                t.get("metadata") or {},
+                t["spec"],
+                pods=int(obj["spec"].get("parallelism", 1)),
+            )
+        ]
+
+    def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
+        return condition_phase(workload)
+
+    def pod_selectors(self, run: str) -> tuple[str, ...]:
+        return (run_selector(run),)
+
+    def embedded_templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        return iter(())  # a core kind: kubernetes-validate checks its template itself
+
+
 @pytest.fixture()
 def job(tmp_path):
     (tmp_path / "job.yaml.j2").write_text(JOB_TEMPLATE)
-    entry = backends.register(
-        backends.Backend(
-            "job",
-            "job.yaml.j2",
-            "batch/v1",
-            "Job",
-            help="a plain Indexed Job",
-            tpu_only=True,
-            dcn_claim=False,
-            template_dir=tmp_path,
-        )
-    )
+    entry = backends.register(JobBackend(tmp_path))
     yield entry
     backends.unregister("job")
 
@@ -110,17 +146,20 @@ class TestRegistry:
             backends.get("x")
         assert not backends.is_backend("x") and not backends.is_backend(None)
 
+    def test_a_backend_that_forgets_a_piece_cannot_be_made(self, tmp_path):
+        class NoPods(JobBackend):  # would leave the fit check with no pods to place
+            pod_groups = Backend.pod_groups  # type: ignore[assignment]
+
+        with pytest.raises(TypeError, match="abstract method '?pod_groups"):
+            NoPods(tmp_path)
+
     def test_a_name_is_registered_once(self, job):
         with pytest.raises(ValueError, match="already registered"):
             backends.register(job)
 
     def test_unregistered_it_is_gone(self, tmp_path):
         (tmp_path / "job.yaml.j2").write_text(JOB_TEMPLATE)
-        backends.register(
-            backends.Backend(
-                "job", "job.yaml.j2", "batch/v1", "Job", help="h", template_dir=tmp_path
-            )
-        )
+        backends.register(JobBackend(tmp_path))
         backends.unregister("job")
         assert "job" not in backends.names()
         assert ("batch/v1", "Job") not in run_kinds()
@@ -135,6 +174,7 @@ class TestAFourthBackend:
         validate_manifests(objs, crds)
         pod = objs[-1]["spec"]["template"]["spec"]
         assert objs[-1]["spec"]["parallelism"] == 4  # v6e-16: 4 hosts
+        assert [g.total for g in backends.pod_groups(objs)] == [4]  # the fit check sees them
         assert pod["containers"][0]["resources"]["limits"] == {
             "google.com/tpu": 4,
             "memory": "628Gi",
@@ -150,9 +190,9 @@ class TestAFourthBackend:
         applied = apply_objects(api, render_workload(view()))
         assert applied[-1] == "Job/r1 (applied)"
         assert ("batch/v1", "jobs", "default", "r1") in kube.objects
-        assert find_workload(api, "r1", "job")["kind"] == "Job"
+        assert find_workload(api, "r1", job)["kind"] == "Job"
         assert find_workload(api, "r1")["kind"] == "Job"  # any backend's kind
-        assert describe_workload(api, "r1", "job").phase == "pending"  # no pods yet
+        assert describe_workload(api, "r1", job).phase == "pending"  # no pods yet
         kube.put(
             "v1",
             "pods",
@@ -166,12 +206,12 @@ class TestAFourthBackend:
             },
         )
         kube.logs[("default", "r1-0")] = "step 1\n"
-        assert describe_workload(api, "r1", "job").phase == "running"
+        assert describe_workload(api, "r1", job).phase == "running"
         assert trainer_logs(api, "r1") == ("r1-0", "step 1\n")
         found = list_run_objects(api, "r1")
         assert found[0] == ("batch/v1", "Job", "r1")
         assert "Job/r1" in delete_objects(api, found)
-        assert find_workload(api, "r1", "job") is None
+        assert find_workload(api, "r1", job) is None
 
     def test_a_cluster_submit_accepts_it(self, job):
         from rlctl.core.runs.cluster import ClusterRef, is_cluster_run, submit

@@ -11,7 +11,7 @@ import pytest
 
 from rlctl.core.errors import CloudError, NotFoundError
 from rlctl.core.k8s import apply as apply_mod
-from rlctl.core.k8s import controllers
+from rlctl.core.k8s import backends, controllers
 from rlctl.core.k8s.controllers import CONTROLLERS, by_name, manifests
 
 JOBSET, PATHWAYS = by_name("jobset"), by_name("pathways-job")
@@ -152,20 +152,25 @@ class TestRunChecks:
     def test_ready_cluster_has_nothing_missing(self, api, kube):
         kube.seed_ready()
         for backend in ("jobset", "pathways", "ray"):
-            assert controllers.missing_for_run(api, "c", backend, "default", "rlctl") == []
+            assert (
+                controllers.missing_for_run(api, "c", backends.get(backend), "default", "rlctl")
+                == []
+            )
 
     def test_each_missing_piece_is_one_line_naming_its_fix(self, api, kube):
-        lines = controllers.missing_for_run(api, "c", "jobset", "ml", "trainer", "us-east5")
+        lines = controllers.missing_for_run(
+            api, "c", backends.get("jobset"), "ml", "trainer", "us-east5"
+        )
         assert lines == [
             "the cluster has no jobsets.jobset.x-k8s.io CRD (JobSet controller v0.12.0 is "
             "not installed): run 'rlctl cluster create c --region us-east5', which installs it",
             "namespace 'ml' does not exist: run 'rlctl cluster create c --region us-east5 "
             "--namespace ml --service-account trainer'",
         ]
-        (ray,) = controllers.missing_for_run(api, "c", "ray", "ml", "trainer")[:1]
+        (ray,) = controllers.missing_for_run(api, "c", backends.get("ray"), "ml", "trainer")[:1]
         assert "RayOperator=ENABLED" in ray and "gcloud container clusters update c" in ray
         kube.seed_ready("ml", "other")
-        (ksa,) = controllers.missing_for_run(api, "c", "pathways", "ml", "trainer")
+        (ksa,) = controllers.missing_for_run(api, "c", backends.get("pathways"), "ml", "trainer")
         assert ksa.startswith("service account ml/trainer does not exist")
 
     def test_a_workload_whose_kind_is_not_served_names_the_missing_controller(self, api, kube):

@@ -12,7 +12,8 @@ import copy
 import pytest
 
 from rlctl.core.config import catalog, nodes
-from rlctl.core.k8s.admission import EXCLUSIVE_KEY, pod_groups
+from rlctl.core.k8s.backends import pod_groups
+from rlctl.core.k8s.backends.jobset import EXCLUSIVE_KEY
 from rlctl.core.k8s.fit import check
 from rlctl.core.k8s.render import make_view, render_workload
 from rlctl.core.k8s.shapes import slice_shape

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.core.config import catalog, nodes
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.render import render_workload
 from rlctl.core.k8s.validate import validate_manifests
 from tests.core.k8s.test_render import by_kind, env, pod_specs, view
@@ -264,7 +265,7 @@ class TestPathways:
         """The head as pathways-job v0.1.4 admits it: the trainer plus the resource
         manager (8 CPU, 32 GB) and proxy (16 CPU, 100 GB) sidecars (issue 24 point 4:
         c255c2d checked the trainer container alone against e2-standard-8)."""
-        from rlctl.core.k8s.admission import pod_groups
+        from rlctl.core.k8s.backends import pod_groups
 
         objs = render_workload(seed_view("pathways"))
         (head, _workers) = pod_groups(objs)
@@ -309,5 +310,5 @@ class TestPathways:
             "pathwaysjobs",
             {"metadata": {"name": "r1", "labels": {"managed-by": "rlctl", "rlctl.dev/run": "r1"}}},
         )
-        d = describe_workload(api, "r1", "pathways")
+        d = describe_workload(api, "r1", backends.get("pathways"))
         assert d.pods == {"Running": 4}

@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the upstream lines below are quoted verbatim, however long)
-"""rlctl's model of the controllers (``rlctl.core.k8s.admission``) against their sources.
+"""rlctl's model of the controllers (``rlctl.core.k8s.admission`` and the backends' folders) against their sources.
 
 The fit check and the Kubernetes fake both use that model, so a wrong model makes both
 wrong together and nothing fails (the Pathways head's labels, issue #43, were exactly
@@ -15,7 +15,9 @@ import re
 
 import pytest
 
-from rlctl.core.k8s import admission
+from rlctl.core.k8s import backends
+from rlctl.core.k8s.backends import pathways as pathways_backend
+from rlctl.core.k8s.backends import ray as ray_backend
 from rlctl.core.units import quantity
 
 # google/pathways-job v0.1.4 (c0cc7594), internal/controller/pathwaysjob_controller.go
@@ -130,7 +132,7 @@ class TestPathwaysJob:
             cpu, memory = _quantities(line)
             assert quantity(PATHWAYS_SIDECARS[name]["cpu"]) == cpu
             assert quantity(PATHWAYS_SIDECARS[name]["memory"]) == memory
-        head = admission.pathways_jobset(_pathways())["spec"]["replicatedJobs"][0]
+        head = pathways_backend.pathways_jobset(_pathways())["spec"]["replicatedJobs"][0]
         side = {
             c["name"]: c["resources"]["limits"]
             for c in head["template"]["spec"]["template"]["spec"]["initContainers"]
@@ -155,7 +157,7 @@ class TestPathwaysJob:
                 "annotations": {"gke-gcsfuse/volumes": "true"},
             },
         )
-        head = admission.pathways_jobset(pw)["spec"]["replicatedJobs"][0]
+        head = pathways_backend.pathways_jobset(pw)["spec"]["replicatedJobs"][0]
         meta = head["template"]["spec"]["template"]["metadata"]
         assert meta == {
             "annotations": {
@@ -164,16 +166,16 @@ class TestPathwaysJob:
             }
         }
         # so a GCS FUSE annotation on the template gets no sidecar; on the PathwaysJob it does
-        (g_template, _) = admission.pod_groups([pw])
+        (g_template, _) = backends.pod_groups([pw])
         assert not any(
             c["name"] == "gke-gcsfuse-sidecar" for c in g_template.pod.get("initContainers") or []
         )
-        (g_job, _) = admission.pod_groups([_pathways(annotations={"gke-gcsfuse/volumes": "true"})])
+        (g_job, _) = backends.pod_groups([_pathways(annotations={"gke-gcsfuse/volumes": "true"})])
         assert any(c["name"] == "gke-gcsfuse-sidecar" for c in g_job.pod["initContainers"])
 
     def test_the_head_runs_on_the_host_network(self):
         assert "HostNetwork = true" in PW_HOSTNET_863_865
-        (head, _) = admission.pod_groups([_pathways()])
+        (head, _) = backends.pod_groups([_pathways()])
         assert head.host_network and head.pod["dnsPolicy"] == "ClusterFirstWithHostNet"
 
     @pytest.mark.parametrize(
@@ -190,7 +192,7 @@ class TestPathwaysJob:
         chips = 1
         for d in topology.split("x"):
             chips *= int(d)
-        (_, workers) = admission.pod_groups([_pathways(machine=machine, topology=topology)])
+        (_, workers) = backends.pod_groups([_pathways(machine=machine, topology=topology)])
         assert workers.pods == chips // per_vm
 
 
@@ -201,7 +203,7 @@ class TestKubeRay:
             "requests": {"cpu": req_cpu, "memory": req_mem},
             "limits": {"cpu": limits_cpu, "memory": limits_mem},
         }
-        assert quoted == admission.RAY_SUBMITTER
+        assert quoted == ray_backend.RAY_SUBMITTER
 
     def test_the_rendered_submitter_is_the_default_plus_the_runs_labels(self):
         from rlctl.core.k8s.render import render_workload
@@ -210,19 +212,19 @@ class TestKubeRay:
         rj = render_workload(view("ray", "tpu", 1))[-1]
         tmpl = rj["spec"]["submitterPodTemplate"]
         (c,) = tmpl["spec"]["containers"]
-        assert c["resources"] == admission.RAY_SUBMITTER
+        assert c["resources"] == ray_backend.RAY_SUBMITTER
         assert c["name"] == "ray-job-submitter" and "command" not in c  # KubeRay's line
         assert tmpl["metadata"]["labels"]["rlctl.dev/run"] == rj["metadata"]["name"]
 
     def test_http_probes_from_ray_2_53_on_the_agent_port(self):
         minimum = re.search(r'"([\d.]+)"', KR_UNIFIED_473).group(1)
-        assert tuple(int(x) for x in minimum.split(".")) == admission.RAY_HTTP_PROBES
+        assert tuple(int(x) for x in minimum.split(".")) == ray_backend.RAY_HTTP_PROBES
         assert "RayNodeHealthPath" in KR_ACTION_490_492
         port = int(next(k for k in KR_CONSTANTS if "ListenPort" in k).split("=")[1])
         path = next(k for k in KR_CONSTANTS if "HealthPath" in k).split('"')[1]
-        out = admission.ray_probes({"name": "ray-head"}, True, minimum, (1, 6, 1))
+        out = ray_backend.ray_probes({"name": "ray-head"}, True, minimum, (1, 6, 1))
         assert out["readinessProbe"]["httpGet"] == {"path": path, "port": port}
-        assert port == admission.RAY_AGENT_PORT
+        assert port == ray_backend.RAY_AGENT_PORT
 
 
 class TestJobSet:

@@ -61,6 +61,7 @@ def _throwaway_key(path: Path) -> Path:
 
 def rendered_driver(spec, store) -> str:
     """ray_driver.py as ``submit`` renders it for a one-slice v6e-16 cluster."""
+    from rlctl.core.k8s import backends
     from rlctl.core.runs.submit import ClusterOptions, render_run
     from tests.fakes.shapes import v6e_16
 
@@ -74,7 +75,7 @@ def rendered_driver(spec, store) -> str:
     )
     # no restarts: a failing worker fails the job at once instead of three more times
     opts = ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=0)
-    objs = render_run(on_gcs, "ray", v6e_16(1), store, opts)
+    objs = render_run(on_gcs, backends.get("ray"), v6e_16(1), store, opts)
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     (rj,) = [o for o in objs if o["kind"] == "RayJob"]
     assert rj["spec"]["entrypoint"] == "python /etc/rlctl/ray_driver.py"
@@ -210,6 +211,7 @@ def test_a_failing_pod_entry_fails_the_ray_job(gcs, gcs_server_url, tmp_path):
 JOINED_BY_RAY = """
 import socket
 from ray.train.v2.jax.config import _setup_jax_distributed_environment
+from rlctl.core.k8s import backends
 from rlctl.core.trainer.distributed import initialize
 
 with socket.socket() as s:

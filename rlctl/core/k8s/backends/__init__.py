@@ -1,0 +1,139 @@
+"""The workload backends a cluster run can use (``rlctl train --backend``): one registry.
+
+Each backend is one folder here (``jobset/``, ``pathways/``, ``ray/``; every folder
+is registered, by name) whose ``BACKEND`` implements the protocol of ``base.py``: its
+template, CRD schema and controllers, the pods its controller makes (the fit check),
+its phase, how its pods and leading log are found, the core templates it embeds
+(validation) and the fix for a missing CRD. The registry resolves a name once, where a
+run is submitted or opened (``runs/cluster.py``); below that code holds the ``Backend``
+and calls it. Adding a backend is a folder (its template in it, or in ``rlctl/templates``),
+its CRD schema in ``rlctl/data/crds`` (a custom resource) and a row in
+tests/core/k8s/test_backend_conformance.py (docs/cluster.md, "adding one"); one from
+outside the package is ``register``ed with its own ``template_dir``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from rlctl.core.errors import ConfigError
+from rlctl.core.k8s.backends.base import Backend, Controller
+
+if TYPE_CHECKING:  # pydantic: the CLI reads the registry for --help, which stays instant
+    from rlctl.core.k8s.admission import PodGroup
+
+__all__ = [
+    "Backend",
+    "Controller",
+    "by_kind",
+    "for_object",
+    "get",
+    "is_backend",
+    "names",
+    "pod_groups",
+    "register",
+    "registered",
+    "resolve",
+    "template_source",
+    "unregister",
+]
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    """Add a backend; its name must be new (``unregister`` first to replace one)."""
+    if backend.name in _REGISTRY:
+        raise ValueError(f"backend {backend.name!r} is already registered")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def registered() -> tuple[Backend, ...]:
+    """Every backend, in registration order (the built-in ones first)."""
+    return tuple(_REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def is_backend(name: object) -> bool:
+    return isinstance(name, str) and name in _REGISTRY
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``: where a run is submitted or opened, once."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"--backend must be one of {', '.join(_REGISTRY)}, not {name!r}"
+        ) from None
+
+
+def resolve(name: object) -> Backend | None:
+    """The backend a run recorded (status.json's ``backend``); None: not a cluster run
+    (``local``) or one this rlctl has no backend for."""
+    return _REGISTRY[name] if isinstance(name, str) and name in _REGISTRY else None
+
+
+def by_kind(api_version: str, kind: str) -> Backend | None:
+    return next((b for b in _REGISTRY.values() if b.workload_kind == (api_version, kind)), None)
+
+
+def for_object(obj: dict[str, Any]) -> Backend | None:
+    """The backend that reads ``obj``'s kind (a workload, or a kind it knows: RayCluster)."""
+    kind = obj.get("kind")
+    return next((b for b in _REGISTRY.values() if kind in b.object_kinds), None)
+
+
+def pod_groups(
+    objs: Iterable[dict[str, Any]], kuberay_version: tuple[int, ...] = (1, 5, 2)
+) -> list[PodGroup]:
+    """Every pod the run's objects become, grouped (each workload's backend says which);
+    objects that make no pods (ConfigMap, ServiceAccount, ...) are skipped.
+
+    ``kuberay_version``: which KubeRay's probe injection to apply (GKE's add-on does not
+    publish its version; 1.5.2, the last with exec probes only, is the stricter one).
+    """
+    out: list[PodGroup] = []
+    for o in objs:
+        b = for_object(o)
+        if b is not None and o.get("kind") == b.kind:
+            out += b.pod_groups(o, kuberay_version)
+    return out
+
+
+def template_source(name: str) -> tuple[str, str, Callable[[], bool]] | None:
+    """A template in a registered backend's ``template_dir``, as a Jinja2 loader returns
+    it: (source, file name, up-to-date check). The package's own templates come first.
+    Never cached: the backend may be unregistered (or the file rewritten) later."""
+    for b in _REGISTRY.values():
+        if b.template_dir is not None and (b.template_dir / name).is_file():
+            path = b.template_dir / name
+            return path.read_text(), str(path), lambda: False
+    return None
+
+
+def _builtin() -> list[Backend]:
+    """The ``BACKEND`` of every folder here, by name: a new folder is a new backend,
+    with no list to edit (its controllers install in this order too: jobset's first)."""
+    import importlib
+    import pkgutil
+
+    found = []
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if m.ispkg:
+            module = importlib.import_module(f"{__name__}.{m.name}")
+            found.append(module.BACKEND)
+    return found
+
+
+for _b in _builtin():
+    register(_b)

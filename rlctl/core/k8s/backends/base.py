@@ -1,0 +1,161 @@
+"""The one protocol every workload backend implements, and what they share.
+
+A backend is everything rlctl must know about one kind of workload object (JobSet,
+PathwaysJob, RayJob, ...): which template renders it, which CRD schema validates it
+and which controller serves it, the pods its controller makes of it (the fit check,
+``admission.py``), how its status reads as a phase, how its pods are found and whose
+log is the run's, which core templates it embeds (validation), and what to run when
+its CRD is missing (the pre-submit readiness check). The registry
+(``backends/__init__.py``) resolves a name to a ``Backend`` once, where a run is
+submitted or opened; below that, code calls the object's methods and never compares
+a backend's name (tests/core/k8s/test_backend_names.py keeps it so).
+
+The methods are abstract on purpose: a backend that registers without saying which
+pods it makes would make the fit check see none and pass silently.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # both import pydantic: the CLI reads the registry for --help
+    from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.phases import Phase
+
+RUN_LABEL = "rlctl.dev/run"
+
+
+def run_selector(run: str) -> str:
+    """The label selector of the objects and pods rlctl labels as the run's."""
+    return f"managed-by=rlctl,{RUN_LABEL}={run}"
+
+
+def condition_phase(workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
+    """(phase, message) from ``status.conditions`` as a JobSet or batch/v1 Job writes
+    them; phase None while not finished (its pods say whether it runs)."""
+    from rlctl.core.phases import Phase
+
+    conds = (workload.get("status") or {}).get("conditions") or []
+    true = {c.get("type"): c for c in conds if c.get("status") == "True"}
+    if "Completed" in true:
+        return Phase.COMPLETED, None
+    if "Failed" in true:
+        c = true["Failed"]
+        return Phase.FAILED, c.get("message") or c.get("reason")
+    if "Suspended" in true:
+        return Phase.SUSPENDED, None
+    return None, None
+
+
+def pod_template(path: str, template: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """An embedded pod template as a core PodTemplate object ``kubernetes-validate`` checks."""
+    return path, {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "embedded"},
+        "template": template,
+    }
+
+
+@dataclass(frozen=True)
+class Controller:
+    """One controller rlctl installs (``rlctl cluster create``): its pinned manifest and
+    the CRDs it serves. The backends that need it name it (``Backend.controllers``)."""
+
+    name: str
+    version: str
+    manifest: str  # file name in rlctl/data/controllers
+    crds: tuple[str, ...]  # CRD names (plural.group) its workloads need
+    title: str  # for people: "JobSet controller"
+    after: tuple[str, ...] = ()  # controllers installed before it (whose kinds it makes)
+
+
+class Backend(ABC):
+    """One way to run the trainer on a cluster: its workload object and everything
+    about it that differs from the other backends. Subclasses set the class attributes
+    and implement every abstract method; ``register`` takes an instance."""
+
+    name: str
+    template: str  # renders the workload object; looked up in rlctl/templates, then template_dir
+    api_version: str
+    kind: str
+    help: str  # one phrase for --backend's help
+    # its CRD's schema in rlctl/data/crds (validation); None: a core kind (batch/v1 Job)
+    crd_schema: str | None = None
+    # the controllers rlctl installs for it, in install order; () for a core kind or a
+    # GKE add-on (then ``crd_fix`` says how to turn it on)
+    controllers: tuple[Controller, ...] = ()
+    tpu_only: bool = False
+    # Its pod templates take the run's DRANET ResourceClaimTemplate (when the cluster has
+    # DCN networks). A PathwaysJob's controller builds its worker pods itself.
+    dcn_claim: bool = True
+    # Extra files for the run's ConfigMap (mounted at /etc/rlctl): file name -> template.
+    config_files: Mapping[str, str] = MappingProxyType({})
+    # the container whose log 'rlctl logs' shows when the run store has no train.log yet
+    leader_container: str = "trainer"
+    # where its template is when not in rlctl/templates: its own folder
+    # (``Path(__file__).parent``; package data) or, registered from outside, any
+    template_dir: Path | None = None
+
+    @property
+    def plural(self) -> str:
+        """REST resource name (jobsets, rayjobs)."""
+        return f"{self.kind.lower()}s"
+
+    @property
+    def workload_kind(self) -> tuple[str, str]:
+        """(apiVersion, kind) of the workload object."""
+        return self.api_version, self.kind
+
+    @property
+    def object_kinds(self) -> tuple[str, ...]:
+        """The kinds this backend knows how to read (its workload's first)."""
+        return (self.kind,)
+
+    @property
+    def crd(self) -> str | None:
+        """The CRD its workload kind needs (``jobsets.jobset.x-k8s.io``); None: core kind."""
+        if self.crd_schema is None:
+            return None
+        return f"{self.plural}.{self.api_version.split('/')[0]}"
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}: {self.api_version} {self.kind}>"
+
+    # --- the protocol ----------------------------------------------------------------
+    @abstractmethod
+    def pod_groups(
+        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+    ) -> list[PodGroup]:
+        """Every pod its controller makes of ``obj``, as admitted (the fit check).
+        ``kuberay_version``: the probe injection to model, for a KubeRay workload."""
+
+    @abstractmethod
+    def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
+        """(phase, message) from the object's status alone; phase None when it is not
+        finished and its status does not say it runs (its pods do)."""
+
+    @abstractmethod
+    def pod_selectors(self, run: str) -> tuple[str, ...]:
+        """The label selectors that together find every pod of the run."""
+
+    @abstractmethod
+    def embedded_templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(path, core object) for each pod/Job template embedded in ``obj``, which
+        ``validate.py`` checks strictly beside the CRD schema."""
+
+    def crd_fix(self, cluster: str, where: str) -> str:
+        """Why its CRD is missing and the command that fixes it (a readiness line's
+        end); this default names the controller of ``controllers`` that serves it."""
+        c = next((c for c in self.controllers if self.crd in c.crds), None)
+        if c is None:
+            return "(nothing rlctl installs serves it): install its controller"
+        return (
+            f"({c.title} {c.version} is not installed): run 'rlctl cluster create "
+            f"{cluster}{where}', which installs it"
+        )

@@ -1,0 +1,186 @@
+"""A PathwaysJob: one controller (the Pathways head) drives TPU slices.
+
+What its controller makes of it follows pathways-job v0.1.4 (commit c0cc7594),
+``internal/controller/pathwaysjob_controller.go``, the controller ``rlctl cluster
+create`` installs beside JobSet's: it creates a JobSet named after the run. The head
+pod is the user's controller template's spec (its metadata is dropped: the pod's
+annotations are the PathwaysJob's own, ``MakePathwaysHeadReplicatedJob``) plus two
+native sidecars, ``pathways-rm`` (limits cpu 8, memory 32000000000) and
+``pathways-proxy`` (limits cpu 16, memory 100000000000), with ``hostNetwork: true``;
+in ``default`` mode the head job is exclusive on ``kubernetes.io/hostname`` and gets
+no node selector or toleration of its own. Workers: one job per slice,
+``prod(topology) / chips per VM`` pods (8 for ``ct6e-standard-8t``/``ct5lp-hightpu-8t``,
+else 4), each a ``pathways-worker`` container with limits ``google.com/tpu: chips``,
+host network, the TPU node selector, exclusive on ``cloud.google.com/gke-nodepool``,
+and no service account (the namespace's ``default``). Those worker pods carry none of
+rlctl's labels (its CRD has no worker pod template), so they are found by the JobSet
+name label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from rlctl.core.k8s.backends.base import (
+    Backend,
+    Controller,
+    condition_phase,
+    pod_template,
+    run_selector,
+)
+from rlctl.core.k8s.backends.jobset import (
+    EXCLUSIVE_KEY,
+    JOBSET_CONTROLLER,
+    JOBSET_NAME_LABEL,
+    jobset_groups,
+)
+
+if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
+    from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.phases import Phase
+
+PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
+PATHWAYS_CONTROLLER = Controller(
+    "pathways-job",
+    "v0.1.4",
+    "pathways-job-v0.1.4.yaml",
+    ("pathwaysjobs.pathways-job.pathways.domain",),
+    "PathwaysJob controller",
+    after=("jobset",),  # it makes JobSets
+)
+
+
+def _chips_per_vm(machine_type: str) -> int:
+    return 8 if machine_type in ("ct6e-standard-8t", "ct5lp-hightpu-8t") else 4
+
+
+def _tpu_label(machine_type: str) -> str:
+    """pathways-job's cloud.google.com/gke-tpu-accelerator for a worker machine type
+    (GKEAcceleratorType): the catalog's label of that machine's TPU generation."""
+    from rlctl.core.config.catalog import all_types
+
+    return next(
+        (
+            a.gke_accelerator or ""
+            for a in all_types()
+            if a.kind == "tpu" and a.machine_type == machine_type
+        ),
+        machine_type,
+    )
+
+
+def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
+    """The JobSet pathways-job v0.1.4 creates for a PathwaysJob (``createJobSet``),
+    restricted to what placement and admission depend on."""
+    from rlctl.core.config.nodes import PATHWAYS_SIDECARS
+
+    spec = pw["spec"]
+    md = pw["metadata"]
+    worker = spec["workers"][0]
+    machine = worker["type"]
+    chips = _chips_per_vm(machine)
+    vms = max(1, math.prod(int(d) for d in worker["topology"].split("x")) // chips)
+    controller = spec.get("controller") or {}
+    user = controller.get("template") or {}
+    head_spec = dict(user.get("spec") or {})
+    sidecars = [
+        {"name": n, "restartPolicy": "Always", "resources": {"limits": dict(limits)}}
+        for n, limits in PATHWAYS_SIDECARS.items()
+    ]
+    head_spec.update(
+        hostNetwork=True,
+        dnsPolicy="ClusterFirstWithHostNet",
+        initContainers=[*(head_spec.get("initContainers") or []), *sidecars],
+    )
+    # MakePathwaysHeadReplicatedJob: the head pod's metadata is the PathwaysJob's own
+    # annotations (plus exclusive placement in default mode), nothing of the template's
+    head_ann = {**(md.get("annotations") or {})}
+    if controller.get("deploymentMode", "default") == "default":
+        head_ann[EXCLUSIVE_KEY] = "kubernetes.io/hostname"
+    head_meta = {"annotations": head_ann}
+    worker_spec = {
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "nodeSelector": {
+            **(worker.get("nodeSelector") or {}),
+            "cloud.google.com/gke-tpu-accelerator": _tpu_label(machine),
+            "cloud.google.com/gke-tpu-topology": worker["topology"],
+        },
+        "containers": [
+            {"name": "pathways-worker", "resources": {"limits": {"google.com/tpu": str(chips)}}}
+        ],
+    }
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": md["name"], "namespace": md.get("namespace")},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": PATHWAYS_HEAD_JOB,
+                    "replicas": 1,
+                    "template": {
+                        "metadata": {"annotations": head_ann},
+                        "spec": {
+                            "parallelism": 1,
+                            "completions": 1,
+                            "template": {"metadata": head_meta, "spec": head_spec},
+                        },
+                    },
+                },
+                {
+                    "name": "worker",
+                    "replicas": int(worker.get("numSlices", 1)),
+                    "template": {
+                        "spec": {
+                            "parallelism": vms,
+                            "completions": vms,
+                            "template": {
+                                "metadata": {
+                                    "annotations": {EXCLUSIVE_KEY: "cloud.google.com/gke-nodepool"}
+                                },
+                                "spec": worker_spec,
+                            },
+                        }
+                    },
+                },
+            ]
+        },
+    }
+
+
+class PathwaysBackend(Backend):
+    name = "pathways"
+    template = "pathways.yaml.j2"
+    api_version = "pathways-job.pathways.domain/v1"
+    kind = "PathwaysJob"
+    help = "a PathwaysJob, one controller drives TPU slices"
+    crd_schema = "pathwaysjob-pathways-job.pathways.domain-v1.json"
+    controllers = (JOBSET_CONTROLLER, PATHWAYS_CONTROLLER)  # it becomes a JobSet
+    tpu_only = True
+    dcn_claim = False  # its controller builds the worker pods itself
+
+    def pod_groups(
+        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+    ) -> list[PodGroup]:
+        return jobset_groups(
+            pathways_jobset(obj),
+            roles={PATHWAYS_HEAD_JOB: "pathways-head", "worker": "pathways-worker"},
+        )
+
+    def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
+        return condition_phase(workload)
+
+    def pod_selectors(self, run: str) -> tuple[str, ...]:
+        return (run_selector(run), f"{JOBSET_NAME_LABEL}={run}")
+
+    def embedded_templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        spec = obj.get("spec") or {}
+        yield pod_template(
+            "spec.controller.template", (spec.get("controller") or {}).get("template") or {}
+        )
+
+
+BACKEND = PathwaysBackend()
