@@ -70,8 +70,8 @@ class TestLayout:
 
     def test_unsupported_type_lists_the_supported_ones(self):
         with pytest.raises(ConfigError) as e:
-            layout.family_of({"model_type": "mistral"})
-        assert "'mistral'" in e.value.message
+            layout.family_of({"model_type": "phi3"})
+        assert "'phi3'" in e.value.message
         for family in layout.SUPPORTED:
             assert family in str(e.value)
 
