@@ -257,6 +257,10 @@ def test_lora_merged_as_exported_gives_the_lora_models_logits(converted, tmp_pat
     with torch.no_grad():
         theirs = hf.eval()(torch.tensor([ids])).logits[0].numpy()
     np.testing.assert_allclose(ours, theirs, atol=2e-4, rtol=1e-3)
+    base = transformers.AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)
+    with torch.no_grad():
+        alone = base.eval()(torch.tensor([ids])).logits[0].numpy()
+    assert float(np.abs(ours - alone).max()) > 1e-2  # and the adapters did matter
 
 
 TINY_RUN = (
