@@ -6,7 +6,7 @@ what the trainer may do with it (``Capabilities``) and a tiny config for tests.
 
 Low and pure (no jax, no Tunix, no numpy): the converter, the trainer and the CLI's
 checks all read it. Adding a family of an existing architecture is one module here
-and its row in the conformance test (docs/models.md).
+and its row in the conformance test (docs/checkpoints.md, "Adding a model family").
 """
 
 from rlctl.core.families.record import Capabilities, Family, Layout
