@@ -79,8 +79,8 @@ def abstract_state(shape: str, dtype: str, lora_rank: int | None = None):
     from flax import nnx
     from tunix.models.llama3 import model as llama
 
-    from rlctl.core.checkpoints.families import FAMILIES
     from rlctl.core.config.models import RunSpec, TrainingSpec
+    from rlctl.core.families import FAMILIES
     from rlctl.core.trainer import tunix_adapter as ta
     from rlctl.core.trainer.step import make_optimizer
 

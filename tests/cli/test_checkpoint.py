@@ -64,7 +64,7 @@ class TestBadInput:
         r = runner.invoke(app, ["checkpoint-convert", str(src), str(tmp_path / "out")])
         assert r.exit_code == 2
         assert "'phi3' is not supported" in r.stderr
-        assert "llama, qwen2, qwen3, gemma3_text" in r.stderr
+        assert "gemma3_text, llama, mistral, qwen2, qwen3" in r.stderr
 
     def test_dst_exists(self, runner, tmp_path):
         pytest.importorskip("tokenizers")

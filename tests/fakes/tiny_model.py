@@ -1,4 +1,5 @@
-"""A tiny random Llama in Hugging Face layout, with a real BPE tokenizer and ChatML.
+"""A tiny random model of any registered family (``rlctl.core.families``, built from
+its record) in Hugging Face layout, with a real BPE tokenizer and ChatML.
 
 Small enough that a GRPO step takes well under a second on CPU; untied
 embeddings and 0.02-scale init so it can actually learn (a tied random model
@@ -11,6 +12,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from rlctl.core import families
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
@@ -43,24 +46,77 @@ def _train_tokenizer(vocab_size: int):
     return tok
 
 
-# model_type -> the architecture transformers builds for it
-_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "gemma3_text": "Gemma3ForCausalLM",
-}
-FAMILIES = tuple(_ARCHITECTURES)
+# every registered family (rlctl.core.families): each gets its tiny model from its record
+FAMILIES = families.SUPPORTED
+MAX_POSITIONS = 2048  # every tiny model's context
 
 
 def write_tiny_model(folder: Path, family: str, **kwargs: object) -> Path:
-    """A tiny random model of ``family`` (a ``model_type``); Gemma 3 ties its
-    embeddings and Qwen3 uses rope theta 1e6, as the real ones do."""
-    if family == "gemma3_text":
-        kwargs.setdefault("tie", True)
-    if family == "qwen3":  # the value of every Qwen3 (and the only one Tunix runs)
-        kwargs.setdefault("rope_theta", 1e6)
+    """A tiny random model of ``family`` (a ``model_type``), as its record's ``tiny``
+    config says the real ones are (Gemma 3 ties its embeddings, Qwen3 uses rope
+    theta 1e6, Mistral has a window)."""
     return write_tiny_llama(folder, family=family, **kwargs)  # type: ignore[arg-type]
+
+
+def _base_config(
+    family: str, vocab_size: int, hidden: int, heads: int, kv_heads: int, ffn: int, layers: int
+) -> dict[str, object]:
+    """config.json's dims (transformers' names), before the family's own keys."""
+    return {
+        "architectures": [families.family(family).hf_architecture],
+        "model_type": family,
+        "vocab_size": vocab_size,
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": hidden // heads,
+        "max_position_embeddings": MAX_POSITIONS,
+    }
+
+
+def write_transformers_model(folder: Path, family: str, seed: int = 0) -> Path:
+    """A tiny random model of ``family`` as transformers itself builds and saves it,
+    from the family's record alone (its ``hf_architecture`` and ``tiny`` config on the
+    common dims): the config.json and tensor names a real checkpoint of the family
+    has, not rlctl's idea of them. Every vector (norms, biases) is perturbed, so a
+    norm offset or a missing bias shows in the logits. Needs torch (the test extra)."""
+    import torch
+    import transformers
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = _train_tokenizer(384)
+    tok.save(str(folder / "tokenizer.json"))
+    _write_tokenizer_config(folder)
+    fam = families.family(family)
+    base = _base_config(family, tok.get_vocab_size(with_added_tokens=True), 64, 4, 2, 128, 2)
+    config = {k: v for k, v in base.items() if k not in ("architectures", "model_type")}
+    config.update(fam.tiny(base))
+    config.update({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2})
+    hf_config = transformers.AutoConfig.for_model(fam.model_type, **config)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def _write_tokenizer_config(folder: Path) -> None:
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": CHATML,
+                "eos_token": "<|im_end|>",
+                "bos_token": "<|im_start|>",
+                "pad_token": "<|im_end|>",
+            }
+        )
+    )
 
 
 def write_tiny_llama(
@@ -73,12 +129,23 @@ def write_tiny_llama(
     ffn: int = 128,
     vocab: int = 384,
     seed: int = 0,
-    rope_theta: float = 10000.0,
-    tie: bool = False,
+    rope_theta: float | None = None,
+    tie: bool | None = None,
     family: str = "llama",
 ) -> Path:
+    """A tiny random model in Hugging Face layout, its tensors written with numpy: the
+    ones every Llama-shaped model has, plus what the family's layout declares (q/k/v
+    biases, q/k norms, Gemma's four norms per layer); its config.json the dims, then
+    the family's own keys (``Family.tiny``). ``rope_theta`` and ``tie`` default to
+    the family's tiny values (else 10000 and untied)."""
     from safetensors.numpy import save_file
 
+    fam = families.family(family)
+    layout = fam.layout
+    stacked = layout.attention == "stacked_einsums"  # Gemma 3: norms scale by (1 + w)
+    own = fam.tiny(_base_config(family, vocab, hidden, heads, kv_heads, ffn, layers))
+    tie = bool(own.get("tie_word_embeddings", False)) if tie is None else tie
+    rope_theta = float(own.get("rope_theta", 10000.0)) if rope_theta is None else rope_theta
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer(vocab)
@@ -111,7 +178,7 @@ def write_tiny_llama(
                 p + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
             }
         )
-        if family == "qwen2":  # Qwen2 has biases on q, k and v
+        if layout.qkv_bias:  # Qwen2 has biases on q, k and v
             tensors.update(
                 {
                     p + "self_attn.q_proj.bias": w(heads * head_dim),
@@ -119,14 +186,14 @@ def write_tiny_llama(
                     p + "self_attn.v_proj.bias": w(kv_heads * head_dim),
                 }
             )
-        if family in ("qwen3", "gemma3_text"):  # per-head RMS norms of q and k
+        if layout.qk_norm or stacked:  # per-head RMS norms of q and k
             tensors.update(
                 {
                     p + "self_attn.q_norm.weight": 1 + w(head_dim) * 5,
                     p + "self_attn.k_norm.weight": 1 + w(head_dim) * 5,
                 }
             )
-        if family == "gemma3_text":  # four norms per layer, each scaled by (1 + w)
+        if stacked:  # four norms per layer, each scaled by (1 + w)
             for n in (
                 "input_layernorm",
                 "post_attention_layernorm",
@@ -136,55 +203,23 @@ def write_tiny_llama(
                 "self_attn.k_norm",
             ):
                 tensors[p + n + ".weight"] = w(hidden if "_layernorm" in n else head_dim) * 5
-    if family == "gemma3_text":
+    if stacked:
         tensors["model.norm.weight"] = w(hidden) * 5
     save_file(tensors, str(folder / "model.safetensors"))
-    config = {
-        "architectures": [_ARCHITECTURES[family]],
-        "model_type": family,
-        "vocab_size": vocab_size,
-        "hidden_size": hidden,
-        "intermediate_size": ffn,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "head_dim": head_dim,
-        "rope_theta": rope_theta,
-        "rms_norm_eps": 1e-5,
-        "max_position_embeddings": 2048,
-        "tie_word_embeddings": tie,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "pad_token_id": 2,
-        "torch_dtype": "float32",
-    }
-    if family == "gemma3_text":  # Tunix's Gemma 3: 5 sliding layers, then 1 global
-        config.update(
-            {
-                "rms_norm_eps": 1e-6,
-                "hidden_activation": "gelu_pytorch_tanh",
-                "query_pre_attn_scalar": head_dim,
-                "sliding_window": 512,
-                "rope_local_base_freq": 10000.0,
-                "final_logit_softcapping": None,
-                "attn_logit_softcapping": None,
-                "rope_scaling": None,
-                "layer_types": [
-                    ("full_attention" if (i + 1) % 6 == 0 else "sliding_attention")
-                    for i in range(layers)
-                ],
-            }
-        )
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "chat_template": CHATML,
-                "eos_token": "<|im_end|>",
-                "bos_token": "<|im_start|>",
-                "pad_token": "<|im_end|>",
-            }
-        )
+    config = _base_config(family, vocab_size, hidden, heads, kv_heads, ffn, layers)
+    config.update(
+        {
+            "rope_theta": rope_theta,
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": tie,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 2,
+            "torch_dtype": "float32",
+        }
     )
+    config.update({k: v for k, v in own.items() if k not in ("rope_theta", "tie_word_embeddings")})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    _write_tokenizer_config(folder)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
     return folder

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rlctl.core import families
 from rlctl.core.errors import ConfigError, MissingDependencyError, NotFoundError, require_extra
 from rlctl.core.paths import cache_dir, kernel_fs
 
@@ -147,10 +148,9 @@ def _read_gguf(path: Path) -> Any:
 
 def _hf_config(meta: _Meta, tensor_shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     arch = meta.need("general.architecture")
-    if arch != "llama":
-        raise ConfigError(
-            f"GGUF architecture is {arch!r}; only 'llama' converts to LlamaForCausalLM"
-        )
+    # the family that reads llama.cpp's files of this architecture (core/families); its
+    # metadata keys are prefixed by the architecture's name
+    fam = families.of_gguf(arch)
     scaling = meta.get("llama.rope.scaling.type")
     if scaling not in (None, "none"):
         raise ConfigError(f"GGUF uses RoPE scaling {scaling!r}, which is not supported")
@@ -168,8 +168,8 @@ def _hf_config(meta: _Meta, tensor_shapes: dict[str, tuple[int, ...]]) -> dict[s
     eos = meta.get("tokenizer.ggml.eos_token_id")
     pad = meta.get("tokenizer.ggml.padding_token_id")
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [fam.hf_architecture],
+        "model_type": fam.model_type,
         "vocab_size": vocab,
         "hidden_size": hidden,
         "intermediate_size": int(meta.need("llama.feed_forward_length")),

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from rlctl.core.checkpoints.families import FAMILIES, family
+from rlctl.core import families
 from rlctl.core.errors import ConfigError
 
-# the model_type values in config.json that rlctl trains and converts (families.py)
-SUPPORTED = tuple(FAMILIES)
+# the model_type values in config.json that rlctl trains and converts (core/families)
+SUPPORTED = families.SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Rule:
 
 def family_of(config: dict[str, Any]) -> str:
     """config.json's ``model_type`` if rlctl converts it, else one clear line."""
-    return family(config.get("model_type")).model_type
+    return families.of_config(config).model_type
 
 
 def dims_of(config: dict[str, Any]) -> Dims:
@@ -78,7 +78,7 @@ def dims_of(config: dict[str, Any]) -> Dims:
 
 
 def _tied_by_default(config: dict[str, Any]) -> bool:
-    fam = FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
+    fam = families.FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
     return fam is not None and fam.tied_by_default
 
 
@@ -163,7 +163,7 @@ def _stack_ndh(n: int, hd: int) -> tuple[Callable, Callable]:
 
 def rules(config: dict[str, Any]) -> list[Rule]:
     """Every trainer tensor of the model, in a streaming order (embedding, layers, head)."""
-    fam = family(family_of(config))
+    fam = families.of_config(config)
     d = dims_of(config)
     out: list[Rule] = []
 
@@ -173,7 +173,7 @@ def rules(config: dict[str, Any]) -> list[Rule]:
     ident = (_same, _one, "same")
     trans = _transposing(lambda h: (h[1], h[0]), _2d)
     add("embedder.input_embedding", "model.embed_tokens.weight", ident)
-    gemma = fam.layout == "gemma"
+    gemma = fam.layout.attention == "stacked_einsums"
     norm = "scale" if gemma else "w"
     for i in range(d.layers):
         h, t = f"model.layers.{i}.", f"layers.{i}."
@@ -208,10 +208,10 @@ def rules(config: dict[str, Any]) -> list[Rule]:
             add(t + "attn.k_proj.w", attn + "k_proj.weight", _heads_in(d.kv_heads, d.head_dim))
             add(t + "attn.v_proj.w", attn + "v_proj.weight", _heads_in(d.kv_heads, d.head_dim))
             add(t + "attn.o_proj.w", attn + "o_proj.weight", _heads_out(d.heads, d.head_dim))
-            if fam.qkv_bias:
+            if fam.layout.qkv_bias:
                 for p in "qkv":
                     add(t + f"attn.{p}_bias", attn + f"{p}_proj.bias", ident)
-            if fam.qk_norm:
+            if fam.layout.qk_norm:
                 add(t + "attn.q_norm.w", attn + "q_norm.weight", ident)
                 add(t + "attn.k_norm.w", attn + "k_norm.weight", ident)
             add(t + "input_layernorm.w", h + "input_layernorm.weight", ident)

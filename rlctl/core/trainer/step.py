@@ -117,7 +117,7 @@ class Update:
         self.topology = topology  # several processes agree on one micro-batch size
         self.remat = spec.training.remat
         self.lora = spec.training.lora_rank is not None  # train the adapters alone
-        if self.remat and info.family != "llama":
+        if self.remat and not info.capabilities.recomputation:
             self.warn(
                 f"training.remat applies to Llama-family models; this {info.family} "
                 "model runs without it"
@@ -183,7 +183,7 @@ class Update:
         (bench/bench_update.py --against remat-all).
         A workload whose first try does not fit compiles once more, every layer
         recomputed, before its batch is cut into micro-batches."""
-        if self.info.family != "llama":
+        if not self.info.capabilities.recomputation:  # the family's (core/families)
             return [False]
         if self.remat is not None:
             return [self.remat]

@@ -70,8 +70,8 @@ class TestLayout:
 
     def test_unsupported_type_lists_the_supported_ones(self):
         with pytest.raises(ConfigError) as e:
-            layout.family_of({"model_type": "mistral"})
-        assert "'mistral'" in e.value.message
+            layout.family_of({"model_type": "phi3"})
+        assert "'phi3'" in e.value.message
         for family in layout.SUPPORTED:
             assert family in str(e.value)
 
@@ -207,10 +207,10 @@ class TestBadInput:
     def test_unsupported_architecture(self, tmp_path):
         src = write_tiny_model(tmp_path / "hf", "llama")
         config = json.loads((src / "config.json").read_text())
-        (src / "config.json").write_text(json.dumps({**config, "model_type": "mistral"}))
+        (src / "config.json").write_text(json.dumps({**config, "model_type": "phi3"}))
         with pytest.raises(ConfigError) as e:
             convert(str(src), str(tmp_path / "out"))
-        assert "mistral" in str(e.value) and "gemma3_text" in str(e.value)
+        assert "phi3" in str(e.value) and "gemma3_text" in str(e.value)
         self._assert_nothing_left(tmp_path)
 
     def test_missing_shard(self, tmp_path):

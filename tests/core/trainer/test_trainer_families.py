@@ -17,8 +17,8 @@ import pytest
 jax = pytest.importorskip("jax")
 pytest.importorskip("tunix")
 
-from rlctl.core.checkpoints.families import FAMILIES  # noqa: E402
 from rlctl.core.errors import ConfigError  # noqa: E402
+from rlctl.core.families import FAMILIES  # noqa: E402
 from tests.fakes.tiny_model import write_tiny_model  # noqa: E402
 
 NEW_FAMILIES = ["qwen3", "gemma3_text"]
@@ -124,10 +124,10 @@ def test_gemma3_rope_and_scaling_reach_tunix(tmp_path):
 
 def test_gemma3_pattern_length_is_tunix_s():
     """The pure family table hard-codes Gemma 3's layer pattern (no Tunix import in
-    checkpoints/); it must be the one Tunix's model runs."""
+    core/families/); it must be the one Tunix's model runs."""
     from tunix.models.gemma3 import model as m
 
-    from rlctl.core.checkpoints.families import GEMMA3_PATTERN_LENGTH
+    from rlctl.core.families.gemma3 import GEMMA3_PATTERN_LENGTH
 
     assert len(m.GEMMA3_ATTENTION_PATTERN) == GEMMA3_PATTERN_LENGTH
 

@@ -8,7 +8,7 @@ which rlctl's prefix-shared update is checked and benchmarked against, is no par
 of training: it lives in tests/core/trainer/yardsticks.py.
 
   shim.py      importing Tunix without its ``__init__``; patches of its pitfalls
-  families.py  each family's Tunix ``ModelConfig`` (the table: checkpoints/families.py)
+  families.py  each family's Tunix ``ModelConfig`` (the records: rlctl/core/families/)
   weights.py   loading a model from a Hugging Face or trainer folder
   kv_cache.py  the sampler's KV cache and replicated weights
   decode.py    Llama's decode step with its weights laid out for a few rows

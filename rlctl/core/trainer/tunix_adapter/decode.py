@@ -32,7 +32,8 @@ query heads kv-head-major, ``K_MASK``, float32 softmax, SiLU-gated MLP); only th
 order of each dot product's sums differs (tested: the same tokens and log-probs
 within 1e-4 as the layer-by-layer Tunix decode).
 
-Used for Llama-family models without LoRA adapters (``fits``); the others decode
+Used for the families that declare it (``Capabilities.weights_first_decode``: Tunix's
+Llama model) without LoRA adapters (``fits``); the others decode
 through Tunix's own layers. Prefill stays with Tunix's layers too (it has many rows).
 """
 
@@ -50,10 +51,16 @@ from rlctl.core.trainer.tunix_adapter.mixed import dot, dtype_of, narrow, settle
 SCOPE = "weights_first_decode"
 
 
+def plain(model: Any) -> bool:
+    """Whether ``model`` has no LoRA adapters: they add to each projection's output,
+    which rlctl's own layers (these fused weights, ``mlp_grad``, ``layers``) skip."""
+    return not jax.tree.leaves(nnx.state(model, nnx.LoRAParam))
+
+
 def fits(model: Any, info: Any) -> bool:
-    """Whether ``model`` can decode here: a plain Llama-family model (LoRA adapters
-    add to each projection's output, which these fused weights would skip)."""
-    return info.family == "llama" and not jax.tree.leaves(nnx.state(model, nnx.LoRAParam))
+    """Whether ``model`` can decode here: its family declares the weights-first decode
+    (``rlctl.core.families``: Llama's architecture) and it has no LoRA adapters."""
+    return info.capabilities.weights_first_decode and plain(model)
 
 
 def weights(model: Any, dtype: str = "float32") -> dict[str, Any]:

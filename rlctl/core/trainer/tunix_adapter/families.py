@@ -1,8 +1,8 @@
 """Tunix's side of each model family: its ``ModelConfig`` built from config.json.
 
-The table itself (which Tunix package and class, the config mapping, the tensor
-layout) is ``rlctl.core.checkpoints.families``, read by the converter too: a new
-family is one entry there.
+The families themselves (which Tunix package and class, the config mapping, the
+tensor layout, the capabilities) are ``rlctl.core.families``, read by the converter
+too: a new family is one module there.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from rlctl.core.checkpoints.families import FAMILIES, Family
+from rlctl.core import families
 from rlctl.core.errors import ConfigError
+from rlctl.core.families import Family
 
 _HASHABLE: dict[type, type] = {}
 
@@ -66,13 +67,13 @@ def check_family(folder: Path) -> str:
 
     config = read_model_config(folder)
     family = config.get("model_type")
-    if family not in FAMILIES:
+    if family not in families.FAMILIES:
         raise ConfigError(
             f"model type {family!r} is not supported by the local trainer",
-            hint=f"use one of: {', '.join(sorted(FAMILIES))}",
+            hint=f"use one of: {', '.join(sorted(families.FAMILIES))}",
         )
     try:
-        FAMILIES[family].config_fields(config)  # every field the Tunix config needs is there
+        families.family(family).config_fields(config)  # every field Tunix's config needs
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(
             f"{folder / 'config.json'}: cannot build a {family} model from it "

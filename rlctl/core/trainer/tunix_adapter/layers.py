@@ -10,7 +10,7 @@ layers' weights) and ``lax.scan`` runs one compiled body over them, as MaxText's
 ``scan_layers`` does; the KV cache is stacked the same way (``kv_cache(stacked=True)``).
 
 Which backends scan is the numerics table's choice (``numerics.Numerics.scan_layers``).
-Plain Llama-family models only (``decode.fits``): a LoRA model's adapters are qwix's
+Plain Llama-family models only (``Capabilities.scanned_layers``): a LoRA model's adapters are qwix's
 interceptions of each layer's call, and Qwen and Gemma run Tunix's whole model call.
 The numerics are the unrolled loop's: the same layer function, applied in the same
 order (tested: equal logits and gradients on a tiny model).
@@ -25,14 +25,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlctl.core.trainer.tunix_adapter.decode import fits
+from rlctl.core.trainer.tunix_adapter.decode import plain
 from rlctl.core.trainer.tunix_adapter.mixed import dtype_of, narrow
 from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 
 
 def scans(model: Any, info: Any) -> bool:
-    """Whether ``model``'s layers can run scanned here: a plain Llama-family model."""
-    return fits(model, info)
+    """Whether ``model``'s layers can run scanned here: its family declares it
+    (``Capabilities.scanned_layers``) and it has no LoRA adapters."""
+    return info.capabilities.scanned_layers and plain(model)
 
 
 def stack(layers: Any) -> tuple[Any, Any]:

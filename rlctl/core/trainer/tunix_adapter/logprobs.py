@@ -4,6 +4,7 @@ chunked vocabulary log-softmax, and the per-layer gradient checkpointing."""
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import jax
@@ -14,7 +15,7 @@ from rlctl.core.trainer import numerics as numerics_lib
 from rlctl.core.trainer.numerics import Numerics
 from rlctl.core.trainer.tunix_adapter import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.compaction import head_logps, needed_positions, plan
-from rlctl.core.trainer.tunix_adapter.decode import fits
+from rlctl.core.trainer.tunix_adapter.decode import plain
 from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, layer_cache, repeat_rows
 from rlctl.core.trainer.tunix_adapter.mixed import mm
 from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
@@ -193,7 +194,8 @@ def shared_prefix_logps(
     else:
         layers = len(model.layers)
         again = recomputed(remat, layers)
-        mine = fits(model, info)  # rlctl's layer, else Tunix's (a LoRA model's)
+        # rlctl's layer where the family declares it, else Tunix's (a LoRA model's)
+        mine = info.capabilities.own_mlp_gradient and plain(model)
         how = (group, mine, n.own_mlp_gradient, info.compute_dtype)
         packing = (
             plan(needed_positions(mask)) if mine and n.pack_mlp_rows and mask is not None else None
@@ -247,9 +249,11 @@ def recomputed(remat: bool | int, layers: int) -> int:
 
 
 def _runs_whole(model) -> bool:
-    """Qwen2/3 and Gemma 3 (whose embedder scales by sqrt(D) inside the call) run as
-    one call; Llama's layers are called one by one here."""
-    return hasattr(model.config, "use_tied_embedding") or hasattr(model.config, "num_embed")
+    """A model whose call can hand back its hidden states (Tunix's Qwen2/3 and Gemma 3,
+    whose embedder scales by sqrt(D) inside the call) runs as one call; one whose call
+    cannot (Tunix's Llama, so Llama and Mistral) has its layers called one by one here.
+    Asked of the Tunix model's own call, not of a family: it is that API's fact."""
+    return "output_hidden_states" in inspect.signature(type(model).__call__).parameters
 
 
 def _scanned_pair(pair, graphdef, how, masks, xs, state):

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlctl.core.checkpoints.families import FAMILIES
+from rlctl.core import families
 from rlctl.core.errors import ConfigError
 
 
@@ -35,20 +35,20 @@ def check_lora(family: str, training: Any, devices: int = 1) -> None:
     """Refuse, before a run exists, a LoRA config the trainer cannot run."""
     if training.lora_rank is None:
         return
-    fam = FAMILIES[family]
-    if not fam.lora_paths:
+    if not families.family(family).lora_paths:
         raise ConfigError(
             f"training.lora_rank: LoRA is not supported for {family} models "
             "yet (its attention is stacked einsums qwix cannot split by "
             "projection)",
-            hint="remove training.lora_rank to train all parameters, or use a Llama or Qwen model",
+            hint="remove training.lora_rank to train all parameters, or use a model of "
+            f"type {', '.join(families.with_lora())}",
         )
 
 
 def module_regex(family: str, targets: list[str]) -> str:
     """The qwix ``module_path`` regex of ``targets`` (Hugging Face projection names),
     as paths inside a decoder layer (``attn/q_proj``)."""
-    paths = dict(FAMILIES[family].lora_paths)
+    paths = dict(families.family(family).lora_paths)
     return "|".join(paths[t] for t in targets)
 
 

@@ -13,9 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rlctl.core.checkpoints.families import FAMILIES, Family
+from rlctl.core import families
 from rlctl.core.checkpoints.sources import TRAINER_MARKER
 from rlctl.core.errors import ConfigError
+from rlctl.core.families import Capabilities, Family
 from rlctl.core.trainer.tunix_adapter.families import (
     _hashable,
     build_config,
@@ -37,6 +38,11 @@ class ModelInfo:
     # what the matmuls read (tunix_adapter/mixed.py; precision.compute_dtype decides)
     compute_dtype: str = "float32"
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the trainer may do with this model (its family's record, rlctl.core.families)."""
+        return families.family(self.family).capabilities
+
 
 def load_model(
     folder: str | Path, dtype: str = "float32", mesh: Any = None, compute_dtype: str = "float32"
@@ -57,13 +63,15 @@ def load_model(
     trainer_folder = (folder / TRAINER_MARKER).is_file()
     if not trainer_folder and not list(folder.glob("*.safetensors")):
         raise ConfigError(f"model folder {str(folder)!r} has no .safetensors files")
-    fam = FAMILIES[family]
+    fam = families.family(family)
     config = build_config(fam, c)
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
     if hasattr(config, "param_dtype"):  # Gemma 3 defaults to bfloat16 parameters
         config = _hashable(dataclasses.replace(config, param_dtype=jdtype))
-    if fam.tunix_package == "llama3":
-        patch_llama3_rope_theta()
+    # Tunix's llama3 module fixed before any model is built, whichever family's this is
+    # (Llama and Mistral run on it; idempotent, and the module is small): no family is
+    # told apart by its Tunix package here
+    patch_llama3_rope_theta()
     try:
         if trainer_folder:
             model = _restore_trainer_folder(folder, fam, config, jdtype, mesh)

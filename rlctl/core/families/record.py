@@ -1,0 +1,88 @@
+"""What one model family declares: the ``Family`` record each module of this package
+holds as ``FAMILY``, and the ``Capabilities`` the trainer asks of it.
+
+Why one record: a family used to be spread over the converter, the trainer and the
+test fakes, keyed three ways (``model_type``, Tunix package, Tunix config
+attributes); a family missing from one of them silently lost the fast decode and
+recomputation paths. Here every fact about a family is in its module, and the rest
+of rlctl asks the record (``family.capabilities.weights_first_decode``), never
+compares a name.
+
+Pure Python, no jax and no Tunix: the conversion command must not load a framework,
+so the config mapping returns plain keyword arguments (enum values by name) and the
+trainer turns them into Tunix's ``ModelConfig`` (``trainer/tunix_adapter/families``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def _nothing_more(config: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the trainer may do with the family's model beyond Tunix's whole-model
+    call. Each is rlctl's own code for one Tunix model (``tunix.models.llama3``
+    today), so a family declares it only if its model is that one and runs as the
+    code assumes (tested per family by tests/core/families/test_conformance.py)."""
+
+    # sampler: decode steps with the weights laid out for a few rows
+    # (trainer/tunix_adapter/decode.py)
+    weights_first_decode: bool = False
+    # update: rlctl's decoder layer with the SiLU-gated MLP's gradient spelled out and
+    # the MLP rows packed (tunix_adapter/mlp_grad.py, logprobs.py)
+    own_mlp_gradient: bool = False
+    # update: per-layer recomputation (``training.remat``, logprobs.recomputed)
+    recomputation: bool = False
+    # every program: the layers as one scanned body (tunix_adapter/layers.py)
+    scanned_layers: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the family's Hugging Face tensors map onto the trainer's (Tunix's) tree:
+    the rules themselves are ``checkpoints/layout.py``, chosen by these facts."""
+
+    # "per_projection": q/k/v/o as [D, H, hd] / [H, hd, D] (Llama, Qwen);
+    # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms
+    attention: str = "per_projection"
+    qkv_bias: bool = False  # q/k/v projections have biases (Qwen2)
+    qk_norm: bool = False  # per-head RMS norms of queries and keys (Qwen3)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: the config.json ``model_type`` it accepts, its Tunix model,
+    the config mapping, the tensor layout, what the trainer may do with it, and a
+    tiny configuration for tests."""
+
+    model_type: str  # config.json's model_type (the family's name everywhere in rlctl)
+    hf_architecture: str  # config.json's architectures[0] (what transformers builds)
+    tunix_package: str  # tunix.models.<package>
+    model_class: str  # the Tunix model class (to restore a trainer checkpoint into)
+    # config.json -> keyword arguments of the package's ModelConfig (raises ConfigError
+    # for what the Tunix model cannot express, rather than train another model)
+    config_fields: Callable[[dict[str, Any]], dict[str, Any]]
+    safetensors_loader: str = "params"  # tunix.models.<package>.<loader>
+    layout: Layout = Layout()
+    capabilities: Capabilities = Capabilities()
+    tied_by_default: bool = False  # tie_word_embeddings when config.json omits it
+    # the qwix module path (inside a decoder layer) of each Hugging Face projection
+    # LoRA can target; empty: LoRA is refused for the family
+    lora_paths: tuple[tuple[str, str], ...] = ()
+    # fields whose value is the name of a member of a Tunix enum: field -> enum class
+    enum_fields: tuple[tuple[str, str], ...] = ()
+    # other model_type values that name this family's multimodal sibling: refused with
+    # a pointer to this one
+    refused_aliases: tuple[str, ...] = ()
+    # the GGUF ``general.architecture`` llama.cpp writes for it, if rlctl reads such files
+    gguf_architecture: str | None = None
+    # a tiny random model's config.json (transformers' names) from the dims every
+    # test model has (tests/fakes/tiny_model.py): the keys that make a tiny one behave
+    # as the real ones do (Gemma 3's layer pattern, Qwen3's rope base), dims included
+    tiny: Callable[[dict[str, Any]], dict[str, Any]] = _nothing_more
