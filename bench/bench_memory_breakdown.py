@@ -66,11 +66,13 @@ def main() -> None:
 
     import jax
 
+    from rlctl.cli._logging import configure_library_logging
     from rlctl.core.config.load import build
     from rlctl.core.config.models import RunSpec
     from rlctl.core.store.local import LocalRunStore
     from rlctl.core.trainer import api
 
+    configure_library_logging(0)  # the libraries' chatter off, as under ``rlctl train``
     api.load_libraries(lambda event: None)
     rows: list[tuple[str, int, int, int, int]] = [
         ("python + rlctl + JAX imported", t0, rss(), 0, 0)
