@@ -8,6 +8,8 @@ and ``Checkpoints`` (checkpointing.py) refuses the same way once it has looked.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from rlctl.core.errors import ConflictError
@@ -18,6 +20,7 @@ from rlctl.core.store.base import (
     SET_ASIDE,
     RunDir,
     set_aside_checkpoints,
+    step_number,
 )
 from rlctl.core.store.manifest import verify
 from rlctl.core.store.records import read_manifest
@@ -96,3 +99,100 @@ def nothing_to_recover(run: RunDir, newest: int, refused: list[str]) -> Conflict
         f"'rlctl delete run {run.name}' and train again"
     )
     return ConflictError(f"nothing to recover in {run.uri}: {what}", hint=hint)
+
+
+class SetAside:
+    """A run's damaged checkpoints: found, moved aside as ``<step>.damaged`` (never
+    deleted: they may be all a run has) and, for ``resume --recover``, brought back.
+    Process 0 alone moves folders; the others are told what it does."""
+
+    def __init__(
+        self, run: RunDir, folder: str, is_writer: bool, warn: Callable[[str], None]
+    ) -> None:
+        self.run = run
+        self.folder = folder  # the run's local checkpoints folder (gs://: its staging)
+        self.is_writer = is_writer
+        self.warn = warn
+        self.recovered: set[int] = set()  # brought back this run: a manifest to re-write
+
+    def newest_intact(self) -> int:
+        """The newest checkpoint whose files verify (the damaged ones before it set
+        aside), 0 when the run has none; refused when all it has were set aside."""
+        steps = sorted(self.run.checkpoint_steps(), reverse=True)
+        for i, step in enumerate(steps):
+            self.run.fetch_checkpoint(step)
+            why = verify(Path(self.folder) / str(step))
+            if why is None:
+                return step
+            later = steps[i + 1] if i + 1 < len(steps) else None
+            self.warn(
+                f"checkpoint {step} is damaged ({why}); {self.move(step)}; "
+                + (f"trying checkpoint {later}" if later else "no earlier checkpoint")
+            )
+        if steps or set_aside_checkpoints(self.run):
+            # never a reason to start over: the set-aside data may be all the run has
+            raise refusal(self.run, "no intact checkpoint")
+        return 0
+
+    def incomplete(self) -> None:
+        """Move aside every folder named as a step that is no complete checkpoint (an
+        empty folder, one copied without its metadata, a file): never counted as the
+        latest (``checkpoint_steps``), but Orbax would take it for a step it has and
+        skip saving that step."""
+        folder = Path(self.folder)
+        complete = set(self.run.checkpoint_steps())
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+            step = step_number(entry.name)
+            if step is None or step in complete:
+                continue
+            why = verify(entry) if entry.is_dir() else "it is a file, not a folder"
+            self.warn(
+                f"checkpoint {step} is incomplete ({why or 'not a checkpoint'}); {self.move(step)}"
+            )
+
+    def recover(self) -> None:
+        """``resume --recover``: bring back the set-aside checkpoints newer than every
+        remaining one whose only known damage is a missing or unreadable manifest (one
+        whose data does not match a manifest that reads stays aside). The manifest is
+        dropped; restoring then reads every array (a failed read sets the checkpoint
+        aside again) and a fresh manifest is written once it restored."""
+        newest, newer = recover_candidates(self.run)
+        refused: list[str] = []
+        for name in newer:
+            step = int(SET_ASIDE.match(name).group(1))  # type: ignore[union-attr]
+            if step in self.recovered:
+                continue
+            folder = Path(self.folder) / name
+            why = manifest_damaged(folder)
+            if why is not None:
+                refused.append(f"{CHECKPOINTS}/{name}: {why}")
+                continue
+            if verify(folder) is not None:  # only the manifest is lost: drop it
+                (folder / MANIFEST).unlink(missing_ok=True)
+            self.run.move(f"{CHECKPOINTS}/{name}", f"{CHECKPOINTS}/{step}")
+            self.recovered.add(step)
+            self.warn(
+                f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
+                "its data is read back to check it"
+            )
+        if not self.recovered:
+            raise nothing_to_recover(self.run, newest, refused)
+
+    def move(self, step: int) -> str:
+        """Rename a damaged step folder out of the checkpoint list (kept for a look,
+        never restored again) so that the resumed run saves that step afresh: Orbax
+        skips a save whose step it already has, which would keep the damage."""
+        if not self.is_writer:
+            return "left for process 0"
+        src = Path(self.folder) / str(step)
+        taken = set(self.run.list(CHECKPOINTS))
+        dst = src.with_name(f"{step}.damaged")
+        n = 1
+        while dst.exists() or dst.name in taken:
+            n += 1
+            dst = src.with_name(f"{step}.damaged-{n}")
+        if src.exists():
+            os.replace(src, dst)  # the local folder (gs://: its staging copy)
+        # the store's copy is kept too (gs://: moved, its COMMITTED marker dropped first)
+        self.run.move(f"{CHECKPOINTS}/{step}", f"{CHECKPOINTS}/{dst.name}")
+        return f"moved to {CHECKPOINTS}/{dst.name}"

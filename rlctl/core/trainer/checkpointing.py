@@ -37,19 +37,14 @@ from rlctl.core.errors import ConflictError, DiskFullError
 from rlctl.core.store.base import (
     CHECKPOINTS,
     MANIFEST,  # in each step folder, written after Orbax finished
-    SET_ASIDE,
     RunDir,
     atomic_write,
-    set_aside_checkpoints,
-    step_number,
 )
-from rlctl.core.store.manifest import verify, write_manifest
+from rlctl.core.store.manifest import write_manifest
 from rlctl.core.trainer import stops
 from rlctl.core.trainer.checkpoint_damage import (
+    SetAside,
     first_line,
-    manifest_damaged,
-    nothing_to_recover,
-    recover_candidates,
     refusal,
 )
 from rlctl.core.trainer.checkpoint_memory import (
@@ -142,12 +137,12 @@ class Checkpoints:
         # staging first); every process restores the step process 0 chose
         self._warn = warn or (lambda message: None)
         self._quiet = QuietRestore()
-        self._recovered: set[int] = set()
+        self.aside = SetAside(run, folder, topo.is_writer, self._warn)
         if topo.is_writer:
-            self._set_aside_incomplete()
+            self.aside.incomplete()
         if recover and topo.is_writer:
-            self._recover()
-        latest = agree(self._newest_intact(self._warn), topo)
+            self.aside.recover()
+        latest = agree(self.aside.newest_intact(), topo)
         self.latest: int | None = latest or None
         if latest:
             run.fetch_checkpoint(latest)
@@ -197,70 +192,8 @@ class Checkpoints:
         self.manager.close()
         self.manager = self._new_manager()
 
-    def _newest_intact(self, warn: Callable[[str], None]) -> int:
-        steps = sorted(self.run.checkpoint_steps(), reverse=True)
-        for i, step in enumerate(steps):
-            self.run.fetch_checkpoint(step)
-            why = verify(Path(self.folder) / str(step))
-            if why is None:
-                return step
-            later = steps[i + 1] if i + 1 < len(steps) else None
-            warn(
-                f"checkpoint {step} is damaged ({why}); {self._set_aside(step)}; "
-                + (f"trying checkpoint {later}" if later else "no earlier checkpoint")
-            )
-        if steps or set_aside_checkpoints(self.run):
-            # never a reason to start over: the set-aside data may be all the run has
-            self._refuse("no intact checkpoint")
-        return 0
-
-    def _set_aside_incomplete(self) -> None:
-        """Move aside every folder named as a step that is no complete checkpoint (an
-        empty folder, one copied without its metadata, a file): never counted as the
-        latest (``checkpoint_steps``), but Orbax would take it for a step it has and
-        skip saving that step."""
-        folder = Path(self.folder)
-        complete = set(self.run.checkpoint_steps())
-        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
-            step = step_number(entry.name)
-            if step is None or step in complete:
-                continue
-            why = verify(entry) if entry.is_dir() else "it is a file, not a folder"
-            self._warn(
-                f"checkpoint {step} is incomplete ({why or 'not a checkpoint'}); "
-                f"{self._set_aside(step)}"
-            )
-
     def _refuse(self, what: str, cause: BaseException | None = None) -> NoReturn:
         raise refusal(self.run, what) from cause
-
-    def _recover(self) -> None:
-        """``resume --recover``: bring back the set-aside checkpoints newer than every
-        remaining one whose only known damage is a missing or unreadable manifest (one
-        whose data does not match a manifest that reads stays aside). The manifest is
-        dropped; restoring then reads every array (a failed read sets the checkpoint
-        aside again) and a fresh manifest is written once it restored."""
-        newest, newer = recover_candidates(self.run)
-        refused: list[str] = []
-        for name in newer:
-            step = int(SET_ASIDE.match(name).group(1))  # type: ignore[union-attr]
-            if step in self._recovered:
-                continue
-            folder = Path(self.folder) / name
-            why = manifest_damaged(folder)
-            if why is not None:
-                refused.append(f"{CHECKPOINTS}/{name}: {why}")
-                continue
-            if verify(folder) is not None:  # only the manifest is lost: drop it
-                (folder / MANIFEST).unlink(missing_ok=True)
-            self.run.move(f"{CHECKPOINTS}/{name}", f"{CHECKPOINTS}/{step}")
-            self._recovered.add(step)
-            self._warn(
-                f"recovering checkpoint {step} from {CHECKPOINTS}/{name}: "
-                "its data is read back to check it"
-            )
-        if not self._recovered:
-            raise nothing_to_recover(self.run, newest, refused)
 
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
@@ -382,7 +315,7 @@ class Checkpoints:
             step, restored = self._restore_readable(step, abstract)
             if jax.default_backend() == "cpu":
                 restored = owned(restored)
-        if step in self._recovered and self.topo.is_writer:
+        if step in self.aside.recovered and self.topo.is_writer:
             self.latest_size = write_manifest(Path(self.folder) / str(step))
             self._warn(
                 f"recovered checkpoint {step}: every array read back; its {MANIFEST} written anew"
@@ -419,25 +352,6 @@ class Checkpoints:
                 hint="put the original model back, or train a new run",
             )
 
-    def _set_aside(self, step: int) -> str:
-        """Rename a damaged step folder out of the checkpoint list (kept for a look,
-        never restored again) so that the resumed run saves that step afresh: Orbax
-        skips a save whose step it already has, which would keep the damage."""
-        if not self.topo.is_writer:
-            return "left for process 0"
-        src = Path(self.folder) / str(step)
-        taken = set(self.run.list(CHECKPOINTS))
-        dst = src.with_name(f"{step}.damaged")
-        n = 1
-        while dst.exists() or dst.name in taken:
-            n += 1
-            dst = src.with_name(f"{step}.damaged-{n}")
-        if src.exists():
-            os.replace(src, dst)  # the local folder (gs://: its staging copy)
-        # the store's copy is kept too (gs://: moved, its COMMITTED marker dropped first)
-        self.run.move(f"{CHECKPOINTS}/{step}", f"{CHECKPOINTS}/{dst.name}")
-        return f"moved to {CHECKPOINTS}/{dst.name}"
-
     def _restore_readable(self, newest: int, abstract: Any) -> tuple[int, Any]:
         """(step, state) of the newest checkpoint from ``newest`` down that Orbax can
         read. One without a manifest (an older rlctl's) is verified only by reading it;
@@ -458,7 +372,7 @@ class Checkpoints:
                 errors.append(f"{s} ({type(e).__name__}: {first_line(e, 120)})")
                 self._warn(
                     f"checkpoint {s} could not be read ({errors[-1]}); "
-                    f"{self._set_aside(s)}; "
+                    f"{self.aside.move(s)}; "
                     + ("trying the one before it" if s != steps[-1] else "no earlier checkpoint")
                 )
                 self._fresh_manager()

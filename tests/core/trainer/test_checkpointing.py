@@ -7,7 +7,9 @@ import logging
 
 import pytest
 
-from rlctl.core.trainer.checkpointing import MANIFEST, remove_partial, verify
+from rlctl.core.store.base import MANIFEST
+from rlctl.core.store.manifest import verify
+from rlctl.core.trainer.checkpointing import remove_partial
 
 
 def test_only_the_temporary_folders_of_unfinished_saves_are_removed(tmp_path):
@@ -27,7 +29,7 @@ class TestManifest:
     """Each complete checkpoint records its files' sizes and SHA-256, written last."""
 
     def folder(self, tmp_path):
-        from rlctl.core.trainer.checkpointing import write_manifest
+        from rlctl.core.store.manifest import write_manifest
 
         step = tmp_path / "4"
         (step / "default").mkdir(parents=True)
@@ -37,7 +39,7 @@ class TestManifest:
         return step
 
     def test_an_intact_checkpoint_verifies(self, tmp_path):
-        from rlctl.core.trainer.checkpointing import verify
+        from rlctl.core.store.manifest import verify
 
         assert verify(self.folder(tmp_path)) is None
         older = tmp_path / "older"  # an older rlctl's, without a manifest: trusted
@@ -72,7 +74,7 @@ class TestManifest:
         ids=["truncated", "changed", "emptied", "missing", "manifest"],
     )
     def test_each_kind_of_damage_is_named(self, tmp_path, damage, why):
-        from rlctl.core.trainer.checkpointing import verify
+        from rlctl.core.store.manifest import verify
 
         step = self.folder(tmp_path)
         damage(step)
@@ -370,7 +372,7 @@ class TestBackgroundSaves:
         assert all(x.is_deleted() for x in jax.tree.leaves(state) if x.dtype.kind == "f")
         nnx.update((model, optimizer), bumped)
         ckpt.wait()
-        assert ckpt.latest == 3 and checkpointing.verify(run.path / "checkpoints" / "3") is None
+        assert ckpt.latest == 3 and verify(run.path / "checkpoints" / "3") is None
         (saved,) = ckpt.finished()
         assert (saved.step, saved.background) == (3, True) and saved.write_s > 0
         ckpt.close()
