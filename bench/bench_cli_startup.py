@@ -1,6 +1,6 @@
 """How long ``rlctl --help`` takes, as a ratio to a bare ``python -c pass``.
 
-python bench/bench_cli_startup.py
+python -m bench.bench_cli_startup
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with a fixed latency per long-running operation, and print the wall time as a multiple of
 the critical path (the sum of latencies along the longest dependency chain).
 
-    python bench/bench_cluster_create.py --latency 1.0
+    python -m bench.bench_cluster_create --latency 1.0
 
 The chain is network -> subnet -> cluster -> node pool (4 operations); a perfectly
 concurrent apply takes 1.0x. Storage calls are synchronous and get no added latency.
@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
+from importlib.util import find_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 LRO_KINDS = {"network", "subnet", "firewall", "cluster", "nodepool"}
 

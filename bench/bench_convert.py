@@ -9,7 +9,7 @@ through a 16 MiB buffer (what any converter that looks at the bytes must do). Ea
 conversion runs in a fresh process so its peak RSS is its own. Goal (issue 11):
 streaming peak RSS within 3x the largest tensor, throughput above 0.5 of a copy.
 
-    .venv/bin/python bench/bench_convert.py [--layers 9] [--dir /tmp/bench-convert]
+    .venv/bin/python -m bench.bench_convert [--layers 9] [--dir /tmp/bench-convert]
 """
 
 from __future__ import annotations
@@ -20,10 +20,15 @@ import shutil
 import subprocess
 import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 # Llama-shaped: vocab 32000, hidden 2048, 16 heads / 4 KV heads, FFN 5632 (untied)
 SHAPE = {"vocab": 32000, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn": 5632}

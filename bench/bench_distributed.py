@@ -7,7 +7,7 @@ and on the model's FSDP shards. On
 one machine the N processes share its cores and talk over loopback (gloo), so
 the ratio is what sharding + collectives cost here, not a multi-host speed-up.
 
-    python bench/bench_distributed.py [--processes 2] [--steps 6]
+    python -m bench.bench_distributed [--processes 2] [--steps 6]
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 from tests.fakes.jax_processes import finish, new_run, start
 

@@ -28,10 +28,10 @@ are 6 x parameters x tokens (the prompts once per group, the completions), print
 as GFLOP/s against this machine's float32 matmul rate (the faster of a jitted and
 a numpy 2048^3 dot).
 
-    python bench/bench_efficiency.py
-    python bench/bench_efficiency.py --set model.compute_dtype=bfloat16
-    XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= python bench/bench_efficiency.py
-    python bench/bench_efficiency.py --only rollout -o /tmp/efficiency.json
+    python -m bench.bench_efficiency
+    python -m bench.bench_efficiency --set model.compute_dtype=bfloat16
+    XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type= python -m bench.bench_efficiency
+    python -m bench.bench_efficiency --only rollout -o /tmp/efficiency.json
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 
 def _timed(fn: Any, *args: Any, n: int) -> float:

@@ -34,10 +34,10 @@ run: bench/trl_grpo_child.py (bench_vs_trl.py's child: the same prompts and toke
 optimizer, loss and reward code) on the device torch sees, in the interpreter of --trl-python,
 its peak device memory from ``torch.cuda.max_memory_allocated``.
 
-    python bench/bench_gpu.py                          # the default run, 20 steps
-    python bench/bench_gpu.py --workload 1b --steps 5 --trl
-    python bench/bench_gpu.py --workload 4x8x256 --dtype bfloat16 -o json > gpu.json
-    python bench/bench_gpu.py --model DIR --workload 2x2x8 --steps 2   # any HF folder
+    python -m bench.bench_gpu                          # the default run, 20 steps
+    python -m bench.bench_gpu --workload 1b --steps 5 --trl
+    python -m bench.bench_gpu --workload 4x8x256 --dtype bfloat16 -o json > gpu.json
+    python -m bench.bench_gpu --model DIR --workload 2x2x8 --steps 2   # any HF folder
 """
 
 from __future__ import annotations
@@ -52,16 +52,20 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
+
+from bench.bench_vs_trl import _f, exit_reason, run_child  # the same helpers
+from bench.bench_vs_trl import figures as step_figures
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(BENCH))
-
-from bench_vs_trl import _f, exit_reason, run_child  # noqa: E402  (the same helpers)
-from bench_vs_trl import figures as step_figures  # noqa: E402
 
 TRL_CHILD = BENCH / "trl_grpo_child.py"
 TRL_PROMPTS = BENCH / "bench_vs_trl.py"  # prompt_rows: rlctl's rendered prompts for TRL
@@ -109,14 +113,14 @@ def workload(text: str) -> Workload:
 
 
 def one_b_shape() -> dict:
-    from bench_update_memory import SHAPES
+    from bench.bench_update_memory import SHAPES
 
     return {**SHAPES["llama-3.2-1b"], "vocab_size": 49152}
 
 
 def generated_shape(name: str) -> dict:
     """The shape of a workload's generated model: the 1B's, or one of bench_memory's."""
-    from bench_memory import SHAPES
+    from bench.bench_memory import SHAPES
 
     return one_b_shape() if name == ONE_B else SHAPES[name]
 
@@ -403,8 +407,7 @@ def write_trl_prompts(
     path: Path, w: Workload, model: str | None, steps: int, eval_size: int | None
 ) -> Path:
     """rlctl's training prompts of the run, rendered and tokenized by rlctl, for TRL."""
-    from bench_vs_trl import prompt_rows, write_prompts
-
+    from bench.bench_vs_trl import prompt_rows, write_prompts
     from rlctl.core.config.models import RunSpec
 
     data: dict[str, Any] = {
@@ -582,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model, params = a.model, None
     if model is None and w.generated:
-        from bench_memory import ensure_model
+        from bench.bench_memory import ensure_model
 
         folder, params = ensure_model(
             a.models_dir, w.generated, a.dtype, generated_shape(w.generated), a.tokenizer

@@ -23,11 +23,11 @@ Default grid: 135M and 360M in float32 and 1B in bfloat16, each at G=4 and 32 ne
 tokens (the 1B needs about 15 GB: run it alone on the machine); then 16/32/64 new
 tokens and G=2/4/8 on the 135M shape: 7 runs of 2 steps of 2 prompts x G.
 
-    python bench/bench_memory.py                     # the whole grid, docs/bench_memory.png
-    python bench/bench_memory.py --quick             # 135M only, 3 small runs (~5 min)
-    python bench/bench_memory.py --sizes smollm2-135m,smollm2-360m --lengths '' --groups ''
-    python bench/bench_memory.py --json > mem.json   # then: --from-json mem.json
-    python bench/bench_memory.py --checkout /tmp/old-rlctl --quick   # another source tree
+    python -m bench.bench_memory                     # the whole grid, docs/bench_memory.png
+    python -m bench.bench_memory --quick             # 135M only, 3 small runs (~5 min)
+    python -m bench.bench_memory --sizes smollm2-135m,smollm2-360m --lengths '' --groups ''
+    python -m bench.bench_memory --json > mem.json   # then: --from-json mem.json
+    python -m bench.bench_memory --checkout /tmp/old-rlctl --quick   # another source tree
 """
 
 from __future__ import annotations
@@ -41,13 +41,17 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
 
-from bench_update_memory import SHAPES  # noqa: E402
+    _by_path.rerun_as_module(__file__)
+
+from bench.bench_update_memory import SHAPES
+
+REPO = Path(__file__).resolve().parents[1]
 
 # the dtype each shape runs in unless --dtype says otherwise: the 1B's float32
 # parameters, gradients and Adam moments alone would be ~20 GB

@@ -8,19 +8,24 @@ for the update also XLA's own analysis of its temporaries. The rows show which
 part of the peak is the training state, which the update's working memory, and
 which the runtime (Python, JAX/XLA, compiled programs, the allocator's slack).
 
-    python bench/bench_memory_breakdown.py                 # 3 steps, 16 eval prompts
-    python bench/bench_memory_breakdown.py --steps 20 --eval-size 64
+    python -m bench.bench_memory_breakdown                 # 3 steps, 16 eval prompts
+    python -m bench.bench_memory_breakdown --steps 20 --eval-size 64
+
+Each phase is measured through the trainer's own hook (``api.train(watch=...)``), not
+by rebinding its methods; the held-out evals have their own row.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
-from pathlib import Path
+from importlib.util import find_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 
 def rss() -> int:
@@ -56,13 +61,19 @@ def main() -> None:
 
     t0 = rss()
     watch = Watch()
+    import contextlib
     import tempfile
 
     import jax
 
-    from rlctl.cli.app import main as rlctl
-    from rlctl.core.trainer import checkpointing, rollout, step, tunix_adapter  # noqa: F401
+    from rlctl.cli._logging import configure_library_logging
+    from rlctl.core.config.load import build
+    from rlctl.core.config.models import RunSpec
+    from rlctl.core.store.local import LocalRunStore
+    from rlctl.core.trainer import api
 
+    configure_library_logging(0)  # the libraries' chatter off, as under ``rlctl train``
+    api.load_libraries(lambda event: None)
     rows: list[tuple[str, int, int, int, int]] = [
         ("python + rlctl + JAX imported", t0, rss(), 0, 0)
     ]
@@ -70,47 +81,46 @@ def main() -> None:
     def arrays() -> int:
         return sum(x.nbytes for x in jax.live_arrays())
 
-    def wrap(cls: type, name: str, label: str, temp_of=None) -> None:
-        f = getattr(cls, name)
-
-        def g(self, *args, **kw):
-            start = watch.reset()
-            held = arrays()
-            out = f(self, *args, **kw)
-            temp = temp_of(self) if temp_of else 0
-            rows.append((label, start, watch.peak, held, temp))
-            return out
-
-        setattr(cls, name, g)
-
     def update_temp(u) -> int:
         return max(
             (c.memory_analysis().temp_size_in_bytes for c, _ in u._compiled.values()), default=0
         )
 
-    wrap(rollout.Rollout, "sample", "rollout (sampler)")
-    wrap(step.Update, "apply", "update", update_temp)
-    wrap(checkpointing.Checkpoints, "save", "checkpoint save")
+    labels = {
+        "rollout": "rollout (sampler)",
+        "eval": "eval (sampler)",
+        "update": "update",
+        "checkpoint save": "checkpoint save",
+    }
+
+    @contextlib.contextmanager
+    def measured(phase: str, doer):
+        """The trainer's own hook around each phase (api.train's ``watch``)."""
+        start = watch.reset()
+        held = arrays()
+        yield
+        temp = update_temp(doer) if phase == "update" else 0
+        rows.append((labels.get(phase, phase), start, watch.peak, held, temp))
+
     with tempfile.TemporaryDirectory() as root:
-        sys.argv = [
-            "rlctl",
-            "train",
-            "grpo",
-            "--runs-dir",
-            root,
-            "--name",
-            "breakdown",
-            "--steps",
-            str(a.steps),
-            "--eval-size",
-            str(a.eval_size),
-            *[x for s in a.set for x in ("--set", s)],
-        ]
-        try:
-            rlctl()
-        except SystemExit as e:
-            if e.code:
-                raise
+        # the README's default run (``rlctl train grpo``), fewer steps and eval prompts
+        spec = build(
+            RunSpec,
+            {
+                "name": "breakdown",
+                "output": {"root": root},
+                "training": {"steps": a.steps},
+                "eval": {"size": a.eval_size},
+            },
+            a.set,
+        )
+        api.train(
+            spec,
+            LocalRunStore(root).run("breakdown"),
+            progress=None,
+            on_status=lambda update: None,
+            watch=measured,
+        )
     gb = 1e9
     print(
         f"{'phase':34} {'n':>3} {'start GB':>9} {'peak GB':>8} {'arrays GB':>10} "

@@ -12,8 +12,8 @@ It prints the three peaks and resumed / fresh. The test suite bounds the same ra
 the tiny model (``tests/faults/test_resume_memory.py``), whose state is too small
 beside the libraries to show what the default model's does.
 
-    python bench/bench_resume_memory.py                 # 4 steps, about 8 minutes
-    python bench/bench_resume_memory.py --steps 6 --json
+    python -m bench.bench_resume_memory                 # 4 steps, about 8 minutes
+    python -m bench.bench_resume_memory --steps 6 --json
 """
 
 from __future__ import annotations

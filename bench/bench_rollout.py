@@ -30,10 +30,10 @@ tokens from the same seed, so the sampled lengths differ; greedy ones should agr
 and adds the engine's start seconds, the weight push's seconds and the RSS the engine
 adds to the process.
 
-    python bench/bench_rollout.py --steps 8
-    python bench/bench_rollout.py --steps 8 --against tunix-decode
-    python bench/bench_rollout.py --steps 8 --against scan-layers
-    .venvs/vllm/bin/python bench/bench_rollout.py --steps 8 --against vllm
+    python -m bench.bench_rollout --steps 8
+    python -m bench.bench_rollout --steps 8 --against tunix-decode
+    python -m bench.bench_rollout --steps 8 --against scan-layers
+    .venvs/vllm/bin/python -m bench.bench_rollout --steps 8 --against vllm
 """
 
 from __future__ import annotations
@@ -41,14 +41,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 
 def setup() -> Any:

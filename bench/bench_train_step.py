@@ -9,8 +9,8 @@ Prints seconds per step, completion tokens/s and the ratio to the baseline.
 recomputation (``training.remat=false``: micro-batches where the whole batch does
 not fit) instead.
 
-    python bench/bench_train_step.py --steps 4
-    python bench/bench_train_step.py --steps 5 --against no-remat
+    python -m bench.bench_train_step --steps 4
+    python -m bench.bench_train_step --steps 5 --against no-remat
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ import argparse
 import json
 import resource
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
+from importlib.util import find_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 
 def run(steps: int, baseline: bool, remat: bool | None = None) -> dict:

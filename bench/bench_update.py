@@ -27,8 +27,8 @@ alike. Prints each one's median seconds after its first call and the ratio.
                           rlctl runs the run's own: --set model.compute_dtype=bfloat16
                           to time the narrow one, as auto picks on a GPU or TPU)
 
-    python bench/bench_update.py --against jax-mlp-grad --repeats 6
-    python bench/bench_update.py --against float32 --set model.compute_dtype=bfloat16
+    python -m bench.bench_update --against jax-mlp-grad --repeats 6
+    python -m bench.bench_update --against float32 --set model.compute_dtype=bfloat16
 """
 
 from __future__ import annotations
@@ -37,15 +37,17 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
 
-from bench_efficiency import rollout_batch, trainer
+    _by_path.rerun_as_module(__file__)
+
+from bench.bench_efficiency import rollout_batch, trainer
 
 # what each yardstick changes in the run's row of the numerics table
 CHANGES: dict[str, dict[str, Any]] = {

@@ -10,26 +10,28 @@ micro-batches of the given sizes. The row marked ``auto`` is what a run on this
 machine picks (``training.micro_batch_size`` unset: the largest that fits half the
 free memory).
 
-    python bench/bench_update_memory.py                       # 16 x 8 x (160 + 256)
-    python bench/bench_update_memory.py --prompts 2 --new-tokens 48 --prompt-tokens 160
+    python -m bench.bench_update_memory                       # 16 x 8 x (160 + 256)
+    python -m bench.bench_update_memory --prompts 2 --new-tokens 48 --prompt-tokens 160
 
 With ``--lora-rank R`` it compares instead the whole update's peak (the state it
 holds: parameters and optimizer moments, plus gradients and temporaries) of LoRA
 adapters of rank R on every projection against full fine-tuning, both in
 micro-batches of ``--lora-micro`` sequences (the same activations):
 
-    python bench/bench_update_memory.py --shape llama-3.2-1b --lora-rank 16
+    python -m bench.bench_update_memory --shape llama-3.2-1b --lora-rank 16
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
-from pathlib import Path
+from importlib.util import find_spec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 # config.json fields of the shapes people train (random weights are enough: only
 # shapes matter to the compiler)

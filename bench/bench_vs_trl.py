@@ -39,11 +39,11 @@ installed with the rest, or pip may fetch a CUDA one)::
 
     python3 -m venv .venvs/trl && .venvs/trl/bin/pip install -r bench/requirements-trl.txt
 
-    python bench/bench_vs_trl.py            # rlctl; TRL fp32, fp32-nockpt, bf16 (2 steps)
-    python bench/bench_vs_trl.py --steps 3 --only trl --trl-settings fp32-nockpt
-    python bench/bench_vs_trl.py --rlctl-set model.compute_dtype=bfloat16 -o vs-trl.json
-    python bench/bench_vs_trl.py --from-json vs-trl.json     # the tables again
-    python bench/bench_vs_trl.py --trl-python /path/to/venv/bin/python
+    python -m bench.bench_vs_trl            # rlctl; TRL fp32, fp32-nockpt, bf16 (2 steps)
+    python -m bench.bench_vs_trl --steps 3 --only trl --trl-settings fp32-nockpt
+    python -m bench.bench_vs_trl --rlctl-set model.compute_dtype=bfloat16 -o vs-trl.json
+    python -m bench.bench_vs_trl --from-json vs-trl.json     # the tables again
+    python -m bench.bench_vs_trl --trl-python /path/to/venv/bin/python
 """
 
 from __future__ import annotations
@@ -60,11 +60,16 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 CHILD = REPO / "bench" / "trl_grpo_child.py"
 TRL_VENV = REPO / ".venvs" / "trl"

@@ -6,7 +6,7 @@ same checkpoint into rlctl's JAX model, and prints, for a few chat prompts, the
 largest next-token logit difference and both argmaxes, then both greedy completions.
 Needs the ``test`` extra (torch, transformers).
 
-    python bench/export_parity.py runs/grpo-20261123-162107-39bf
+    python -m bench.export_parity runs/grpo-20261123-162107-39bf
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ import argparse
 import subprocess
 import sys
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
 
 PROMPTS = [
     "What is 17 + 25?",

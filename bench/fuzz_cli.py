@@ -45,11 +45,11 @@ How to run
 ----------
 From the repository root (the whole run takes about 20 minutes on 2 CPU cores)::
 
-    .venv/bin/python bench/fuzz_cli.py                      # every family
-    .venv/bin/python bench/fuzz_cli.py --list               # the cases, without running
-    .venv/bin/python bench/fuzz_cli.py --family store-damage
-    .venv/bin/python bench/fuzz_cli.py --case lr-nan        # cases whose id contains it
-    .venv/bin/python bench/fuzz_cli.py --json fuzz.json     # also every result as JSON
+    .venv/bin/python -m bench.fuzz_cli                      # every family
+    .venv/bin/python -m bench.fuzz_cli --list               # the cases, without running
+    .venv/bin/python -m bench.fuzz_cli --family store-damage
+    .venv/bin/python -m bench.fuzz_cli --case lr-nan        # cases whose id contains it
+    .venv/bin/python -m bench.fuzz_cli --json fuzz.json     # also every result as JSON
 
 ``--keep`` keeps the temporary folders, ``--seed N`` picks the signal moments. It prints
 one row per family (cases, tracebacks, unclear, lost/wrong, skipped), a totals line,
@@ -77,12 +77,16 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
+
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 RLCTL = REPO / ".venv" / "bin" / "rlctl"
 if not RLCTL.exists():  # pragma: no cover - another install layout
     RLCTL = Path(shutil.which("rlctl") or "rlctl")

@@ -9,7 +9,7 @@ trial passes when its metrics equal the uninterrupted run's: same steps, every v
 within 1e-4 relative. A kill before the run's spec.yaml was written leaves no run: that
 trial trains again under the same name (nothing existed to lose).
 
-    .venv/bin/python bench/kill_resume.py [--kills 20] [--terms 20] [--seed 0]
+    .venv/bin/python -m bench.kill_resume [--kills 20] [--terms 20] [--seed 0]
 
 Prints one line per trial and a table; exit 1 if any trial lost or changed data.
 """
@@ -27,10 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
+if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_path.py
+    import _by_path
+
+    _by_path.rerun_as_module(__file__)
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 TIMING = {"step_seconds", "rollout_seconds", "tokens_per_s"}
 
 

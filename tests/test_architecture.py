@@ -75,3 +75,34 @@ def test_one_added_upward_import_breaks_a_contract(copy, module, upward, contrac
     assert r.returncode == 1, r.stdout
     broken = [line for line in r.stdout.splitlines() if line.endswith("BROKEN")]
     assert any(line.startswith(contract) for line in broken), r.stdout
+
+
+def _trainer_imports(path: Path) -> list[str]:
+    """The trainer modules ``path`` imports (``from rlctl.core.trainer import x`` as
+    ``rlctl.core.trainer.x``), wherever in the file the import is."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("rlctl.core.trainer")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "rlctl.core.trainer"
+        ):
+            if node.module == "rlctl.core.trainer":
+                found += [f"rlctl.core.trainer.{a.name}" for a in node.names]
+            else:
+                found.append(node.module or "")
+    return found
+
+
+def test_the_run_driver_reaches_the_trainer_through_its_face_alone():
+    """``rlctl.core.runs`` imports ``rlctl.core.trainer.api`` and no other trainer
+    module: the trainer's modules stay its own to split and move."""
+    seen = {
+        str(p.relative_to(REPO)): _trainer_imports(p)
+        for p in sorted((REPO / "rlctl/core/runs").glob("*.py"))
+    }
+    assert any(seen.values())  # the driver does use the trainer
+    behind = {p: [m for m in ms if m != "rlctl.core.trainer.api"] for p, ms in seen.items()}
+    assert not any(behind.values()), {p: ms for p, ms in behind.items() if ms}

@@ -4,14 +4,9 @@ figure over the measured limit."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bench_efficiency as be
+from bench import bench_efficiency as be
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bench_gpu as bg
+from bench import bench_gpu as bg
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +34,7 @@ class TestWorkloads:
                 bg.workload(bad)
 
     def test_the_1b_shape_has_the_tokenizers_vocabulary(self):
-        import bench_memory as bm
+        from bench import bench_memory as bm
 
         shape = bg.one_b_shape()
         assert shape["vocab_size"] == 49152 and shape["hidden_size"] == 2048

@@ -4,16 +4,12 @@ least-squares fit and the plot."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bench_memory as bm
-
+from bench import bench_memory as bm
 from rlctl.core.trainer.models import check_model_folder
 
 TINY = dict(

@@ -3,14 +3,9 @@ way, and the figures are the calls' medians and their ratio."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bench_update as bu
+from bench import bench_update as bu
 
 
 @pytest.mark.parametrize(

@@ -5,16 +5,11 @@ rewards against rlctl's defaults, and the missing-venv message."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bench_vs_trl as bv
-import trl_grpo_child as child
-
+from bench import bench_vs_trl as bv
+from bench import trl_grpo_child as child
 from rlctl.core.config.models import RunSpec
 
 

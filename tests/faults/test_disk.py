@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlctl.core.trainer.checkpointing import verify
+from rlctl.core.store.manifest import verify
 from tests.faults.conftest import metrics, one_error
 
 pytestmark = pytest.mark.trainer

@@ -44,9 +44,9 @@ from rlctl.core.store.base import (
 )
 from rlctl.core.store.local import LocalRunDir
 from rlctl.core.store.records import read_spec, spec_text, status_text
-from rlctl.core.trainer import stops
-from rlctl.core.trainer.events import Stage
-from rlctl.core.trainer.events import phase as phase_event  # 'phase' names a Phase here
+from rlctl.core.trainer import api as trainer
+from rlctl.core.trainer.api import Stage, stops
+from rlctl.core.trainer.api import phase as phase_event  # 'phase' names a Phase here
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -108,7 +108,7 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
     # what follows can still refuse the run (its data, model, rewards): the first line
     # says it is being prepared, not that it started
     log(phase_event(Stage.STARTING, f"preparing run {name}"))
-    _preflight(spec, log)
+    trainer.preflight(spec, log)
     _quiet_closed_loops()
     # SIGTERM is Ctrl-C from the moment the run exists: a stop right after spec.yaml
     # is written leaves an 'interrupted' (or, SIGKILLed, 'stale') run, never 'pending'
@@ -129,79 +129,6 @@ def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
             except KeyboardInterrupt:
                 _record_interrupt(run, StatusFile(run, spec), log)
             return _execute(spec, run, status, log)
-
-
-def _preflight(spec: RunSpec, emit: Progress) -> None:
-    """Fail on a bad dataset, model, prompt length or reward before anything is written.
-
-    The data first: reading it needs no trainer library, so a file with no usable
-    columns, or a hub dataset that is offline and not cached, fails in a second or
-    two, not after JAX has loaded."""
-    from rlctl.core.trainer.data import load_source
-    from rlctl.core.trainer.models import resolve_model_dir
-    from rlctl.core.trainer.rewards import Sample, resolve, score
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
-
-    source = load_source(spec.data, spec.eval.size)
-    folder = resolve_model_dir(
-        spec.model.source,
-        on_convert=lambda: emit(
-            phase_event(
-                Stage.CONVERTING, "converting the default model to safetensors (first use only)"
-            )
-        ),
-    )
-    _load_libraries(emit)
-    from rlctl.core.trainer.tunix_adapter import check_family
-    from rlctl.core.trainer.tunix_adapter.lora import check_lora
-
-    check_lora(check_family(folder), spec.training)  # a bad LoRA config: no run folder
-    tokenizer = ChatTokenizer(folder)  # its files parse and name an eos token
-    if source.finite:  # every prompt of the data fits rollout.max_prompt_tokens
-        from rlctl.core.trainer.rollout import Rollout
-
-        prompts = source.eval_set + source.every_train()
-        Rollout(
-            spec.rollout,
-            tokenizer,
-            sampler=None,  # type: ignore[arg-type]
-            prompt=spec.prompt,
-        ).probe(prompts, complete=True)
-    # one trial call of each reward, in its own form, on the data's first problem
-    # answered right: a reward that raises or returns no number fails here, not at step 1
-    first = source.batch(0, 1)[0]
-    trial = Sample(
-        f"<answer>{first.answer}</answer>",
-        first.question,
-        first.answer,
-        first.columns,
-        first.messages,
-        [0],
-    )
-
-    def said(line: str) -> None:
-        emit({"event": "message", "message": line})
-
-    for reward in resolve(spec.rewards):
-        try:
-            score([reward], [trial], said)
-        except ConfigError as e:  # no run exists yet, so there is nothing to resume
-            raise ConfigError(
-                e.message,
-                hint="fix the reward function and run the same "
-                "'rlctl train' again (nothing was written)",
-            ) from e
-
-
-def _load_libraries(emit: Progress) -> None:
-    """Import the trainer (JAX, Flax, Tunix: seconds on a fast machine, more on a busy
-    one), saying so first unless this process already has."""
-    import sys
-
-    if "rlctl.core.trainer.tunix_adapter" not in sys.modules:
-        emit(phase_event(Stage.LIBRARIES, "loading libraries (jax, flax, tunix)"))
-    import rlctl.core.trainer.loop
-    import rlctl.core.trainer.tunix_adapter  # noqa: F401
 
 
 def load_run_spec(run: RunDir) -> RunSpec:
@@ -350,16 +277,12 @@ def _resume(
     step = latest_checkpoint_step(run)
     aside = set_aside_checkpoints(run)
     if recover:  # nothing newer than the intact checkpoints: refused before any write
-        from rlctl.core.trainer.checkpointing import nothing_to_recover, recover_candidates
-
-        newest, newer = recover_candidates(run)
+        newest, newer = trainer.recover_candidates(run)
         if not newer:
-            raise nothing_to_recover(run, newest, [])
+            raise trainer.nothing_to_recover(run, newest, [])
     if step is None and aside and not recover:
-        from rlctl.core.trainer.checkpointing import refusal
-
         # never from step 0 while a checkpoint exists, set aside or not
-        refused = refusal(run)
+        refused = trainer.refusal(run)
         status.update(StatusUpdate(error=str(refused)))
         raise refused
     # only now: a refused resume prints nothing but its error, and leaves the log be
@@ -379,12 +302,10 @@ def follow_run(root: str, name: str, progress: Progress | None = None) -> TrainR
     """Processes 1..N-1 of a multi-host run: the same training steps as process 0
     (they hold the other shards of the model), but status.json, metrics, eval and
     checkpoints are process 0's to write."""
-    from rlctl.core.trainer.loop import run_trainer
-
     run = open_store(root).existing(name)
     spec = load_run_spec(run)
     _quiet_closed_loops()
-    evals = run_trainer(spec, run, progress, on_status=lambda update: None)
+    evals = trainer.train(spec, run, progress, on_status=lambda update: None)
     return TrainResult(
         name=run.name, path=run.uri, phase=Phase.COMPLETED, step=spec.training.steps, **evals
     )
@@ -425,19 +346,17 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _quiet_closed_loops() -> None:
     """Drop, for the rest of the process, the unraisable exceptions a failed
-    checkpoint read leaves behind (``checkpointing.restore_noise``: TensorStore's
+    checkpoint read leaves behind (``checkpoint_noise.restore_noise``: TensorStore's
     callbacks landing on a closed loop, Orbax's read coroutines collected
     unawaited), each reported with its traceback, some only at exit. The fallback
-    already said it in one line (``checkpointing._QuietRestore`` covers the restore
+    already said it in one line (``checkpoint_noise.QuietRestore`` covers the restore
     itself, for library use)."""
     hook = sys.unraisablehook
     if getattr(hook, "rlctl_quiet", False):
         return
 
-    from rlctl.core.trainer.checkpointing import restore_noise
-
     def quiet(info: Any) -> None:
-        if not restore_noise(info):
+        if not trainer.restore_noise(info):
             hook(info)
 
     quiet.rlctl_quiet = True  # type: ignore[attr-defined]
@@ -496,10 +415,8 @@ def _execute(
             )
         )
         with _sigterm_as_interrupt():
-            _load_libraries(log)
-            from rlctl.core.trainer.loop import run_trainer
-
-            evals = run_trainer(spec, run, log, on_status, recover=recover)
+            trainer.load_libraries(log)
+            evals = trainer.train(spec, run, log, on_status, recover=recover)
     except KeyboardInterrupt as stop:
         _record_interrupt(run, status, log, stop)
     except Exception as e:

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from rlctl.core.runs.headline import eval_parts, step_parts
-from rlctl.core.trainer.events import parse_phase
+from rlctl.core.trainer.api import parse_phase
 
 PACE_WINDOW = 10  # steady-state pace: the mean of this many recent steps
 EVERY_BATCH_UP_TO = 20  # a longer eval logs about every tenth of its batches

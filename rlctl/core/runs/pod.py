@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from rlctl.core.runs.local import follow_run
         from rlctl.core.runs.status import read_status
         from rlctl.core.store import open_store
-        from rlctl.core.trainer.distributed import agree, initialize
+        from rlctl.core.trainer.api import agree, initialize
 
         root, name = split_run_uri(args.run)
         topo = initialize()  # before any JAX computation

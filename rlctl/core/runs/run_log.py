@@ -31,7 +31,7 @@ from rlctl.core.runs.log_lines import PlainLines
 from rlctl.core.runs.status import run_phase
 from rlctl.core.store.base import LOG, RunDir
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.trainer.events import parse_phase
+from rlctl.core.trainer.api import parse_phase
 
 Progress = Callable[[dict[str, Any]], None]
 MARKER = "==== attempt"  # the first words of each attempt's first line

@@ -39,7 +39,8 @@ from rlctl.core.runs.results import ClusterRunInfo, ResumeResult, SubmitResult
 from rlctl.core.runs.spec import write_new_run
 from rlctl.core.store.base import STATUS, RunDir, RunStore, latest_checkpoint_step
 from rlctl.core.store.records import status_text
-from rlctl.core.trainer.engines import Engine, pick
+from rlctl.core.trainer.api import Engine
+from rlctl.core.trainer.api import pick_engine as pick
 
 RUN_FILES = "files"  # Change.kind of a run's folder in the run store
 

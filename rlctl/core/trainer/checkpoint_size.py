@@ -16,19 +16,45 @@ spread over the array, or the whole array when it is smaller, scaled to the arra
 size. On the default run's states it came within 0.2% and 2.3% of the checkpoints
 Orbax wrote (1.484 GB against 1.481 GB after a real step; 358 MB against 350 MB with
 zero moments), in 0.2-0.3 s once per run. Later saves use the last checkpoint's real
-size instead (``checkpointing.space_needed``).
+size instead (``space_needed``, below, which also says how much free space a save asks for).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rlctl.core.store.manifest import checkpoint_files
 
 SAMPLES = 8  # windows per array
 WINDOW = 4096  # elements per window: 16 KiB of float32
 CODEC = {"id": "zstd", "level": 1}  # Orbax's zarr v2 compressor
 ARRAY_OVERHEAD = 1024  # bytes of zarr and OCDBT metadata per array, rounded up
+
+# Free space wanted before a save: the checkpoint's expected size (the last one's on
+# disk; for the first, estimated from the state: ``estimate_bytes``) plus 10% and
+# 256 KiB for Orbax's metadata files and the file system's blocks (a fixed 16 MiB
+# refused a small model's first save on a disk twice its checkpoint's size).
+HEADROOM = 1.1
+SLACK = 256 * 2**10
+
+
+def checkpoint_bytes(folder: str | Path) -> int:
+    """Bytes on disk of one checkpoint folder (0 when absent)."""
+    p = Path(folder)
+    return sum(f.stat().st_size for f in checkpoint_files(p)) if p.is_dir() else 0
+
+
+def space_needed(last_checkpoint: int, state: int) -> int:
+    """Free bytes to ask for before a save: from the last checkpoint's size on disk
+    when there is one, else from ``state``, the first checkpoint's size estimated from
+    the state (``estimate_bytes``: Orbax compresses, so a checkpoint can be far
+    smaller than the state's bytes in memory); plus a margin. Asking for more than
+    that refused saves that would have fit."""
+    base = last_checkpoint or state
+    return int(base * HEADROOM) + SLACK if base else 0
 
 
 def _on_host(x: Any) -> bool:

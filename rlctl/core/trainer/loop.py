@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
@@ -33,12 +34,17 @@ from rlctl.core.trainer.events import Stage, phase
 from rlctl.core.trainer.rollout import Rollout, sampler_mesh, score, step_seed
 from rlctl.core.trainer.step import StepMetrics, Update, make_optimizer
 
-if TYPE_CHECKING:  # the engines: imported once the run's is known
-    from rlctl.core.trainer.sampler import Sampler
-    from rlctl.core.trainer.vllm_engine import VllmSampler
-
 Progress = Callable[[dict[str, Any]], None]
 OnStatus = Callable[[StatusUpdate], None]  # what status.json should now say
+# A caller's hook around the run's phases (a benchmark measuring each): called with
+# the phase ("rollout", "update", "checkpoint save", "eval") and the object doing it
+# (the Rollout, the Update, the Checkpoints, the Rollout), it returns the context the
+# phase runs in. Watching needs nothing of the package rebound.
+Watch = Callable[[str, Any], AbstractContextManager[Any]]
+
+
+def _unwatched(phase: str, doer: Any) -> AbstractContextManager[Any]:
+    return nullcontext()
 
 
 class Trainer:
@@ -52,6 +58,7 @@ class Trainer:
         progress: Progress | None = None,
         topology: Topology | None = None,
         recover: bool = False,
+        watch: Watch | None = None,
     ):
         from rlctl.core.trainer.distributed import current, make_mesh
 
@@ -62,6 +69,7 @@ class Trainer:
         self.writer = self.topo.is_writer
         self.mesh = make_mesh()  # None on one device
         self.recover = recover  # resume --recover: try the checkpoints set aside
+        self.watch = watch or _unwatched
         from rlctl.core.trainer.memory import DevicePeak
 
         self.device_peak = DevicePeak()  # the allocator's peak, read after each step
@@ -72,21 +80,18 @@ class Trainer:
     def create_model(self) -> None:
         import jax
 
+        from rlctl.core.trainer import engines
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.engines import installed_vllm, pick
         from rlctl.core.trainer.models import resolve_model_dir
         from rlctl.core.trainer.tokenizer import ChatTokenizer
 
         s = self.spec
         # which engine samples: decided (and refused, when vLLM is asked for and absent)
         # before the model loads; said in the run's first lines and in status.json
-        self.engine = pick(s.rollout.engine, jax.default_backend(), installed_vllm())
-        if self.engine.name == "vllm" and s.training.lora_rank is not None:
-            raise ConfigError(
-                "rollout.engine=vllm does not take LoRA adapters yet: the "
-                "engine would need the merged weights pushed each step",
-                hint="--set rollout.engine=vanilla",
-            )
+        self.engine = engines.pick(
+            s.rollout.engine, jax.default_backend(), engines.installed_vllm()
+        )
+        self.engine.check(s.training.lora_rank)
         self._say(f"rollout engine: {self.engine.why}")
         from rlctl.core.trainer.precision import choose
 
@@ -128,45 +133,23 @@ class Trainer:
             self.ref_model, _ = ta.load_model(
                 folder, s.model.dtype, mesh=self.mesh, compute_dtype=self.precision.dtype
             )
-        self.agreement = None
-        if self.engine.name == "vllm":
-            from rlctl.core.trainer import vllm_engine
-
-            self.emit(phase(Stage.LOADING, "starting vLLM"))
-            r = s.rollout
-            filtered = r.top_p < 1.0 or r.top_k is not None
-            sampler = vllm_engine.VllmSampler(
-                self.model,
-                folder,
-                pad_id=self.tokenizer.pad_id(),
-                eos_ids=self.tokenizer.eos_ids,
-                max_new_tokens=r.max_new_tokens,
-                max_len=r.max_prompt_tokens + r.max_new_tokens,
-                dtype=s.model.dtype,
-                filtered=filtered,
-            )
-            self._say(
-                f"vLLM started in {sampler.start_seconds:.1f} s; weights pushed in "
-                f"{sampler.last_push.seconds:.2f} s"
-            )
-            self.rollout = Rollout(r, self.tokenizer, sampler, s.prompt)
-            self.agreement = vllm_engine.Agreement(
-                self.tokenizer.pad_id(),
-                r.num_generations,
-                1.0 if filtered else r.temperature,
-                self.info,
-            )
-        else:
-            self.rollout = Rollout.create(
-                s.rollout,
-                self.model,
-                self.tokenizer,
-                self.info,
+        # the engine the run picked, behind one protocol (rollout_engine.RolloutEngine)
+        sampler = engines.start(
+            self.engine,
+            engines.EngineSetup(
+                spec=s,
+                model=self.model,
+                folder=folder,
+                tokenizer=self.tokenizer,
+                info=self.info,
                 replicate_over=sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
-                prompt=s.prompt,
-                compute_dtype=self.precision.sampling,
+                sampling_dtype=self.precision.sampling,
                 numerics=self.numerics,
-            )
+                say=self._say,
+                emit=self.emit,
+            ),
+        )
+        self.rollout = Rollout(s.rollout, self.tokenizer, sampler, s.prompt)
 
     def create_data(self) -> None:
         s = self.spec
@@ -266,19 +249,20 @@ class Trainer:
     def evaluate(self, which: str, step: int) -> dict[str, Any]:
         text = f"evaluating {which} on {len(self.source.eval_set)} held-out prompts"
         self.rollout.sync(self.model)  # the weights of now (a push, for vLLM)
-        result = evaluation.evaluate(
-            self.rollout,
-            self.model,
-            self.source.eval_set,
-            self.reward_fns,
-            self.spec.eval,
-            which,
-            step,
-            on_batch=lambda done, total: self.emit(
-                phase(Stage.EVALUATING, text, done, total, "batches")
-            ),
-            say=self._say,
-        )
+        with self.watch("eval", self.rollout):
+            result = evaluation.evaluate(
+                self.rollout,
+                self.model,
+                self.source.eval_set,
+                self.reward_fns,
+                self.spec.eval,
+                which,
+                step,
+                on_batch=lambda done, total: self.emit(
+                    phase(Stage.EVALUATING, text, done, total, "batches")
+                ),
+                say=self._say,
+            )
         if self.writer:
             self.run.write_json(f"{EVAL}/{which}.json", result)
         self.metrics.scalars(evaluation.scalar_prefix(which), evaluation.scalars(result), step)
@@ -293,17 +277,13 @@ class Trainer:
         self.rollout.sync(self.model)
         prompts, width = self.rollout.render(problems)
         # each prompt is prefilled once and its group decoded from the shared cache
-        out = self.rollout.sample(prompts, width, seed=step_seed(s.training.seed, step, 4))
+        with self.watch("rollout", self.rollout):
+            out = self.rollout.sample(prompts, width, seed=step_seed(s.training.seed, step, 4))
         t_roll = time.perf_counter() - t0
-        engine = {}
-        if self.agreement is not None:  # the engine sampled the policy being trained
-            engine = {
-                "engine_logp_diff": self.agreement.check(
-                    self.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(), step + 1
-                ),
-                "weight_push_seconds":  # only vLLM's engine is checked
-                cast("VllmSampler", self.rollout.sampler).last_push.seconds,
-            }
+        # what the engine checks of its samples (vLLM: that it sampled this policy)
+        engine = self.rollout.sampler.checks(
+            self.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(), step + 1
+        )
 
         # each problem once per completion of its group, to score them
         group = [p for p in problems for _ in range(s.rollout.num_generations)]
@@ -317,9 +297,10 @@ class Trainer:
         batch = self.rollout.batch(out, scores)
         if stops.requested() and stops.deferring():  # the model is untouched yet: drop it
             raise stops.Abandoned
-        losses, norms, aux = self.update.apply(
-            self.model, self.optimizer, self.ref_model, batch, _iterations(s)
-        )
+        with self.watch("update", self.update):
+            losses, norms, aux = self.update.apply(
+                self.model, self.optimizer, self.ref_model, batch, _iterations(s)
+            )
         # the values each step brings to the host anyway: a NaN or inf stops the run
         # here, before this step's weights are saved or sampled from
         finite.check_update(step + 1, losses, norms, self.run.name, self._latest())
@@ -351,7 +332,8 @@ class Trainer:
         saved = self.ckpt.latest
         if done and done != saved:
             self._say(f"stopping: saving checkpoint {done} (press Ctrl-C again to skip it)")
-            self.ckpt.save(done, self.model, self.optimizer)
+            with self.watch("checkpoint save", self.ckpt):
+                self.ckpt.save(done, self.model, self.optimizer)
             self.ckpt.wait()
             self._saves_done()
             saved = done
@@ -462,9 +444,7 @@ class Trainer:
                     devices=self.topo.device_count,
                     engine=self.engine.name,
                     precision=self.info.compute_dtype,
-                    sampling_precision=cast("Sampler", self.rollout.sampler).info.compute_dtype
-                    if self.engine.name == "vanilla"
-                    else None,
+                    sampling_precision=self.rollout.sampler.sampling_dtype,
                 )
             )
             # One process only: a multi-host run's processes would have to agree on
@@ -494,7 +474,8 @@ class Trainer:
                     self.emit({"event": "step", "step": done, "metrics": row})
                     if done % s.checkpoint.interval == 0 or done == s.training.steps:
                         # in the background, only once complete is it the latest
-                        self.ckpt.save(done, self.model, self.optimizer)
+                        with self.watch("checkpoint save", self.ckpt):
+                            self.ckpt.save(done, self.model, self.optimizer)
                     saved = self._saves_done()
                     peak = row.get("peak_device_bytes")
                     given: dict[str, Any] = (
@@ -554,5 +535,6 @@ def run_trainer(
     on_status: OnStatus,
     topology: Topology | None = None,
     recover: bool = False,
+    watch: Watch | None = None,
 ) -> dict[str, Any]:
-    return Trainer(spec, run, progress, topology, recover).train(on_status)
+    return Trainer(spec, run, progress, topology, recover, watch).train(on_status)

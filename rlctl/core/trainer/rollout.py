@@ -29,8 +29,7 @@ from rlctl.core.trainer.prompts import prompt_text
 from rlctl.core.trainer.rewards import Reward
 
 if TYPE_CHECKING:  # flax and the models: imported once a Rollout is created
-    from rlctl.core.trainer.sampler import Sampler
-    from rlctl.core.trainer.vllm_engine import VllmSampler
+    from rlctl.core.trainer.rollout_engine import RolloutEngine
 
 BUCKET = 16  # prompt widths are rounded up to this
 PROBE_STEPS = 64  # batches of a generated dataset measured up front for the prompt width
@@ -163,13 +162,14 @@ def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> An
 
 
 class Rollout:
-    """The sampler and the tokenizer, and what turns problems into a ``Batch``."""
+    """The engine that samples (``rollout_engine.RolloutEngine``: rlctl's sampler or vLLM)
+    and the tokenizer, and what turns problems into a ``Batch``."""
 
     def __init__(
         self,
         spec: RolloutSpec,
         tokenizer: Any,
-        sampler: Sampler | VllmSampler,
+        sampler: RolloutEngine,
         prompt: PromptSpec | None = None,
     ) -> None:
         self.spec = spec

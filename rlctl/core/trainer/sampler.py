@@ -17,9 +17,8 @@ never constants baked into it.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -28,20 +27,14 @@ from flax import nnx
 
 from rlctl.core.trainer import tunix_adapter as ta
 from rlctl.core.trainer.numerics import Numerics
+from rlctl.core.trainer.rollout_engine import Drawn  # what a call returns, every engine's
 from rlctl.core.trainer.tunix_adapter import decode
 from rlctl.core.trainer.tunix_adapter import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.kv_cache import repeat_rows
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt
 
-
-@dataclass(frozen=True)
-class Drawn:
-    """What one call decoded, as host arrays; rows are grouped by prompt."""
-
-    tokens: np.ndarray  # [P*G, N] int32: the stop token included, pad after it
-    logps: np.ndarray  # [P*G, N] float32 log-prob of each token (0 after the stop)
-    lengths: np.ndarray  # [P*G] tokens before the stop token (N when none was emitted)
-    steps: int  # iterations of the decode loop (< N - 1 when every row stopped early)
+if TYPE_CHECKING:
+    from rlctl.core.trainer.rollout_engine import EngineSetup
 
 
 def _logits(model: Any, hidden: jax.Array, dtype: str) -> jax.Array:
@@ -323,6 +316,36 @@ class Sampler:
         # rollout and an eval batch of as many rows share one program
         self.prefill_once_per_group = row.prefill_once_per_group
         self.sync(model)
+
+    @classmethod
+    def for_run(cls, setup: EngineSetup) -> Sampler:
+        """``rollout.engine=vanilla``'s engine (``engines.start``)."""
+        return cls(
+            setup.model,
+            setup.info,
+            pad_id=setup.tokenizer.pad_id(),
+            eos_ids=setup.tokenizer.eos_ids,
+            max_new_tokens=setup.spec.rollout.max_new_tokens,
+            replicate_over=setup.replicate_over,
+            compute_dtype=setup.sampling_dtype,
+            numerics=setup.numerics,
+        )
+
+    @property
+    def sampling_dtype(self) -> str | None:
+        return self.info.compute_dtype
+
+    def checks(
+        self,
+        model: nnx.Module,
+        prompt_ids: np.ndarray,
+        completion_ids: np.ndarray,
+        logps: np.ndarray,
+        mask: np.ndarray,
+        step: int,
+    ) -> dict[str, float]:
+        """Nothing to check: it samples from the policy's own weights."""
+        return {}
 
     def sync(self, model: nnx.Module) -> None:
         """Take the policy's current weights (no copy on one device, no recompile)."""

@@ -29,12 +29,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.sampler import Drawn
+from rlctl.core.trainer.rollout_engine import Drawn
+
+if TYPE_CHECKING:
+    from rlctl.core.trainer.rollout_engine import EngineSetup
 
 # Measured on the default task (SmolLM2-135M, float32, vLLM 0.32.0 CPU against JAX 0.10.2
 # CPU): the mean |difference| of the sampled tokens' log-probs was about 1e-5 with fresh
@@ -116,8 +119,10 @@ class Push:
 
 
 class VllmSampler:
-    """vLLM behind the vanilla ``Sampler``'s two calls: ``sync`` (push the policy's
-    weights) and ``__call__`` (sample ``group`` completions per prompt -> ``Drawn``).
+    """vLLM behind the ``engines.RolloutEngine`` protocol, as the vanilla ``Sampler``:
+    ``sync`` (push the policy's weights), ``__call__`` (sample ``group`` completions
+    per prompt -> ``Drawn``) and ``checks`` (its ``Agreement`` with the trainer, when
+    ``for_run`` started it for a run).
 
     Token ids in, token ids out (``skip_tokenizer_init``): the prompts are the ones
     the vanilla engine would decode from, and rlctl's tokenizer decodes the text.
@@ -162,7 +167,64 @@ class VllmSampler:
         self.start_seconds = time.perf_counter() - t0
         self.pushes = 0
         self.last_push: Push  # set by sync, below
+        self.agreement: Agreement | None = None  # a run's check (for_run), after each push
         self.sync(model)
+
+    @classmethod
+    def for_run(cls, setup: EngineSetup) -> VllmSampler:
+        """``rollout.engine=vllm``'s engine (``engines.start``): vLLM started on the
+        policy's weights, with the per-step agreement check."""
+        from rlctl.core.trainer.events import Stage, phase
+
+        setup.emit(phase(Stage.LOADING, "starting vLLM"))
+        s, r = setup.spec, setup.spec.rollout
+        filtered = r.top_p < 1.0 or r.top_k is not None
+        engine = cls(
+            setup.model,
+            setup.folder,
+            pad_id=setup.tokenizer.pad_id(),
+            eos_ids=setup.tokenizer.eos_ids,
+            max_new_tokens=r.max_new_tokens,
+            max_len=r.max_prompt_tokens + r.max_new_tokens,
+            dtype=s.model.dtype,
+            filtered=filtered,
+        )
+        setup.say(
+            f"vLLM started in {engine.start_seconds:.1f} s; weights pushed in "
+            f"{engine.last_push.seconds:.2f} s"
+        )
+        engine.agreement = Agreement(
+            setup.tokenizer.pad_id(),
+            r.num_generations,
+            1.0 if filtered else r.temperature,
+            setup.info,
+        )
+        return engine
+
+    @property
+    def sampling_dtype(self) -> str | None:
+        """None: vLLM reads the weights in its own dtype (``model.dtype``)."""
+        return None
+
+    def checks(
+        self,
+        model: Any,
+        prompt_ids: np.ndarray,
+        completion_ids: np.ndarray,
+        logps: np.ndarray,
+        mask: np.ndarray,
+        step: int,
+    ) -> dict[str, float]:
+        """The engine sampled the policy being trained (``Agreement``; a run's engine
+        only), and the seconds the last push took."""
+        if self.agreement is None:
+            return {}
+        return {
+            "engine_logp_diff": self.agreement.check(
+                model, prompt_ids, completion_ids, logps, mask, step
+            ),
+            "weight_push_seconds": self.last_push.seconds,
+        }
 
     def sync(self, model: Any) -> None:
         """The policy's current weights into the engine, in place; its prefix cache

@@ -7,7 +7,9 @@ import logging
 
 import pytest
 
-from rlctl.core.trainer.checkpointing import MANIFEST, remove_partial, verify
+from rlctl.core.store.base import MANIFEST
+from rlctl.core.store.manifest import verify
+from rlctl.core.trainer.checkpointing import remove_partial
 
 
 def test_only_the_temporary_folders_of_unfinished_saves_are_removed(tmp_path):
@@ -27,7 +29,7 @@ class TestManifest:
     """Each complete checkpoint records its files' sizes and SHA-256, written last."""
 
     def folder(self, tmp_path):
-        from rlctl.core.trainer.checkpointing import write_manifest
+        from rlctl.core.store.manifest import write_manifest
 
         step = tmp_path / "4"
         (step / "default").mkdir(parents=True)
@@ -37,7 +39,7 @@ class TestManifest:
         return step
 
     def test_an_intact_checkpoint_verifies(self, tmp_path):
-        from rlctl.core.trainer.checkpointing import verify
+        from rlctl.core.store.manifest import verify
 
         assert verify(self.folder(tmp_path)) is None
         older = tmp_path / "older"  # an older rlctl's, without a manifest: trusted
@@ -72,7 +74,7 @@ class TestManifest:
         ids=["truncated", "changed", "emptied", "missing", "manifest"],
     )
     def test_each_kind_of_damage_is_named(self, tmp_path, damage, why):
-        from rlctl.core.trainer.checkpointing import verify
+        from rlctl.core.store.manifest import verify
 
         step = self.folder(tmp_path)
         damage(step)
@@ -120,8 +122,8 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
     assert verify(ckpt) is None  # saved again by the resumed run, not the damaged copy
 
 
-def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_path, monkeypatch):
-    """Orbax holds at most SAVE_IN_FLIGHT bytes of host copies while saving; an array
+def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_path):
+    """Orbax holds at most ``in_flight`` bytes of host copies while saving; an array
     larger than that raises the limit to its size instead of stalling the save, and
     the checkpoint restores exactly."""
     import jax
@@ -135,11 +137,11 @@ def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_p
     from rlctl.core.trainer.distributed import current
     from rlctl.core.trainer.step import make_optimizer
 
-    monkeypatch.setattr(checkpointing, "SAVE_IN_FLIGHT", 4096)  # below the largest array
     model, _ = ta.load_model(tiny_model_dir)
     optimizer = make_optimizer(model, TrainingSpec())
     run = LocalRunDir(tmp_path, "bounded")
-    ckpt = checkpointing.Checkpoints(run, current(), keep=2)
+    # an in-flight limit below the largest array, passed in as a run would
+    ckpt = checkpointing.Checkpoints(run, current(), keep=2, in_flight=4096)
     saved = [np.asarray(x) for x in jax.tree.leaves(checkpointing._state(model, optimizer))]
     largest = max(x.nbytes for x in saved)
     assert largest > 4096
@@ -149,7 +151,7 @@ def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_p
     fresh, _ = ta.load_model(tiny_model_dir)
     nnx.update(fresh, jax.tree.map(lambda x: x + 1, nnx.state(fresh, nnx.Param)))
     fresh_opt = make_optimizer(fresh, TrainingSpec())
-    again = checkpointing.Checkpoints(run, current(), keep=2)
+    again = checkpointing.Checkpoints(run, current(), keep=2, in_flight=4096)
     assert again.restore_latest(fresh, fresh_opt) == 1
     again.close()
     for a, b in zip(saved, jax.tree.leaves(checkpointing._state(fresh, fresh_opt)), strict=True):
@@ -187,7 +189,7 @@ class TestFailedReadNoise:
     )
 
     def test_an_unretrieved_read_without_a_traceback_is_dropped(self):
-        from rlctl.core.trainer.checkpointing import _UNRETRIEVED
+        from rlctl.core.trainer.checkpoint_noise import _UNRETRIEVED
 
         assert _UNRETRIEVED.filter(self.record(self.READ)) is False
         assert _UNRETRIEVED.filter(self.record(self.CUT)) is False
@@ -196,7 +198,7 @@ class TestFailedReadNoise:
     def test_unraisables_of_reads_are_dropped_and_others_kept(self):
         from types import SimpleNamespace
 
-        from rlctl.core.trainer.checkpointing import restore_noise
+        from rlctl.core.trainer.checkpoint_noise import restore_noise
 
         def info(exc, obj="<coroutine object _read_array_index_and_device_put>"):
             return SimpleNamespace(exc_value=exc, exc_traceback=None, object=obj)
@@ -209,9 +211,9 @@ class TestFailedReadNoise:
     def test_orbax_reads_left_unawaited_are_not_warned_of_and_others_are(self):
         import warnings
 
-        from rlctl.core.trainer.checkpointing import _QuietRestore
+        from rlctl.core.trainer.checkpoint_noise import QuietRestore
 
-        quiet = _QuietRestore()
+        quiet = QuietRestore()
         with warnings.catch_warnings(record=True) as shown:
             warnings.simplefilter("always")
             quiet.install()
@@ -230,14 +232,14 @@ class TestSpaceNeeded:
     """The free space asked for before a save: the real size plus a small margin."""
 
     def test_the_last_checkpoint_on_disk_decides_when_there_is_one(self):
-        from rlctl.core.trainer.checkpointing import SLACK, space_needed
+        from rlctl.core.trainer.checkpoint_size import SLACK, space_needed
 
         # the issue's figures: a 334 MB checkpoint of a state of 1.5 GB in memory
         assert space_needed(334 * 10**6, 1_500 * 10**6) == int(334e6 * 1.1) + SLACK
         assert space_needed(334 * 10**6, 1_500 * 10**6) < 400 * 10**6  # a 500 MB disk
 
     def test_the_first_save_is_judged_by_the_state(self):
-        from rlctl.core.trainer.checkpointing import SLACK, space_needed
+        from rlctl.core.trainer.checkpoint_size import SLACK, space_needed
 
         assert space_needed(0, 10**9) == int(1.1e9) + SLACK
         assert space_needed(0, 0) == 0  # nothing to save, nothing to ask
@@ -250,7 +252,7 @@ def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
     one of the kept, and is never deleted (it may be all a run has)."""
     from rlctl.core.config.models import TrainingSpec
     from rlctl.core.store.local import LocalRunDir
-    from rlctl.core.trainer import checkpointing
+    from rlctl.core.trainer import checkpoint_size, checkpointing
     from rlctl.core.trainer import tunix_adapter as ta
     from rlctl.core.trainer.distributed import current
     from rlctl.core.trainer.step import make_optimizer
@@ -265,7 +267,7 @@ def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
     for step in (4, 5, 6):
         ckpt.save(step, model, optimizer)
         assert sorted(p.name for p in aside.parent.iterdir()) == ["3.damaged", str(step)]
-    assert ckpt.latest == 6 and ckpt.latest_size == checkpointing.checkpoint_bytes(
+    assert ckpt.latest == 6 and ckpt.latest_size == checkpoint_size.checkpoint_bytes(
         aside.parent / "6"
     )
     ckpt.close()
@@ -310,8 +312,7 @@ class TestFirstCheckpointEstimate:
     def test_a_state_of_zeros_asks_for_little(self):
         import jax.numpy as jnp
 
-        from rlctl.core.trainer.checkpoint_size import estimate_bytes
-        from rlctl.core.trainer.checkpointing import space_needed
+        from rlctl.core.trainer.checkpoint_size import estimate_bytes, space_needed
 
         zeros = {"w": jnp.zeros((1024, 1024), jnp.float32)}  # 4 MiB in memory
         assert space_needed(0, estimate_bytes(zeros)) < 2**20
@@ -371,7 +372,7 @@ class TestBackgroundSaves:
         assert all(x.is_deleted() for x in jax.tree.leaves(state) if x.dtype.kind == "f")
         nnx.update((model, optimizer), bumped)
         ckpt.wait()
-        assert ckpt.latest == 3 and checkpointing.verify(run.path / "checkpoints" / "3") is None
+        assert ckpt.latest == 3 and verify(run.path / "checkpoints" / "3") is None
         (saved,) = ckpt.finished()
         assert (saved.step, saved.background) == (3, True) and saved.write_s > 0
         ckpt.close()

@@ -343,7 +343,7 @@ class TestResume:
         """Ctrl-C while checkpoint 4 is being written in the background: the stop waits
         for it (complete, its manifest intact), checkpoints the last completed step,
         exits 130, and resume completes the run as an uninterrupted one would."""
-        from rlctl.core.trainer.checkpointing import verify
+        from rlctl.core.store.manifest import verify
         from tests.fakes.tiny_model import write_tiny_llama
 
         model = write_tiny_llama(tmp_path / "wide", hidden=256, ffn=1024, layers=4)
