@@ -104,7 +104,7 @@ def trainer(overrides: list[str]) -> Any:
     from rlctl.core.config.load import build
     from rlctl.core.config.models import RunSpec
     from rlctl.core.store.local import LocalRunStore
-    from rlctl.core.trainer.loop import Trainer
+    from rlctl.core.trainer.run.loop import Trainer
 
     root = tempfile.mkdtemp()
     spec = build(
@@ -130,7 +130,7 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     """Seconds and bytes of one decode step of the trainer's sampler."""
     import jax
 
-    from rlctl.core.trainer.sampler import left_pad
+    from rlctl.core.trainer.rollout.sampler import left_pad
     from rlctl.core.trainer.tunix_adapter import decode
 
     r, sampler = t.rollout, t.rollout.sampler
@@ -282,7 +282,7 @@ def product_figures(t: Any, rows: int, repeats: int) -> dict[str, Any]:
 
 def rollout_batch(t: Any) -> Any:
     """The update's batch from one rollout of the run's first prompts (fixed seed)."""
-    from rlctl.core.trainer.rollout import score, step_seed
+    from rlctl.core.trainer.rollout.rollout import score, step_seed
 
     s = t.spec
     problems = t.source.batch(0, s.training.prompts_per_step)

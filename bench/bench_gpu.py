@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run_rlctl(args, a.steps, work))
         if a.trl:
             from rlctl.core.config.models import RunSpec
-            from rlctl.core.trainer.models import resolve_model_dir
+            from rlctl.core.trainer.model.models import resolve_model_dir
 
             trl_model = Path(model) if model else resolve_model_dir(RunSpec().model.source)
             prompts = write_trl_prompts(work / "prompts.jsonl", w, model, a.steps, a.eval_size)

@@ -57,7 +57,7 @@ if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_
 def setup() -> Any:
     from rlctl.core.config.models import RunSpec
     from rlctl.core.store.local import LocalRunStore
-    from rlctl.core.trainer.loop import Trainer
+    from rlctl.core.trainer.run.loop import Trainer
 
     spec = RunSpec(name="bench", output={"root": tempfile.mkdtemp(), "tensorboard": False})
     t = Trainer(spec, LocalRunStore(spec.output.root).run("bench"))
@@ -71,7 +71,7 @@ class Tunix:
     sampler holds the model's arrays, no copy)."""
 
     def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
-        from rlctl.core.trainer.rollout import BUCKET, round_up
+        from rlctl.core.trainer.rollout.rollout import BUCKET, round_up
         from tests.core.trainer import yardsticks
 
         r = t.spec.rollout
@@ -108,7 +108,7 @@ class Rlctl:
         weights_first: bool = True,
         numerics: Any = None,
     ) -> None:
-        from rlctl.core.trainer.rollout import Rollout
+        from rlctl.core.trainer.rollout.rollout import Rollout
 
         self.rollout = t.rollout
         if max_new_tokens or not weights_first or numerics is not None:
@@ -137,9 +137,9 @@ class Vllm(Rlctl):
     """``rollout.engine=vllm``: vLLM sampling the trainer's weights (pushed, not loaded)."""
 
     def __init__(self, t: Any, max_new_tokens: int | None = None) -> None:
-        from rlctl.core.trainer.models import resolve_model_dir
-        from rlctl.core.trainer.rollout import Rollout
-        from rlctl.core.trainer.vllm_engine import VllmSampler
+        from rlctl.core.trainer.model.models import resolve_model_dir
+        from rlctl.core.trainer.rollout.rollout import Rollout
+        from rlctl.core.trainer.rollout.vllm_engine import VllmSampler
 
         r = t.spec.rollout.model_copy(
             update={"max_new_tokens": max_new_tokens or t.spec.rollout.max_new_tokens}
@@ -215,7 +215,7 @@ def compare(
 
 
 def main() -> None:
-    from rlctl.core.trainer.rollout import step_seed
+    from rlctl.core.trainer.rollout.rollout import step_seed
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="measured steps (after 1 warm-up)")
@@ -241,7 +241,7 @@ def main() -> None:
     def base(max_new: int | None = None) -> Any:
         import dataclasses
 
-        from rlctl.core.trainer.numerics import TABLE
+        from rlctl.core.trainer.runtime.numerics import TABLE
 
         if args.against == "tunix":
             return Tunix(t, max_new)

@@ -34,8 +34,8 @@ def run(steps: int, baseline: bool, remat: bool | None = None) -> dict:
 
     from rlctl.core.config.models import RunSpec
     from rlctl.core.store.local import LocalRunStore
-    from rlctl.core.trainer.loop import Trainer
-    from rlctl.core.trainer.metrics import MetricsWriter
+    from rlctl.core.trainer.run.loop import Trainer
+    from rlctl.core.trainer.run.metrics import MetricsWriter
     from tests.core.trainer import yardsticks
 
     spec = RunSpec(

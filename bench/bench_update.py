@@ -1,6 +1,6 @@
 """The update alone, rlctl's against a yardstick, taking turns in one process.
 
-Each yardstick is the run's row of the numerics table (rlctl/core/trainer/numerics.py)
+Each yardstick is the run's row of the numerics table (rlctl/core/trainer/runtime/numerics.py)
 with one choice changed, passed to a second ``Update``. Both updates are compiled for
 the same batch (one rollout of the default run's first
 prompts) and then called in turn, ``--repeats`` times each, on the same model and
@@ -61,7 +61,7 @@ CHANGES: dict[str, dict[str, Any]] = {
 
 def yardstick_numerics(row: Any, against: str) -> Any:
     """The numerics row the yardstick ``against`` compiles with."""
-    from rlctl.core.trainer.numerics import TABLE
+    from rlctl.core.trainer.runtime.numerics import TABLE
 
     if against == "accelerator":
         return TABLE["gpu"]
@@ -70,7 +70,7 @@ def yardstick_numerics(row: Any, against: str) -> Any:
 
 def yardstick_update(t: Any, against: str, batch: Any) -> Any:
     """A second ``Update`` of the run, compiled as ``against`` says."""
-    from rlctl.core.trainer.step import Update
+    from rlctl.core.trainer.update.step import Update
 
     info = (
         dataclasses.replace(t.info, compute_dtype="float32") if against == "float32" else (t.info)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     updates = {"rlctl": t.update, args.against: yardstick_update(t, args.against, batch)}
     compile_s[args.against] = time.perf_counter() - t0
-    from rlctl.core.trainer import memory
+    from rlctl.core.trainer.runtime import memory
 
     need = {
         name: memory.compiled_need(u.program(t.model, t.optimizer, batch)[0])

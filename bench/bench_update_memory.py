@@ -84,7 +84,7 @@ def abstract_state(shape: str, dtype: str, lora_rank: int | None = None):
     from rlctl.core.config.models import RunSpec, TrainingSpec
     from rlctl.core.families import FAMILIES
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.step import make_optimizer
+    from rlctl.core.trainer.update.step import make_optimizer
 
     c = SHAPES[shape]
     config = ta.build_config(FAMILIES["llama"], c)
@@ -127,7 +127,7 @@ def temporaries(update, graphdef, state, batch, size: int) -> tuple[int, int, fl
     """(temporaries, what a run checks against free memory, compile seconds)."""
     import jax
 
-    from rlctl.core.trainer import memory
+    from rlctl.core.trainer.runtime import memory
 
     t0 = time.perf_counter()
     compiled = (
@@ -164,7 +164,7 @@ def abstract_batch(a):
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.rollout import Batch
+    from rlctl.core.trainer.rollout.rollout import Batch
 
     rows = a.prompts * a.group
     return Batch(
@@ -179,7 +179,7 @@ def lora_against_full(a) -> None:
     """The LoRA update's peak against full fine-tuning's, same batch and micro-batches."""
 
     from rlctl.core.config.models import RunSpec
-    from rlctl.core.trainer.step import Update
+    from rlctl.core.trainer.update.step import Update
     from rlctl.core.units import human_bytes
 
     rows = a.prompts * a.group
@@ -244,8 +244,8 @@ def main() -> None:
         return
 
     from rlctl.core.config.models import RunSpec, micro_batch_sizes
-    from rlctl.core.trainer import memory
-    from rlctl.core.trainer.step import Update
+    from rlctl.core.trainer.runtime import memory
+    from rlctl.core.trainer.update.step import Update
     from rlctl.core.units import human_bytes
 
     graphdef, state, info = abstract_state(a.shape, a.dtype)

@@ -93,12 +93,12 @@ def prompt_rows(steps: int, tokenizer: Any = None, spec: Any = None) -> list[dic
     ``tokenizer``: rlctl's ChatTokenizer of the run's model unless given."""
     from rlctl.core.config.models import RunSpec
     from rlctl.core.trainer.data import load_source
-    from rlctl.core.trainer.prompts import prompt_text
+    from rlctl.core.trainer.data.prompts import prompt_text
 
     spec = spec or RunSpec()
     if tokenizer is None:
-        from rlctl.core.trainer.models import resolve_model_dir
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.model.models import resolve_model_dir
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
         tokenizer = ChatTokenizer(resolve_model_dir(spec.model.source))
     # the eval size matters: generated problems that are held out are skipped
@@ -465,7 +465,7 @@ def collect(
     a: argparse.Namespace, settings: list[tuple[str, int]], trl_python: Path | None
 ) -> dict:
     from rlctl.core.config.models import RunSpec
-    from rlctl.core.trainer.models import resolve_model_dir
+    from rlctl.core.trainer.model.models import resolve_model_dir
 
     runs: list[Run] = []
     work = Path(tempfile.mkdtemp(prefix="bench-vs-trl-"))

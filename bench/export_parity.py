@@ -43,9 +43,9 @@ def main() -> None:
 
     from rlctl.core.config.models import RunSpec
     from rlctl.core.store.local import LocalRunStore
-    from rlctl.core.trainer.checkpointing import Checkpoints
-    from rlctl.core.trainer.loop import Trainer
-    from rlctl.core.trainer.prompts import chat_messages
+    from rlctl.core.trainer.checkpoint.checkpointing import Checkpoints
+    from rlctl.core.trainer.data.prompts import chat_messages
+    from rlctl.core.trainer.run.loop import Trainer
 
     run = a.run.resolve()
     hf_dir = Path(tempfile.mkdtemp()) / "hf"

@@ -56,7 +56,7 @@ def test_the_package_keeps_its_layers_and_has_no_circle():
         ("rlctl/core/config/infra.py", "from rlctl.core.gcp import operations", "layers"),
         # the trainer calling Google Cloud itself instead of through the run store
         (
-            "rlctl/core/trainer/checkpointing.py",
+            "rlctl/core/trainer/checkpoint/checkpointing.py",
             "from rlctl.core import clients",
             "the trainer never imports",
         ),

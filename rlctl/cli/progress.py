@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlctl.cli._output import Output
 from rlctl.core.runs.log_lines import PlainLines, duration
-from rlctl.core.trainer.events import PhaseEvent, parse_phase
+from rlctl.core.trainer.runtime.events import PhaseEvent, parse_phase
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.runs.results import TrainResult

@@ -245,7 +245,7 @@ def _print_prompts(out, spec) -> None:
     from rlctl.core.errors import require_extra
 
     require_extra("tokenizers", "train")
-    from rlctl.core.trainer.prompts import first_prompts
+    from rlctl.core.trainer.data.prompts import first_prompts
 
     shown = first_prompts(spec)
     text = [f"--- first training prompt (step 1) ---\n{shown['train']}"]

@@ -84,21 +84,23 @@ def test_no_bench_edits_the_path_or_rebinds_rlctl(script):
 def test_the_check_catches_each_form():
     caught = offences(
         "import sys\n"
-        "import rlctl.core.trainer.loop\n"
+        "import rlctl.core.trainer.run.loop\n"
         "from rlctl.core.trainer import checkpointing as ck\n"
-        "from rlctl.core.trainer.step import Update\n"
+        "from rlctl.core.trainer.update.step import Update\n"
         "sys.path.insert(0, 'x')\n"
         "sys.path[:0] = ['bench']\n"
         "ck.SAVE_IN_FLIGHT = 1\n"
         "Update.apply = len\n"
-        "rlctl.core.trainer.loop.Trainer.step = len\n"
+        "rlctl.core.trainer.run.loop.Trainer.step = len\n"
         "setattr(ck.Checkpoints, 'save', len)\n"
         "def f(cls):\n"
         "    setattr(cls, 'x', 1)\n"
     )
     assert [c.split(":")[0] for c in caught] == ["5", "6", "7", "8", "9", "10", "12"], caught
     # an object of its own a bench may set up as it likes
-    assert offences("from rlctl.core.trainer.loop import Trainer\nt = Trainer()\nt.x = 1\n") == []
+    assert (
+        offences("from rlctl.core.trainer.run.loop import Trainer\nt = Trainer()\nt.x = 1\n") == []
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench import bench_memory as bm
-from rlctl.core.trainer.models import check_model_folder
+from rlctl.core.trainer.model.models import check_model_folder
 
 TINY = dict(
     num_hidden_layers=2,

@@ -49,8 +49,8 @@ def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(
 def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, monkeypatch):
     """Each yardstick's update is traced with its own row of the numerics table (the
     run's, the CPU's, with one choice changed); rlctl's own keeps the run's row."""
-    from rlctl.core.trainer import compiles
-    from rlctl.core.trainer.numerics import TABLE
+    from rlctl.core.trainer.runtime import compiles
+    from rlctl.core.trainer.runtime.numerics import TABLE
     from rlctl.core.trainer.tunix_adapter import layers as layers_lib
     from rlctl.core.trainer.tunix_adapter import logprobs, mlp_grad
 

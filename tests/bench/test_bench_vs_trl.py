@@ -132,7 +132,7 @@ class FakeTokenizer:
 class TestPrompts:
     def test_rlctl_order_text_answer_and_tokens(self, tmp_path):
         from rlctl.core.trainer.data import load_source
-        from rlctl.core.trainer.prompts import chat_messages
+        from rlctl.core.trainer.data.prompts import chat_messages
 
         spec = RunSpec()
         tok = FakeTokenizer()

@@ -47,7 +47,7 @@ def test_relative_store_trains_through_a_checkpoint_resumes_and_reports(
 ):
     """Orbax >= 0.12.8 refuses a relative checkpoint path: ``./runs`` used to crash at
     the first checkpoint. Stopped after one, the run resumes to the end from ./runs."""
-    from rlctl.core.trainer import loop
+    from rlctl.core.trainer.run import loop
 
     work = tmp_path / "project"
     work.mkdir()

@@ -30,7 +30,7 @@ TIMING = {"step_seconds", "rollout_seconds", "tokens_per_s", "weight_push_second
 # a launcher whose engine pushes the weights once, at start, and never after an update
 STALE = """
 import sys
-from rlctl.core.trainer import vllm_engine
+from rlctl.core.trainer.rollout import vllm_engine
 push = vllm_engine.VllmSampler.sync
 def first_only(self, model):
     if self.pushes == 0:
@@ -107,7 +107,7 @@ def test_trains_resumes_after_sigkill_and_agrees_every_step(model_dir, tmp_path)
     assert status["engine"] == "vllm" and status["phase"] == "completed"
     done = rows(tmp_path / "whole")
     assert [r["step"] for r in done] == [1, 2, 3]
-    from rlctl.core.trainer.vllm_engine import AGREEMENT_TOLERANCE
+    from rlctl.core.trainer.rollout.vllm_engine import AGREEMENT_TOLERANCE
 
     assert all(0 <= r["engine_logp_diff"] <= AGREEMENT_TOLERANCE for r in done), done
 
@@ -144,9 +144,9 @@ def test_the_engine_holds_the_trainers_weights(model_dir):
     """Pushed weights, not the folder's: the engine starts on dummy weights, so its
     greedy tokens equal rlctl's own sampler's only through the push."""
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.sampler import Sampler, left_pad
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
-    from rlctl.core.trainer.vllm_engine import Agreement, VllmSampler, hf_weights
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.rollout.sampler import Sampler, left_pad
+    from rlctl.core.trainer.rollout.vllm_engine import Agreement, VllmSampler, hf_weights
 
     tok = ChatTokenizer(model_dir)
     model, info = ta.load_model(model_dir, "float32")
@@ -188,9 +188,9 @@ def test_a_tied_heads_push_reaches_the_logits(tmp_path):
     (vllm_engine._retie). An embedding changed and pushed agrees; not pushed, it fails."""
     from rlctl.core.errors import ConfigError
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.sampler import left_pad
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
-    from rlctl.core.trainer.vllm_engine import Agreement, VllmSampler
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.rollout.sampler import left_pad
+    from rlctl.core.trainer.rollout.vllm_engine import Agreement, VllmSampler
     from tests.fakes.tiny_model import write_tiny_llama
 
     folder = write_tiny_llama(tmp_path / "tied", heads=2, kv_heads=1, tie=True)

@@ -1,7 +1,7 @@
 """The trainer's Orbax checkpoints, read and written one array at a time.
 
 A run's checkpoint step folder (``checkpoints/<step>/``, see
-``rlctl/core/trainer/checkpointing.py``) holds ``{"model": ..., "optimizer": ...}``
+``rlctl/core/trainer/checkpoint/checkpointing.py``) holds ``{"model": ..., "optimizer": ...}``
 as Orbax's ``StandardSave`` writes it: ``default/_METADATA`` (the tree) and one
 TensorStore zarr array per leaf, keyed by its dotted path (``model.layers.0.attn.
 q_proj.w``), in an OCDBT database under ``default/``. TensorStore opens any one

@@ -316,7 +316,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (kill, systemd, docker stop) stops the run as Ctrl-C does, recorded as
     ``interrupted``, partial checkpoint files removed, resumable. Inside a training
     step the first signal waits for the step's safe point and the last completed step
-    is checkpointed on the way out; a second one stops at once (``trainer/stops.py``).
+    is checkpointed on the way out; a second one stops at once (``trainer/runtime/stops.py``).
 
     Both signals are also remembered (``stops.received()``): a KeyboardInterrupt
     raised while JAX calls back into Python (a pytree comparison, say) comes out as

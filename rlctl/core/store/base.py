@@ -40,7 +40,7 @@ LOCK = ".lock"  # a local run's writer lock (holder: pid, host, since)
 # missing): a folder with none of them is someone else's, left out of the listing.
 RUN_MARKERS = (SPEC, STATUS, METRICS)
 # In a checkpoint folder: Orbax's metadata, written when its save finished, and
-# rlctl's manifest of every file, written after it (trainer/checkpointing.py)
+# rlctl's manifest of every file, written after it (trainer/checkpoint/checkpointing.py)
 ORBAX_METADATA = "_CHECKPOINT_METADATA"
 MANIFEST = "rlctl-manifest.json"
 # A step folder's name as Orbax names (and finds) one: ASCII digits, no leading zero.

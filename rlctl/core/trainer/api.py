@@ -26,13 +26,17 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer import stops
-from rlctl.core.trainer.checkpoint_damage import nothing_to_recover, recover_candidates, refusal
-from rlctl.core.trainer.checkpoint_noise import restore_noise
-from rlctl.core.trainer.distributed import Topology, agree, initialize
-from rlctl.core.trainer.engines import Engine
-from rlctl.core.trainer.engines import pick as pick_engine
-from rlctl.core.trainer.events import Stage, parse_phase, phase
+from rlctl.core.trainer.checkpoint.checkpoint_damage import (
+    nothing_to_recover,
+    recover_candidates,
+    refusal,
+)
+from rlctl.core.trainer.checkpoint.checkpoint_noise import restore_noise
+from rlctl.core.trainer.rollout.engines import Engine
+from rlctl.core.trainer.rollout.engines import pick as pick_engine
+from rlctl.core.trainer.runtime import stops
+from rlctl.core.trainer.runtime.distributed import Topology, agree, initialize
+from rlctl.core.trainer.runtime.events import Stage, parse_phase, phase
 
 if TYPE_CHECKING:
     from rlctl.core.config.models import RunSpec
@@ -74,9 +78,9 @@ def preflight(spec: RunSpec, emit: Progress) -> None:
     columns, or a hub dataset that is offline and not cached, fails in a second or
     two, not after JAX has loaded."""
     from rlctl.core.trainer.data import load_source
-    from rlctl.core.trainer.models import resolve_model_dir
+    from rlctl.core.trainer.model.models import resolve_model_dir
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
     from rlctl.core.trainer.rewards import Sample, resolve, score
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
 
     source = load_source(spec.data, spec.eval.size)
     folder = resolve_model_dir(
@@ -92,7 +96,7 @@ def preflight(spec: RunSpec, emit: Progress) -> None:
     check_lora(check_family(folder), spec.training)  # a bad LoRA config: no run folder
     tokenizer = ChatTokenizer(folder)  # its files parse and name an eos token
     if source.finite:  # every prompt of the data fits rollout.max_prompt_tokens
-        from rlctl.core.trainer.rollout import Rollout
+        from rlctl.core.trainer.rollout.rollout import Rollout
 
         prompts = source.eval_set + source.every_train()
         Rollout(
@@ -134,7 +138,7 @@ def load_libraries(emit: Progress) -> None:
 
     if "rlctl.core.trainer.tunix_adapter" not in sys.modules:
         emit(phase(Stage.LIBRARIES, "loading libraries (jax, flax, tunix)"))
-    import rlctl.core.trainer.loop
+    import rlctl.core.trainer.run.loop
     import rlctl.core.trainer.tunix_adapter  # noqa: F401
 
 
@@ -152,6 +156,6 @@ def train(
     baseline and final evals. ``on_status``: what status.json should now say (process
     0's; the others get a no-op). ``watch``: a hook around each rollout, update,
     checkpoint save and eval (``Watch``; a benchmark's)."""
-    from rlctl.core.trainer.loop import run_trainer
+    from rlctl.core.trainer.run.loop import run_trainer
 
     return run_trainer(spec, run, progress, on_status, topology, recover, watch)

@@ -46,15 +46,15 @@ def hf_logits(model, ids: list[int]) -> np.ndarray:
 
 
 def prompt_ids(folder: Path) -> list[int]:
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
     return ChatTokenizer(folder).encode(PROMPT)
 
 
 def trainer_greedy(model, info, folder: Path, n: int) -> list[int]:
     """Greedy tokens from rlctl's rollout path (its sampler, as the trainer runs it)."""
-    from rlctl.core.trainer.sampler import Sampler, left_pad
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.rollout.sampler import Sampler, left_pad
 
     tok = ChatTokenizer(folder)
     sampler = Sampler(model, info, pad_id=tok.pad_id(), eos_ids=[], max_new_tokens=n)

@@ -178,7 +178,7 @@ def test_the_trainers_logits_and_greedy_tokens_are_transformers(converted):
 def test_vllm_gets_the_checkpoints_names(converted):
     from safetensors.numpy import load_file
 
-    from rlctl.core.trainer.vllm_engine import hf_weights
+    from rlctl.core.trainer.rollout.vllm_engine import hf_weights
 
     _, src, _, _, model, _ = converted
     want = {k: v.shape for k, v in load_file(str(src / "model.safetensors")).items()}

@@ -53,7 +53,7 @@ def comparisons(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
 # (module, string) pairs where the string means something else, each with why
 HOMONYMS = {
     # a jax.distributed mode (JAX's Pathways proxy), which any backend's pods may use
-    ("rlctl/core/trainer/distributed.py", "pathways"),
+    ("rlctl/core/trainer/runtime/distributed.py", "pathways"),
 }
 
 

@@ -212,7 +212,7 @@ JOINED_BY_RAY = """
 import socket
 from ray.train.v2.jax.config import _setup_jax_distributed_environment
 from rlctl.core.k8s import backends
-from rlctl.core.trainer.distributed import initialize
+from rlctl.core.trainer.runtime.distributed import initialize
 
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

@@ -16,7 +16,7 @@ import pytest
 from rlctl.core.runs.log_lines import Pace, PlainLines, shown_in_log
 from rlctl.core.runs.run_log import RunLog, follow_log, read_log
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.trainer.events import Stage, phase
+from rlctl.core.trainer.runtime.events import Stage, phase
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  ")
 

@@ -18,7 +18,7 @@ from rlctl.core.runs.spec import resolve_run_spec
 from rlctl.core.runs.status import describe_run, list_runs
 from rlctl.core.store.base import METRICS, SPEC, STATUS, Phase
 from rlctl.core.store.local import LocalRunStore
-from rlctl.core.trainer.metrics import MetricsWriter
+from rlctl.core.trainer.run.metrics import MetricsWriter
 
 GOOD_STATUS = {
     "phase": "interrupted",

@@ -9,7 +9,7 @@ import pytest
 
 from rlctl.core.store.base import MANIFEST
 from rlctl.core.store.manifest import verify
-from rlctl.core.trainer.checkpointing import remove_partial
+from rlctl.core.trainer.checkpoint.checkpointing import remove_partial
 
 
 def test_only_the_temporary_folders_of_unfinished_saves_are_removed(tmp_path):
@@ -93,7 +93,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
     from typer.testing import CliRunner
 
     from rlctl.cli.app import app
-    from rlctl.core.trainer import loop
+    from rlctl.core.trainer.run import loop
     from tests.core.trainer.test_train import ctrl_c_at, in_process, metrics, tiny_args
 
     common = ("--steps", "6", "--set", "checkpoint.interval=2", "--eval-size", "0")
@@ -132,10 +132,10 @@ def test_a_save_copies_a_bounded_part_of_the_state_at_once(tiny_model_dir, tmp_p
 
     from rlctl.core.config.models import TrainingSpec
     from rlctl.core.store.local import LocalRunDir
-    from rlctl.core.trainer import checkpointing
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.distributed import current
-    from rlctl.core.trainer.step import make_optimizer
+    from rlctl.core.trainer.checkpoint import checkpointing
+    from rlctl.core.trainer.runtime.distributed import current
+    from rlctl.core.trainer.update.step import make_optimizer
 
     model, _ = ta.load_model(tiny_model_dir)
     optimizer = make_optimizer(model, TrainingSpec())
@@ -189,7 +189,7 @@ class TestFailedReadNoise:
     )
 
     def test_an_unretrieved_read_without_a_traceback_is_dropped(self):
-        from rlctl.core.trainer.checkpoint_noise import _UNRETRIEVED
+        from rlctl.core.trainer.checkpoint.checkpoint_noise import _UNRETRIEVED
 
         assert _UNRETRIEVED.filter(self.record(self.READ)) is False
         assert _UNRETRIEVED.filter(self.record(self.CUT)) is False
@@ -198,7 +198,7 @@ class TestFailedReadNoise:
     def test_unraisables_of_reads_are_dropped_and_others_kept(self):
         from types import SimpleNamespace
 
-        from rlctl.core.trainer.checkpoint_noise import restore_noise
+        from rlctl.core.trainer.checkpoint.checkpoint_noise import restore_noise
 
         def info(exc, obj="<coroutine object _read_array_index_and_device_put>"):
             return SimpleNamespace(exc_value=exc, exc_traceback=None, object=obj)
@@ -211,7 +211,7 @@ class TestFailedReadNoise:
     def test_orbax_reads_left_unawaited_are_not_warned_of_and_others_are(self):
         import warnings
 
-        from rlctl.core.trainer.checkpoint_noise import QuietRestore
+        from rlctl.core.trainer.checkpoint.checkpoint_noise import QuietRestore
 
         quiet = QuietRestore()
         with warnings.catch_warnings(record=True) as shown:
@@ -232,14 +232,14 @@ class TestSpaceNeeded:
     """The free space asked for before a save: the real size plus a small margin."""
 
     def test_the_last_checkpoint_on_disk_decides_when_there_is_one(self):
-        from rlctl.core.trainer.checkpoint_size import SLACK, space_needed
+        from rlctl.core.trainer.checkpoint.checkpoint_size import SLACK, space_needed
 
         # the issue's figures: a 334 MB checkpoint of a state of 1.5 GB in memory
         assert space_needed(334 * 10**6, 1_500 * 10**6) == int(334e6 * 1.1) + SLACK
         assert space_needed(334 * 10**6, 1_500 * 10**6) < 400 * 10**6  # a 500 MB disk
 
     def test_the_first_save_is_judged_by_the_state(self):
-        from rlctl.core.trainer.checkpoint_size import SLACK, space_needed
+        from rlctl.core.trainer.checkpoint.checkpoint_size import SLACK, space_needed
 
         assert space_needed(0, 10**9) == int(1.1e9) + SLACK
         assert space_needed(0, 0) == 0  # nothing to save, nothing to ask
@@ -252,10 +252,10 @@ def test_keep_counts_only_complete_checkpoints_and_never_touches_set_aside_ones(
     one of the kept, and is never deleted (it may be all a run has)."""
     from rlctl.core.config.models import TrainingSpec
     from rlctl.core.store.local import LocalRunDir
-    from rlctl.core.trainer import checkpoint_size, checkpointing
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.distributed import current
-    from rlctl.core.trainer.step import make_optimizer
+    from rlctl.core.trainer.checkpoint import checkpoint_size, checkpointing
+    from rlctl.core.trainer.runtime.distributed import current
+    from rlctl.core.trainer.update.step import make_optimizer
 
     model, _ = ta.load_model(tiny_model_dir)
     optimizer = make_optimizer(model, TrainingSpec())
@@ -290,7 +290,7 @@ class TestFirstCheckpointEstimate:
         import jax.numpy as jnp
         import numpy as np
 
-        from rlctl.core.trainer.checkpoint_size import estimate_bytes
+        from rlctl.core.trainer.checkpoint.checkpoint_size import estimate_bytes
 
         rng = np.random.default_rng(0)
         state = {
@@ -312,7 +312,7 @@ class TestFirstCheckpointEstimate:
     def test_a_state_of_zeros_asks_for_little(self):
         import jax.numpy as jnp
 
-        from rlctl.core.trainer.checkpoint_size import estimate_bytes, space_needed
+        from rlctl.core.trainer.checkpoint.checkpoint_size import estimate_bytes, space_needed
 
         zeros = {"w": jnp.zeros((1024, 1024), jnp.float32)}  # 4 MiB in memory
         assert space_needed(0, estimate_bytes(zeros)) < 2**20
@@ -334,7 +334,7 @@ class TestBackgroundSaves:
         from rlctl.core.config.models import TrainingSpec
         from rlctl.core.store.local import LocalRunDir
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.step import make_optimizer
+        from rlctl.core.trainer.update.step import make_optimizer
 
         model, _ = ta.load_model(tiny_model_dir)
         return model, make_optimizer(model, TrainingSpec()), LocalRunDir(tmp_path, "bg")
@@ -350,8 +350,8 @@ class TestBackgroundSaves:
         import numpy as np
         from flax import nnx
 
-        from rlctl.core.trainer import checkpointing
-        from rlctl.core.trainer.distributed import current
+        from rlctl.core.trainer.checkpoint import checkpointing
+        from rlctl.core.trainer.runtime.distributed import current
 
         model, optimizer, run = parts
         ckpt = checkpointing.Checkpoints(run, current(), keep=2, background=True)
@@ -390,8 +390,8 @@ class TestBackgroundSaves:
         is raised by the next wait, and no checkpoint of it is left or counted."""
         import os
 
-        from rlctl.core.trainer import checkpointing
-        from rlctl.core.trainer.distributed import current
+        from rlctl.core.trainer.checkpoint import checkpointing
+        from rlctl.core.trainer.runtime.distributed import current
 
         model, optimizer, run = parts
         ckpt = checkpointing.Checkpoints(run, current(), keep=3, background=True)

@@ -151,9 +151,9 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
     yardstick, and the accelerators' row) the whole grid."""
     import dataclasses
 
-    from rlctl.core.trainer import step
-    from rlctl.core.trainer.numerics import TABLE
+    from rlctl.core.trainer.runtime.numerics import TABLE
     from rlctl.core.trainer.tunix_adapter import logprobs
+    from rlctl.core.trainer.update import step
 
     model, info, prompts, comps, mask, *_ = padded
     seen = []

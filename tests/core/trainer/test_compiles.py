@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 PROBE = r"""
 import atexit, json, os, runpy, sys
 import jax.monitoring as mon
-from rlctl.core.trainer import loop
+from rlctl.core.trainer.run import loop
 seen, phase, hit = [], ["setup"], [False]
 def on_event(event, **kw):
     if event == "/jax/compilation_cache/cache_hits":
@@ -175,7 +175,7 @@ def test_a_late_compilation_is_reported_with_its_reason(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.compiles import CACHE_ENV, CompileWatch, enable_persistent_cache
+    from rlctl.core.trainer.runtime.compiles import CACHE_ENV, CompileWatch, enable_persistent_cache
 
     monkeypatch.setenv(CACHE_ENV, "off")  # a hit from an earlier run would be no compile
     enable_persistent_cache(print)
@@ -205,7 +205,7 @@ def test_each_compile_of_a_run_program_says_what_and_how_long(monkeypatch):
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.compiles import CACHE_ENV, CompileWatch, enable_persistent_cache
+    from rlctl.core.trainer.runtime.compiles import CACHE_ENV, CompileWatch, enable_persistent_cache
 
     monkeypatch.setenv(CACHE_ENV, "off")
     enable_persistent_cache(print)
@@ -235,7 +235,7 @@ POD = r"""
 import json, sys
 import jax, jax.numpy as jnp
 from rlctl.core.store.gcs import GcsRunStore
-from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache, push_cache
+from rlctl.core.trainer.runtime.compiles import CompileWatch, enable_persistent_cache, push_cache
 from tests.fakes.gcs import storage_client
 bucket, staging = sys.argv[1:]
 run = GcsRunStore(f"gs://{bucket}/runs", client=storage_client(), staging_root=staging).run("r")
@@ -253,7 +253,7 @@ def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_pa
     through the run's ``xla/`` in its gs:// store: the first compiles and pushes, a
     restarted pod loads the program instead. A local run keeps the local cache."""
     from rlctl.core.store.local import LocalRunStore
-    from rlctl.core.trainer.compiles import CACHE_ENV, enable_persistent_cache, push_cache
+    from rlctl.core.trainer.runtime.compiles import CACHE_ENV, enable_persistent_cache, push_cache
 
     client, bucket = gcs
     env = {k: v for k, v in os.environ.items() if k not in (CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
@@ -291,7 +291,7 @@ def test_a_gs_run_keeps_its_compilation_cache_beside_it_in_its_store(gcs, tmp_pa
 
 
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
-    from rlctl.core.trainer.compiles import CACHE_ENV, compile_cache_dir
+    from rlctl.core.trainer.runtime.compiles import CACHE_ENV, compile_cache_dir
 
     monkeypatch.setenv("RLCTL_CACHE", str(tmp_path / "rlctl"))
     monkeypatch.delenv(CACHE_ENV, raising=False)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rlctl.cli.app import app
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.distributed import InitPlan, Topology, plan_from_env
+from rlctl.core.trainer.runtime.distributed import InitPlan, Topology, plan_from_env
 from tests.core.trainer.test_train import TIMING
 from tests.fakes.jax_processes import finish, new_run, start
 
@@ -54,7 +54,7 @@ class TestPlanFromEnv:
         import jax
 
         from rlctl.core.errors import MissingDependencyError
-        from rlctl.core.trainer.distributed import initialize
+        from rlctl.core.trainer.runtime.distributed import initialize
 
         monkeypatch.setitem(sys.modules, "pathwaysutils", None)  # not installed
         monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)

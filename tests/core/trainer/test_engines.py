@@ -14,7 +14,7 @@ import tomllib
 
 from rlctl.core.config.models import RolloutSpec
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.engines import pick
+from rlctl.core.trainer.rollout.engines import pick
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -95,7 +95,7 @@ def test_the_engine_gets_every_tensor_of_the_folder_unchanged(tiny_model_dir):
     from safetensors.numpy import load_file
 
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.vllm_engine import hf_weights
+    from rlctl.core.trainer.rollout.vllm_engine import hf_weights
 
     model, _ = ta.load_model(tiny_model_dir, "float32")
     config = json.loads((tiny_model_dir / "config.json").read_text())

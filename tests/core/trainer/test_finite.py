@@ -6,7 +6,7 @@ import math
 import pytest
 
 from rlctl.core.errors import NonFiniteError
-from rlctl.core.trainer.finite import check_update, first_non_finite
+from rlctl.core.trainer.algorithm.finite import check_update, first_non_finite
 
 
 def test_finite_values_pass():

@@ -36,7 +36,7 @@ def four(tmp_path_factory):
 
 
 def _row(name: str, **changes):
-    from rlctl.core.trainer.numerics import TABLE
+    from rlctl.core.trainer.runtime.numerics import TABLE
 
     return dataclasses.replace(TABLE[name], **changes)
 
@@ -127,7 +127,7 @@ def test_the_scanned_sampler_draws_the_unrolled_tokens(four, weights_first, temp
     """Prefill (and, through the layers, decode) scanned: the same tokens, log-probs and
     decode iterations; weights first, the scanned prefill's cache feeds the same
     decode."""
-    from rlctl.core.trainer.sampler import Sampler, sample_groups
+    from rlctl.core.trainer.rollout.sampler import Sampler, sample_groups
 
     model, info, prompts, *_ = four
     s = Sampler(model, info, pad_id=0, eos_ids=[5], max_new_tokens=7)
@@ -151,7 +151,7 @@ def test_the_scanned_sampler_draws_the_unrolled_tokens(four, weights_first, temp
 
 
 def test_the_sampler_takes_its_choices_from_the_numerics_row(four):
-    from rlctl.core.trainer.sampler import Sampler
+    from rlctl.core.trainer.rollout.sampler import Sampler
 
     model, info, *_ = four
     cpu = Sampler(model, info, pad_id=0, eos_ids=[], max_new_tokens=4, numerics=_row("cpu"))
@@ -164,7 +164,7 @@ def test_the_sampler_takes_its_choices_from_the_numerics_row(four):
 def test_the_accelerators_sampler_draws_the_cpus_tokens(four, temperature):
     """Every row prefilled, scanned layers, no weights-first decode: the CPU row's
     tokens and log-probs, group by group."""
-    from rlctl.core.trainer.sampler import Sampler
+    from rlctl.core.trainer.rollout.sampler import Sampler
 
     model, info, prompts, *_ = four
 

@@ -101,7 +101,7 @@ def test_only_the_targeted_projections_get_adapters(tmp_path):
 def test_only_the_adapters_get_gradients_and_moments(tmp_path):
     from flax import nnx
 
-    from rlctl.core.trainer.step import make_optimizer
+    from rlctl.core.trainer.update.step import make_optimizer
 
     model, _ = lora_model(write_tiny_model(tmp_path / "m", "llama"))
     spec = RunSpec(training={"lora_rank": 4})
@@ -121,7 +121,7 @@ def test_a_lora_run_learns_checkpoints_the_adapters_and_resumes_exactly(
 
     from rlctl.cli.app import app
     from rlctl.core.checkpoints.orbax import OrbaxReader
-    from rlctl.core.trainer import loop
+    from rlctl.core.trainer.run import loop
     from tests.core.trainer.test_train import ctrl_c_at, in_process, metrics, tiny_args
 
     common = (

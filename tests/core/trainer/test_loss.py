@@ -10,7 +10,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
-from rlctl.core.trainer.loss import (  # noqa: E402
+from rlctl.core.trainer.algorithm.loss import (  # noqa: E402
     LossConfig,
     aggregate,
     group_advantages,

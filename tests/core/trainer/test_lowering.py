@@ -66,9 +66,9 @@ def _update_texts(model, info, row: str, platform: str) -> tuple[str, str]:
     from flax import nnx
 
     from rlctl.core.config.models import RunSpec
-    from rlctl.core.trainer.numerics import TABLE
-    from rlctl.core.trainer.rollout import Batch
-    from rlctl.core.trainer.step import Update, make_optimizer
+    from rlctl.core.trainer.rollout.rollout import Batch
+    from rlctl.core.trainer.runtime.numerics import TABLE
+    from rlctl.core.trainer.update.step import Update, make_optimizer
 
     spec = RunSpec(
         rollout={"num_generations": G, "max_new_tokens": N}, training={"prompts_per_step": 2}
@@ -101,8 +101,8 @@ def _update_texts(model, info, row: str, platform: str) -> tuple[str, str]:
 
 
 def _sampler_text(model, info, row: str, platform: str, group: int) -> str:
-    from rlctl.core.trainer.numerics import TABLE
-    from rlctl.core.trainer.sampler import Sampler, sample_groups
+    from rlctl.core.trainer.rollout.sampler import Sampler, sample_groups
+    from rlctl.core.trainer.runtime.numerics import TABLE
 
     s = Sampler(
         model,

@@ -97,7 +97,7 @@ def make_batch(
     logps: bool = False,
     lengths: tuple[int, int] = (6, 5),
 ):
-    from rlctl.core.trainer.rollout import Batch
+    from rlctl.core.trainer.rollout.rollout import Batch
 
     rng = np.random.default_rng(seed)
     p = rng.integers(3, info.vocab_size, (prompts, lengths[0])).astype(np.int32)
@@ -144,7 +144,7 @@ class TestMicroBatches:
     def test_micro_batches_give_the_whole_batch_loss_and_gradients(
         self, tiny, algorithm, extra, size
     ):
-        from rlctl.core.trainer.step import Update
+        from rlctl.core.trainer.update.step import Update
 
         model, info = tiny
         batch = make_batch(info, logps=bool(extra))
@@ -166,8 +166,8 @@ class TestMicroBatches:
         assert spec(micro_batch_size=64).training.micro_batch_size == 64  # whole batch
 
     def test_the_default_splits_only_when_the_whole_batch_does_not_fit(self, tiny, monkeypatch):
-        from rlctl.core.trainer import memory
-        from rlctl.core.trainer.step import Update, make_optimizer
+        from rlctl.core.trainer.runtime import memory
+        from rlctl.core.trainer.update.step import Update, make_optimizer
 
         model, info = tiny
         s = spec()
@@ -198,7 +198,7 @@ class TestRemat:
     """training.remat: each layer's activations recomputed in the backward pass."""
 
     def test_same_loss_and_gradients_with_and_without(self, tiny):
-        from rlctl.core.trainer.step import Update
+        from rlctl.core.trainer.update.step import Update
 
         model, info = tiny
         batch = make_batch(info, logps=True)
@@ -218,7 +218,7 @@ class TestRemat:
         remat its temporaries are a fraction of those without (the recomputation
         waits for the backward pass instead of being scheduled in the forward)."""
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.step import Update, make_optimizer
+        from rlctl.core.trainer.update.step import Update, make_optimizer
         from tests.fakes.tiny_model import write_tiny_llama
 
         model, info = ta.load_model(write_tiny_llama(tmp_path / "deep", layers=8))
@@ -236,7 +236,7 @@ class TestSomeLayersRecomputed:
     activations (``logprobs.recomputed``, ``Update._remat_levels``)."""
 
     def test_same_loss_and_gradients_as_none_recomputed(self, tiny):
-        from rlctl.core.trainer.step import Update
+        from rlctl.core.trainer.update.step import Update
 
         model, info = tiny
         assert info.num_layers >= 2
@@ -257,7 +257,7 @@ class TestSomeLayersRecomputed:
         assert [recomputed(r, 8) for r in (True, False, 0, 3, 8, 12, -1)] == [8, 0, 0, 3, 8, 8, 0]
 
     def test_the_cpu_default_tries_a_quarter_kept_then_all_recomputed(self, tiny):
-        from rlctl.core.trainer.step import Update
+        from rlctl.core.trainer.update.step import Update
 
         _, info = tiny
         assert jax.default_backend() == "cpu"
@@ -273,9 +273,9 @@ class TestSomeLayersRecomputed:
         """XLA's temporaries, 8 layers x 256 tokens: fewer layers recomputed, more
         memory; and a budget under the default's first try (6 of 8 recomputed) gets
         the update with every layer recomputed, still the whole batch."""
-        from rlctl.core.trainer import memory
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.step import Update, make_optimizer
+        from rlctl.core.trainer.runtime import memory
+        from rlctl.core.trainer.update.step import Update, make_optimizer
         from tests.fakes.tiny_model import write_tiny_llama
 
         model, info = ta.load_model(write_tiny_llama(tmp_path / "deep", layers=8))
@@ -299,7 +299,7 @@ class TestSomeLayersRecomputed:
 
 
 def memory_need(compiled) -> int:
-    from rlctl.core.trainer import memory
+    from rlctl.core.trainer.runtime import memory
 
     return memory.compiled_need(compiled)
 
@@ -332,8 +332,8 @@ class TestOutOfMemory:
 
     def test_an_allocator_failure_is_one_line_with_what_to_lower(self, tiny, monkeypatch):
         from rlctl.core.errors import OutOfMemoryError
-        from rlctl.core.trainer import memory
-        from rlctl.core.trainer.step import Update, make_optimizer
+        from rlctl.core.trainer.runtime import memory
+        from rlctl.core.trainer.update.step import Update, make_optimizer
 
         model, info = tiny
         s = spec()
@@ -360,7 +360,7 @@ class TestBudget:
 
     @staticmethod
     def machine(monkeypatch, free: int, host: bool) -> None:
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         monkeypatch.delenv(memory.LIMIT_ENV, raising=False)
         monkeypatch.setattr(
@@ -372,7 +372,7 @@ class TestBudget:
         )
 
     def test_on_the_cpu_the_update_may_use_as_much_as_its_state(self, monkeypatch):
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         self.machine(monkeypatch, free=20 * 2**30, host=True)
         have, where = memory.update_budget(state_bytes=3 * 2**30)
@@ -380,13 +380,13 @@ class TestBudget:
         assert "weights and optimizer state" in where
 
     def test_and_a_small_model_at_least_the_floor(self, monkeypatch):
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         self.machine(monkeypatch, free=20 * 2**30, host=True)
         assert memory.update_budget(state_bytes=2**20)[0] == memory.HOST_FLOOR
 
     def test_what_is_free_when_that_is_less_than_the_state(self, monkeypatch):
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         self.machine(monkeypatch, free=2 * 2**30, host=True)
         assert memory.update_budget(state_bytes=3 * 2**30) == (
@@ -395,13 +395,13 @@ class TestBudget:
         )
 
     def test_an_accelerator_gives_the_update_half_its_free_memory(self, monkeypatch):
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         self.machine(monkeypatch, free=20 * 2**30, host=False)
         assert memory.update_budget(state_bytes=3 * 2**30)[0] == 10 * 2**30
 
     def test_the_limit_wins(self, monkeypatch):
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         monkeypatch.setenv(memory.LIMIT_ENV, "8GB")
         assert memory.update_budget(state_bytes=2**30) == (
@@ -410,7 +410,7 @@ class TestBudget:
         )  # binary units
 
     def test_freed_memory_can_be_returned_at_any_time(self):
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         assert memory.return_freed_memory() is None  # a no-op where glibc is absent
 
@@ -437,7 +437,7 @@ def test_the_trainer_imports_none_of_tunix_learners_nor_torch():
 def test_the_need_of_smaller_micro_batches_is_predicted_from_one_compile():
     """Measured on SmolLM2-135M (2 x 8 x (112 + 48)): the whole batch needed 2.32 GiB,
     micro-batches of 8 and 4 needed 1.68 and 1.29 GiB (0.5 GiB of gradients)."""
-    from rlctl.core.trainer.memory import predicted_need
+    from rlctl.core.trainer.runtime.memory import predicted_need
 
     gib = 2**30
     whole, grads = int(2.32 * gib), gib // 2
@@ -453,7 +453,7 @@ def test_the_device_peak_is_none_on_a_cpu_and_never_falls_elsewhere(monkeypatch)
     is the largest seen."""
     import jax
 
-    from rlctl.core.trainer.memory import DevicePeak
+    from rlctl.core.trainer.runtime.memory import DevicePeak
 
     assert DevicePeak().read() is None
 

@@ -119,7 +119,7 @@ def test_the_sampler_decodes_in_bfloat16_with_the_trainers_log_probs(tiny_model_
     import dataclasses
 
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.sampler import Sampler
+    from rlctl.core.trainer.rollout.sampler import Sampler
     from tests.fakes.tiny_model import write_tiny_llama
 
     for folder in (tiny_model_dir, write_tiny_llama(tiny_model_dir.parent / "tied", tie=True)):
@@ -147,7 +147,7 @@ def test_a_float32_policy_samples_in_bfloat16_near_its_float32_log_probs(tiny_mo
     the log-probs of what it drew stay within bfloat16's precision of the update's
     float32 ones, which are what the loss reads."""
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.sampler import Sampler
+    from rlctl.core.trainer.rollout.sampler import Sampler
 
     model, info = ta.load_model(tiny_model_dir)
     assert info.compute_dtype == "float32"
@@ -173,9 +173,9 @@ def test_the_compiled_programs_multiply_in_bfloat16(tiny_model_dir):
 
     from flax import nnx
 
-    from rlctl.core.trainer import compiles
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.sampler import sample_groups
+    from rlctl.core.trainer.rollout.sampler import sample_groups
+    from rlctl.core.trainer.runtime import compiles
 
     model, info = ta.load_model(tiny_model_dir)
     graphdef, state = nnx.split(model)

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.numerics import ENV, MEASURED, TABLE, Numerics, choose
+from rlctl.core.trainer.runtime.numerics import ENV, MEASURED, TABLE, Numerics, choose
 
 
 def test_every_choice_has_its_measurement():
@@ -65,7 +65,7 @@ def test_describe_names_what_is_on():
 
 def test_the_update_takes_no_cpu_compiler_options_in_an_accelerators_row():
     pytest.importorskip("jax")
-    from rlctl.core.trainer.compiles import update_options
+    from rlctl.core.trainer.runtime.compiles import update_options
 
     assert update_options("float32", TABLE["cpu"]) is not None  # this machine is a CPU
     assert update_options("float32", TABLE["gpu"]) is None

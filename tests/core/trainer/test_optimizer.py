@@ -13,7 +13,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
-from rlctl.core.trainer.optimizer import clipped_adamw, global_norm  # noqa: E402
+from rlctl.core.trainer.update.optimizer import clipped_adamw, global_norm  # noqa: E402
 
 
 def optax_reference(lr, weight_decay: float, max_norm: float):
@@ -103,7 +103,7 @@ def test_the_update_holds_no_float32_copy_of_the_gradients(dtype):
 
 
 def test_a_layers_arrays_are_one_unit_and_other_arrays_their_own():
-    from rlctl.core.trainer.optimizer import units
+    from rlctl.core.trainer.update.optimizer import units
 
     tree = {
         "embed": jnp.zeros(2),

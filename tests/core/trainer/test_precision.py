@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlctl.core.config.models import ModelSpec
-from rlctl.core.trainer.precision import choose, cpu_flags
+from rlctl.core.trainer.model.precision import choose, cpu_flags
 
 ZEN3 = frozenset({"avx2", "fma"})  # no native bfloat16
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16"})

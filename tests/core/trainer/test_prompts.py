@@ -7,10 +7,10 @@ import pytest
 
 from rlctl.core.config.models import PromptSpec, RunSpec
 from rlctl.core.trainer.data import Problem
-from rlctl.core.trainer.evaluation import scalars
-from rlctl.core.trainer.prompts import chat_messages
-from rlctl.core.trainer.rollout import Scores
-from rlctl.core.trainer.step import StepMetrics
+from rlctl.core.trainer.data.prompts import chat_messages
+from rlctl.core.trainer.rollout.rollout import Scores
+from rlctl.core.trainer.run.evaluation import scalars
+from rlctl.core.trainer.update.step import StepMetrics
 
 # what prompts.py built before the prompt was configurable: the default run learns with it
 OLD_DEFAULT = [

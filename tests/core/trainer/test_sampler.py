@@ -21,7 +21,7 @@ WIDTH = 16  # padded prompt width
 class Setup:
     def __init__(self, folder):
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
         self.tok = ChatTokenizer(folder)
         self.model, self.info = ta.load_model(folder)
@@ -31,7 +31,7 @@ class Setup:
         self.rows = [list(rng.integers(3, self.info.vocab_size, n)) for n in (11, 6)]
 
     def sampler(self, max_new_tokens: int = N, eos_ids: tuple[int, ...] = ()):
-        from rlctl.core.trainer.sampler import Sampler
+        from rlctl.core.trainer.rollout.sampler import Sampler
 
         return Sampler(
             self.model,
@@ -42,7 +42,7 @@ class Setup:
         )
 
     def prompts(self, rows=None, width: int = WIDTH) -> np.ndarray:
-        from rlctl.core.trainer.sampler import left_pad
+        from rlctl.core.trainer.rollout.sampler import left_pad
 
         return left_pad(rows or self.rows, width, self.pad)
 
@@ -224,7 +224,7 @@ class TestSamplingParameters:
 
     def test_sampling_settings_share_one_compiled_program(self, llama):
         """Greedy, plain, top-k and top-p are traced values: no program per setting."""
-        from rlctl.core.trainer.sampler import sample_groups
+        from rlctl.core.trainer.rollout.sampler import sample_groups
 
         sampler = llama.sampler()
         sampler(llama.prompts(), group=2, seed=0, temperature=0.0)
@@ -243,7 +243,7 @@ class TestWeightsFirstDecode:
     def _both(self, llama, group: int, temperature: float):
         import jax
 
-        from rlctl.core.trainer.sampler import sample_groups
+        from rlctl.core.trainer.rollout.sampler import sample_groups
 
         s = llama.sampler()
         kw = dict(info=s.info, group=group, max_new_tokens=N, pad_id=s.pad_id, eos_ids=s.eos_ids)
@@ -295,7 +295,7 @@ class TestDraw:
     V = 1000  # four blocks of 256, the last one short
 
     def draws(self, logits: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
-        from rlctl.core.trainer.sampler import _draw
+        from rlctl.core.trainer.rollout.sampler import _draw
 
         rows = jax.numpy.asarray(np.repeat(logits[None].astype(np.float32), n, 0))
         keys = jax.random.split(jax.random.PRNGKey(seed), 4)

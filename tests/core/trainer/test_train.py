@@ -110,7 +110,7 @@ class TestLocalRun:
         status = json.loads((run / "status.json").read_text())
         assert (status["phase"], status["step"], status["latest_checkpoint"]) == ("completed", 3, 3)
         assert status["engine"] == "vanilla"  # rollout.engine=auto on CPU
-        from rlctl.core.trainer.precision import choose
+        from rlctl.core.trainer.model.precision import choose
 
         assert status["precision"] == choose("auto", "float32", "cpu").dtype  # this CPU's
         assert status["sampling_precision"] == choose("auto", "float32", "cpu").sampling
@@ -223,7 +223,7 @@ class TestBfloat16:
 
         from rlctl.core.config.models import TrainingSpec
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.step import make_optimizer
+        from rlctl.core.trainer.update.step import make_optimizer
 
         model, info = ta.load_model(tiny_model_dir, "bfloat16")
         params = jax.tree.leaves(nnx.state(model, nnx.Param))
@@ -453,7 +453,7 @@ LONG = "What is 9 + 9? Think about it carefully. Think about it carefully."  # ~
 
 def ctrl_c_at(monkeypatch, at: int) -> None:
     """Ctrl-C as the trainer starts step ``at`` (0-based), in this process."""
-    from rlctl.core.trainer import loop
+    from rlctl.core.trainer.run import loop
 
     real = loop.Trainer.step
 
@@ -475,8 +475,9 @@ class TestPromptWidth:
 
         from rlctl.cli.app import app
         from rlctl.core.config.models import DataSpec
-        from rlctl.core.trainer import loop, rollout
         from rlctl.core.trainer.data import load_source
+        from rlctl.core.trainer.rollout import rollout
+        from rlctl.core.trainer.run import loop
 
         data = tmp_path / "train.jsonl"
         rows = [{"question": f"What is {a} + {a + 1}?", "answer": 2 * a + 1} for a in range(1, 8)]
@@ -565,7 +566,7 @@ class TestBaselineOnResume:
         from typer.testing import CliRunner
 
         from rlctl.cli.app import app
-        from rlctl.core.trainer import loop
+        from rlctl.core.trainer.run import loop
 
         real_step = loop.Trainer.step
         ctrl_c_at(monkeypatch, 2)  # after the checkpoint at step 2
@@ -600,7 +601,7 @@ class TestBaselineOnResume:
 
 
 def test_prompt_width_is_a_function_of_the_batch_alone():
-    from rlctl.core.trainer.rollout import prompt_width
+    from rlctl.core.trainer.rollout.rollout import prompt_width
 
     assert prompt_width(112, 99) == 112  # within the probe
     assert prompt_width(112, 137) == 144  # a longer batch gets its own bucket

@@ -1,7 +1,7 @@
 """Tunix's own GRPO path: the yardstick rlctl's update and sampler are measured against.
 
 Not used for training. test_loss.py checks rlctl's prefix-shared log-probs and
-loss (``rlctl.core.trainer.loss``) against these to float precision, and
+loss (``rlctl.core.trainer.algorithm.loss``) against these to float precision, and
 bench/bench_train_step.py times them as the baseline: Tunix's ``grpo_loss_fn``
 over full prompt+completion sequences, i.e. what a plain Tunix GRPO loop does.
 Tunix's sampler (``tunix_sampler``, ``tunix_generate``) is what test_sampler.py
@@ -124,8 +124,8 @@ def assert_loss_and_gradients_match(
     from flax import nnx
 
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.loss import LossConfig
-    from rlctl.core.trainer.loss import policy_loss as ours_loss
+    from rlctl.core.trainer.algorithm.loss import LossConfig
+    from rlctl.core.trainer.algorithm.loss import policy_loss as ours_loss
 
     eps = (0.2, 0.28) if algorithm == "grpo" else (3e-4, 4e-4)
     cfg = LossConfig(algorithm, *eps, 0.0, "k3", "sequence-mean-token-mean")

@@ -63,7 +63,7 @@ def build_config(fam: Family, c: dict[str, Any]) -> Any:
 
 def check_family(folder: Path) -> str:
     """The folder's ``model_type``, if the trainer has a Tunix model for it."""
-    from rlctl.core.trainer.models import read_model_config
+    from rlctl.core.trainer.model.models import read_model_config
 
     config = read_model_config(folder)
     family = config.get("model_type")

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlctl.core.trainer import numerics as numerics_lib
-from rlctl.core.trainer.numerics import Numerics
+from rlctl.core.trainer.runtime import numerics as numerics_lib
+from rlctl.core.trainer.runtime.numerics import Numerics
 from rlctl.core.trainer.tunix_adapter import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.compaction import head_logps, needed_positions, plan
 from rlctl.core.trainer.tunix_adapter.decode import plain

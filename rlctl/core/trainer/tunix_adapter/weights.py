@@ -55,7 +55,7 @@ def load_model(
     With a ``mesh``, each parameter is placed sharded by the model's own sharding
     rules (FSDP over the ``fsdp`` axis) as it is loaded.
     """
-    from rlctl.core.trainer.models import read_model_config
+    from rlctl.core.trainer.model.models import read_model_config
 
     folder = Path(folder)
     c = read_model_config(folder)

@@ -15,7 +15,7 @@ import numpy as np
 from rlctl.core.config.models import EvalSpec
 from rlctl.core.trainer.data import Problem
 from rlctl.core.trainer.rewards import Reward
-from rlctl.core.trainer.rollout import Rollout, score
+from rlctl.core.trainer.rollout.rollout import Rollout, score
 
 SCALARS = ("accuracy", "format_rate", "mean_reward")  # what TensorBoard plots of an eval
 

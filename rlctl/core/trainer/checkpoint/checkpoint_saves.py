@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlctl.core.trainer.memory import return_freed_memory
+from rlctl.core.trainer.runtime.memory import return_freed_memory
 
 
 @dataclass

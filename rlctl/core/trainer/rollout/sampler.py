@@ -26,15 +26,15 @@ import numpy as np
 from flax import nnx
 
 from rlctl.core.trainer import tunix_adapter as ta
-from rlctl.core.trainer.numerics import Numerics
-from rlctl.core.trainer.rollout_engine import Drawn  # what a call returns, every engine's
+from rlctl.core.trainer.rollout.rollout_engine import Drawn  # what a call returns, every engine's
+from rlctl.core.trainer.runtime.numerics import Numerics
 from rlctl.core.trainer.tunix_adapter import decode
 from rlctl.core.trainer.tunix_adapter import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.kv_cache import repeat_rows
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt
 
 if TYPE_CHECKING:
-    from rlctl.core.trainer.rollout_engine import EngineSetup
+    from rlctl.core.trainer.rollout.rollout_engine import EngineSetup
 
 
 def _logits(model: Any, hidden: jax.Array, dtype: str) -> jax.Array:
@@ -299,7 +299,7 @@ class Sampler:
         compute_dtype: str | None = None,
         numerics: Numerics | None = None,
     ) -> None:
-        from rlctl.core.trainer import numerics as numerics_lib
+        from rlctl.core.trainer.runtime import numerics as numerics_lib
 
         if compute_dtype is not None and info.dtype != "bfloat16":
             info = dataclasses.replace(info, compute_dtype=compute_dtype)

@@ -41,24 +41,24 @@ from rlctl.core.store.base import (
     atomic_write,
 )
 from rlctl.core.store.manifest import write_manifest
-from rlctl.core.trainer import stops
-from rlctl.core.trainer.checkpoint_damage import (
+from rlctl.core.trainer.checkpoint.checkpoint_damage import (
     SetAside,
     first_line,
     refusal,
 )
-from rlctl.core.trainer.checkpoint_memory import (
+from rlctl.core.trainer.checkpoint.checkpoint_memory import (
     SAVE_IN_FLIGHT,
     device_copy,
     free,
     in_flight_limit,
     owned,
 )
-from rlctl.core.trainer.checkpoint_noise import QuietRestore
-from rlctl.core.trainer.checkpoint_saves import Saved, SaveLedger, signals_deferred
-from rlctl.core.trainer.checkpoint_size import checkpoint_bytes, space_needed
-from rlctl.core.trainer.distributed import Topology, agree, place_like, to_host
-from rlctl.core.trainer.memory import return_freed_memory
+from rlctl.core.trainer.checkpoint.checkpoint_noise import QuietRestore
+from rlctl.core.trainer.checkpoint.checkpoint_saves import Saved, SaveLedger, signals_deferred
+from rlctl.core.trainer.checkpoint.checkpoint_size import checkpoint_bytes, space_needed
+from rlctl.core.trainer.runtime import stops
+from rlctl.core.trainer.runtime.distributed import Topology, agree, place_like, to_host
+from rlctl.core.trainer.runtime.memory import return_freed_memory
 from rlctl.core.units import human_bytes
 
 
@@ -198,7 +198,7 @@ class Checkpoints:
     def _check_space(self, step: int, state: Any) -> None:
         """Fail before a save that cannot fit, not inside Orbax (which leaves a
         partial folder filling the disk and a wall of errors); see ``space_needed``."""
-        from rlctl.core.trainer.checkpoint_size import estimate_bytes
+        from rlctl.core.trainer.checkpoint.checkpoint_size import estimate_bytes
 
         need = space_needed(self.latest_size, 0 if self.latest_size else estimate_bytes(state))
         if not need:

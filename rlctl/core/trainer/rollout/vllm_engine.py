@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.rollout_engine import Drawn
+from rlctl.core.trainer.rollout.rollout_engine import Drawn
 
 if TYPE_CHECKING:
-    from rlctl.core.trainer.rollout_engine import EngineSetup
+    from rlctl.core.trainer.rollout.rollout_engine import EngineSetup
 
 # Measured on the default task (SmolLM2-135M, float32, vLLM 0.32.0 CPU against JAX 0.10.2
 # CPU): the mean |difference| of the sampled tokens' log-probs was about 1e-5 with fresh
@@ -174,7 +174,7 @@ class VllmSampler:
     def for_run(cls, setup: EngineSetup) -> VllmSampler:
         """``rollout.engine=vllm``'s engine (``engines.start``): vLLM started on the
         policy's weights, with the per-step agreement check."""
-        from rlctl.core.trainer.events import Stage, phase
+        from rlctl.core.trainer.runtime.events import Stage, phase
 
         setup.emit(phase(Stage.LOADING, "starting vLLM"))
         s, r = setup.spec, setup.spec.rollout

@@ -21,7 +21,7 @@ from rlctl.core.config.models import (
 
 if TYPE_CHECKING:
     from rlctl.core.trainer.data import Problem
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
 SYSTEM = DEFAULT_SYSTEM_PROMPT
 DEMO_QUESTION = DEFAULT_EXAMPLE_USER
@@ -57,8 +57,8 @@ def first_prompts(spec: RunSpec) -> dict[str, str | None]:
     (None without an eval set), as ``train --print-prompt`` shows them: the model's
     tokenizer and the data are read, nothing is trained or written."""
     from rlctl.core.trainer.data import load_source
-    from rlctl.core.trainer.models import resolve_model_dir
-    from rlctl.core.trainer.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.model.models import resolve_model_dir
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
 
     tokenizer = ChatTokenizer(resolve_model_dir(spec.model.source))
     source = load_source(spec.data, spec.eval.size)

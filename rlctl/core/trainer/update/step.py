@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from rlctl.core.config.models import RunSpec, TrainingSpec
-from rlctl.core.trainer.loss import LossConfig, policy_loss
-from rlctl.core.trainer.rollout import Batch, Scores
+from rlctl.core.trainer.algorithm.loss import LossConfig, policy_loss
+from rlctl.core.trainer.rollout.rollout import Batch, Scores
 from rlctl.core.units import human_bytes
 
 
@@ -28,8 +28,8 @@ def make_optimizer(model: Any, t: TrainingSpec) -> Any:
     import optax
     from flax import nnx
 
-    from rlctl.core.trainer.optimizer import clipped_adamw
     from rlctl.core.trainer.tunix_adapter.lora import trainable
+    from rlctl.core.trainer.update.optimizer import clipped_adamw
 
     lr: Any = t.learning_rate
     if t.warmup_steps:
@@ -103,7 +103,7 @@ class Update:
         topology: Any = None,
         numerics: Any = None,
     ) -> None:
-        from rlctl.core.trainer import numerics as numerics_lib
+        from rlctl.core.trainer.runtime import numerics as numerics_lib
 
         # the backend's row of the numerics table (a benchmark passes a variant)
         self.numerics: numerics_lib.Numerics = numerics or numerics_lib.current()
@@ -212,7 +212,7 @@ class Update:
         import jax.numpy as jnp
         from flax import nnx
 
-        from rlctl.core.trainer.loss import Norm
+        from rlctl.core.trainer.algorithm.loss import Norm
 
         cfg = self.cfg
         norm = Norm.of(batch.mask)
@@ -266,7 +266,7 @@ class Update:
         """(state, batch) -> (new state, loss, aux, grad norm)."""
         from flax import nnx
 
-        from rlctl.core.trainer.optimizer import apply_step, global_norm
+        from rlctl.core.trainer.update.optimizer import apply_step, global_norm
 
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
@@ -313,7 +313,7 @@ class Update:
         from flax import nnx
 
         from rlctl.core.config.models import micro_batch_sizes
-        from rlctl.core.trainer import compiles, memory
+        from rlctl.core.trainer.runtime import compiles, memory
 
         graphdef, state = nnx.split((model, optimizer))
         key = self._key(state, batch)
@@ -325,7 +325,7 @@ class Update:
             sizes = [min(self.micro, rows)]
         have, where = memory.update_budget(tree_bytes(state))
         if self.topology is not None:
-            from rlctl.core.trainer.distributed import least
+            from rlctl.core.trainer.runtime.distributed import least
 
             have = least(have, self.topology)
         grads = tree_bytes(nnx.state(model, self._wrt()))
@@ -445,7 +445,7 @@ class Update:
         import jax
         from flax import nnx
 
-        from rlctl.core.trainer import memory
+        from rlctl.core.trainer.runtime import memory
 
         memory.return_freed_memory()  # the rollout's buffers, before the update's
         try:

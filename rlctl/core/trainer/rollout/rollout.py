@@ -22,14 +22,14 @@ import numpy as np
 from rlctl.core.config.models import MAX_PROMPT_TOKENS, PromptSpec, RolloutSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.trainer import rewards as rewards_lib
+from rlctl.core.trainer.algorithm.loss import group_advantages
 from rlctl.core.trainer.data import Problem
-from rlctl.core.trainer.distributed import Topology, weights_fit_each_device
-from rlctl.core.trainer.loss import group_advantages
-from rlctl.core.trainer.prompts import prompt_text
+from rlctl.core.trainer.data.prompts import prompt_text
 from rlctl.core.trainer.rewards import Reward
+from rlctl.core.trainer.runtime.distributed import Topology, weights_fit_each_device
 
 if TYPE_CHECKING:  # flax and the models: imported once a Rollout is created
-    from rlctl.core.trainer.rollout_engine import RolloutEngine
+    from rlctl.core.trainer.rollout.rollout_engine import RolloutEngine
 
 BUCKET = 16  # prompt widths are rounded up to this
 PROBE_STEPS = 64  # batches of a generated dataset measured up front for the prompt width
@@ -193,7 +193,7 @@ class Rollout:
         """``compute_dtype``: what the sampler's matmuls read (precision.choose), when
         not ``info``'s (the update's); ``numerics``: the backend's row of the numerics
         table (this backend's when None)."""
-        from rlctl.core.trainer.sampler import Sampler
+        from rlctl.core.trainer.rollout.sampler import Sampler
 
         sampler = Sampler(
             model,
@@ -274,7 +274,7 @@ class Rollout:
     def sample(self, prompts: list[str], width: int, seed: int, greedy: bool = False) -> Samples:
         """Completions of each prompt: ``rollout.num_generations`` sampled ones (the
         GRPO group, decoded from the prompt's one prefill), or one greedy."""
-        from rlctl.core.trainer.sampler import left_pad
+        from rlctl.core.trainer.rollout.sampler import left_pad
 
         r = self.spec
         group = 1 if greedy else r.num_generations

@@ -24,15 +24,17 @@ from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.store.base import EVAL, RunDir
-from rlctl.core.trainer import evaluation, finite, stops
 from rlctl.core.trainer import rewards as rewards_lib
-from rlctl.core.trainer import rollout as rollout_lib
-from rlctl.core.trainer.checkpointing import Checkpoints
+from rlctl.core.trainer.algorithm import finite
+from rlctl.core.trainer.checkpoint.checkpointing import Checkpoints
 from rlctl.core.trainer.data import load_source
-from rlctl.core.trainer.distributed import Topology, agree
-from rlctl.core.trainer.events import Stage, phase
-from rlctl.core.trainer.rollout import Rollout, sampler_mesh, score, step_seed
-from rlctl.core.trainer.step import StepMetrics, Update, make_optimizer
+from rlctl.core.trainer.rollout import rollout as rollout_lib
+from rlctl.core.trainer.rollout.rollout import Rollout, sampler_mesh, score, step_seed
+from rlctl.core.trainer.run import evaluation
+from rlctl.core.trainer.runtime import stops
+from rlctl.core.trainer.runtime.distributed import Topology, agree
+from rlctl.core.trainer.runtime.events import Stage, phase
+from rlctl.core.trainer.update.step import StepMetrics, Update, make_optimizer
 
 Progress = Callable[[dict[str, Any]], None]
 OnStatus = Callable[[StatusUpdate], None]  # what status.json should now say
@@ -60,7 +62,7 @@ class Trainer:
         recover: bool = False,
         watch: Watch | None = None,
     ):
-        from rlctl.core.trainer.distributed import current, make_mesh
+        from rlctl.core.trainer.runtime.distributed import current, make_mesh
 
         self.spec = spec
         self.run = run
@@ -70,7 +72,7 @@ class Trainer:
         self.mesh = make_mesh()  # None on one device
         self.recover = recover  # resume --recover: try the checkpoints set aside
         self.watch = watch or _unwatched
-        from rlctl.core.trainer.memory import DevicePeak
+        from rlctl.core.trainer.runtime.memory import DevicePeak
 
         self.device_peak = DevicePeak()  # the allocator's peak, read after each step
         self.last_save: dict[str, Any] | None = None  # status.json's last_save
@@ -80,10 +82,10 @@ class Trainer:
     def create_model(self) -> None:
         import jax
 
-        from rlctl.core.trainer import engines
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.models import resolve_model_dir
-        from rlctl.core.trainer.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.model.models import resolve_model_dir
+        from rlctl.core.trainer.model.tokenizer import ChatTokenizer
+        from rlctl.core.trainer.rollout import engines
 
         s = self.spec
         # which engine samples: decided (and refused, when vLLM is asked for and absent)
@@ -93,7 +95,7 @@ class Trainer:
         )
         self.engine.check(s.training.lora_rank)
         self._say(f"rollout engine: {self.engine.why}")
-        from rlctl.core.trainer.precision import choose
+        from rlctl.core.trainer.model.precision import choose
 
         self.precision = choose(
             s.model.compute_dtype,
@@ -105,7 +107,7 @@ class Trainer:
         self._say(f"precision: {self.precision.why}")
         if self.precision.warning:
             self._say(self.precision.warning)
-        from rlctl.core.trainer import numerics
+        from rlctl.core.trainer.runtime import numerics
 
         # which of the CPU's tricks run here, and whether layers are scanned: one row of
         # numerics.TABLE, given to the sampler and the update
@@ -206,7 +208,7 @@ class Trainer:
         import jax
         import numpy as np
 
-        from rlctl.core.trainer.rollout import Batch
+        from rlctl.core.trainer.rollout.rollout import Batch
 
         r, t = self.spec.rollout, self.spec.training
         rows, n = t.prompts_per_step * r.num_generations, r.max_new_tokens
@@ -362,7 +364,7 @@ class Trainer:
     def _push_cache(self) -> None:
         """A gs:// run's compilation cache pushed to its store when this process
         compiled something since the last push (after step 1; after a late compile)."""
-        from rlctl.core.trainer.compiles import push_cache
+        from rlctl.core.trainer.runtime.compiles import push_cache
 
         if self.writer and self.compiles.total != self._cache_pushed:
             push_cache(self.run, self._say)  # a failure is said once, not every step
@@ -378,8 +380,8 @@ class Trainer:
             return False
 
     def train(self, on_status: OnStatus) -> dict[str, Any]:
-        from rlctl.core.trainer.compiles import CompileWatch, enable_persistent_cache
-        from rlctl.core.trainer.distributed import using_mesh
+        from rlctl.core.trainer.runtime.compiles import CompileWatch, enable_persistent_cache
+        from rlctl.core.trainer.runtime.distributed import using_mesh
 
         # before the first program compiles; a gs:// run's cache is pulled from its store
         enable_persistent_cache(self._say, self.run)
@@ -388,7 +390,7 @@ class Trainer:
             return self._train(on_status)
 
     def _train(self, on_status: OnStatus) -> dict[str, Any]:
-        from rlctl.core.trainer.metrics import MetricsWriter, NullMetrics
+        from rlctl.core.trainer.run.metrics import MetricsWriter, NullMetrics
 
         s = self.spec
         if not self.writer:

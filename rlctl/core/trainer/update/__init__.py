@@ -1,0 +1,1 @@
+"""One optimizer step: the jitted update and its fused AdamW."""
