@@ -73,7 +73,7 @@ TRL_VENV_PYTHON = REPO / ".venvs" / "trl" / "bin" / "python"
 RUN_NAME = "bench-gpu"
 GiB = 2**30
 # the Llama-3.2-1B shape with the tokenizer's vocabulary: the ids a random model samples
-# then all decode (GPU.md's 1B run: 1.07B parameters)
+# then all decode (the H200 run's 1B model, docs/gpu.md: 1.07B parameters)
 ONE_B = "llama-3.2-1b-v49152"
 
 

@@ -6,7 +6,7 @@ from rlctl.core.k8s.shapes import SliceShape
 
 
 def v6e_16(num_slices: int = 1) -> SliceShape:
-    """v6e-16: ct6e-standard-4t, topology 4x4, 4 hosts x 4 chips (DESIGN.md section 3), in
+    """v6e-16: ct6e-standard-4t, topology 4x4, 4 hosts x 4 chips (GKE's TPU v6e table), in
     pools of one thread per core as ``cluster create`` makes them (90 vCPUs a host)."""
     return SliceShape(
         kind="tpu",

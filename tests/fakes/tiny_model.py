@@ -3,7 +3,7 @@ its record) in Hugging Face layout, with a real BPE tokenizer and ChatML.
 
 Small enough that a GRPO step takes well under a second on CPU; untied
 embeddings and 0.02-scale init so it can actually learn (a tied random model
-learns nothing, see DESIGN.md).
+learns nothing).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each Tunix pitfall from DESIGN.md section 4 that rlctl works around, shown to
+"""Each Tunix pitfall that rlctl works around (tunix_adapter/shim.py), shown to
 matter: the check passes with rlctl's fix and fails without it."""
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class DevicePeak:
     (``peak_bytes_in_use``, what TRL reports as torch's ``max_memory_allocated``).
 
     None on a CPU, whose client keeps no such count. Read during the run, after each
-    step: a bench's probe at the process's exit read 0 on an H200 (GPU.md), so the
+    step: a bench's probe at the process's exit read 0 on an H200 (docs/gpu.md), so the
     largest ``bytes_in_use`` seen counts as well, and the figure never falls."""
 
     def __init__(self) -> None:

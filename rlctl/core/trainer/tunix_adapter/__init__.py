@@ -2,8 +2,8 @@
 
 Tunix's names drift (``RLCluster``/``RLEngine``, ``loss_algo``/``algo_variant``);
 keeping every Tunix call here means such a change touches this package. It also
-carries rlctl's fixes for Tunix pitfalls measured on these machines (DESIGN.md
-section 4), each with a test under tests/core/trainer/. Tunix's own GRPO loss,
+carries rlctl's fixes for Tunix pitfalls measured on these machines, each shown to matter by
+tests/core/trainer/test_pitfalls.py. Tunix's own GRPO loss,
 which rlctl's prefix-shared update is checked and benchmarked against, is no part
 of training: it lives in tests/core/trainer/yardsticks.py.
 

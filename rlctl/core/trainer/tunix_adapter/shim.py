@@ -1,5 +1,5 @@
-"""How Tunix is imported, and rlctl's patches of Tunix pitfalls (DESIGN.md section 4),
-each with a test under tests/core/trainer/."""
+"""How Tunix is imported, and rlctl's patches of Tunix pitfalls, each
+shown to matter by tests/core/trainer/test_pitfalls.py."""
 
 from __future__ import annotations
 
