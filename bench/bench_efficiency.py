@@ -131,7 +131,7 @@ def decode_figures(t: Any, new_tokens: int, repeats: int) -> dict[str, Any]:
     import jax
 
     from rlctl.core.trainer.rollout.sampler import left_pad
-    from rlctl.core.trainer.tunix_adapter import decode
+    from rlctl.core.trainer.tunix_adapter.llama import decode
 
     r, sampler = t.rollout, t.rollout.sampler
     problems = t.source.batch(0, t.spec.training.prompts_per_step)
@@ -228,7 +228,7 @@ def decode_products(t: Any) -> tuple[Any, list[Any], Any]:
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.tunix_adapter import decode
+    from rlctl.core.trainer.tunix_adapter.llama import decode
     from rlctl.core.trainer.tunix_adapter.mixed import dot
 
     dtype = t.rollout.sampler.info.compute_dtype

@@ -12,13 +12,13 @@ completion each) both ways, and, to say where the time goes, a prefill-only call
 (1 new token) of each.
 
 ``--against tunix-decode`` compares instead rlctl's two decode paths for Llama, on
-the same sampler: weights first (``tunix_adapter.decode``: projections as
+the same sampler: weights first (``tunix_adapter.llama.decode``: projections as
 [F, D] x [D, B] with the activations as columns, the KV cache as [B, K, S, H];
 the default) against Tunix's own layers (``Sampler.weights_first = False``, as the
 trainer decoded before it). Greedy completions must be identical.
 
 ``--against scan-layers`` compares rlctl's sampler (the CPU's row of the numerics table)
-with the same row but its layers scanned (``tunix_adapter/layers.py``: the prefill's
+with the same row but its layers scanned (``tunix_adapter/llama/layers.py``: the prefill's
 layers as one scanned body; the weights-first decode as it is), and ``--against
 accelerator`` with the GPU's whole row (prefill and decode scanned through rlctl's
 layers, not weights first): what the CPU would run with the accelerators' programs.

@@ -8,15 +8,15 @@ optimizer, so the machine's drift (here +-20% from minute to minute) falls on bo
 alike. Prints each one's median seconds after its first call and the ratio.
 
   --against jax-mlp-grad  JAX's own differentiation of Tunix's MLP
-                          (tunix_adapter/mlp_grad.py is what rlctl runs)
+                          (tunix_adapter/llama/mlp_grad.py is what rlctl runs)
   --against ynn-reduce    XLA:CPU's default YNNPACK fusions, reductions included
                           (compiles.update_options is what rlctl compiles with)
-  --against scan-layers   the layers as one scanned body (tunix_adapter/layers.py: the
+  --against scan-layers   the layers as one scanned body (tunix_adapter/llama/layers.py: the
                           accelerators' choice; the CPU's row unrolls them)
   --against accelerator   the GPU's whole row of the numerics table (numerics.TABLE):
                           scanned layers, none of the CPU's tricks
   --against whole-grid    the MLPs and the head on every completion position, pads
-                          included (tunix_adapter/compaction.py skips them)
+                          included (tunix_adapter/llama/compaction.py skips them)
   --against whole-head    the vocabulary head alone on every completion position
                           (compaction.head_logps projects the masked-in ones)
   --against remat-all     every layer recomputed in the backward pass (training.remat=true;

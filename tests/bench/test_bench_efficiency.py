@@ -32,7 +32,7 @@ def test_the_bytes_per_token_are_the_samplers_weights_and_the_cache_it_reads(
     import jax
 
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.tunix_adapter import decode
+    from rlctl.core.trainer.tunix_adapter.llama import decode
 
     r = figures[0]["rollout"]
     model, info = ta.load_model(tiny_model_dir, compute_dtype=r["compute_dtype"])
@@ -81,7 +81,7 @@ def test_the_decode_says_which_limit_binds(figures, tiny_model_dir):
     head, not norms) and the attention's two products over every slot; against the
     machine's matmul rate per byte of bandwidth, the most of it a step could use."""
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.tunix_adapter import decode
+    from rlctl.core.trainer.tunix_adapter.llama import decode
 
     r = figures[0]["rollout"]
     model, info = ta.load_model(tiny_model_dir, compute_dtype=r["compute_dtype"])
@@ -108,7 +108,7 @@ def test_the_decode_times_its_products_alone(figures, tiny_model_dir):
     (every laid-out projection and the head: the step's weights less its norms), and
     its rate, share and verdict are those seconds over the same step and bandwidth."""
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.tunix_adapter import decode
+    from rlctl.core.trainer.tunix_adapter.llama import decode
 
     r = figures[0]["rollout"]
     model, info = ta.load_model(tiny_model_dir, compute_dtype=r["compute_dtype"])

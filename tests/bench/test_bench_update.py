@@ -51,8 +51,9 @@ def test_the_yardsticks_are_compiled_without_what_they_measure(tiny_model_dir, m
     run's, the CPU's, with one choice changed); rlctl's own keeps the run's row."""
     from rlctl.core.trainer.runtime import compiles
     from rlctl.core.trainer.runtime.numerics import TABLE
-    from rlctl.core.trainer.tunix_adapter import layers as layers_lib
-    from rlctl.core.trainer.tunix_adapter import logprobs, mlp_grad
+    from rlctl.core.trainer.tunix_adapter import logprobs
+    from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
+    from rlctl.core.trainer.tunix_adapter.llama import mlp_grad
 
     own, options, packs, heads, scans = [], [], [], [], []
     real_layer, real_options = logprobs.decoder_layer, compiles.update_options

@@ -32,14 +32,14 @@ class Capabilities:
     code assumes (tested per family by tests/core/families/test_conformance.py)."""
 
     # sampler: decode steps with the weights laid out for a few rows
-    # (trainer/tunix_adapter/decode.py)
+    # (trainer/tunix_adapter/llama/decode.py)
     weights_first_decode: bool = False
     # update: rlctl's decoder layer with the SiLU-gated MLP's gradient spelled out and
-    # the MLP rows packed (tunix_adapter/mlp_grad.py, logprobs.py)
+    # the MLP rows packed (tunix_adapter/llama/mlp_grad.py, logprobs.py)
     own_mlp_gradient: bool = False
     # update: per-layer recomputation (``training.remat``, logprobs.recomputed)
     recomputation: bool = False
-    # every program: the layers as one scanned body (tunix_adapter/layers.py)
+    # every program: the layers as one scanned body (tunix_adapter/llama/layers.py)
     scanned_layers: bool = False
 
 

@@ -162,7 +162,7 @@ def test_the_round_trip_moves_no_bit(converted):
 
 @pytest.mark.trainer
 def test_the_trainers_logits_and_greedy_tokens_are_transformers(converted):
-    from rlctl.core.trainer.tunix_adapter import decode, layers
+    from rlctl.core.trainer.tunix_adapter.llama import decode, layers
     from tests.core.checkpoints.test_transformers_parity import assert_same_model
 
     name, _, trainer, back, model, info = converted

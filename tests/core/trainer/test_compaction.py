@@ -10,7 +10,7 @@ pytestmark = pytest.mark.trainer
 
 
 def test_packed_sizes_step_up_to_the_grid():
-    from rlctl.core.trainer.tunix_adapter.compaction import sizes
+    from rlctl.core.trainer.tunix_adapter.llama.compaction import sizes
 
     assert sizes(768) == [128, 256, 384, 512, 640, 768]
     assert sizes(30) == [8, 16, 24, 30]
@@ -26,7 +26,7 @@ def test_the_packed_head_gives_the_whole_heads_figures_where_kept(temperature):
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.tunix_adapter import compaction
+    from rlctl.core.trainer.tunix_adapter.llama import compaction
     from rlctl.core.trainer.tunix_adapter.logprobs import token_logps
 
     k = jax.random.split(jax.random.PRNGKey(0), 4)
@@ -57,7 +57,7 @@ def test_the_packed_head_gives_the_whole_heads_figures_where_kept(temperature):
 def test_needed_positions_are_those_before_a_masked_target():
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.tunix_adapter.compaction import needed_positions
+    from rlctl.core.trainer.tunix_adapter.llama.compaction import needed_positions
 
     mask = jnp.array([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 1, 0, 0]])
     assert needed_positions(mask).astype(int).tolist() == [
@@ -72,7 +72,7 @@ def test_packed_runs_the_kept_rows_only_with_their_gradients():
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.tunix_adapter.compaction import packed, plan
+    from rlctl.core.trainer.tunix_adapter.llama.compaction import packed, plan
 
     keep = jnp.array([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]] * 4, bool)  # 24 of 48 kept
     x = jax.random.normal(jax.random.PRNGKey(0), (48, 5))
@@ -120,7 +120,7 @@ def padded(tiny_model_dir):
 
 def test_the_log_probs_are_the_whole_grids_where_the_mask_is_set(padded):
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.tunix_adapter import compaction
+    from rlctl.core.trainer.tunix_adapter.llama import compaction
 
     model, info, prompts, comps, mask, _, pad, G = padded
     assert int(compaction.plan(compaction.needed_positions(mask)).branch) < 5  # skips

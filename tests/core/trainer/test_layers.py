@@ -1,4 +1,4 @@
-"""Scanned layers (``tunix_adapter/layers.py``) compute what the unrolled loop does: the
+"""Scanned layers (``tunix_adapter/llama/layers.py``) compute what the unrolled loop does: the
 update's log-probs and gradients, the sampler's tokens and log-probs, on a tiny Llama
 in float32. And the accelerators' row of the numerics table as a whole (scanned, none
 of the CPU's tricks) trains on the same figures as the CPU's."""

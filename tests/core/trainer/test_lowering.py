@@ -36,7 +36,7 @@ G, N = 4, 8  # completions per prompt, new tokens
 
 def cpu_only_scopes() -> dict[str, str]:
     """Each CPU-only choice's named scope in a lowered program."""
-    from rlctl.core.trainer.tunix_adapter import compaction, decode, mlp_grad
+    from rlctl.core.trainer.tunix_adapter.llama import compaction, decode, mlp_grad
 
     return {
         "pack_mlp_rows": compaction.ROWS_SCOPE,

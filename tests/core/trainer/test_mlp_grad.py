@@ -23,7 +23,7 @@ def test_the_gated_mlps_gradients_are_jaxs():
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.tunix_adapter.mlp_grad import gated_mlp
+    from rlctl.core.trainer.tunix_adapter.llama.mlp_grad import gated_mlp
 
     wg, wu, wd, x, dy = mlp_case(0, 8, 24, (3, 5), 0.3)
 
@@ -45,7 +45,7 @@ def test_in_bfloat16_it_is_float32s_within_bfloat16s_precision():
     import jax
     import jax.numpy as jnp
 
-    from rlctl.core.trainer.tunix_adapter.mlp_grad import gated_mlp
+    from rlctl.core.trainer.tunix_adapter.llama.mlp_grad import gated_mlp
 
     wg, wu, wd, x, dy = mlp_case(1, 32, 80, (4, 9), 0.2)
 
@@ -69,7 +69,7 @@ def test_the_decoder_layer_is_tunixs_forward_and_backward(tiny_model_dir):
     from flax import nnx
 
     from rlctl.core.trainer import tunix_adapter as ta
-    from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
+    from rlctl.core.trainer.tunix_adapter.llama.mlp_grad import decoder_layer
 
     model, _ = ta.load_model(tiny_model_dir)
     layer = model.layers[0]

@@ -238,7 +238,7 @@ class TestSamplingParameters:
 
 class TestWeightsFirstDecode:
     """Llama's decode step with its weights laid out for a few rows
-    (``tunix_adapter.decode``) against Tunix's own layers, in the same program."""
+    (``tunix_adapter.llama.decode``) against Tunix's own layers, in the same program."""
 
     def _both(self, llama, group: int, temperature: float):
         import jax
@@ -274,7 +274,7 @@ class TestWeightsFirstDecode:
         from types import SimpleNamespace
 
         from rlctl.core.trainer import tunix_adapter as ta
-        from rlctl.core.trainer.tunix_adapter import decode
+        from rlctl.core.trainer.tunix_adapter.llama import decode
         from rlctl.core.trainer.tunix_adapter.lora import apply_lora
 
         assert decode.fits(llama.model, llama.info)

@@ -28,9 +28,9 @@ from flax import nnx
 from rlctl.core.trainer import tunix_adapter as ta
 from rlctl.core.trainer.rollout.rollout_engine import Drawn  # what a call returns, every engine's
 from rlctl.core.trainer.runtime.numerics import Numerics
-from rlctl.core.trainer.tunix_adapter import decode
-from rlctl.core.trainer.tunix_adapter import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.kv_cache import repeat_rows
+from rlctl.core.trainer.tunix_adapter.llama import decode
+from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt
 
 if TYPE_CHECKING:
@@ -150,11 +150,11 @@ def sample_groups(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``group`` completions of each left-padded prompt of ``prompt_ids`` [P, Lp].
 
-    Llama-family models decode through ``tunix_adapter.decode`` (its weights laid
+    Llama-family models decode through ``tunix_adapter.llama.decode`` (its weights laid
     out for a few rows: about 2x faster on CPU) where ``weights_first`` (the numerics
     table's CPU choice) and the model has no LoRA adapters; else through the model's
     layers. Both draw the same tokens (tested). ``scan``: a plain Llama's layers run
-    as one scanned body in the prefill and that decode (``tunix_adapter.layers``),
+    as one scanned body in the prefill and that decode (``tunix_adapter.llama.layers``),
     so the program holds one layer whatever the depth, the decode's products reading
     the sampler's compute dtype; unrolled, they are Tunix's own layers.
 

@@ -11,13 +11,13 @@ of training: it lives in tests/core/trainer/yardsticks.py.
   families.py  each family's Tunix ``ModelConfig`` (the records: rlctl/core/families/)
   weights.py   loading a model from a Hugging Face or trainer folder
   kv_cache.py  the sampler's KV cache and replicated weights
-  decode.py    Llama's decode step with its weights laid out for a few rows
-  layers.py    Llama's layers as one scanned body (the program holds one layer)
   logprobs.py  log-probs of completions (prefix-shared, chunked, rematerialised)
   mixed.py     matmuls in the run's compute dtype, summed in float32 (mixed precision)
-  mlp_grad.py  Llama's decoder layer for the update, its MLP's gradient spelled out
-  compaction.py  the update's MLPs on the completions' real tokens only
   lora.py      LoRA adapters (qwix) on a frozen base
+  llama/       the Llama architecture's own numerics (Llama, Mistral, Qwen 2 on Tunix's
+               Llama): decode.py (weights laid out for a few rows), layers.py (one
+               scanned body), mlp_grad.py (the update's decoder layer, its MLP gradient
+               spelled out), compaction.py (MLPs on the real tokens only)
 """
 
 from __future__ import annotations

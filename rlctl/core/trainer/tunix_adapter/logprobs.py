@@ -13,12 +13,12 @@ from flax import nnx
 
 from rlctl.core.trainer.runtime import numerics as numerics_lib
 from rlctl.core.trainer.runtime.numerics import Numerics
-from rlctl.core.trainer.tunix_adapter import layers as layers_lib
-from rlctl.core.trainer.tunix_adapter.compaction import head_logps, needed_positions, plan
-from rlctl.core.trainer.tunix_adapter.decode import plain
 from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, layer_cache, repeat_rows
+from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
+from rlctl.core.trainer.tunix_adapter.llama.compaction import head_logps, needed_positions, plan
+from rlctl.core.trainer.tunix_adapter.llama.decode import plain
+from rlctl.core.trainer.tunix_adapter.llama.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.mixed import mm
-from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 
 

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from rlctl.core.trainer.tunix_adapter.decode import plain
+from rlctl.core.trainer.tunix_adapter.llama.decode import plain
+from rlctl.core.trainer.tunix_adapter.llama.mlp_grad import decoder_layer
 from rlctl.core.trainer.tunix_adapter.mixed import dtype_of, narrow
-from rlctl.core.trainer.tunix_adapter.mlp_grad import decoder_layer
 
 
 def scans(model: Any, info: Any) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rlctl.core.trainer.tunix_adapter.compaction import Packing, packed
+from rlctl.core.trainer.tunix_adapter.llama.compaction import Packing, packed
 from rlctl.core.trainer.tunix_adapter.mixed import F32, dot_nt, dtype_of, mm, narrow
 
 # the named scope of the own gradient's operations in a lowered program
