@@ -422,7 +422,8 @@ def test_the_trainer_imports_none_of_tunix_learners_nor_torch():
     import sys
 
     code = (
-        "import sys; from rlctl.core.trainer import tunix_adapter, loop, metrics; "
+        "import sys; from rlctl.core.trainer import tunix_adapter; "
+        "from rlctl.core.trainer.run import loop, metrics; "
         "import tunix.generate.sampler, tunix.models.llama3.model, tunix.models.qwen3.model;"
         "metrics.summary_writer();"
         "print(sorted(m for m in ('torch', 'pandas', 'tunix.rl', "
