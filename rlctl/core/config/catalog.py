@@ -19,6 +19,19 @@ from rlctl.core.config import kinds
 from rlctl.core.errors import ConfigError
 
 
+class TpuCompileFacts(BaseModel):
+    """A TPU generation as libtpu compiles for it without one (accelerators.yaml's
+    ``compile``): its name in a topology, chip configuration, JAX devices per chip and
+    each chip's HBM."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    libtpu_name: str
+    chip_config: str = "default"
+    devices_per_chip: int = 1
+    hbm_gib: float
+
+
 class Accelerator(BaseModel):
     """One accelerator slice type (TPU) or GPU machine type."""
 
@@ -34,9 +47,12 @@ class Accelerator(BaseModel):
     chips_per_host: int = 0
     hosts: int = 1
     topology: str | None = None
+    # how the fit check compiles for its generation (TPU; ``compile_targets``)
+    compile: TpuCompileFacts | None = None
     # GPU fields
     gpu_type: str | None = None
     gpus: int = 0
+    compile_target: str | None = None  # rlctl/data/gpu_targets/<name>.txtpb (None: none)
 
     @property
     def strategy(self) -> kinds.AcceleratorKind:
@@ -70,6 +86,7 @@ def _load() -> dict[str, Accelerator]:
                 family=family,
                 gke_accelerator=fam["gke_accelerator"],
                 ray_accelerator_type=fam["ray_accelerator_type"],
+                compile=fam.get("compile"),
                 **t,
             )
     for name, g in raw["gpu"].items():
