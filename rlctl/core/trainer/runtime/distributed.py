@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -139,17 +139,58 @@ def current() -> Topology:
     return Topology(jax.process_index(), jax.process_count(), jax.device_count())
 
 
-def make_mesh() -> Any:
-    """An FSDP mesh over every device of every process; None for a single device,
-    which keeps the one-device path (the laptop default) free of sharding."""
-    import jax
-    from jax.sharding import AxisType
+def make_mesh(devices: Sequence[Any] | None = None) -> Any:
+    """An FSDP mesh over ``devices`` (every device of every process by default); None
+    for a single device, which keeps the one-device path (the laptop default) free of
+    sharding.
 
-    n = jax.device_count()
+    The devices of several TPU slices (their ``slice_index`` differs) or of several GPU
+    hosts are joined by the data-centre network, their chips within a slice or host by
+    ICI or NVLink: ``jax.make_mesh`` refuses such a set (an AssertionError for libtpu's
+    devices of two v6e-16 slices, "does not support multi-slice topologies" on two GPU
+    hosts). So, as MaxText's ``create_device_mesh`` does, the mesh is a hybrid one
+    (``mesh_utils.create_hybrid_device_mesh``): each slice's (host's) devices laid out
+    by their ICI topology, the slices (hosts) stacked along the same ``fsdp`` axis,
+    grouped by slice on a TPU and by process on a GPU (``process_is_granule``, the
+    t5x/paxml spelling for GPUs, which set no meaningful slice index)."""
+    import jax
+    from jax.sharding import AxisType, Mesh
+
+    devices = list(jax.devices() if devices is None else devices)
+    n = len(devices)
     if n == 1:
         return None
-    # Tunix's models shard parameters and activations over ("fsdp", "tp").
-    return jax.make_mesh((n, 1), ("fsdp", "tp"), axis_types=(AxisType.Auto,) * 2)
+    names, types = ("fsdp", "tp"), (AxisType.Auto,) * 2  # Tunix's ("fsdp", "tp")
+    granules = mesh_granules(devices)
+    if granules is None:
+        return jax.make_mesh((n, 1), names, axis_types=types, devices=devices)
+    from jax.experimental import mesh_utils
+
+    attr, count = granules
+    grid = mesh_utils.create_hybrid_device_mesh(
+        (n // count, 1),
+        (count, 1),
+        devices=devices,
+        process_is_granule=attr == "process_index",
+        allow_split_physical_axes=True,
+    )
+    return Mesh(grid, names, axis_types=types)
+
+
+def mesh_granules(devices: Sequence[Any]) -> tuple[str, int] | None:
+    """How ``devices`` split across the data-centre network: (the device attribute
+    that names a part, the number of parts), or None when they are one slice or host.
+
+    TPU devices name their slice (``slice_index``); GPU devices their host
+    (``process_index``; a GPU's ``slice_index``, where set, is its process's)."""
+    platform = devices[0].platform
+    if platform == "tpu":
+        slices = {getattr(d, "slice_index", 0) for d in devices}
+        return ("slice_index", len(slices)) if len(slices) > 1 else None
+    if platform == "cpu":
+        return None  # one process's, or a test's multi-process CPU: one fabric
+    hosts = {d.process_index for d in devices}
+    return ("process_index", len(hosts)) if len(hosts) > 1 else None
 
 
 @contextlib.contextmanager
