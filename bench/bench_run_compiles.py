@@ -12,8 +12,8 @@ Runs, in one invocation:
   cold      this checkout, with an empty compilation cache
   warm      this checkout again, same cache: what a second run or a resume pays
 
-    python -m bench.bench_compile --baseline-rev 2ae84ea
-    python -m bench.bench_compile --steps 6 --eval-size 0 --set rollout.max_new_tokens=16
+    python -m bench.bench_run_compiles --baseline-rev 2ae84ea
+    python -m bench.bench_run_compiles --steps 6 --eval-size 0 --set rollout.max_new_tokens=16
 """
 
 from __future__ import annotations

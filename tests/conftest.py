@@ -27,6 +27,11 @@ collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm"]
 # lock (RLCTL_IMAGE_LOCK names it), never in the main test venv
 if not os.environ.get("RLCTL_IMAGE_LOCK"):
     collect_ignore.append("ray_image")
+# tests/accelerator compiles for TPUs and GPUs that are not here (libtpu and JAX's CUDA
+# plugin: the compile-tpu and compile-gpu extras), in the venv .ci/accelerator-compile
+# makes, never in the main test venv
+if not (importlib.util.find_spec("libtpu") and importlib.util.find_spec("jax_plugins")):
+    collect_ignore.append("accelerator")
 # tests/dev checks the package against the developers' reference copies in ../shared,
 # which only their checkouts have: elsewhere it is not collected (not skipped)
 if not (Path(__file__).resolve().parents[1].parent / "shared").is_dir():

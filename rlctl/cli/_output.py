@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import typer
@@ -101,6 +101,18 @@ class Output:
     # --- chatter (stderr) -------------------------------------------------
     def info(self, msg: str) -> None:
         self.err.print(_text(msg))
+
+    @contextlib.contextmanager
+    def phases(self, first: str) -> Iterator[Callable[[str], None]]:
+        """A phase of a command that takes seconds to minutes (the fit check's
+        compiles): on a terminal a spinner whose text each call changes, elsewhere one
+        plain line per call."""
+        if not self.interactive:
+            self.info(first)
+            yield self.info
+            return
+        with self.err.status(Text(first)) as status:
+            yield lambda msg: status.update(Text(msg))
 
     def debug(self, msg: str) -> None:
         if self.verbose:

@@ -297,20 +297,26 @@ def _submit(
             f'"rlctl cluster create {name} -a {shlex.quote(where.ref.accelerator or "")} '
             f'--bucket {core.assumed_bucket(clients.project, name)}" makes it'
         )
-    out.info(f"looking up cluster {where.ref.cluster} ...")
     # the HF token comes from the environment only: a flag would land in shell history
-    result = core.submit(
-        clients,
-        where.ref,
-        spec,
-        backend,
-        image,
-        hf_token=core.hf_token_from_env(),
-        dry_run=dry_run,
-        resources=core.HostResources(**resources),
-    )
+    with out.phases(f"looking up cluster {where.ref.cluster} ...") as say:
+        result = core.submit(
+            clients,
+            where.ref,
+            spec,
+            backend,
+            image,
+            hf_token=core.hf_token_from_env(),
+            dry_run=dry_run,
+            resources=core.HostResources(**resources),
+            on_progress=lambda line: say(f"device memory: {line} ..."),
+        )
     for p in result.placements:  # where each pod group goes (the fit check passed)
         out.info(f"  {p.group}: {p.pods} pod{'s' * (p.pods != 1)} -> {', '.join(p.pools)}")
+    fit = result.device_fit
+    if fit is not None:  # its programs compiled for the accelerator (or why not)
+        out.info(f"  device memory: {fit.line}")
+        for line in [*fit.detail(), *fit.notes]:
+            out.info(f"    {line}")
     for note in result.notes:
         out.info(f"  note: {note}")
     if isinstance(result, SubmitPreview):
@@ -443,7 +449,10 @@ def _command(algorithm: str):
         f"eval).\n\nWith --cluster NAME it submits the run to that GKE cluster instead: the "
         f"accelerator shape comes from the cluster's node pools, the run store is "
         f"gs://BUCKET/runs of the cluster's bucket (or --runs-dir gs://...), and --dry-run "
-        f"prints the manifests (YAML; a JSON list with -o json) and changes nothing. A Hugging "
+        f"prints the manifests (YAML; a JSON list with -o json) and changes nothing. Both first "
+        f"place every pod on the cluster's pools and, with the compile-tpu or compile-gpu "
+        f"extra, compile the run for the accelerator to check each chip's memory (a run "
+        f"that cannot fit is refused with the setting that fixes it). A Hugging "
         f"Face token for gated models is read from $HF_TOKEN only and stored in a Secret."
         f"\n\nExample: {_EXAMPLES[algorithm]}\n\nExample: {_CLUSTER_EXAMPLES[algorithm]}"
     )

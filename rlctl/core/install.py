@@ -43,11 +43,18 @@ def _source() -> tuple[str, bool] | None:
     return url, editable
 
 
-def extra_install_command(extra: str, force: bool = False) -> str:
+def extra_install_command(extra: str, force: bool = False, constrained: bool = False) -> str:
     """The pip command that adds ``extra`` to this installation of rlctl (``force``:
-    reinstall it too, for files missing from the installed package)."""
+    reinstall it too, for files missing from the installed package; ``constrained``:
+    with the checkout's recorded versions, ``-c constraints.txt``, where it has them)."""
     pip = "pip install --force-reinstall" if force else "pip install"
     src = _source()
+    if constrained and src is not None and "://" not in src[0]:
+        from pathlib import Path
+
+        pins = Path(src[0]) / "constraints.txt"
+        if pins.is_file():
+            pip += f" -c {shlex.quote(str(pins))}"
     if src is None:
         return f"{pip} {shlex.quote(f'{DIST}[{extra}]')}"
     where, editable = src

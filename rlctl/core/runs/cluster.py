@@ -35,6 +35,7 @@ from rlctl.core.k8s.apply import KubeApi, describe_workload, trainer_logs
 from rlctl.core.k8s.backends.base import Backend
 from rlctl.core.k8s.shapes import SliceShape, slice_shape
 from rlctl.core.plan import ApplyResult, Plan
+from rlctl.core.runs import device_fit
 from rlctl.core.runs.placement import check_placement
 from rlctl.core.runs.results import (
     ClusterRunInfo,
@@ -284,11 +285,15 @@ def submit(
     hf_token: str | None = None,
     dry_run: bool = False,
     resources: HostResources | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> SubmitResult | SubmitPreview:
     """Render (``dry_run``) or submit a run to ``ref.cluster``.
 
     A dry run returns a ``SubmitPreview`` (the manifests, no Secret value, nothing
-    written); a submit ``submit_run``'s result with where the run went.
+    written); a submit ``submit_run``'s result with where the run went. Both first
+    place the pods on the cluster's pools and compile the run's programs for its
+    accelerator (``device_fit``: ``on_progress`` hears each compile), refusing a run
+    that cannot fit before anything is written or applied.
     """
     res = resources or HostResources()
     chosen = backends.get(backend)  # resolved once; ConfigError naming the registered ones
@@ -328,13 +333,22 @@ def submit(
     objs = render_run(spec, chosen, shape, store, opts, with_hf_secret=bool(hf_token))
     # every pod has a node before anything is written or applied (UnschedulableError)
     report, notes = check_placement(objs, target.pools, target.unmodelled, target.name, region, acc)
-    notes = [
-        f"rollout engine: {cluster_engine(spec.rollout.engine, shape.kind, image).why}",
-        *notes,
-    ]
+    engine = cluster_engine(spec.rollout.engine, shape.kind, image)
+    notes = [f"rollout engine: {engine.why}", *notes]
+    # device memory: the run's programs compiled for the accelerator (not here)
+    from rlctl.core.clients import EmptyProject
+
+    storage = None if isinstance(clients, EmptyProject) else clients.storage
+    fit = device_fit.check(spec, acc, shape.count, engine.name, on_progress, storage)
+    device_fit.refuse(fit)
     if dry_run:
         return SubmitPreview(
-            **where, runs_dir=store.uri, manifests=objs, placements=report.placements, notes=notes
+            **where,
+            runs_dir=store.uri,
+            manifests=objs,
+            placements=report.placements,
+            notes=notes,
+            device_fit=fit,
         )
     from rlctl.core.gcp import preflight
 
@@ -343,7 +357,9 @@ def submit(
     api = kube_api(clients, target, opts.namespace)
     _ready_or_raise(api, target, chosen, opts, _image_lines(clients, target, shape, image))
     out = submit_run(spec, chosen, shape, api, store, opts, hf_token=hf_token, record=record)
-    return out.model_copy(update={**where, "placements": report.placements, "notes": notes})
+    return out.model_copy(
+        update={**where, "placements": report.placements, "notes": notes, "device_fit": fit}
+    )
 
 
 # --- an existing run ------------------------------------------------------------------

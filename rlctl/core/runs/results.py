@@ -22,6 +22,7 @@ from rlctl.core.k8s.diagnose import Diagnosis
 from rlctl.core.k8s.fit import Placement
 from rlctl.core.phases import Phase
 from rlctl.core.runs.curve import Curve
+from rlctl.core.trainer.api import DeviceFit
 
 EVALS = ("baseline", "final")
 
@@ -157,6 +158,8 @@ class SubmitPreview(BaseModel):
     manifests: list[dict[str, Any]]
     placements: list[Placement] = []  # the node pool(s) each pod group goes to
     notes: list[str] = []
+    # its programs compiled for the accelerator: device memory per chip (or not checked)
+    device_fit: DeviceFit | None = None
 
 
 class SubmitResult(BaseModel):
@@ -168,6 +171,7 @@ class SubmitResult(BaseModel):
     applied: list[str]  # 'Kind/name (action)', in apply order
     placements: list[Placement] = []  # the node pool(s) each pod group goes to
     notes: list[str] = []
+    device_fit: DeviceFit | None = None  # as the plan found it before the apply
     cluster: str | None = None
     project: str | None = None
     region: str | None = None

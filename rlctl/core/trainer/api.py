@@ -6,6 +6,9 @@ benchmarks' run path call, and nothing else of the trainer's modules.
 * ``load_libraries(emit)``: import JAX, Flax and Tunix, saying so first;
 * ``train(spec, run, progress, on_status, ...)``: one run trained, checkpointed and
   evaluated (``loop.Trainer``), with an optional ``Watch`` around its phases;
+* the fit check's pieces (``DeviceFit``, ``fit_missing_extra``, ``source_config``,
+  ``FIT_MODULE``: the process that compiles a run's programs for an accelerator that
+  is not here, ``device_fit/``);
 * the events a run emits (``Stage``, ``phase``, ``parse_phase``: events.py), the stop
   protocol between the driver's signal handlers and the loop (``stops``), the rollout
   engine a spec picks (``Engine``, ``pick_engine``), the processes of a multi-host run
@@ -32,6 +35,7 @@ from rlctl.core.trainer.checkpoint.checkpoint_damage import (
     refusal,
 )
 from rlctl.core.trainer.checkpoint.checkpoint_noise import restore_noise
+from rlctl.core.trainer.device_fit.report import DeviceFit, ProgramFit
 from rlctl.core.trainer.rollout.engines import Engine
 from rlctl.core.trainer.rollout.engines import pick as pick_engine
 from rlctl.core.trainer.runtime import stops
@@ -48,14 +52,24 @@ OnStatus = Callable[["StatusUpdate"], None]  # what status.json should now say
 # around each phase: (its name, the object doing it) -> the context it runs in (loop.Watch)
 Watch = Callable[[str, Any], AbstractContextManager[Any]]
 
+# the fit check's process: ``python -m`` it with a JSON request (device_fit/__main__.py)
+FIT_MODULE = "rlctl.core.trainer.device_fit"
+FIT_PROGRESS = "rlctl-fit: "  # its progress lines on stderr start with this
+
 __all__ = [
+    "FIT_MODULE",
+    "FIT_PROGRESS",
+    "DeviceFit",
     "Engine",
     "OnStatus",
+    "ProgramFit",
     "Progress",
     "Stage",
     "Topology",
     "Watch",
     "agree",
+    "fit_fix",
+    "fit_missing_extra",
     "initialize",
     "load_libraries",
     "nothing_to_recover",
@@ -66,6 +80,7 @@ __all__ = [
     "recover_candidates",
     "refusal",
     "restore_noise",
+    "source_config",
     "stops",
     "train",
 ]
@@ -159,3 +174,26 @@ def train(
     from rlctl.core.trainer.run.loop import run_trainer
 
     return run_trainer(spec, run, progress, on_status, topology, recover, watch)
+
+
+def fit_fix(report: DeviceFit, spec: RunSpec, acc: Any = None, count: int = 1) -> str:
+    """The setting that makes a run that does not fit fit (``device_fit/fixes.py``)."""
+    from rlctl.core.trainer.device_fit.fixes import fix_for
+
+    return fix_for(report, spec, acc, count)
+
+
+def fit_missing_extra(target: Any) -> str | None:
+    """Why this environment cannot compile for ``target`` (a ``CompileTarget``), or
+    None; looks for libtpu or JAX's CUDA plugin without importing JAX."""
+    from rlctl.core.trainer.runtime.targets import missing_extra
+
+    return missing_extra(target)
+
+
+def source_config(source: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(config.json, None) of ``model.source`` without its weights, or (None, why it
+    cannot be read here)."""
+    from rlctl.core.trainer.model.models import source_config as read
+
+    return read(source)

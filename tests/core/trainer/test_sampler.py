@@ -235,6 +235,37 @@ class TestSamplingParameters:
             )
         assert sample_groups._cache_size() == before
 
+    @pytest.mark.parametrize("row", ["cpu", "gpu"])
+    def test_a_precompiled_program_is_the_one_the_calls_run(self, llama, row):
+        """What an accelerator's trainer compiles before the first step (its memory read
+        then) is what the rollout and the eval run: the same tokens, no other compile,
+        the rows laid out as the call lays them (the GPU row prefills every row)."""
+        from rlctl.core.trainer.rollout.sampler import Sampler, sample_groups
+        from rlctl.core.trainer.runtime.numerics import TABLE
+
+        prompts = llama.prompts()
+
+        def make() -> Sampler:
+            return Sampler(
+                llama.model,
+                llama.info,
+                pad_id=llama.pad,
+                eos_ids=[],
+                max_new_tokens=N + 1,  # a program no other test compiled
+                numerics=TABLE[row],
+            )
+
+        sampler = make()
+        compiled = sampler.precompile(len(prompts), prompts.shape[1], 2)
+        assert compiled.memory_analysis().temp_size_in_bytes > 0
+        before = sample_groups._cache_size()
+        out = sampler(prompts, group=2, seed=3, temperature=1.0)
+        assert sample_groups._cache_size() == before  # the precompiled one ran
+        plain = make()(prompts, group=2, seed=3, temperature=1.0)
+        assert sample_groups._cache_size() == before + 1  # jit's own, compiled now
+        np.testing.assert_array_equal(out.tokens, plain.tokens)
+        assert sampler.precompile(len(prompts), prompts.shape[1], 2) is compiled
+
 
 class TestWeightsFirstDecode:
     """Llama's decode step with its weights laid out for a few rows

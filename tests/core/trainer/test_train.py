@@ -606,3 +606,21 @@ def test_prompt_width_is_a_function_of_the_batch_alone():
     assert prompt_width(112, 99) == 112  # within the probe
     assert prompt_width(112, 137) == 144  # a longer batch gets its own bucket
     assert prompt_width(112, 113) == 128
+
+
+def test_an_accelerators_row_compiles_its_sampler_and_checks_memory_before_step_1(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """On an accelerator (its numerics row; here RLCTL_NUMERICS=gpu on the CPU) the
+    rollout's and the eval's sampler compile with the update, before the first step, and
+    the run says what the device holds at their peaks; step 1 compiles nothing of its
+    own (it runs the precompiled programs)."""
+    monkeypatch.setenv("RLCTL_NUMERICS", "gpu")
+    r = rlctl(*tiny_args(tiny_model_dir, tmp_path, "acc", "grpo", "--steps", "2"))
+    assert r.returncode == 0, r.stderr
+    log = (tmp_path / "acc" / "train.log").read_text().splitlines()
+    fit = next(i for i, ln in enumerate(log) if "device memory: fits: " in ln)
+    assert "per machine, this machine" in log[fit]
+    training = next(i for i, ln in enumerate(log) if "training acc: steps 1..2" in ln)
+    samplers = [i for i, ln in enumerate(log) if "compiled the sampler" in ln]
+    assert len(samplers) == 2 and max(samplers) < fit < training  # rollout and eval

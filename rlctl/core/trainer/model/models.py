@@ -49,6 +49,28 @@ def resolve_model_dir(source: str, on_convert: Callable[[], None] | None = None)
     )
 
 
+def source_config(source: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(config.json, None) of a model source without its weights, or (None, why it
+    cannot be read here): what the fit check builds the model's shapes from. The
+    embedded model (converted on first use), a local folder, or a hub id's config.json
+    alone (a pod's own path, such as a GCS FUSE mount, is not readable here)."""
+    if source == DEFAULT_MODEL:
+        return read_model_config(resolve_model_dir(source)), None
+    if Path(source).expanduser().is_dir():  # its weights are the pods' to read
+        return read_model_config(Path(source).expanduser()), None
+    if source.count("/") == 1 and not source.startswith((".", "/")):
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(source, "config.json")
+        except Exception as e:  # offline, gated, missing: the check says so, nothing else
+            first = (str(e).splitlines() or [""])[0][:120]
+            why = f"{type(e).__name__}: {first}"
+            return None, f"cannot read {source}'s config.json from the hub here ({why})"
+        return read_model_config(Path(path).parent), None
+    return None, f"model {source!r} is not readable here (a path in the pods' image or mount)"
+
+
 def read_model_config(folder: Path) -> dict[str, Any]:
     """``config.json`` as a dict, or a ConfigError naming the file and what is wrong."""
     cfg = folder / "config.json"

@@ -74,6 +74,12 @@ class RolloutEngine(Protocol):
         (1-based) and the policy it sampled for; may stop the run."""
         ...
 
+    def precompile(self, prompts: int, width: int, group: int) -> Any:
+        """Its program for ``prompts`` prompts of ``width`` tokens, ``group`` completions
+        each, compiled now and run by the calls of those shapes (its device memory known
+        before the first step), or None where the engine compiles its own (vLLM)."""
+        ...
+
     @property
     def sampling_dtype(self) -> str | None:
         """What its matmuls read, for status.json (None: the engine's own affair)."""

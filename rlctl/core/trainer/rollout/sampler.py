@@ -315,6 +315,7 @@ class Sampler:
         # False: every row prefilled (its prompt repeated), as an eval's rows are, so the
         # rollout and an eval batch of as many rows share one program
         self.prefill_once_per_group = row.prefill_once_per_group
+        self._compiled: dict[Any, Any] = {}  # (prompts' shape, group) -> program (precompile)
         self.sync(model)
 
     @classmethod
@@ -354,6 +355,45 @@ class Sampler:
             state if self.replicate_over is None else ta.whole_weights(state, self.replicate_over)
         )
 
+    def _layout(self, prompts: int, group: int) -> tuple[int, int]:
+        """(rows, group) of the program for ``prompts`` prompts of ``group`` completions:
+        each prompt once, or each row its own (``prefill_once_per_group`` off)."""
+        if not self.prefill_once_per_group and group > 1:
+            return prompts * group, 1
+        return prompts, group
+
+    def precompile(self, prompts: int, width: int, group: int) -> Any:
+        """``sample_groups`` for ``prompts`` prompts of ``width`` tokens, ``group``
+        completions each, compiled ahead of its first call, which then runs it: on an
+        accelerator the trainer compiles the rollout's and the eval's this way before
+        the first step, so their device memory is known before anything samples
+        (``loop.Trainer.check_device_memory``). One device only (the weights as the
+        model holds them)."""
+        rows, group = self._layout(prompts, group)
+        key = ((rows, width), group)
+        if key not in self._compiled:
+            self._compiled[key] = (
+                sample_groups.trace(
+                    self.graphdef,
+                    self.state,
+                    jax.ShapeDtypeStruct((rows, width), np.int32),
+                    np.uint32(0),
+                    np.float32(1.0),
+                    np.float32(1.0),
+                    np.int32(0),
+                    info=self.info,
+                    group=group,
+                    max_new_tokens=self.max_new_tokens,
+                    pad_id=self.pad_id,
+                    eos_ids=self.eos_ids,
+                    weights_first=self.weights_first,
+                    scan=self.scan,
+                )
+                .lower()
+                .compile()
+            )
+        return self._compiled[key]
+
     def __call__(
         self,
         prompt_ids: np.ndarray,
@@ -371,7 +411,7 @@ class Sampler:
         prompt_ids = np.asarray(prompt_ids, np.int32)
         if not self.prefill_once_per_group and group > 1:
             prompt_ids, group = np.repeat(prompt_ids, group, axis=0), 1
-        tokens, logps, steps = sample_groups(
+        args = (
             self.graphdef,
             self.state,
             prompt_ids,
@@ -379,14 +419,21 @@ class Sampler:
             np.float32(temperature),
             np.float32(top_p),
             np.int32(top_k or 0),
-            info=self.info,
-            group=group,
-            max_new_tokens=self.max_new_tokens,
-            pad_id=self.pad_id,
-            eos_ids=self.eos_ids,
-            weights_first=self.weights_first,
-            scan=self.scan,
         )
+        compiled = self._compiled.get((prompt_ids.shape, group))
+        if compiled is not None:  # precompiled for these shapes (the graph is baked in)
+            tokens, logps, steps = compiled(*args[1:])
+        else:
+            tokens, logps, steps = sample_groups(
+                *args,
+                info=self.info,
+                group=group,
+                max_new_tokens=self.max_new_tokens,
+                pad_id=self.pad_id,
+                eos_ids=self.eos_ids,
+                weights_first=self.weights_first,
+                scan=self.scan,
+            )
         tokens, logps, steps = _to_host((tokens, logps, steps))
         stopped = np.isin(tokens, self.eos_ids)
         lengths = np.where(stopped.any(-1), stopped.argmax(-1), tokens.shape[1])

@@ -226,6 +226,11 @@ class VllmSampler:
             "weight_push_seconds": self.last_push.seconds,
         }
 
+    def precompile(self, prompts: int, width: int, group: int) -> Any:
+        """Nothing: vLLM compiles and sizes its own programs (its KV cache from
+        ``gpu_memory_utilization``)."""
+        return None
+
     def sync(self, model: Any) -> None:
         """The policy's current weights into the engine, in place; its prefix cache
         (KV of the old weights) dropped with them."""

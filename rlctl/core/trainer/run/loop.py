@@ -34,7 +34,7 @@ from rlctl.core.trainer.run import evaluation
 from rlctl.core.trainer.runtime import stops
 from rlctl.core.trainer.runtime.distributed import Topology, agree
 from rlctl.core.trainer.runtime.events import Stage, phase
-from rlctl.core.trainer.update.step import StepMetrics, Update, make_optimizer
+from rlctl.core.trainer.update.step import StepMetrics, Update, batch_shape, make_optimizer
 
 Progress = Callable[[dict[str, Any]], None]
 OnStatus = Callable[[StatusUpdate], None]  # what status.json should now say
@@ -197,35 +197,78 @@ class Trainer:
         if self.mesh is not None:
             return
         self.emit(phase(Stage.COMPILING, "compiling the update"))
-        self.update.precompile(
+        compiled, size = self.update.precompile(
             self.model, lambda: make_optimizer(self.model, self.spec.training), self.batch_shape()
         )
+        # an accelerator's row (on a CPU too, as RLCTL_NUMERICS=gpu runs its programs)
+        if self.numerics.row != "cpu":
+            self.check_device_memory(compiled, size)
+
+    def check_device_memory(self, update: Any, size: int) -> None:
+        """On an accelerator (its numerics row), before the first step: the rollout's and
+        the eval's sampler compiled too (``RolloutEngine.precompile``; the first step then
+        runs them), and what the device holds at each program's peak beside its memory,
+        as the plan of a cluster run says it (``device_fit``): a rollout too big for the
+        device is refused here with the setting that fixes it, not by the allocator in
+        the middle of step 1 after the update's compile."""
+        from flax import nnx
+
+        from rlctl.core.errors import OutOfMemoryError
+        from rlctl.core.trainer.device_fit.check import program_fit
+        from rlctl.core.trainer.device_fit.fixes import fix_for
+        from rlctl.core.trainer.device_fit.report import DeviceFit
+        from rlctl.core.trainer.runtime import memory
+        from rlctl.core.trainer.update.step import device_bytes
+
+        s = self.spec
+        mem = memory.device_memory()
+        moments = device_bytes(
+            nnx.state(nnx.eval_shape(lambda: make_optimizer(self.model, s.training)))
+        )
+        weights = device_bytes(nnx.state(self.model))
+        ref = device_bytes(nnx.state(self.ref_model)) if self.ref_model is not None else 0
+        programs = [program_fit("update", update, 0.0, ref, size if size < self._rows() else None)]
+        width = self.rollout.probe_len
+        calls = [("rollout", s.training.prompts_per_step, s.rollout.num_generations)]
+        if s.eval.size:
+            calls.append(("eval", s.eval.batch_size, 1))
+        for name, prompts, group in calls:
+            compiled = self.rollout.sampler.precompile(prompts, width, group)
+            if compiled is not None:  # the engine's own (vLLM's) are not ours to read
+                programs.append(program_fit(name, compiled, 0.0, moments + ref))
+        import jax
+
+        report = DeviceFit(
+            target=mem.where,
+            device=mem.where,
+            unit={"tpu": "chip", "cpu": "machine"}.get(jax.default_backend(), "GPU"),
+            devices=1,
+            device_memory=mem.total,
+            usable=int(mem.total * memory.HEADROOM),
+            state=weights + moments + ref,
+            programs=programs,
+        )
+        report.peak = max(p.peak for p in programs)
+        worst = max(programs, key=lambda p: p.peak)
+        if report.peak > report.usable:
+            report.fits, report.reason = False, worst.name  # type: ignore[assignment]
+            raise OutOfMemoryError(
+                f"the run does not fit {report.target}: {report.amount}",
+                hint=fix_for(report, s),
+            )
+        self._say(f"device memory: {report.line}")
+
+    def _rows(self) -> int:
+        t = self.spec.training
+        return t.prompts_per_step * self.spec.rollout.num_generations
 
     def batch_shape(self) -> Any:
         """The ``Batch`` of every step, as shapes: its prompts at the probed width (a
         generated batch with a longer prompt compiles its own), the optional log-probs
         as ``Update.apply`` adds them."""
-        import jax
-        import numpy as np
-
-        from rlctl.core.trainer.rollout.rollout import Batch
-
-        r, t = self.spec.rollout, self.spec.training
-        rows, n = t.prompts_per_step * r.num_generations, r.max_new_tokens
-
-        def shape(*dims: int, dtype: Any = np.int32) -> Any:
-            return jax.ShapeDtypeStruct(dims, dtype)
-
-        logps = shape(rows, n, dtype=np.float32)
+        t = self.spec.training
         ref = self.ref_model is not None or (t.lora_rank is not None and t.beta > 0)
-        return Batch(
-            prompt_ids=shape(t.prompts_per_step, self.rollout.probe_len),
-            completion_ids=shape(rows, n),
-            mask=shape(rows, n),
-            advantages=shape(rows, dtype=np.float32),
-            ref_logps=logps if ref else None,
-            old_logps=logps if _iterations(self.spec) > 1 else None,
-        )
+        return batch_shape(self.spec, self.rollout.probe_len, ref)
 
     def create_steps(self) -> None:
         """Jitted update and log-prob functions over prefix-shared forwards."""

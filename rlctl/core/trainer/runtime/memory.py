@@ -139,6 +139,19 @@ def compiled_need(compiled: Any) -> int:
     return int(ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes)
 
 
+_REFUSED = re.compile(r"required for HLO temporaries \(([0-9.]+)([KMGT])\)")
+
+
+def refused_need(e: BaseException) -> int | None:
+    """What a compiler that refused a program for its memory said it needs (a TPU's:
+    "the total memory required for HLO temporaries (20.78G) exceeds available HBM
+    (15.75G)", libtpu 0.0.42), in bytes; None if it did not say."""
+    m = _REFUSED.search(str(e))
+    if not m:
+        return None
+    return int(float(m.group(1)) * 2 ** (10 * "KMGT".index(m.group(2)) + 10))
+
+
 def predicted_need(size: int, need: int, smaller: int, grad_bytes: int) -> int:
     """What the update in micro-batches of ``smaller`` sequences should need, from
     ``need`` measured at ``size``: activations scale with the sequences, and cutting

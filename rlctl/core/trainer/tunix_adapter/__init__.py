@@ -33,10 +33,11 @@ from rlctl.core.trainer.tunix_adapter.logprobs import (
     trunk,
 )
 from rlctl.core.trainer.tunix_adapter.shim import patch_llama3_rope_theta
-from rlctl.core.trainer.tunix_adapter.weights import ModelInfo, load_model
+from rlctl.core.trainer.tunix_adapter.weights import ModelInfo, abstract_model, load_model
 
 __all__ = [
     "ModelInfo",
+    "abstract_model",
     "build_config",
     "check_family",
     "chunk_tokens",

@@ -52,9 +52,13 @@ def module_regex(family: str, targets: list[str]) -> str:
     return "|".join(paths[t] for t in targets)
 
 
-def apply_lora(model: nnx.Module, family: str, training: Any, seed: int = 0) -> nnx.Module:
+def apply_lora(
+    model: nnx.Module, family: str, training: Any, seed: int = 0, place: bool = True
+) -> nnx.Module:
     """``model`` with adapters of ``training.lora_rank`` on ``training.lora_target_modules``
-    of every decoder layer; the base's arrays are shared, not copied."""
+    of every decoder layer; the base's arrays are shared, not copied. ``place=False``
+    leaves the adapters where qwix made them (an abstract model's, in the fit check's
+    trace: there is nothing to place)."""
     import qwix
 
     from rlctl.core.trainer.tunix_adapter.logprobs import trunk
@@ -79,7 +83,8 @@ def apply_lora(model: nnx.Module, family: str, training: Any, seed: int = 0) -> 
     # compiled once more after warm-up (80 s at step 2 of a tiny run on a busy CPU).
     # Placed where they are, explicitly, they are committed from the start.
     adapters = nnx.state(model, nnx.LoRAParam)
-    nnx.update(model, jax.tree.map(lambda x: jax.device_put(x, x.sharding), adapters))
+    if place:
+        nnx.update(model, jax.tree.map(lambda x: jax.device_put(x, x.sharding), adapters))
     if not jax.tree.leaves(adapters):
         raise ConfigError(
             f"training.lora_target_modules={training.lora_target_modules}: "

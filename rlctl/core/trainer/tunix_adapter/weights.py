@@ -4,6 +4,7 @@ a trainer folder (an Orbax checkpoint already in Tunix's layout)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,12 @@ def load_model(
             f"config.json ({type(e).__name__}: {first})",
             hint="copy or download the model again",
         ) from e
+    return model, _info(family, config, model, dtype, compute_dtype)
+
+
+def _info(family: str, config: Any, model: nnx.Module, dtype: str, compute_dtype: str) -> ModelInfo:
     n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-    info = ModelInfo(
+    return ModelInfo(
         family=family,
         num_layers=config.num_layers,
         num_kv_heads=config.num_kv_heads,
@@ -98,7 +103,46 @@ def load_model(
         dtype="bfloat16" if dtype == "bfloat16" else "float32",
         compute_dtype="bfloat16" if "bfloat16" in (dtype, compute_dtype) else "float32",
     )
-    return model, info
+
+
+def abstract_model(
+    c: dict[str, Any],
+    dtype: str = "float32",
+    compute_dtype: str = "float32",
+    extend: Callable[[nnx.Module], tuple[Any, ...]] | None = None,
+) -> tuple[Any, ModelInfo]:
+    """The model config.json ``c`` describes, without weights: every array a
+    ``jax.ShapeDtypeStruct`` (parameters in ``dtype``), built as ``load_model`` builds
+    it. What the fit check compiles the run's programs for (``run/fit.py``): shapes and
+    dtypes are all a compiler needs, so a 1B or 8B model costs no memory here.
+
+    ``extend(model)``, when given, runs in the same abstract trace on the built model
+    (LoRA's adapters, the optimizer: they need the model's arrays, which exist only
+    inside the trace) and its result, a tuple whose first item is the model (with its
+    adapters), is returned in place of the model."""
+    family = str(c.get("model_type"))
+    if family not in families.FAMILIES:
+        raise ConfigError(
+            f"model type {family!r} is not supported by the trainer",
+            hint=f"use one of: {', '.join(sorted(families.FAMILIES))}",
+        )
+    fam = families.family(family)
+    config = build_config(fam, c)
+    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+    if hasattr(config, "param_dtype"):
+        config = _hashable(dataclasses.replace(config, param_dtype=jdtype))
+    patch_llama3_rope_theta()
+    m = tunix_module(fam)
+
+    def build() -> Any:
+        model = getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0))
+        params = nnx.state(model, nnx.Param)
+        nnx.update(model, jax.tree.map(lambda x: x.astype(jdtype), params))
+        return extend(model) if extend is not None else model
+
+    built = nnx.eval_shape(build)
+    model = built if extend is None else built[0]
+    return built, _info(family, config, model, dtype, compute_dtype)
 
 
 def _restore_trainer_folder(

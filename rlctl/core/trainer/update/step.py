@@ -77,11 +77,75 @@ def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
     return stacked, inner
 
 
+def batch_shape(spec: RunSpec, prompt_len: int, ref: bool, sharding: Any = None) -> Batch:
+    """The ``Batch`` every step of ``spec`` gives the update, as ``jax.ShapeDtypeStruct``:
+    its prompts ``prompt_len`` wide, the reference's log-probs when ``ref``, the rollout
+    policy's when the run iterates on a batch (``Update.apply`` adds both). ``sharding``:
+    where its arrays are (the fit check's compile-only devices)."""
+    import jax
+
+    r, t = spec.rollout, spec.training
+    rows, n = t.prompts_per_step * r.num_generations, r.max_new_tokens
+
+    def shape(*dims: int, dtype: Any = np.int32) -> Any:
+        return jax.ShapeDtypeStruct(dims, dtype, sharding=sharding)
+
+    iterations = t.num_iterations
+    if iterations is None:
+        raise ValueError("training.num_iterations is unset: not a validated RunSpec")
+    logps = shape(rows, n, dtype=np.float32)
+    return Batch(
+        prompt_ids=shape(t.prompts_per_step, prompt_len),
+        completion_ids=shape(rows, n),
+        mask=shape(rows, n),
+        advantages=shape(rows, dtype=np.float32),
+        ref_logps=logps if ref else None,
+        old_logps=logps if iterations > 1 else None,
+    )
+
+
+def split_rows(batch: Batch, mesh: Any) -> Batch:
+    """``batch``'s sequences split among the devices of ``mesh``'s ``fsdp`` axis: data
+    parallelism inside FSDP (MaxText shards its batch over its data and fsdp axes), so
+    each device computes the forward and backward of its own rows and XLA sums the
+    gradients across devices. Without it every device computed every row: the weights
+    sharded, but the activations of the whole batch on each chip and no speed-up from
+    more chips (a 135M model's update on 32 v6e chips: 4.6 GiB of temporaries on every
+    one). An array whose rows do not divide among the devices (2 prompts on 8 chips)
+    stays whole on each. ``mesh`` None (one device): ``batch`` as it is."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if mesh is None:
+        return batch
+    n = mesh.shape["fsdp"]
+
+    def split(x: Any) -> Any:
+        if x is None or x.shape[0] % n:
+            return x
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec("fsdp")))
+
+    return jax.tree.map(split, batch, is_leaf=lambda x: x is None)
+
+
 def tree_bytes(tree: Any) -> int:
     """Bytes of the arrays of ``tree`` (abstract ones too)."""
     import jax
 
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def device_bytes(tree: Any) -> int:
+    """Bytes of ``tree`` on one device: each array's shard where it is sharded (what a
+    compiled program's memory analysis counts), the whole array where it is not."""
+    import jax
+
+    total = 0
+    for x in jax.tree.leaves(tree):
+        sharding = getattr(x, "sharding", None)
+        shape = sharding.shard_shape(x.shape) if sharding is not None else x.shape
+        total += int(np.prod(shape, dtype=np.int64)) * x.dtype.itemsize
+    return total
 
 
 class Update:
@@ -102,6 +166,7 @@ class Update:
         warn: Callable[[str], None] | None = None,
         topology: Any = None,
         numerics: Any = None,
+        budget: tuple[int, str] | None = None,
     ) -> None:
         from rlctl.core.trainer.runtime import numerics as numerics_lib
 
@@ -115,6 +180,9 @@ class Update:
         self.info = info
         self.warn = warn or (lambda message: None)
         self.topology = topology  # several processes agree on one micro-batch size
+        # (bytes, what they are) the update may use; None: what is free on this device
+        # (``memory.update_budget``). The fit check's: a chip that is not here.
+        self.budget = budget
         self.remat = spec.training.remat
         self.lora = spec.training.lora_rank is not None  # train the adapters alone
         if self.remat and not info.capabilities.recomputation:
@@ -134,8 +202,9 @@ class Update:
         warn: Callable[[str], None] | None = None,
         topology: Any = None,
         numerics: Any = None,
+        budget: tuple[int, str] | None = None,
     ) -> Update:
-        return cls(spec, pad_id, info, warn, topology, numerics)
+        return cls(spec, pad_id, info, warn, topology, numerics, budget)
 
     # --- the traced functions ------------------------------------------------------
     def _wrt(self) -> Any:
@@ -168,7 +237,7 @@ class Update:
             numerics=self.numerics,
         )
 
-    def _remat_levels(self) -> list[bool | int]:
+    def _remat_levels(self, sharded: bool = False) -> list[bool | int]:
         """The recomputations to try, in order (``logprobs.recomputed``): the first
         whose update fits the budget is compiled.
 
@@ -182,11 +251,23 @@ class Update:
         kept save most of the recomputation's cost for a part of its memory
         (bench/bench_update.py --against remat-all).
         A workload whose first try does not fit compiles once more, every layer
-        recomputed, before its batch is cut into micro-batches."""
+        recomputed, before its batch is cut into micro-batches.
+
+        ``sharded`` (the update runs over a mesh of several devices, FSDP): every layer
+        recomputed, whatever the backend. Without it the backward pass keeps, for each
+        layer, the weights the forward all-gathered from their shards: a 1B-parameter
+        Llama's update over 8 v6e chips held 4.4 GiB of temporaries per chip (0.26 GiB
+        a layer, one layer's float32 weights), and a 4-layer model of its width needed
+        1/4.4 of its one-chip memory per chip where FSDP should give 1/8. Recomputed,
+        the backward gathers each layer again: 0.51 GiB of temporaries against 1.23,
+        1/7.6 of one chip (the fit check's compile for v6e-8, bench/bench_compile.py).
+        MaxText's default (``remat_policy: full``) is the same."""
         if not self.info.capabilities.recomputation:  # the family's (core/families)
             return [False]
         if self.remat is not None:
             return [self.remat]
+        if sharded:
+            return [True]
         if not self.numerics.partial_remat:
             return [False]
         layers = self.info.num_layers
@@ -204,10 +285,13 @@ class Update:
         batch: Batch,
         size: int,
         remat: bool | int | None = None,
+        mesh: Any = None,
     ) -> tuple[tuple[Any, dict[str, Any]], Any]:
         """((loss, aux), gradients) of ``batch``, ``size`` sequences at a time with the
         gradients summed: each micro-batch divides by the whole batch's ``Norm``, so
-        the sums are the whole batch's figures (traced; see ``loss_and_grads``)."""
+        the sums are the whole batch's figures (traced; see ``loss_and_grads``).
+        Over a ``mesh`` each micro-batch's sequences are split among its devices
+        (``split_rows``)."""
         import jax
         import jax.numpy as jnp
         from flax import nnx
@@ -219,6 +303,7 @@ class Update:
         remat = self._remat() if remat is None else remat
 
         def loss_fn(p, mb: Batch, group: int):
+            mb = split_rows(mb, mesh)
             m = nnx.merge(mdef, p, rest)
             # given the mask, the completions' MLPs skip their pads
             logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat, mb.mask)
@@ -261,9 +346,10 @@ class Update:
         return fn(params, rest, batch)
 
     def _step_fn(
-        self, graphdef: Any, size: int, remat: bool | int | None = None
+        self, graphdef: Any, size: int, remat: bool | int | None = None, mesh: Any = None
     ) -> Callable[..., Any]:
-        """(state, batch) -> (new state, loss, aux, grad norm)."""
+        """(state, batch) -> (new state, loss, aux, grad norm); over ``mesh``, each
+        device computes its share of the sequences (``split_rows``)."""
         from flax import nnx
 
         from rlctl.core.trainer.update.optimizer import apply_step, global_norm
@@ -271,7 +357,7 @@ class Update:
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
             mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
-            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size, remat)
+            (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size, remat, mesh)
             gnorm = apply_step(optimizer, model, grads)
             if not self.numerics.norm_once:  # the numerics table's norm_once
                 gnorm = global_norm(grads)
@@ -292,7 +378,7 @@ class Update:
             tuple((x.shape, x.dtype) for x in jax.tree.leaves((state, batch))),
         )
 
-    def precompile(self, model: Any, make: Callable[[], Any], batch: Batch) -> None:
+    def precompile(self, model: Any, make: Callable[[], Any], batch: Batch) -> tuple[Any, int]:
         """Compile the update for ``batch`` (arrays or ``jax.ShapeDtypeStruct``) before
         the optimizer exists: ``make`` builds it, here only abstractly.
 
@@ -305,30 +391,29 @@ class Update:
         from flax import nnx
 
         abstract = nnx.eval_shape(make)
-        self.program(model, abstract, batch)
+        return self.program(model, abstract, batch)
 
-    def program(self, model: Any, optimizer: Any, batch: Batch) -> tuple[Any, int]:
-        """The compiled update for ``batch``'s shapes, and its micro-batch size."""
+    @staticmethod
+    def _mesh(model: Any) -> Any:
+        """The FSDP mesh ``model``'s parameters are sharded over, or None (one device)."""
         import jax
         from flax import nnx
 
-        from rlctl.core.config.models import micro_batch_sizes
-        from rlctl.core.trainer.runtime import compiles, memory
+        one = next(x.sharding for x in jax.tree.leaves(nnx.state(model)))
+        return getattr(one, "mesh", None)
+
+    def compile_at(
+        self, model: Any, optimizer: Any, batch: Batch, size: int, level: bool | int
+    ) -> Any:
+        """The update of ``batch`` in micro-batches of ``size`` sequences, ``level`` of
+        its layers recomputed, compiled (``program`` picks both; the compile benchmark
+        asks for one)."""
+        import jax
+        from flax import nnx
+
+        from rlctl.core.trainer.runtime import compiles
 
         graphdef, state = nnx.split((model, optimizer))
-        key = self._key(state, batch)
-        if key in self._compiled:
-            return self._compiled[key]
-        rows = batch.completion_ids.shape[0]
-        sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
-        if self.micro is not None:
-            sizes = [min(self.micro, rows)]
-        have, where = memory.update_budget(tree_bytes(state))
-        if self.topology is not None:
-            from rlctl.core.trainer.runtime.distributed import least
-
-            have = least(have, self.topology)
-        grads = tree_bytes(nnx.state(model, self._wrt()))
         # the new state keeps the old one's shardings: left to XLA, a sharded run's
         # norms came back sharded otherwise, which the compiled program refuses
         # (an abstract optimizer's leaves have none: on one device, the model's)
@@ -339,7 +424,41 @@ class Update:
             None,
             None,
         )
-        levels = self._remat_levels()
+        return (
+            jax.jit(
+                self._step_fn(graphdef, size, level, self._mesh(model)),
+                donate_argnums=0,
+                out_shardings=keep,
+            )
+            .lower(state, batch)
+            .compile(
+                compiler_options=compiles.update_options(self.info.compute_dtype, self.numerics)
+            )
+        )
+
+    def program(self, model: Any, optimizer: Any, batch: Batch) -> tuple[Any, int]:
+        """The compiled update for ``batch``'s shapes, and its micro-batch size."""
+        from flax import nnx
+
+        from rlctl.core.config.models import micro_batch_sizes
+        from rlctl.core.trainer.runtime import memory
+
+        state = nnx.state((model, optimizer))
+        key = self._key(state, batch)
+        if key in self._compiled:
+            return self._compiled[key]
+        rows = batch.completion_ids.shape[0]
+        sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
+        if self.micro is not None:
+            sizes = [min(self.micro, rows)]
+        have, where = self.budget or memory.update_budget(tree_bytes(state))
+        if self.topology is not None:
+            from rlctl.core.trainer.runtime.distributed import least
+
+            have = least(have, self.topology)
+        grads = device_bytes(nnx.state(model, self._wrt()))  # one device's (its shard)
+        mesh = self._mesh(model)
+        levels = self._remat_levels(sharded=mesh is not None and mesh.size > 1)
         for n, level in enumerate(levels):
             # a lighter recomputation with the whole batch only; the last one in
             # micro-batches as needed (``_remat_levels``)
@@ -355,17 +474,18 @@ class Update:
                 ):
                     continue  # a compile (20 s for SmolLM2 on a CPU) that would not fit
                 tried = size
-                compiled = (
-                    jax.jit(
-                        self._step_fn(graphdef, size, level), donate_argnums=0, out_shardings=keep
-                    )
-                    .lower(state, batch)
-                    .compile(
-                        compiler_options=compiles.update_options(
-                            self.info.compute_dtype, self.numerics
-                        )
-                    )
-                )
+                try:
+                    compiled = self.compile_at(model, optimizer, batch, size, level)
+                except Exception as e:
+                    # a TPU's compiler refuses a program whose temporaries exceed the
+                    # chip's memory ("Ran out of memory on HBM"): too big, as a need
+                    # over the budget would be
+                    if not memory.is_oom(e):
+                        raise
+                    memory.return_freed_memory()
+                    need = memory.refused_need(e) or have + 1
+                    measured = measured or (size, need)
+                    continue
                 memory.return_freed_memory()  # the compiler's working memory
                 need = memory.compiled_need(compiled)
                 measured = measured or (size, need)
