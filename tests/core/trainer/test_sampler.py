@@ -5,6 +5,8 @@ log-softmax; Tunix's sampler decodes the same greedy tokens."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -265,6 +267,40 @@ class TestSamplingParameters:
         assert sample_groups._cache_size() == before + 1  # jit's own, compiled now
         np.testing.assert_array_equal(out.tokens, plain.tokens)
         assert sampler.precompile(len(prompts), prompts.shape[1], 2) is compiled
+
+    def test_a_run_that_never_filters_compiles_no_sort(self, llama):
+        """rollout.top_p 1 and no top_k (the default): the sampler's program holds no
+        top-p/top-k branch (a sort over the vocabulary, the costliest part of its
+        compile for a GPU), and refuses a call that asks for one."""
+        from rlctl.core.config.models import RolloutSpec
+        from rlctl.core.trainer.rollout.sampler import Sampler, filters
+
+        assert not filters(RolloutSpec()) and filters(RolloutSpec(top_p=0.9))
+        assert filters(RolloutSpec(top_k=5))
+
+        def text(filtering: bool) -> str:
+            s = Sampler(
+                llama.model,
+                llama.info,
+                pad_id=llama.pad,
+                eos_ids=[],
+                max_new_tokens=N,
+                filtering=filtering,
+            )
+            return s.precompile(2, WIDTH, 2).as_text()
+
+        sort = re.compile(r" sort\(")  # the operation (the test's own name is in metadata)
+        assert sort.search(text(True)) and not sort.search(text(False))
+        plain = Sampler(
+            llama.model,
+            llama.info,
+            pad_id=llama.pad,
+            eos_ids=[],
+            max_new_tokens=N,
+            filtering=False,
+        )
+        with pytest.raises(ValueError, match="without top-p/top-k"):
+            plain(llama.prompts(), group=2, seed=0, temperature=1.0, top_p=0.5)
 
 
 class TestWeightsFirstDecode:

@@ -311,7 +311,7 @@ def _sampler_lowered(
     import numpy as np
     from flax import nnx
 
-    from rlctl.core.trainer.rollout.sampler import sample_groups
+    from rlctl.core.trainer.rollout.sampler import filters, sample_groups
 
     if sampling is not None and info.dtype != "bfloat16":
         info = dataclasses.replace(info, compute_dtype=sampling)
@@ -339,4 +339,5 @@ def _sampler_lowered(
         eos_ids=(1,),
         weights_first=row.weights_first_decode,
         scan=row.scan_layers,
+        filtering=filters(spec.rollout),
     ).lower()
