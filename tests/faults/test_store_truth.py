@@ -6,7 +6,10 @@ helps; ``resume --recover`` reads what it was given."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -107,3 +110,50 @@ def test_recover_refuses_only_after_reading_and_says_what_helps(cli, store):
     )
     assert "resume without --recover: it continues from checkpoint 2" in r.stderr, line
     assert "delete run" not in r.stderr
+
+
+# --- #57: progress is the newest checkpoint; "running" needs the run's lock ---------
+
+
+def _spec_steps(run: Path, steps: int) -> None:
+    """spec.yaml's ``training.steps`` set to ``steps`` (and status.json's record of it)."""
+    text = (run / "spec.yaml").read_text()
+    new = re.sub(r"(?m)^(  steps:) \d+$", rf"\g<1> {steps}", text, count=1)
+    assert new != text, text
+    (run / "spec.yaml").write_text(new)
+    _status(run, total_steps=steps)
+
+
+def _ok_row(table: str) -> str:
+    """The table's row of run ``ok`` (rich draws a row as one line at 120 columns)."""
+    rows = [line for line in table.splitlines() if re.search(r"\bok\b", line)]
+    assert len(rows) == 1, table
+    return rows[0]
+
+
+def _log_ends(cli, store: Path, phase: str) -> None:
+    """``logs -f`` agrees with ``status``: the run is not active, its log ends now."""
+    r = cli("logs", "ok", "-f", "--runs-dir", str(store), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"run ok is {phase}: its log ends here" in r.stderr, r.stderr
+
+
+def test_a_reused_pid_without_the_runs_lock_is_not_running(cli, store):
+    """#57 case 2: status.json says running with a pid that is alive (another process
+    now) and the run folder has no .lock. Before: 'running', no warning, while resume
+    (rightly) went ahead."""
+    run = store / "ok"
+    assert not (run / ".lock").exists()
+    _spec_steps(run, 3)
+    _status(run, phase="running", pid=os.getppid(), host=socket.gethostname(), backend="local")
+    table = cli("status", "--runs-dir", str(store), env={"COLUMNS": "120"}).stdout
+    assert "running" not in _ok_row(table) and "stale" in _ok_row(table), table
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert shown["phase"] == "stale", shown
+    assert "no process holds its lock" in shown["error"], shown["error"]
+    view = cli("status", "ok", "--runs-dir", str(store)).stdout
+    assert "  phase       stale" in view and "no process holds its lock" in view, view
+    _log_ends(cli, store, "stale")
+    r = cli("resume", "ok", "--runs-dir", str(store))
+    assert r.returncode == 0, r.stderr
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]

@@ -151,16 +151,28 @@ def process_alive(pid: Any, host: Any) -> bool:
     return True
 
 
-def _phase(status: dict[str, Any], run: RunDir) -> Phase:
-    """The stored phase, or ``stale`` for a local run whose process is gone. The
-    run's lock decides where the store can tell (a live but unrelated process that
-    reused the pid holds no lock); the recorded pid only where it cannot (gs://)."""
+def _phase(status: dict[str, Any], run: RunDir) -> tuple[Phase, str | None]:
+    """The stored phase, or ``stale`` and why for a run trained on this machine whose
+    trainer is gone. "Running" needs the run's lock held by the process the lock
+    records (``RunDir.lock_state``: pid and start time), never a pid alone (#57: a
+    reused pid read as a live run); only where the store cannot tell (gs://) does
+    status.json's pid decide."""
     phase = Phase.parse(status.get("phase", Phase.UNKNOWN))
-    if not (phase.active and status.get("backend") == "local" and "pid" in status):
-        return phase
-    held = run.lock_held()
-    alive = held if held is not None else process_alive(status.get("pid"), status.get("host"))
-    return phase if alive else Phase.STALE
+    if not (phase.active and status.get("backend") == "local"):
+        return phase, None
+    pid = status.get("pid")
+    lock = run.lock_state()
+    if lock.held is None:
+        if "pid" not in status or process_alive(pid, status.get("host")):
+            return phase, None
+    elif lock.held:
+        return phase, None
+    ended = f"its process (pid {pid})" if "pid" in status else "its process"
+    why = f": {lock.why}" if lock.why else ""
+    here = status.get("host") == socket.gethostname()
+    if lock.held is False and here and process_alive(pid, status.get("host")):
+        why += f"; pid {pid} is another process now"  # kill(pid, 0) alone said 'running'
+    return Phase.STALE, f"{ended} ended without finishing, killed or crashed{why}"
 
 
 def folder_bytes(path: str | os.PathLike[str]) -> int:
@@ -222,16 +234,11 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
     latest = latest_checkpoint_step(run)
     done = steps_done(run, metrics, latest)
-    phase = _phase(status, run)
+    phase, gone = _phase(status, run)
     error = _str(status.get("error"))
     if damaged or phase is Phase.STALE:
         # what is wrong first, then the one command that helps (a stale run's plain
         # 'resume' was refused when its checkpoints were all set aside, #47)
-        gone = (
-            f"its process (pid {status.get('pid')}) ended without finishing: killed or crashed"
-            if phase is Phase.STALE
-            else None
-        )
         error = "; ".join(
             filter(
                 None,
@@ -330,4 +337,4 @@ def list_runs(store: RunStore) -> list[RunInfo]:
 
 def run_phase(run: RunDir) -> Phase:
     """The run's phase as ``status`` shows it (``stale`` when its process is gone)."""
-    return _phase(read_status(run), run)
+    return _phase(read_status(run), run)[0]

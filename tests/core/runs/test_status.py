@@ -13,9 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rlctl.cli.app import app
+from rlctl.core.errors import RunInUseError
 from rlctl.core.runs.local import StatusFile
 from rlctl.core.runs.spec import resolve_run_spec
-from rlctl.core.runs.status import describe_run, list_runs
+from rlctl.core.runs.status import describe_run, list_runs, run_phase
 from rlctl.core.store.base import METRICS, SPEC, STATUS, Phase
 from rlctl.core.store.local import LocalRunStore
 from rlctl.core.trainer.run.metrics import MetricsWriter
@@ -148,59 +149,129 @@ class TestLiveness:
         r = CliRunner().invoke(app, ["status", "r1", "--runs-dir", str(tmp_path)])
         assert r.exit_code == 0 and "stale" in r.stdout, r.output
 
-    def test_a_live_process_or_another_hosts_is_not_judged(self, tmp_path):
+    def test_without_its_lock_a_live_pid_is_not_running(self, tmp_path):
+        """#57 case 2: a pid alive here (another process now) or on another host, with
+        no .lock in the folder: nothing holds the run, whatever the pid (before: running)."""
         run = make_run(LocalRunStore(tmp_path), "r1")
         for pid, host in [(os.getppid(), socket.gethostname()), (self.dead_pid(), "elsewhere")]:
             run.write_json(
                 STATUS,
                 {**GOOD_STATUS, "phase": "running", "backend": "local", "pid": pid, "host": host},
             )
-            assert describe_run(run).phase is Phase.RUNNING
+            info = describe_run(run)
+            assert info.phase is Phase.STALE, (pid, host)
+            assert "no process holds its lock" in (info.error or ""), info.error
+            assert run_phase(run) is Phase.STALE  # what 'logs -f' ends on
 
-    def test_the_lock_not_the_pid_decides(self, tmp_path):
-        """A pid recorded by a killed run is reused by an unrelated live process:
-        with the run's lock free the run is stale, and with it held it is running
-        whatever the pid (issue #25)."""
-        run = make_run(LocalRunStore(tmp_path), "r1")
+    def hold(self, run, record: str | None = None) -> subprocess.Popen:
+        """Another process holding the run's lock: rlctl's own ``lock()`` (``record``
+        None), or a bare flock over the file with ``record`` written in it ("PID": the
+        holder's pid), as a child that inherited the lock's descriptor holds it."""
+        if record is None:
+            code = (
+                "import sys, time; from rlctl.core.store.local import LocalRunStore; "
+                "cm = LocalRunStore(sys.argv[1]).run('r1').lock(); cm.__enter__(); "
+                "print('held', flush=True); time.sleep(60)"
+            )
+            args = [str(run.path.parent)]
+        else:
+            code = (
+                "import fcntl, os, sys, time; "
+                "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+                "fcntl.flock(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); "
+                "os.pwrite(fd, sys.argv[2].replace('PID', str(os.getpid())).encode(), 0); "
+                "print('held', flush=True); time.sleep(60)"
+            )
+            args = [str(run.path / ".lock"), record]
+        holder = subprocess.Popen(
+            [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True
+        )
+        assert holder.stdout.readline().strip() == "held"
+        return holder
+
+    def running(self, run, pid: int) -> None:
         run.write_json(
             STATUS,
             {
                 **GOOD_STATUS,
                 "phase": "running",
                 "backend": "local",
-                "pid": os.getppid(),
+                "pid": pid,
                 "host": socket.gethostname(),
             },
         )
+
+    def test_the_lock_not_the_pid_decides(self, tmp_path):
+        """A pid recorded by a killed run is reused by an unrelated live process:
+        with the run's lock free the run is stale, and with it held (by the process
+        the lock records) it is running whatever status.json's pid (issue #25)."""
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        self.running(run, os.getppid())
         with run.lock():
             pass  # the file a real run leaves behind, its lock released
-        assert run.lock_held() is False
+        assert run.lock_state().held is False
         assert describe_run(run).phase is Phase.STALE
-        holder = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import fcntl, os, sys, time; "
-                "fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
-                "print('held', flush=True); time.sleep(60)",
-                str(run.path / ".lock"),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        holder = self.hold(run)
         try:
-            assert holder.stdout.readline().strip() == "held"
-            run.write_json(
-                STATUS,
-                {
-                    **GOOD_STATUS,
-                    "phase": "running",
-                    "backend": "local",
-                    "pid": self.dead_pid(),
-                    "host": socket.gethostname(),
-                },
-            )
-            assert run.lock_held() is True
+            self.running(run, self.dead_pid())
+            assert run.lock_state().held is True
+            assert describe_run(run).phase is Phase.RUNNING
+        finally:
+            holder.kill()
+            holder.wait()
+        info = describe_run(run)
+        assert info.phase is Phase.STALE and "no process holds its lock" in info.error
+
+    def test_the_lock_records_its_holders_start_time(self, tmp_path):
+        """pid and the kernel's start time of the process (/proc/PID/stat field 22),
+        checked against psutil's reading of the same clock."""
+        psutil = pytest.importorskip("psutil")
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        with run.lock():
+            record = json.loads((run.path / ".lock").read_text())
+        assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
+        ticks = os.sysconf("SC_CLK_TCK")
+        started = psutil.boot_time() + record["start"] / ticks
+        assert abs(started - psutil.Process().create_time()) < 2 / ticks
+
+    def test_a_lock_held_by_another_process_than_it_records_is_not_running(self, tmp_path):
+        """#57: the lock is held, but not by the process it names (that one ended, or
+        its pid is another process now): a child of a killed trainer holding the
+        inherited descriptor, say. Before: 'running' on the kernel's word alone."""
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        host = socket.gethostname()
+        with run.lock():
+            mine = json.loads((run.path / ".lock").read_text())
+        for pid, start, why in [
+            (self.dead_pid(), mine["start"], "has ended"),
+            (os.getpid(), mine["start"] + 1, "is another process now"),
+        ]:
+            record = json.dumps({**mine, "pid": pid, "start": start, "host": host})
+            self.running(run, pid)
+            holder = self.hold(run, record)
+            try:
+                assert run.lock_state().held is False
+                info = describe_run(run)
+                assert info.phase is Phase.STALE, info
+                assert f"pid {pid} {why}" in info.error and "holds its lock" in info.error
+                # resume says the same: the lock is held, not by the process it names
+                refused = pytest.raises(
+                    RunInUseError, match=f"its lock records holds it .pid {pid}"
+                )
+                with refused, run.lock():
+                    pass
+            finally:
+                holder.kill()
+                holder.wait()
+
+    def test_an_older_rlctls_lock_record_is_read(self, tmp_path):
+        """A lock written before #57 (pid, host, since; no start time), held by a live
+        process it names: running, as then."""
+        run = make_run(LocalRunStore(tmp_path), "r1")
+        old = json.dumps({"pid": "PID", "host": socket.gethostname(), "since": "2026-01-01"})
+        holder = self.hold(run, old.replace('"PID"', "PID"))
+        try:
+            self.running(run, holder.pid)
             assert describe_run(run).phase is Phase.RUNNING
         finally:
             holder.kill()
