@@ -7,13 +7,14 @@ import os
 import socket
 from typing import Any
 
+from rlctl.core.config.models import RunSpec
+from rlctl.core.errors import ConfigError
 from rlctl.core.phases import Phase
 from rlctl.core.runs.curve import Curve, build_curve
 from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
 from rlctl.core.store.base import (
     CHECKPOINTS,
     EVAL,
-    METRICS,
     SPEC,
     STATUS,
     RunDir,
@@ -22,7 +23,8 @@ from rlctl.core.store.base import (
     set_aside_checkpoints,
 )
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.store.records import parse_json, read_status_text
+from rlctl.core.store.metrics_rows import MetricsRows, read_rows
+from rlctl.core.store.records import parse_json, read_spec, read_status_text
 
 
 def _read_json(run: RunDir, rel: str) -> tuple[Any, str | None]:
@@ -53,45 +55,25 @@ def read_status(run: RunDir) -> dict[str, Any]:
     return data
 
 
-def read_metrics(run: RunDir) -> list[dict[str, Any]]:
-    """Parse metrics.jsonl, skipping a torn last line from a killed writer and any
-    line that is not a JSON object (bytes appended by something else)."""
-    return _metrics(run)[0]
+def checked_metrics(run: RunDir, steps: int | None, latest: int | None) -> MetricsRows:
+    """The run's metrics rows that can be its own, and each line that cannot
+    (``store/metrics_rows.py``). ``steps``: what its spec asks for (None: unknown);
+    a checkpoint beyond it (the spec edited down since) raises the bound to it."""
+    bound = max(steps, latest or 0) if steps is not None else None
+    return read_rows(run, bound)
 
 
-def _metrics(run: RunDir) -> tuple[list[dict[str, Any]], int]:
-    """(the rows, how many lines were skipped)."""
-    if not run.exists(METRICS):
-        return [], 0
-    garbled = False
+def read_spec_of(run: RunDir) -> tuple[RunSpec | None, str | None]:
+    """(the run's spec, None), (None, why it cannot be read, naming the file), or
+    (None, None) when it has none."""
+    if not run.exists(SPEC):
+        return None, None
     try:
-        text = run.read_text(METRICS)
-    except UnicodeDecodeError as e:  # the bad bytes become U+FFFD: their line is skipped
-        text = bytes(e.object).decode("utf-8", errors="replace")
-        garbled = True
-    rows = []
-    skipped = 0
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if garbled and "\ufffd" in line:  # may still parse ('"\ufffd\ufffdss": 0.1')
-            skipped += 1
-            continue
-        try:
-            row = json.loads(line)
-        except RecursionError:  # bytes not ours, nested too deeply to read
-            skipped += 1
-            continue
-        except json.JSONDecodeError:
-            # a last line without its newline is a write in progress (or cut by a
-            # kill): normal, not damage
-            torn = i == len(lines) - 1 and not text.endswith("\n")
-            skipped += bool(line.strip()) and not torn
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            skipped += 1
-    return rows, skipped
+        return read_spec(run.read_text(SPEC), SPEC), None
+    except ConfigError as e:
+        return None, e.message[:160]
+    except UnicodeDecodeError:
+        return None, f"{SPEC} is not UTF-8 text"
 
 
 def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
@@ -197,17 +179,10 @@ def _sizes(run: RunDir, latest: int | None) -> tuple[int | None, int | None]:
     return ckpt, folder_bytes(run.path)
 
 
-def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
-    """The run as ``status`` shows it; ``curve`` adds its learning curve (one run's
-    view: a listing of many runs leaves it out, to read no eval/ folder per run)."""
-    status = read_status(run)
-    metrics, skipped = _metrics(run)
-    evals = {}
-    problems = (
-        [f"{METRICS}: {skipped} unreadable line{'s' if skipped > 1 else ''} skipped"]
-        if skipped
-        else []
-    )
+def _evals(run: RunDir) -> tuple[dict[str, EvalSummary], list[str]]:
+    """The baseline and final evals, and what is wrong with each that is there but
+    cannot be read."""
+    evals, problems = {}, []
     for which in EVALS:
         data = read_eval(run, which)
         if data is None and run.exists(f"{EVAL}/{which}.json"):
@@ -222,18 +197,35 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
                     {k: data.get(k) for k in EvalSummary.model_fields}
                 )
             except ValueError:  # wrong types in the record: shown as absent
-                continue
+                problems.append(f"{EVAL}/{which}.json holds values of the wrong type")
+    return evals, problems
+
+
+def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
+    """The run as ``status`` shows it; ``curve`` adds its learning curve (one run's
+    view: a listing of many runs leaves it out, to read no eval/ folder per run).
+
+    Its progress is its latest complete checkpoint: metrics rows after it are steps
+    a resume repeats (``steps_after_checkpoint``), and a row that cannot be the
+    run's is damage (#57). ``damaged`` says every such problem; ``error`` begins
+    with it, then says why a stale run stopped and the one command that helps."""
+    status = read_status(run)
+    spec, spec_damage = read_spec_of(run)
+    latest = latest_checkpoint_step(run)
+    steps = spec.training.steps if spec is not None else _int(status.get("total_steps"))
+    metrics = checked_metrics(run, steps, latest)
+    evals, eval_damage = _evals(run)
     aside = set_aside_checkpoints(run)  # one listing of checkpoints/
+    problems = [status.get("damaged"), spec_damage, metrics.damaged, *eval_damage]
     if aside:
         problems.append(
             f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
             + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside)
         )
-    damaged = "; ".join([*filter(None, [status.get("damaged")]), *problems]) or None
+    damaged = "; ".join(filter(None, problems)) or None
     if not run.exists(SPEC):
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
-    latest = latest_checkpoint_step(run)
-    done = steps_done(run, metrics, latest)
+    done = steps_done(run, latest)
     phase, gone = _phase(status, run)
     error = _str(status.get("error"))
     if damaged or phase is Phase.STALE:
@@ -245,7 +237,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
                 [
                     f"damaged: {damaged}" if damaged else None,
                     gone,
-                    remedy(run, latest, aside, done, phase),
+                    remedy(run, spec, latest, aside, done, phase),
                 ],
             )
         )
@@ -256,6 +248,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         phase=phase,
         algorithm=_str(status.get("algorithm")),
         step=done,
+        steps_after_checkpoint=metrics.after(done),
         total_steps=_int(status.get("total_steps")),
         latest_checkpoint=latest,
         checkpoint_bytes=checkpoint_bytes,
@@ -270,47 +263,43 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         peak_device_bytes=_int(status.get("peak_device_bytes")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
+        damaged=damaged,
         error=error,
-        latest_metrics=metrics[-1] if metrics else None,
+        latest_metrics=metrics.rows[-1] if metrics.rows else None,
         eval=RunEvals(**evals),
-        curve=read_curve(run, metrics) if curve else None,
+        curve=read_curve(run, metrics.rows) if curve else None,
     )
 
 
-def steps_done(
-    run: RunDir, rows: list[dict[str, Any]] | None = None, latest: int | None = None
-) -> int:
-    """The steps the run's files hold: its latest complete checkpoint's step, or its
-    metrics rows' last step where later (steps done since, which a resume repeats);
-    never status.json's word alone (#47: a status.json saying 50 over files holding 2
-    made resume hint '--steps 51', dozens of extra steps). ``rows`` and ``latest``:
-    already read by the caller."""
-    if rows is None:
-        rows = read_metrics(run)
+def steps_done(run: RunDir, latest: int | None = None) -> int:
+    """The steps the run has done: its latest complete checkpoint's step (0 before
+    the first). Never status.json's word (#47: a status.json saying 50 over files
+    holding 2 made resume hint '--steps 51'), nor a metrics row's (#57: a garbage
+    row of step 99 did the same): rows after the checkpoint are steps a resume
+    repeats. ``latest``: already read by the caller."""
     if latest is None:
         latest = latest_checkpoint_step(run)
-    last = max((s for r in rows if (s := _int(r.get("step"))) is not None), default=0)
-    return max(latest or 0, last)
+    return latest or 0
 
 
 def remedy(
-    run: RunDir, latest: int | None, aside: list[str], done: int, phase: Phase = Phase.UNKNOWN
+    run: RunDir,
+    spec: RunSpec | None,
+    latest: int | None,
+    aside: list[str],
+    done: int,
+    phase: Phase = Phase.UNKNOWN,
 ) -> str | None:
     """The command that helps a damaged or stale run, as ``resume`` would judge it:
-    its spec is missing or unreadable, its checkpoints are all set aside, or its spec
-    asks for fewer steps than it has done; else plain resume (None for a completed
-    run: resume would refuse it, and its damage is in files no step rewrites)."""
+    its spec is missing or unreadable, its checkpoints are all set
+    aside, or its spec asks for fewer steps than it has done; else plain resume
+    (None for a completed run: resume would refuse it, and its damage is in files
+    no step rewrites)."""
     name = run.name
     if not run.exists(SPEC):
         return f"restore its {SPEC} to resume it, or remove it with 'rlctl delete run {name}'"
-    from rlctl.core.errors import ConfigError
-    from rlctl.core.store.records import read_spec
-
-    try:
-        spec = read_spec(run.read_text(SPEC), SPEC)
-    except (ConfigError, UnicodeDecodeError) as e:
-        why = e.message if isinstance(e, ConfigError) else f"{SPEC} is not UTF-8 text"
-        return f"fix its {SPEC} ({why[:160]}), then 'rlctl resume {name}'"
+    if spec is None:
+        return f"fix its {SPEC}, then 'rlctl resume {name}'"  # what is wrong: in damaged
     if latest is None and aside:
         if isinstance(run, LocalRunDir):
             return (

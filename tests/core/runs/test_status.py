@@ -64,7 +64,10 @@ def test_a_damaged_file_leaves_the_other_runs_readable(tmp_path, case):
     path.write_bytes(data)
 
     infos = {i.name: i for i in list_runs(store)}
-    assert infos["good"].phase is Phase.INTERRUPTED and infos["good"].step == 2
+    good = infos["good"]
+    # no checkpoint: 0 steps done, its two rows after it (#57)
+    assert (good.phase, good.step, good.steps_after_checkpoint) == (Phase.INTERRUPTED, 0, 2)
+    assert good.damaged is None
     info = infos["bad"]
     if rel == STATUS:
         assert info.phase is Phase.UNKNOWN
@@ -79,6 +82,87 @@ def test_a_damaged_file_leaves_the_other_runs_readable(tmp_path, case):
     r = CliRunner().invoke(app, ["status", "--runs-dir", str(tmp_path), "-o", "json"])
     assert r.exit_code == 0, r.output
     assert sorted(row["name"] for row in json.loads(r.stdout)) == ["bad", "good"]
+
+
+SPEC_4 = "name: r1\ntraining:\n  steps: 4\n"
+
+
+# file -> bytes that are damage the table did not mark before #57 (a spec.yaml that
+# cannot be read, a metrics row that cannot be the run's)
+MORE_DAMAGE = {
+    "spec garbage": (SPEC, b":: [unclosed\n\0\n"),
+    "spec wrong types": (SPEC, b"training:\n  steps: many\n"),
+    "metrics beyond the spec": (METRICS, b'{"step": 1}\n{"step": 2}\n{"step": 99}\n'),
+    "metrics out of order": (METRICS, b'{"step": 2}\n{"step": 1}\n'),
+}
+
+
+@pytest.mark.parametrize("case", sorted({**DAMAGE, **MORE_DAMAGE}))
+def test_the_table_marks_a_damaged_run_as_its_json_does(tmp_path, case):
+    """#57 case 3: every run whose ``-o json`` says ``damaged`` is marked so in the
+    table (wide, and folded on a narrow terminal), and no other run is."""
+    store = LocalRunStore(tmp_path)
+    make_run(store, "good")
+    bad = make_run(store, "bad")
+    rel, data = {**DAMAGE, **MORE_DAMAGE}[case]
+    path = bad.path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(path.read_bytes() + b"\xff\xfe garbage\n" if data is None else data)
+    runner = CliRunner()
+    r = runner.invoke(app, ["status", "--runs-dir", str(tmp_path), "-o", "json"])
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["bad"].get("damaged") and not rows["good"].get("damaged"), rows
+    assert rows["bad"]["error"].startswith(f"damaged: {rows['bad']['damaged']}")
+    wide = runner.invoke(app, ["status", "--runs-dir", str(tmp_path)], env={"COLUMNS": "120"})
+    assert wide.output.count("(damaged)") == 1, wide.output
+    narrow = runner.invoke(app, ["status", "--runs-dir", str(tmp_path)], env={"COLUMNS": "40"})
+    lines = narrow.output.splitlines()
+    assert lines[lines.index("bad") + 1].endswith(" (damaged)"), narrow.output
+    assert not lines[lines.index("good") + 1].endswith(" (damaged)"), narrow.output
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (
+            '{"step": 1}\n{"step": 2}\n{"step": 99}\n',
+            "metrics.jsonl line 3: step 99 is beyond the run's 4 steps",
+        ),
+        (
+            '{"step": 2}\n{"step": 1}\n',
+            "metrics.jsonl line 2: step 1 is out of order (after step 2)",
+        ),
+        (
+            '{"step": 1}\n{"step": 1}\n',
+            "metrics.jsonl line 2: step 1 is out of order (after step 1)",
+        ),
+        ('{"step": 1}\nnot json\n{"step": 2}\n', "metrics.jsonl line 2 is not JSON"),
+        ('{"step": 1}\n[1]\n', "metrics.jsonl line 2 is not a JSON object"),
+        ('{"step": "2"}\n', "metrics.jsonl line 1 has no step number"),
+        ('{"step": 0}\n', "metrics.jsonl line 1: step 0 is not a step (they count from 1)"),
+        ('[1]\n{"step": 9}\n', "metrics.jsonl line 1 is not a JSON object (and 1 more line)"),
+    ],
+)
+def test_a_metrics_row_that_cannot_be_trusted_is_damage_named_by_line(tmp_path, text, why):
+    """#57: a row beyond the spec, out of order or unreadable is damage, its file and
+    line named; the steps come from the checkpoints, never from such a row."""
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    (run.path / SPEC).write_text(SPEC_4)
+    (run.path / METRICS).write_text(text)
+    info = describe_run(run)
+    assert info.damaged and info.damaged.startswith(why), info.damaged
+    assert info.step == 0  # no checkpoint: no row makes progress
+    last = info.latest_metrics or {}
+    assert last.get("step") in (1, 2) or not last, last  # a trusted row, or none
+
+
+def test_a_torn_last_row_is_a_write_in_progress_not_damage(tmp_path):
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    (run.path / SPEC).write_text(SPEC_4)
+    (run.path / METRICS).write_text('{"step": 1}\n{"step": 2, "re')
+    info = describe_run(run)
+    assert info.damaged is None and info.latest_metrics == {"step": 1}
+    assert (info.step, info.steps_after_checkpoint) == (0, 1)
 
 
 def test_resume_truncation_skips_lines_that_are_not_rows(tmp_path):
@@ -100,7 +184,7 @@ def test_a_row_with_bytes_that_are_not_utf8_is_damage_even_if_it_parses(tmp_path
     raw[i + 1 : i + 3] = b"\xff\xfe"
     (run.path / METRICS).write_bytes(bytes(raw))
     info = describe_run(run)
-    assert "metrics.jsonl: 1 unreadable line skipped" in (info.error or ""), info.error
+    assert "metrics.jsonl line 1 is not UTF-8 text" in (info.error or ""), info.error
 
 
 def test_a_rebuilt_status_keeps_when_the_run_was_created(tmp_path):
