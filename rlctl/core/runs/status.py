@@ -74,6 +74,8 @@ def read_spec_of(run: RunDir) -> tuple[RunSpec | None, str | None]:
         return None, e.message[:160]
     except UnicodeDecodeError:
         return None, f"{SPEC} is not UTF-8 text"
+    except OSError as e:  # a folder where the file should be
+        return None, f"{SPEC} cannot be read ({e.strerror or type(e).__name__})"
 
 
 def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:

@@ -108,3 +108,5 @@ def read_rows(run: RunDir, steps: int | None) -> MetricsRows:
         return check_rows(run.read_text(METRICS), steps)
     except UnicodeDecodeError as e:  # the bad bytes become U+FFFD: their line is damage
         return check_rows(bytes(e.object).decode("utf-8", errors="replace"), steps, garbled=True)
+    except OSError as e:  # a folder where the file should be
+        return MetricsRows(problems=[f"cannot be read ({e.strerror or type(e).__name__})"])

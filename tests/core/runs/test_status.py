@@ -156,6 +156,20 @@ def test_a_metrics_row_that_cannot_be_trusted_is_damage_named_by_line(tmp_path, 
     assert last.get("step") in (1, 2) or not last, last  # a trusted row, or none
 
 
+@pytest.mark.parametrize("rel", [SPEC, METRICS])
+def test_a_folder_where_a_file_should_be_is_damage_not_a_traceback(tmp_path, rel):
+    """Every run's spec.yaml and metrics.jsonl are read for its listing (#57): one
+    that cannot be read is named, and the other runs stay readable."""
+    store = LocalRunStore(tmp_path)
+    make_run(store, "good")
+    bad = make_run(store, "bad")
+    (bad.path / rel).unlink()
+    (bad.path / rel).mkdir()
+    infos = {i.name: i for i in list_runs(store)}
+    assert f"{rel} cannot be read (Is a directory)" in (infos["bad"].damaged or "")
+    assert infos["good"].damaged is None
+
+
 def test_a_torn_last_row_is_a_write_in_progress_not_damage(tmp_path):
     run = make_run(LocalRunStore(tmp_path), "r1")
     (run.path / SPEC).write_text(SPEC_4)
