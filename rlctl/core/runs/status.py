@@ -19,7 +19,6 @@ from rlctl.core.store.base import (
     STATUS,
     RunDir,
     RunStore,
-    latest_checkpoint_step,
     set_aside_checkpoints,
 )
 from rlctl.core.store.local import LocalRunDir
@@ -172,6 +171,26 @@ def folder_bytes(path: str | os.PathLike[str]) -> int:
     return total
 
 
+def verified_checkpoints(run: RunDir) -> tuple[int | None, list[str]]:
+    """(the newest complete checkpoint whose files are all there at their recorded
+    sizes, what is wrong with each newer one): the checkpoint ``resume`` will
+    restore, judged without reading a byte of it (``manifest.verify`` without its
+    hashes; a bit flipped in place is found by resume alone). A gs:// store's
+    checkpoints are taken as its COMMITTED markers say, unread."""
+    steps = sorted(run.checkpoint_steps(), reverse=True)
+    if not isinstance(run, LocalRunDir):
+        return (steps[0] if steps else None), []
+    from rlctl.core.store.manifest import verify
+
+    damaged: list[str] = []
+    for step in steps:
+        why = verify(run.path / CHECKPOINTS / str(step), hashes=False)
+        if why is None:
+            return step, damaged
+        damaged.append(f"checkpoint {step} is damaged ({why}): resume sets it aside")
+    return None, damaged
+
+
 def _sizes(run: RunDir, latest: int | None) -> tuple[int | None, int | None]:
     """(latest checkpoint's bytes, the whole run folder's bytes) of a run on this
     machine; (None, None) for a gs:// store, where it would mean listing every object."""
@@ -213,12 +232,12 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
     with it, then says why a stale run stopped and the one command that helps."""
     status = read_status(run)
     spec, spec_damage = read_spec_of(run)
-    latest = latest_checkpoint_step(run)
+    latest, ckpt_damage = verified_checkpoints(run)
     steps = spec.training.steps if spec is not None else _int(status.get("total_steps"))
     metrics = checked_metrics(run, steps, latest)
     evals, eval_damage = _evals(run)
     aside = set_aside_checkpoints(run)  # one listing of checkpoints/
-    problems = [status.get("damaged"), spec_damage, metrics.damaged, *eval_damage]
+    problems = [status.get("damaged"), spec_damage, *ckpt_damage, metrics.damaged, *eval_damage]
     if aside:
         problems.append(
             f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
@@ -274,13 +293,14 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
 
 
 def steps_done(run: RunDir, latest: int | None = None) -> int:
-    """The steps the run has done: its latest complete checkpoint's step (0 before
-    the first). Never status.json's word (#47: a status.json saying 50 over files
-    holding 2 made resume hint '--steps 51'), nor a metrics row's (#57: a garbage
-    row of step 99 did the same): rows after the checkpoint are steps a resume
-    repeats. ``latest``: already read by the caller."""
+    """The steps the run has done: its newest checkpoint that verifies
+    (``verified_checkpoints``; 0 before the first), the one resume restores. Never
+    status.json's word (#47: a status.json saying 50 over files holding 2 made
+    resume hint '--steps 51'), nor a metrics row's (#57: a garbage row of step 99
+    did the same): rows after the checkpoint are steps a resume repeats.
+    ``latest``: already found by the caller."""
     if latest is None:
-        latest = latest_checkpoint_step(run)
+        latest = verified_checkpoints(run)[0]
     return latest or 0
 
 

@@ -170,6 +170,27 @@ def test_a_folder_where_a_file_should_be_is_damage_not_a_traceback(tmp_path, rel
     assert infos["good"].damaged is None
 
 
+def test_the_steps_done_are_the_newest_checkpoint_that_verifies(tmp_path):
+    """#57: checkpoint 2 lost bytes (a cut copy, a full disk): the run is at
+    checkpoint 1, the one resume restores, and checkpoint 2 is named damaged; its
+    files are checked by size, not read (store/manifest.py ``verify``)."""
+    from rlctl.core.store.manifest import write_manifest
+
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    (run.path / SPEC).write_text(SPEC_4)
+    for step in (1, 2):
+        folder = run.path / "checkpoints" / str(step)
+        folder.mkdir(parents=True)
+        (folder / "_CHECKPOINT_METADATA").write_text("{}")
+        (folder / "d").write_bytes(b"weights")
+        write_manifest(folder)
+    assert describe_run(run).step == 2
+    (run.path / "checkpoints" / "2" / "d").write_bytes(b"wei")
+    info = describe_run(run)
+    assert (info.step, info.latest_checkpoint, info.steps_after_checkpoint) == (1, 1, 1)
+    assert info.damaged == "checkpoint 2 is damaged (d has 3 bytes, not 7): resume sets it aside"
+
+
 def test_a_torn_last_row_is_a_write_in_progress_not_damage(tmp_path):
     run = make_run(LocalRunStore(tmp_path), "r1")
     (run.path / SPEC).write_text(SPEC_4)
