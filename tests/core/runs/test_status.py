@@ -119,6 +119,8 @@ def test_the_table_marks_a_damaged_run_as_its_json_does(tmp_path, case):
     lines = narrow.output.splitlines()
     assert lines[lines.index("bad") + 1].endswith(" (damaged)"), narrow.output
     assert not lines[lines.index("good") + 1].endswith(" (damaged)"), narrow.output
+    view = runner.invoke(app, ["status", "bad", "--runs-dir", str(tmp_path)]).output
+    assert f"  phase       {rows['bad']['phase']} (damaged)" in view, view
 
 
 @pytest.mark.parametrize(
