@@ -2125,6 +2125,15 @@ def _running_dead(d: Path) -> None:
     _status(d, st)
 
 
+def _running_reused(d: Path) -> None:
+    """#57: status.json names a pid that is alive (this bench: another process than
+    the run's), and the folder has no .lock: nothing holds the run."""
+    st = json.loads((d / "status.json").read_text())
+    st.update(phase="running", pid=os.getpid(), host=socket.gethostname(), backend="local")
+    _status(d, st)
+    (d / ".lock").unlink(missing_ok=True)
+
+
 def _metrics_lines(d: Path, order: list[int]) -> None:
     lines = (d / "metrics.jsonl").read_text().splitlines()
     write(d / "metrics.jsonl", "".join(lines[i] + "\n" for i in order))
@@ -2171,6 +2180,7 @@ class Damage:
     name_err: tuple = ()
     forbid: tuple[str, ...] = ()  # neither status NAME nor the listing may say these
     list_dmg: bool = True  # the listing must still show the damaged run
+    list_ok: tuple = ()  # the listing (the table) must say these
     res_expect: tuple[int, ...] = (0,)
     res_ok: tuple = ()
     res_err: tuple = ()
@@ -2208,6 +2218,20 @@ DAMAGES = [
         forbid=(r"^\s*phase\s+running", r"│\s*running\s*│", r'"phase": "running"'),
     ),
     Damage(
+        "status-running-reused-pid",
+        _running_reused,
+        name_ok=("stale", "holds its lock"),
+        list_ok=("stale",),
+        forbid=(r"^\s*phase\s+running", r"│\s*running\s*│", r'"phase": "running"'),
+    ),
+    Damage(
+        "metrics-garbage-row",
+        lambda d: (d / "metrics.jsonl").open("a").write('{"step": 99, "loss": 0.5}\n'),
+        name_ok=(*DAMAGED, "metrics.jsonl line 3"),
+        list_ok=("(damaged)",),
+        forbid=(r"\b99/3\b", r"N > 99", r'"step": 99\b'),
+    ),
+    Damage(
         "metrics-appended-bytes",
         lambda d: (d / "metrics.jsonl").open("ab").write(b"\x00\xffgarbage{{\n"),
         name_ok=(*DAMAGED, "metrics.jsonl"),
@@ -2232,14 +2256,26 @@ DAMAGES = [
     Damage(
         "spec-garbage",
         lambda d: write(d / "spec.yaml", ":: [unclosed\n\0\n"),
+        name_ok=(*DAMAGED, "spec.yaml"),
+        list_ok=("(damaged)",),
         res_expect=(2,),
         res_err=("spec.yaml",),
     ),
     Damage(
-        "spec-wrong-types", _spec_types, res_expect=(2,), res_err=("spec.yaml", "training.steps")
+        "spec-wrong-types",
+        _spec_types,
+        name_ok=(*DAMAGED, "spec.yaml"),
+        list_ok=("(damaged)",),
+        res_expect=(2,),
+        res_err=("spec.yaml", "training.steps"),
     ),
     Damage(
-        "spec-empty", lambda d: write(d / "spec.yaml", ""), res_expect=(2,), res_err=("spec.yaml",)
+        "spec-empty",
+        lambda d: write(d / "spec.yaml", ""),
+        name_ok=(*DAMAGED, "spec.yaml"),
+        list_ok=("(damaged)",),
+        res_expect=(2,),
+        res_err=("spec.yaml",),
     ),
     Damage(
         "ckpt-newest-truncated",
@@ -2466,7 +2502,7 @@ def store_cases() -> list[Case]:
                 f"store-damage/{dm.slug}/status",
                 lambda c, R=R: ["status", *R(c)],
                 expect=(0,),
-                ok_keywords=lst_ok,
+                ok_keywords=(*lst_ok, *dm.list_ok),
                 forbid=dm.forbid,
                 setup=setup,
                 post=_store_read_only,

@@ -125,8 +125,24 @@ _COLUMNS = ["RUN", "ALGO", "PHASE", "STEP", "REWARD", "CKPT", "BASELINE ACC", "F
 
 
 def _phase_cell(r: RunInfo) -> str:
-    damaged = (r.error or "").startswith("damaged:")
-    return f"{r.phase} (damaged)" if damaged else str(r.phase)
+    """The phase, marked as ``-o json`` marks the run: ``damaged`` set (#57)."""
+    return f"{r.phase} (damaged)" if r.damaged else str(r.phase)
+
+
+def _step_cell(r: RunInfo) -> str:
+    """'2/6', or '2/6 (+1 unsaved)': steps done (the latest checkpoint), and the steps
+    the metrics hold after it."""
+    done = f"{r.step}/{r.total_steps or '?'}"
+    return f"{done} (+{r.steps_after_checkpoint} unsaved)" if r.steps_after_checkpoint else done
+
+
+def _step_line(r: RunInfo) -> str:
+    """The step of one run's view, the steps after its checkpoint said in full."""
+    n = r.steps_after_checkpoint
+    if not n:
+        return f"{r.step}/{r.total_steps or '?'}"
+    repeats = "" if r.phase.active else f": resume repeats {'it' if n == 1 else 'them'}"
+    return f"{r.step}/{r.total_steps or '?'} (+{n} after the last checkpoint{repeats})"
 
 
 def _cells(r: RunInfo) -> list[str]:
@@ -134,7 +150,7 @@ def _cells(r: RunInfo) -> list[str]:
         r.name,
         r.algorithm or "-",
         _phase_cell(r),
-        f"{r.step}/{r.total_steps or '?'}",
+        _step_cell(r),
         _fmt((r.latest_metrics or {}).get("reward_mean")),
         _fmt(r.latest_checkpoint),
         _fmt(r.eval.baseline.accuracy if r.eval.baseline else None),
@@ -194,9 +210,9 @@ def _compiles(seconds: dict[str, float]) -> str:
 def _run_view(r: RunInfo) -> str:
     lines = [
         f"{r.name}  ({r.path})",
-        f"  phase       {r.phase}",
+        f"  phase       {_phase_cell(r)}",
         f"  algorithm   {r.algorithm or '-'}",
-        f"  step        {r.step}/{r.total_steps or '?'}",
+        f"  step        {_step_line(r)}",
         f"  checkpoint  {_fmt(r.latest_checkpoint)}" + _last_save(r),
     ]
     if r.disk_bytes is not None:
@@ -397,9 +413,10 @@ def _watch_line(r: RunInfo) -> str:
     from rlctl.core.runs.results import ClusterRunInfo
 
     c = _cells(r)
+    unsaved = f" unsaved={r.steps_after_checkpoint}" if r.steps_after_checkpoint else ""
     line = (
-        f"{c[0]} phase={c[2].replace(' ', '-')} step={c[3]} reward={c[4]} ckpt={c[5]} "
-        f"baseline_acc={c[6]} final_acc={c[7]}"
+        f"{c[0]} phase={c[2].replace(' ', '-')} step={r.step}/{r.total_steps or '?'}{unsaved} "
+        f"reward={c[4]} ckpt={c[5]} baseline_acc={c[6]} final_acc={c[7]}"
     )
     if isinstance(r, ClusterRunInfo):
         line += f" workload={r.workload.phase}"

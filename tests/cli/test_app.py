@@ -80,8 +80,10 @@ class TestStatus:
             check=True,
         )
         rows = json.loads(out.stdout)
-        # the step its files hold (#47): row 2 is torn, so 1, whatever status.json says
-        assert rows[0]["name"] == "r1" and rows[0]["step"] == 1
+        # the steps its checkpoints hold (#47, #57): none, whatever status.json says;
+        # row 1 after them (row 2 is torn)
+        assert rows[0]["name"] == "r1" and rows[0]["step"] == 0
+        assert rows[0]["steps_after_checkpoint"] == 1
         assert rows[0]["latest_metrics"] == {"step": 1, "reward_mean": 0.5}  # torn line skipped
         one = subprocess.run(
             [

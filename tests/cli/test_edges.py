@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlctl.cli.app import app
+from rlctl.core.store.local import LocalRunStore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,6 +52,9 @@ def write_run(
     (run / "metrics.jsonl").write_text(
         json.dumps({"step": step, "reward_mean": 0.5, "grad_norm": 1.25}) + "\n"
     )
+    # the step's checkpoint, as the trainer saves it: the steps done are its (#57)
+    (run / "checkpoints" / str(step)).mkdir(parents=True, exist_ok=True)
+    (run / "checkpoints" / str(step) / "_CHECKPOINT_METADATA").write_text("{}")
     return run
 
 
@@ -172,9 +176,12 @@ class TestStatusInAPipe:
         writer = threading.Thread(target=train)
         writer.start()
         try:
-            r = runner.invoke(
-                app, ["status", "r1", "--watch", "--interval", "0.5", "--runs-dir", str(tmp_path)]
-            )
+            # held as the trainer holds it for its whole life: 'running' needs it (#57)
+            with LocalRunStore(tmp_path).run("r1").lock():
+                r = runner.invoke(
+                    app,
+                    ["status", "r1", "--watch", "--interval", "0.5", "--runs-dir", str(tmp_path)],
+                )
         finally:
             writer.join()
         assert r.exit_code == 0, r.output

@@ -1,12 +1,16 @@
 """#47 point 4, the store's files are the truth: the steps done come from complete
-checkpoints and metrics rows, never status.json alone; only complete, properly
+checkpoints, never status.json alone (nor, #57, a metrics row); only complete, properly
 numbered checkpoint folders count; a stale run shows its damage and the command that
-helps; ``resume --recover`` reads what it was given."""
+helps; ``resume --recover`` reads what it was given. #57: a run is running only while
+its lock is held by the process it records."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -107,3 +111,112 @@ def test_recover_refuses_only_after_reading_and_says_what_helps(cli, store):
     )
     assert "resume without --recover: it continues from checkpoint 2" in r.stderr, line
     assert "delete run" not in r.stderr
+
+
+# --- #57: progress is the newest checkpoint; "running" needs the run's lock ---------
+
+
+def _spec_steps(run: Path, steps: int) -> None:
+    """spec.yaml's ``training.steps`` set to ``steps`` (and status.json's record of it)."""
+    text = (run / "spec.yaml").read_text()
+    new = re.sub(r"(?m)^(  steps:) \d+$", rf"\g<1> {steps}", text, count=1)
+    assert new != text, text
+    (run / "spec.yaml").write_text(new)
+    _status(run, total_steps=steps)
+
+
+def _ok_row(table: str) -> str:
+    """The table's row of run ``ok`` (rich draws a row as one line at 120 columns)."""
+    rows = [line for line in table.splitlines() if re.search(r"\bok\b", line)]
+    assert len(rows) == 1, table
+    return rows[0]
+
+
+def _log_ends(cli, store: Path, phase: str) -> None:
+    """``logs -f`` agrees with ``status``: the run is not active, its log ends now."""
+    r = cli("logs", "ok", "-f", "--runs-dir", str(store), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"run ok is {phase}: its log ends here" in r.stderr, r.stderr
+
+
+def test_a_garbage_metrics_row_is_not_the_runs_progress(cli, store):
+    """#57 case 1: checkpoint 2 of a 3-step run whose metrics.jsonl ends with a row of
+    step 99. Before: listed as 99/3 with no damage mark, and the hint was
+    '--steps N (N > 99)' (training from checkpoint 2 to step 100)."""
+    run = store / "ok"
+    _spec_steps(run, 3)
+    _status(run, phase="interrupted", step=2)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 99, "loss": 0.5, "reward_mean": 0.25}) + "\n")
+    table = cli("status", "--runs-dir", str(store), env={"COLUMNS": "120"}).stdout
+    assert "2/3" in _ok_row(table) and "interrupted (damaged)" in _ok_row(table), table
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert (shown["step"], shown["latest_checkpoint"]) == (2, 2), shown
+    assert shown["latest_metrics"]["step"] == 2  # the last row that can be trusted
+    assert "metrics.jsonl line 3: step 99" in (shown["damaged"] or ""), shown
+    assert "99" not in shown["error"].split("line 3: step 99")[1], shown["error"]
+    assert shown["error"].endswith("continue with 'rlctl resume ok'"), shown["error"]
+    view = cli("status", "ok", "--runs-dir", str(store)).stdout
+    assert "  step        2/3" in view and "line 3: step 99" in view, view
+    _log_ends(cli, store, "interrupted")
+    r = cli("resume", "ok", "--runs-dir", str(store))
+    assert r.returncode == 0, r.stderr
+    assert "resuming ok from checkpoint at step 2" in r.stderr
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]  # row 99 dropped
+    after = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert (after["phase"], after["step"], after["damaged"]) == ("completed", 3, None), after
+
+
+def test_steps_after_the_last_checkpoint_are_shown_as_such(cli, store):
+    """Steps 1-3 in metrics.jsonl, checkpoint 2: the run is at checkpoint 2, step 3 is
+    'after the last checkpoint' (resume repeats it), not damage."""
+    run = store / "ok"
+    _spec_steps(run, 4)
+    _status(run, phase="interrupted", step=3)
+    row = metrics(run)[-1]
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({**row, "step": 3}) + "\n")
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert (shown["step"], shown["steps_after_checkpoint"], shown["damaged"]) == (2, 1, None)
+    assert shown["latest_metrics"]["step"] == 3
+    view = cli("status", "ok", "--runs-dir", str(store)).stdout
+    assert "  step        2/4 (+1 after the last checkpoint: resume repeats it)" in view, view
+    r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "3")  # 3 > the 2 done
+    assert r.returncode == 0, r.stderr
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+
+
+def test_a_reused_pid_without_the_runs_lock_is_not_running(cli, store):
+    """#57 case 2: status.json says running with a pid that is alive (another process
+    now) and the run folder has no .lock. Before: 'running', no warning, while resume
+    (rightly) went ahead."""
+    run = store / "ok"
+    assert not (run / ".lock").exists()
+    _spec_steps(run, 3)
+    _status(run, phase="running", pid=os.getppid(), host=socket.gethostname(), backend="local")
+    table = cli("status", "--runs-dir", str(store), env={"COLUMNS": "120"}).stdout
+    assert "running" not in _ok_row(table) and "stale" in _ok_row(table), table
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert shown["phase"] == "stale", shown
+    assert "no process holds its lock" in shown["error"], shown["error"]
+    view = cli("status", "ok", "--runs-dir", str(store)).stdout
+    assert "  phase       stale" in view and "no process holds its lock" in view, view
+    _log_ends(cli, store, "stale")
+    r = cli("resume", "ok", "--runs-dir", str(store))
+    assert r.returncode == 0, r.stderr
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+
+
+def test_a_garbage_spec_is_marked_damaged_in_the_table_as_in_json(cli, store):
+    """#57 case 3: a stale run whose spec.yaml is garbage. Before: plain 'stale' in the
+    table, while its -o json said 'fix its spec.yaml'."""
+    run = store / "ok"
+    _status(run, phase="running", pid=_dead_pid(), backend="local")
+    (run / "spec.yaml").write_text(":: [unclosed\n\0\n")
+    table = cli("status", "--runs-dir", str(store), env={"COLUMNS": "120"}).stdout
+    assert "stale (damaged)" in _ok_row(table), table
+    shown = json.loads(cli("status", "ok", "--runs-dir", str(store), "-o", "json").stdout)
+    assert shown["phase"] == "stale" and "spec.yaml" in (shown["damaged"] or ""), shown
+    assert shown["error"].startswith("damaged: ") and "fix its spec.yaml" in shown["error"]
+    _log_ends(cli, store, "stale")
+    one_error(cli("resume", "ok", "--runs-dir", str(store)), 2, "spec.yaml")

@@ -4,7 +4,8 @@
 interrupted, and always names the latest complete checkpoint, so ``rlctl status``
 and ``rlctl resume`` can trust it even after a crash. One process writes a run at a
 time (the store's lock); a SIGKILLed run's file still says "running", which
-``rlctl status`` shows as ``stale`` (its pid is gone) and resume accepts.
+``rlctl status`` shows as ``stale`` (no live process holds the run's lock) and resume
+accepts.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.run_log import RunLog
 from rlctl.core.runs.spec import check_name_free, local_paths_absolute, write_new_run
-from rlctl.core.runs.status import read_metrics, read_status, steps_done
+from rlctl.core.runs.status import checked_metrics, read_status, steps_done
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
@@ -178,7 +179,7 @@ def resume_local(
 
 def _done(run: RunDir, status: StatusFile) -> int:
     """Steps the run has done, as its files hold them (``status.steps_done``: its
-    complete checkpoints and metrics rows), never status.json's word alone."""
+    latest complete checkpoint), never status.json's or a metrics row's word."""
     return steps_done(run)
 
 
@@ -371,9 +372,11 @@ def _record_interrupt(
     must not report step N-1 while the metrics and the checkpoint hold step N; nor
     one whose save a second signal cut short report less than the metrics hold."""
     latest = latest_checkpoint_step(run)
-    rows = read_metrics(run)  # a step whose save a second signal cut short is in them
-    last = rows[-1].get("step") if rows else 0
-    step = max(_done(run, status), last if isinstance(last, int) else 0)
+    # a step whose save a second signal cut short is in the rows (never a row that
+    # cannot be the run's: one of step 99 in a 6-step run, #57)
+    total = status.data.get("total_steps")
+    rows = checked_metrics(run, total if isinstance(total, int) else None, latest).rows
+    step = max(_done(run, status), rows[-1]["step"] if rows else 0)
     status.update(StatusUpdate(phase=Phase.INTERRUPTED, step=step, latest_checkpoint=latest))
     if isinstance(stop, stops.StopRequested) and stop.saved == step and step:
         kept = f"saved checkpoint {step}"

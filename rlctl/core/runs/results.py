@@ -63,7 +63,10 @@ class RunInfo(BaseModel):
     path: str
     phase: Phase
     algorithm: str | None = None
-    step: int = 0
+    step: int = 0  # the steps done: the latest complete checkpoint's (#57)
+    # steps metrics.jsonl holds after that checkpoint: a running run's progress since
+    # its last save, or steps a resume repeats
+    steps_after_checkpoint: int = 0
     total_steps: int | None = None
     latest_checkpoint: int | None = None
     checkpoint_bytes: int | None = None  # the latest checkpoint's size on disk
@@ -80,8 +83,11 @@ class RunInfo(BaseModel):
     peak_device_bytes: int | None = None  # the device allocator's peak (None on a CPU)
     created: str | None = None
     updated: str | None = None
+    # every file of the run that cannot be trusted, and why (a line each, '; '-joined);
+    # the table marks such a run "(damaged)", and ``error`` begins with it
+    damaged: str | None = None
     error: str | None = None
-    latest_metrics: dict[str, Any] | None = None  # the last row of metrics.jsonl
+    latest_metrics: dict[str, Any] | None = None  # the last row of metrics.jsonl to trust
     eval: RunEvals = Field(default_factory=RunEvals)
     # one run's view only (``status RUN``); absent from the JSON when not asked for,
     # so a listing keeps its keys and size

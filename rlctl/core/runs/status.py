@@ -7,22 +7,23 @@ import os
 import socket
 from typing import Any
 
+from rlctl.core.config.models import RunSpec
+from rlctl.core.errors import ConfigError
 from rlctl.core.phases import Phase
 from rlctl.core.runs.curve import Curve, build_curve
 from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
 from rlctl.core.store.base import (
     CHECKPOINTS,
     EVAL,
-    METRICS,
     SPEC,
     STATUS,
     RunDir,
     RunStore,
-    latest_checkpoint_step,
     set_aside_checkpoints,
 )
 from rlctl.core.store.local import LocalRunDir
-from rlctl.core.store.records import parse_json, read_status_text
+from rlctl.core.store.metrics_rows import MetricsRows, read_rows
+from rlctl.core.store.records import parse_json, read_spec, read_status_text
 
 
 def _read_json(run: RunDir, rel: str) -> tuple[Any, str | None]:
@@ -53,45 +54,27 @@ def read_status(run: RunDir) -> dict[str, Any]:
     return data
 
 
-def read_metrics(run: RunDir) -> list[dict[str, Any]]:
-    """Parse metrics.jsonl, skipping a torn last line from a killed writer and any
-    line that is not a JSON object (bytes appended by something else)."""
-    return _metrics(run)[0]
+def checked_metrics(run: RunDir, steps: int | None, latest: int | None) -> MetricsRows:
+    """The run's metrics rows that can be its own, and each line that cannot
+    (``store/metrics_rows.py``). ``steps``: what its spec asks for (None: unknown);
+    a checkpoint beyond it (the spec edited down since) raises the bound to it."""
+    bound = max(steps, latest or 0) if steps is not None else None
+    return read_rows(run, bound)
 
 
-def _metrics(run: RunDir) -> tuple[list[dict[str, Any]], int]:
-    """(the rows, how many lines were skipped)."""
-    if not run.exists(METRICS):
-        return [], 0
-    garbled = False
+def read_spec_of(run: RunDir) -> tuple[RunSpec | None, str | None]:
+    """(the run's spec, None), (None, why it cannot be read, naming the file), or
+    (None, None) when it has none."""
+    if not run.exists(SPEC):
+        return None, None
     try:
-        text = run.read_text(METRICS)
-    except UnicodeDecodeError as e:  # the bad bytes become U+FFFD: their line is skipped
-        text = bytes(e.object).decode("utf-8", errors="replace")
-        garbled = True
-    rows = []
-    skipped = 0
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if garbled and "\ufffd" in line:  # may still parse ('"\ufffd\ufffdss": 0.1')
-            skipped += 1
-            continue
-        try:
-            row = json.loads(line)
-        except RecursionError:  # bytes not ours, nested too deeply to read
-            skipped += 1
-            continue
-        except json.JSONDecodeError:
-            # a last line without its newline is a write in progress (or cut by a
-            # kill): normal, not damage
-            torn = i == len(lines) - 1 and not text.endswith("\n")
-            skipped += bool(line.strip()) and not torn
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            skipped += 1
-    return rows, skipped
+        return read_spec(run.read_text(SPEC), SPEC), None
+    except ConfigError as e:
+        return None, e.message[:160]
+    except UnicodeDecodeError:
+        return None, f"{SPEC} is not UTF-8 text"
+    except OSError as e:  # a folder where the file should be
+        return None, f"{SPEC} cannot be read ({e.strerror or type(e).__name__})"
 
 
 def read_eval(run: RunDir, which: str) -> dict[str, Any] | None:
@@ -151,16 +134,28 @@ def process_alive(pid: Any, host: Any) -> bool:
     return True
 
 
-def _phase(status: dict[str, Any], run: RunDir) -> Phase:
-    """The stored phase, or ``stale`` for a local run whose process is gone. The
-    run's lock decides where the store can tell (a live but unrelated process that
-    reused the pid holds no lock); the recorded pid only where it cannot (gs://)."""
+def _phase(status: dict[str, Any], run: RunDir) -> tuple[Phase, str | None]:
+    """The stored phase, or ``stale`` and why for a run trained on this machine whose
+    trainer is gone. "Running" needs the run's lock held by the process the lock
+    records (``RunDir.lock_state``: pid and start time), never a pid alone (#57: a
+    reused pid read as a live run); only where the store cannot tell (gs://) does
+    status.json's pid decide."""
     phase = Phase.parse(status.get("phase", Phase.UNKNOWN))
-    if not (phase.active and status.get("backend") == "local" and "pid" in status):
-        return phase
-    held = run.lock_held()
-    alive = held if held is not None else process_alive(status.get("pid"), status.get("host"))
-    return phase if alive else Phase.STALE
+    if not (phase.active and status.get("backend") == "local"):
+        return phase, None
+    pid = status.get("pid")
+    lock = run.lock_state()
+    if lock.held is None:
+        if "pid" not in status or process_alive(pid, status.get("host")):
+            return phase, None
+    elif lock.held:
+        return phase, None
+    ended = f"its process (pid {pid})" if "pid" in status else "its process"
+    why = f": {lock.why}" if lock.why else ""
+    here = status.get("host") == socket.gethostname()
+    if lock.held is False and here and process_alive(pid, status.get("host")):
+        why += f"; pid {pid} is another process now"  # kill(pid, 0) alone said 'running'
+    return Phase.STALE, f"{ended} ended without finishing, killed or crashed{why}"
 
 
 def folder_bytes(path: str | os.PathLike[str]) -> int:
@@ -176,6 +171,26 @@ def folder_bytes(path: str | os.PathLike[str]) -> int:
     return total
 
 
+def verified_checkpoints(run: RunDir) -> tuple[int | None, list[str]]:
+    """(the newest complete checkpoint whose files are all there at their recorded
+    sizes, what is wrong with each newer one): the checkpoint ``resume`` will
+    restore, judged without reading a byte of it (``manifest.verify`` without its
+    hashes; a bit flipped in place is found by resume alone). A gs:// store's
+    checkpoints are taken as its COMMITTED markers say, unread."""
+    steps = sorted(run.checkpoint_steps(), reverse=True)
+    if not isinstance(run, LocalRunDir):
+        return (steps[0] if steps else None), []
+    from rlctl.core.store.manifest import verify
+
+    damaged: list[str] = []
+    for step in steps:
+        why = verify(run.path / CHECKPOINTS / str(step), hashes=False)
+        if why is None:
+            return step, damaged
+        damaged.append(f"checkpoint {step} is damaged ({why}): resume sets it aside")
+    return None, damaged
+
+
 def _sizes(run: RunDir, latest: int | None) -> tuple[int | None, int | None]:
     """(latest checkpoint's bytes, the whole run folder's bytes) of a run on this
     machine; (None, None) for a gs:// store, where it would mean listing every object."""
@@ -185,17 +200,10 @@ def _sizes(run: RunDir, latest: int | None) -> tuple[int | None, int | None]:
     return ckpt, folder_bytes(run.path)
 
 
-def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
-    """The run as ``status`` shows it; ``curve`` adds its learning curve (one run's
-    view: a listing of many runs leaves it out, to read no eval/ folder per run)."""
-    status = read_status(run)
-    metrics, skipped = _metrics(run)
-    evals = {}
-    problems = (
-        [f"{METRICS}: {skipped} unreadable line{'s' if skipped > 1 else ''} skipped"]
-        if skipped
-        else []
-    )
+def _evals(run: RunDir) -> tuple[dict[str, EvalSummary], list[str]]:
+    """The baseline and final evals, and what is wrong with each that is there but
+    cannot be read."""
+    evals, problems = {}, []
     for which in EVALS:
         data = read_eval(run, which)
         if data is None and run.exists(f"{EVAL}/{which}.json"):
@@ -210,35 +218,47 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
                     {k: data.get(k) for k in EvalSummary.model_fields}
                 )
             except ValueError:  # wrong types in the record: shown as absent
-                continue
+                problems.append(f"{EVAL}/{which}.json holds values of the wrong type")
+    return evals, problems
+
+
+def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
+    """The run as ``status`` shows it; ``curve`` adds its learning curve (one run's
+    view: a listing of many runs leaves it out, to read no eval/ folder per run).
+
+    Its progress is its latest complete checkpoint: metrics rows after it are steps
+    a resume repeats (``steps_after_checkpoint``), and a row that cannot be the
+    run's is damage (#57). ``damaged`` says every such problem; ``error`` begins
+    with it, then says why a stale run stopped and the one command that helps."""
+    status = read_status(run)
+    spec, spec_damage = read_spec_of(run)
+    latest, ckpt_damage = verified_checkpoints(run)
+    steps = spec.training.steps if spec is not None else _int(status.get("total_steps"))
+    metrics = checked_metrics(run, steps, latest)
+    evals, eval_damage = _evals(run)
     aside = set_aside_checkpoints(run)  # one listing of checkpoints/
+    problems = [status.get("damaged"), spec_damage, *ckpt_damage, metrics.damaged, *eval_damage]
     if aside:
         problems.append(
             f"checkpoint{'s' if len(aside) > 1 else ''} set aside: "
             + ", ".join(f"{CHECKPOINTS}/{n}" for n in aside)
         )
-    damaged = "; ".join([*filter(None, [status.get("damaged")]), *problems]) or None
+    damaged = "; ".join(filter(None, problems)) or None
     if not run.exists(SPEC):
         damaged = f"no {SPEC} (the run's settings): it cannot be resumed"
-    latest = latest_checkpoint_step(run)
-    done = steps_done(run, metrics, latest)
-    phase = _phase(status, run)
+    done = steps_done(run, latest)
+    phase, gone = _phase(status, run)
     error = _str(status.get("error"))
     if damaged or phase is Phase.STALE:
         # what is wrong first, then the one command that helps (a stale run's plain
         # 'resume' was refused when its checkpoints were all set aside, #47)
-        gone = (
-            f"its process (pid {status.get('pid')}) ended without finishing: killed or crashed"
-            if phase is Phase.STALE
-            else None
-        )
         error = "; ".join(
             filter(
                 None,
                 [
                     f"damaged: {damaged}" if damaged else None,
                     gone,
-                    remedy(run, latest, aside, done, phase),
+                    remedy(run, spec, latest, aside, done, phase),
                 ],
             )
         )
@@ -249,6 +269,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         phase=phase,
         algorithm=_str(status.get("algorithm")),
         step=done,
+        steps_after_checkpoint=metrics.after(done),
         total_steps=_int(status.get("total_steps")),
         latest_checkpoint=latest,
         checkpoint_bytes=checkpoint_bytes,
@@ -263,47 +284,44 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         peak_device_bytes=_int(status.get("peak_device_bytes")),
         created=_str(status.get("created")),
         updated=_str(status.get("updated")),
+        damaged=damaged,
         error=error,
-        latest_metrics=metrics[-1] if metrics else None,
+        latest_metrics=metrics.rows[-1] if metrics.rows else None,
         eval=RunEvals(**evals),
-        curve=read_curve(run, metrics) if curve else None,
+        curve=read_curve(run, metrics.rows) if curve else None,
     )
 
 
-def steps_done(
-    run: RunDir, rows: list[dict[str, Any]] | None = None, latest: int | None = None
-) -> int:
-    """The steps the run's files hold: its latest complete checkpoint's step, or its
-    metrics rows' last step where later (steps done since, which a resume repeats);
-    never status.json's word alone (#47: a status.json saying 50 over files holding 2
-    made resume hint '--steps 51', dozens of extra steps). ``rows`` and ``latest``:
-    already read by the caller."""
-    if rows is None:
-        rows = read_metrics(run)
+def steps_done(run: RunDir, latest: int | None = None) -> int:
+    """The steps the run has done: its newest checkpoint that verifies
+    (``verified_checkpoints``; 0 before the first), the one resume restores. Never
+    status.json's word (#47: a status.json saying 50 over files holding 2 made
+    resume hint '--steps 51'), nor a metrics row's (#57: a garbage row of step 99
+    did the same): rows after the checkpoint are steps a resume repeats.
+    ``latest``: already found by the caller."""
     if latest is None:
-        latest = latest_checkpoint_step(run)
-    last = max((s for r in rows if (s := _int(r.get("step"))) is not None), default=0)
-    return max(latest or 0, last)
+        latest = verified_checkpoints(run)[0]
+    return latest or 0
 
 
 def remedy(
-    run: RunDir, latest: int | None, aside: list[str], done: int, phase: Phase = Phase.UNKNOWN
+    run: RunDir,
+    spec: RunSpec | None,
+    latest: int | None,
+    aside: list[str],
+    done: int,
+    phase: Phase = Phase.UNKNOWN,
 ) -> str | None:
     """The command that helps a damaged or stale run, as ``resume`` would judge it:
-    its spec is missing or unreadable, its checkpoints are all set aside, or its spec
-    asks for fewer steps than it has done; else plain resume (None for a completed
-    run: resume would refuse it, and its damage is in files no step rewrites)."""
+    its spec is missing or unreadable, its checkpoints are all set
+    aside, or its spec asks for fewer steps than it has done; else plain resume
+    (None for a completed run: resume would refuse it, and its damage is in files
+    no step rewrites)."""
     name = run.name
     if not run.exists(SPEC):
         return f"restore its {SPEC} to resume it, or remove it with 'rlctl delete run {name}'"
-    from rlctl.core.errors import ConfigError
-    from rlctl.core.store.records import read_spec
-
-    try:
-        spec = read_spec(run.read_text(SPEC), SPEC)
-    except (ConfigError, UnicodeDecodeError) as e:
-        why = e.message if isinstance(e, ConfigError) else f"{SPEC} is not UTF-8 text"
-        return f"fix its {SPEC} ({why[:160]}), then 'rlctl resume {name}'"
+    if spec is None:
+        return f"fix its {SPEC}, then 'rlctl resume {name}'"  # what is wrong: in damaged
     if latest is None and aside:
         if isinstance(run, LocalRunDir):
             return (
@@ -330,4 +348,4 @@ def list_runs(store: RunStore) -> list[RunInfo]:
 
 def run_phase(run: RunDir) -> Phase:
     """The run's phase as ``status`` shows it (``stale`` when its process is gone)."""
-    return _phase(read_status(run), run)
+    return _phase(read_status(run), run)[0]

@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +36,7 @@ LOG = "train.log"
 TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"
-LOCK = ".lock"  # a local run's writer lock (holder: pid, host, since)
+LOCK = ".lock"  # a local run's writer lock (its holder: pid, start time, host; holder.py)
 # A folder holding any of these is a run (listed; shown damaged when spec.yaml is
 # missing): a folder with none of them is someone else's, left out of the listing.
 RUN_MARKERS = (SPEC, STATUS, METRICS)
@@ -47,6 +48,16 @@ MANIFEST = "rlctl-manifest.json"
 # "07", "٣" or "²" are no step to Orbax; counted by int() or str.isdigit() they made
 # a checkpoint no folder holds, and the run stuck on it (#47).
 STEP_NAME = re.compile(r"^(?:0|[1-9][0-9]*)$")
+
+
+@dataclass(frozen=True)
+class LockState:
+    """Whether the process a run's writer lock names holds it now: True, False, or
+    None where the store cannot tell at no cost (a gs:// lease, a lock file not
+    ours to read). ``why``: what was seen when it is not held, for ``status``."""
+
+    held: bool | None
+    why: str | None = None
 
 
 class RunDir(Protocol):
@@ -75,9 +86,9 @@ class RunDir(Protocol):
     def move(self, src: str, dst: str) -> None: ...
     # Held by the one process that trains the run (train, resume), for its whole life.
     def lock(self) -> AbstractContextManager[None]: ...
-    # Whether some process holds ``lock()`` now: True/False where the store can tell
-    # at no cost (a local file lock), None where it cannot (a gs:// lease).
-    def lock_held(self) -> bool | None: ...
+    # Whether the process that ``lock()`` records holds it now (a local file lock);
+    # held None where the store cannot tell at no cost (a gs:// lease).
+    def lock_state(self) -> LockState: ...
 
 
 class RunStore(Protocol):

@@ -55,9 +55,11 @@ from rlctl.core.store.base import (
     RUN_MARKERS,
     SPEC,
     STATUS,
+    LockState,
     existing_run,
     step_number,
 )
+from rlctl.core.store.holder import machine as _machine  # one notion, the local lock's too
 
 if TYPE_CHECKING:  # google.cloud.* is imported only by core/clients.py
     from rlctl.core.clients import StorageBucket as Bucket
@@ -212,17 +214,6 @@ def lease_ttl_s(value: float | None = None) -> float:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
-
-
-def _machine() -> str:
-    """This boot of this machine and this pid namespace (Linux), or "": a pid can be
-    checked with kill(pid, 0) only from inside the same ones, and containers on one
-    node (hostNetwork) share a host name but not their pids."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
-    except OSError:
-        return ""
 
 
 def _holder_is_dead(info: dict[str, Any]) -> bool:
@@ -510,10 +501,10 @@ class GcsRunDir:
             self._lease = None
             lease.release()
 
-    def lock_held(self) -> bool | None:
+    def lock_state(self) -> LockState:
         """Unknown: a lease left by a killed holder looks held until it expires, so
         whether its writer lives is the recorded pid's question (status.py)."""
-        return None
+        return LockState(None)
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_text(rel))

@@ -19,6 +19,7 @@ from rlctl.core.errors import (
 )
 from rlctl.core.names import validate_name
 from rlctl.core.paths import kernel_fs
+from rlctl.core.store import holder
 from rlctl.core.store.base import (
     CHECKPOINTS,
     LOCK,
@@ -27,6 +28,7 @@ from rlctl.core.store.base import (
     RUN_MARKERS,
     SPEC,
     TENSORBOARD,
+    LockState,
     atomic_write,
     create_exclusive,
     existing_run,
@@ -71,12 +73,21 @@ def writing(
         raise ConfigError(f"cannot write {where}: {why}", hint=writable) from e
 
 
-def _holder(fd: int) -> str:
-    try:
-        h = json.loads(os.pread(fd, 4096, 0) or b"{}")
-        return f"pid {h['pid']} on {h['host']} since {h['since']}"
-    except (ValueError, KeyError, TypeError):
-        return "another process"
+def _in_use(name: str, fd: int) -> RunInUseError:
+    """The refusal of a second writer, naming the first as its lock records it; a
+    record whose process is gone means another process holds the lock (a child that
+    inherited its descriptor, say), which ``status`` shows the same way."""
+    record = holder.read_record(os.pread(fd, 4096, 0))
+    why = holder.not_its_holder(record)
+    if why is None:
+        return RunInUseError(
+            f"run {name!r} is in use by {holder.describe(record)}",
+            hint="wait for it to finish, or stop that process first",
+        )
+    return RunInUseError(
+        f"run {name!r} is in use: another process than the one its lock records holds it ({why})",
+        hint=f"stop the process that holds its {LOCK} ('fuser -v' names it), then try again",
+    )
 
 
 class LocalRunDir:
@@ -111,10 +122,10 @@ class LocalRunDir:
     def lock(self) -> Iterator[None]:
         """Exclusive for the life of the process that trains this run: a second
         train/resume gets a ConflictError naming the holder. The kernel drops the
-        lock when the holder dies, however it dies, so a killed run stays resumable."""
-        import datetime as dt
+        lock when the holder dies, however it dies, so a killed run stays resumable.
+        The file records the holder (``holder.this_process``: pid and start time),
+        which ``lock_state`` checks against the process holding it now."""
         import fcntl
-        import socket
 
         with writing(f"{self.uri}/{LOCK}"):
             self.path.mkdir(parents=True, exist_ok=True)
@@ -123,42 +134,51 @@ class LocalRunDir:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RunInUseError(
-                    f"run {self.name!r} is in use by {_holder(fd)}",
-                    hint="wait for it to finish, or stop that process first",
-                ) from None
-            since = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+                raise _in_use(self.name, fd) from None
             os.ftruncate(fd, 0)
-            os.pwrite(
-                fd,
-                json.dumps(
-                    {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
-                ).encode(),
-                0,
-            )
+            os.pwrite(fd, json.dumps(holder.this_process()).encode(), 0)
             yield
         finally:
             os.close(fd)  # releases the lock
 
-    def lock_held(self) -> bool | None:
-        """Whether a process holds this run's lock now: the kernel's answer, not a
-        recorded pid's (a pid is reused by unrelated processes after a crash). A
-        probe on a fresh descriptor, so a lock held in this same process counts."""
+    def lock_state(self) -> LockState:
+        """Whether the process this run's lock records holds it now: the kernel's
+        answer that the lock is held (a probe on a fresh descriptor, so a lock held
+        in this same process counts), and the record's pid and start time that it is
+        held by that process, never a pid alone (#57)."""
         import fcntl
 
         try:
             fd = os.open(self.path / LOCK, os.O_RDONLY)
-        except OSError:  # no lock file: made by hand or an older rlctl: cannot tell
-            return None
+        except FileNotFoundError:
+            return LockState(False, f"no process holds its lock (the run has no {LOCK})")
+        except OSError:  # not ours to read: cannot tell
+            return LockState(None)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:  # a file system without flock: cannot tell
-            return None
+            record = holder.read_record(os.pread(fd, 4096, 0))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                held: bool | None = False
+            except BlockingIOError:
+                held = True
+            except OSError:  # a file system without flock: the record's word alone
+                held = None
+        except OSError:
+            return LockState(None)
         finally:
             os.close(fd)  # also drops the probe's shared lock
-        return False
+        if held is False:
+            return LockState(False, "no process holds its lock")
+        why = holder.not_its_holder(record)
+        if why is None:
+            return LockState(True)
+        if held:
+            return LockState(
+                False,
+                f"another process than the one it records holds its lock ({why}); "
+                "stop that process to resume the run",
+            )
+        return LockState(False, f"no process holds its lock ({why})")
 
     def list(self, rel: str) -> list[str]:
         p = self.path / rel

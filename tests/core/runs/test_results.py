@@ -60,6 +60,7 @@ class TestDumps:
             "phase",
             "algorithm",
             "step",
+            "steps_after_checkpoint",
             "total_steps",
             "latest_checkpoint",
             "checkpoint_bytes",
@@ -74,11 +75,13 @@ class TestDumps:
             "peak_device_bytes",
             "created",
             "updated",
+            "damaged",
             "error",
             "latest_metrics",
             "eval",
         ]
-        assert doc["phase"] == "interrupted" and doc["step"] == 3
+        # no checkpoint: 0 steps done, rows 1-3 after it (#57)
+        assert (doc["phase"], doc["step"], doc["steps_after_checkpoint"]) == ("interrupted", 0, 3)
         # no checkpoint yet: its size is null; the folder's is what is there
         assert doc["checkpoint_bytes"] is None and doc["disk_bytes"] > 0
         assert doc["eval"] == {

@@ -128,7 +128,8 @@ class TestFollow:
                 lambda: (_append(run, "ial\ne\n"), self._status(run, "completed")),
             ]
         )
-        out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
+        with run.lock():  # held as the trainer holds it: 'running' needs it (#57)
+            out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
         assert out == ["b", "c", "d", "partial", "e"]
 
     def test_a_stale_run_ends_the_follow(self, run):

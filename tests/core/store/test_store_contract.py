@@ -100,9 +100,11 @@ class TestRunStoreContract:
         Path(run.path_for(METRICS)).write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo')
         run.push(METRICS)
         info = describe_run(reopen(store).existing("r1"))
-        # the torn last line is skipped; the step is the files' (#47), not status.json's
-        assert (info.phase, info.step, info.latest_metrics) == (
+        # the torn last line is skipped; the steps done are the checkpoints' (#47, #57):
+        # none yet, and row 1 after them; never status.json's 2
+        assert (info.phase, info.step, info.steps_after_checkpoint, info.latest_metrics) == (
             "running",
+            0,
             1,
             {"step": 1, "loss": 0.5},
         )
