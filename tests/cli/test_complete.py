@@ -148,4 +148,7 @@ def test_show_completion_prints_the_script_for_rlctl():
     from rlctl.cli.app import app
 
     r = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="rlctl")
-    assert r.exit_code == 0 and "_RLCTL_COMPLETE=complete_bash" in r.output
+    assert r.exit_code == 0 and "_RLCTL_COMPLETE=complete_bash" in r.output, (
+        r.output,
+        r.exception,
+    )
