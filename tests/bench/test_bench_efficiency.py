@@ -97,9 +97,12 @@ def test_the_decode_says_which_limit_binds(figures, tiny_model_dir):
     balance = r["matmul_GFLOPs"] / r["read_bandwidth_GBps"]
     assert r["flops_per_byte"] == pytest.approx(intensity, abs=0.01)
     assert r["machine_flops_per_byte"] == pytest.approx(balance, rel=0.02)
-    assert r["bandwidth_ceiling"] == pytest.approx(min(1.0, balance / intensity), rel=0.02)
+    # the figures are printed to three decimals: half of the last digit is within tolerance
+    assert r["bandwidth_ceiling"] == pytest.approx(
+        min(1.0, balance / intensity), rel=0.02, abs=1e-3
+    )
     assert r["fraction_of_matmul_rate"] == pytest.approx(
-        r["flops_per_token"] / r["seconds_per_token"] / 1e9 / r["matmul_GFLOPs"], rel=0.02
+        r["flops_per_token"] / r["seconds_per_token"] / 1e9 / r["matmul_GFLOPs"], rel=0.02, abs=1e-3
     )
 
 
