@@ -59,7 +59,7 @@ class DeviceFit(BaseModel):
 
     @property
     def amount(self) -> str:
-        """``11.2 of 27.2 GiB per chip`` (and where the peak is, when it does not fit)."""
+        """``11.20 GiB of 27.20 GiB per chip`` (and where the peak is, when it does not fit)."""
         worst = max(self.programs, key=lambda p: p.peak, default=None)
         if self.fits:
             at = ""
@@ -71,7 +71,7 @@ class DeviceFit(BaseModel):
 
     @property
     def line(self) -> str:
-        """``fits: 11.2 of 27.2 GiB per chip, v6e-16 x2, compiled in 48 s``."""
+        """``fits: 11.20 GiB of 27.20 GiB per chip, v6e-16 x2, compiled in 48 s``."""
         if not self.checked:
             return f"not checked: {self.why_not}"
         verdict = "fits" if self.fits else "does not fit"
