@@ -34,3 +34,16 @@ def tiny_config(tiny: Path) -> dict:
 
 # the CLI against the fake GKE and its Kubernetes API, as tests/cli has them
 from tests.cli.conftest import _no_local_gcloud, cli, kube  # noqa: E402, F401
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _libtpu_held_here():
+    """libtpu loaded in this process before any test, as a user's notebook, a second dry
+    run or the command that starts the fit check would hold it: the fit check's
+    compile-only children must still load theirs (libtpu's lockfile,
+    ``/tmp/libtpu_lockfile``, refuses a second process unless told it may)."""
+    from rlctl.core.config.catalog import lookup
+    from rlctl.core.config.compile_targets import compile_target
+    from rlctl.core.trainer.runtime.targets import devices
+
+    devices(compile_target(lookup("v5litepod-4"), 1))

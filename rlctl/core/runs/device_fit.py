@@ -34,8 +34,16 @@ OnLine = Callable[[str], None]
 FIT_ENV = "RLCTL_FIT_CHECK"  # "off": skip it (a plan says so)
 # the child's environment: JAX there must not initialize the accelerator backends it
 # compiles for (the CUDA plugin prints a traceback where no GPU is; libtpu probes for
-# TPU hosts), nor preallocate anything
-_CHILD_ENV = {"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", "TPU_STDERR_LOG_LEVEL": "3"}
+# TPU hosts), nor preallocate anything; and libtpu must not refuse to load because
+# another process holds it (a second dry run, a notebook, the process that started this
+# one): its lockfile guards the chips, which a compile-only child never opens
+# (ALLOW_MULTIPLE_LIBTPU_LOAD, as jax/_src/test_multiprocess.py sets for its processes)
+_CHILD_ENV = {
+    "JAX_PLATFORMS": "cpu",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TPU_STDERR_LOG_LEVEL": "3",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+}
 
 
 def check(

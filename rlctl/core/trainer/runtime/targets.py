@@ -21,6 +21,7 @@ still describe their compile-only devices.
 from __future__ import annotations
 
 import importlib.util
+import os
 from typing import Any
 
 from rlctl.core.config.compile_targets import CompileTarget, gpu_target_text
@@ -62,6 +63,10 @@ def devices(target: CompileTarget) -> list[Any]:
         )
     if target.kind == "tpu":
         assert target.topology_name and target.chips_per_host_bounds
+        # libtpu's lockfile (/tmp/libtpu_lockfile) guards the chips of a TPU host, which
+        # compile-only devices never open: without this, a second process holding libtpu
+        # (a notebook, a parallel dry run, the tests' own process) makes the load fail
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         topo = topologies.get_topology_desc(
             topology_name=target.topology_name,
             platform="tpu",
