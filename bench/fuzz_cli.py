@@ -1701,6 +1701,37 @@ def returns_nan(completion, gold):
 
 def raises(completion, gold):
     raise ValueError("boom from my reward")
+
+def returns_huge_int(completion, gold):
+    return 10**400
+
+def returns_just_out_of_range(completion, gold):
+    return 1000001
+
+class _NoFloat:
+    def __float__(self):
+        raise RuntimeError("no float for you")
+
+def returns_no_float(completion, gold):
+    return _NoFloat()
+
+def returns_0d_array(completion, gold):
+    import numpy as np
+    return np.array(1.0)
+
+def batch_returns_0d_array(prompts, completions, **kw):
+    import numpy as np
+    return np.array(1.0)
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("str of the exception fails")
+
+def raises_unprintable(completion, gold):
+    raise _Unprintable()
+
+def raises_keyboard_interrupt(completion, gold):
+    raise KeyboardInterrupt
 """
 
 
@@ -1733,6 +1764,29 @@ def rewards_cases() -> list[Case]:
         ("returns-str", '["fuzzrewards.returns_str"]', (2,), ("fuzzrewards.returns_str",)),
         ("returns-nan", '["fuzzrewards.returns_nan"]', (2,), ("fuzzrewards.returns_nan",)),
         ("raises", '["fuzzrewards.raises"]', (1, 2), ("fuzzrewards.raises",)),
+        # #53: each was 'unexpected error' with "report it", or 'interrupted', unnamed
+        (
+            "returns-huge-int",
+            '["fuzzrewards.returns_huge_int"]',
+            (2,),
+            ("fuzzrewards.returns_huge_int", "an int of 401 digits"),
+        ),
+        (
+            "returns-just-out-of-range",
+            '["fuzzrewards.returns_just_out_of_range"]',
+            (2,),
+            ("returned 1000001 (int)",),
+        ),
+        ("returns-no-float", '["fuzzrewards.returns_no_float"]', (2,), ("returns_no_float",)),
+        ("returns-0d-array", '["fuzzrewards.returns_0d_array"]', (0,), ()),  # as TRL takes it
+        ("batch-returns-0d-array", '["fuzzrewards.batch_returns_0d_array"]', (2,), ("0d",)),
+        ("raises-unprintable", '["fuzzrewards.raises_unprintable"]', (2,), ("unprintable",)),
+        (
+            "raises-keyboard-interrupt",
+            '["fuzzrewards.raises_keyboard_interrupt"]',
+            (130,),
+            ("fuzzrewards.raises_keyboard_interrupt",),
+        ),
         ("import-fails", '["import_fails.fn"]', (2,), ("import_fails",)),
         ("syntax-error", '["syntax_error.fn"]', (2,), ("syntax_error",)),
         ("empty-list", "[]", (2,), ("rewards",)),
