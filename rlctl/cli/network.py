@@ -22,6 +22,7 @@ from rlctl.cli._options import (
     make_output,
 )
 from rlctl.cli._output import make_table
+from rlctl.core.errors import require_cloud
 
 app = typer.Typer(
     help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).\n\n"
@@ -51,6 +52,7 @@ def create(
 
     Example: rlctl network create rl-v6e --region us-east5 --count 2 --dry-run
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
@@ -89,6 +91,7 @@ def show(
 
     Example: rlctl network show rl-v6e --region us-east5 -o json
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import network as core
 
     out = make_output(ctx, output, yes)
@@ -126,6 +129,7 @@ def delete(
 
     Example: rlctl network delete rl-v6e --region us-east5 --yes
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)

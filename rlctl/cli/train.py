@@ -398,6 +398,10 @@ def _command(algorithm: str):
             from rlctl.core.runs.spec import reward_flag
 
             flags["rewards"] = [reward_flag(r) for r in reward]
+        if cluster and not (print_config or print_prompt):
+            from rlctl.core.errors import require_cloud
+
+            require_cloud()  # before any work: exit 8 with the install line
         from rlctl.cli._infra import assumed_location, clients_for
         from rlctl.core.runs.where import locate_new
 

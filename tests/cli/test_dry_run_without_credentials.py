@@ -32,11 +32,13 @@ socket.socket.connect_ex = _refuse
 
 
 def _rlctl(
-    args: list[str], home: Path, **extra: str
+    args: list[str], home: Path, hide: tuple[str, ...] = (), **extra: str
 ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``hide``: modules this Python cannot import, as with only ``.[train]`` installed."""
     site = home / "site"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(NO_NETWORK)
+    hidden = "".join(f"sys.modules[{m!r}] = None\n" for m in hide)
+    (site / "sitecustomize.py").write_text(f"{NO_NETWORK}\nimport sys\n{hidden}")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -191,3 +193,41 @@ def test_the_help_example_runs_on_a_fresh_machine(home, command):
     r, _ = _rlctl(args, home)
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[0].startswith(ASSUMED)
+
+
+# What '.[train]' alone lacks of the cloud half (pyproject.toml's gcp and k8s extras)
+TRAIN_ONLY = ("google.api_core", "google.cloud", "kubernetes", "jsonschema", "kubernetes_validate")
+
+
+@pytest.mark.parametrize(
+    ("args", "hide"),
+    [
+        (["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run"], TRAIN_ONLY),
+        (["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run"], TRAIN_ONLY),
+        (["image", "build", "--cluster", "demo", "--dry-run"], TRAIN_ONLY),
+        (["network", "create", "demo", "--count", "2", "--dry-run"], TRAIN_ONLY),
+        # one module short, the others there: the check names it before any work
+        (["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run"], ("google.api_core",)),
+        (["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run"], ("kubernetes",)),
+        (
+            ["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run"],
+            ("google.cloud.container_v1",),
+        ),
+        (["cluster", "list"], ("google.cloud",)),
+        (["image", "list"], ("google.cloud",)),
+        (["network", "show", "demo"], ("google.cloud",)),
+    ],
+)
+def test_a_cloud_command_without_the_cloud_extras_is_exit_8_with_the_readmes_line(home, args, hide):
+    """#53: after the README's first install ('.[train]'), 'cluster create --dry-run' got
+    as far as its API check ('No module named google.api_core', exit 7), 'train --cluster
+    --dry-run' ended 'unexpected error: ImportError' (exit 1); the others' hints dropped
+    '-c constraints.txt'. One check at the top of each cloud command, before any work."""
+    from rlctl.core.install import extra_install_command
+
+    r, _ = _rlctl(args, home, hide=hide)
+    assert r.returncode == 8, r.stderr
+    assert "Traceback" not in r.stderr and "report it" not in r.stderr
+    assert r.stderr.splitlines()[0].startswith("error: this command needs the cloud extras ")
+    assert r.stderr.splitlines()[1:] == [f"hint: {extra_install_command('all', constrained=True)}"]
+    assert f"-c {REPO}/constraints.txt" in r.stderr and "[all]" in r.stderr

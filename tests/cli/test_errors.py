@@ -105,7 +105,8 @@ class TestNoMarkup:
             require_extra("no_such_module_for_rlctl", "gcp")
         app = _boom_app(e.value)
         r = CliRunner().invoke(app, [], obj=AppState())
-        assert r.exit_code == 8 and f"hint: {extra_install_command('gcp')}\n" in r.stderr
+        hint = extra_install_command("gcp", constrained=True)  # with -c constraints.txt
+        assert r.exit_code == 8 and f"hint: {hint}\n" in r.stderr
         assert "[gcp]" in r.stderr
 
 
