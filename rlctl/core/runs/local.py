@@ -420,7 +420,9 @@ def _execute(
                 error=None,
             )
         )
-        with _sigterm_as_interrupt():
+        # a stop is answered the moment it lands, not at the step's safe point (#53)
+        acknowledge = stops.acknowledged(lambda m: log({"event": "message", "message": m}))
+        with _sigterm_as_interrupt(), acknowledge:
             trainer.load_libraries(log)
             evals = trainer.train(spec, run, log, on_status, recover=recover)
     except KeyboardInterrupt as stop:
