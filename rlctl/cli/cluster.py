@@ -143,7 +143,9 @@ def create(
     )
     if assumed:
         from rlctl.core.clients import EmptyProject
+        from rlctl.core.config.infra import check_location
 
+        check_location(spec.project, spec.region, spec.zone, known_only=True)  # and its zone
         clients = EmptyProject(spec.project, spec.region)
     else:
         clients = clients_for(ctx, spec.project, spec.region)

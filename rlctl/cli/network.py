@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import build_spec, clients_for, existing_cluster, run_plan
+from rlctl.cli._infra import (
+    assumed_location,
+    assumed_note,
+    build_spec,
+    clients_for,
+    existing_cluster,
+    run_plan,
+)
 from rlctl.cli._options import (
     CidrOpt,
     ClusterNameArg,
@@ -56,6 +63,11 @@ def create(
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
+    # no credentials: plan against an empty project, as 'cluster create' does (#53)
+    assumed = assumed_location(ctx, dry_run, config, project, region)
+    if assumed:
+        project, region = assumed
+        out.info(assumed_note(project, region))
     spec = build_spec(
         config,
         name,
@@ -66,8 +78,15 @@ def create(
         dcn_cidrs=dcn_cidr,
         overrides=set_,
     )
-    clients = clients_for(ctx, spec.project, spec.region)
+    if assumed:
+        from rlctl.core.clients import EmptyProject
+
+        clients = EmptyProject(spec.project, spec.region)
+    else:
+        clients = clients_for(ctx, spec.project, spec.region)
     plan = core.network_plan_create(clients, spec)
+    if assumed:
+        plan = plan.model_copy(update={"notes": [assumed_note(*assumed), *plan.notes]})
     run_plan(
         out,
         plan,

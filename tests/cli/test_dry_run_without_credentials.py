@@ -175,7 +175,9 @@ def test_with_credentials_or_without_dry_run_nothing_is_assumed(home):
     assert ASSUMED not in r.stderr
 
 
-@pytest.mark.parametrize("command", [["cluster", "create"], ["image", "build"]])
+@pytest.mark.parametrize(
+    "command", [["cluster", "create"], ["image", "build"], ["network", "create"]]
+)
 def test_the_help_example_runs_on_a_fresh_machine(home, command):
     """The example a newcomer copies first from --help is one the command accepts."""
     import shlex
@@ -231,3 +233,72 @@ def test_a_cloud_command_without_the_cloud_extras_is_exit_8_with_the_readmes_lin
     assert r.stderr.splitlines()[0].startswith("error: this command needs the cloud extras ")
     assert r.stderr.splitlines()[1:] == [f"hint: {extra_install_command('all', constrained=True)}"]
     assert f"-c {REPO}/constraints.txt" in r.stderr and "[all]" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--region", "mars-1"], "'mars-1' is not a Google Cloud region"),
+        (["--project", "BAD PROJECT"], "'BAD PROJECT' is not a Google Cloud project id"),
+        (["--project", "my-project-"], "is not a Google Cloud project id"),
+        (["--project", "1project"], "is not a Google Cloud project id"),
+        (["--project", "short"], "is not a Google Cloud project id"),
+        # well-formed, but no region: only a known one is planned without credentials
+        (["--region", "us-est5"], "'us-est5' is not a Google Cloud region rlctl knows"),
+        (["--zone", "us-central1-a"], "'us-central1-a' is not a zone of region us-east5"),
+    ],
+)
+def test_a_region_or_project_that_cannot_exist_is_refused_offline(home, flags, words):
+    """#53: 'cluster create --region mars-1 --dry-run' planned and priced mars-1, and
+    --project 'BAD PROJECT' was planned; both are checked against their published forms."""
+    for args in (
+        ["cluster", "create", "demo", "-a", "v6e-16 x2", *flags, "--dry-run"],
+        ["network", "create", "demo", *flags, "--dry-run"],
+        ["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", *flags, "--dry-run"],
+    ):
+        if args[0] != "cluster" and "--zone" in flags:
+            continue  # only cluster create takes a zone
+        r, _ = _rlctl(args, home)
+        assert r.returncode == 2, (args, r.stderr)
+        errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and words in errors[0], (args, r.stderr)
+        assert "Traceback" not in r.stderr and "Plan:" not in r.stdout
+    r, _ = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--region", "us-est5",
+                   "--dry-run"], home)  # fmt: skip
+    assert "did you mean us-east5?" in r.stderr
+
+
+def test_real_forms_are_planned(home):
+    r, _ = _rlctl(
+        ["cluster", "create", "demo", "-a", "v6e-16 x2", "--project", "acme-rl-2",
+         "--region", "europe-west4", "--zone", "europe-west4-a", "--dry-run"],
+        home,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Plan: create demo (acme-rl-2, europe-west4)" in r.stdout
+
+
+def test_network_create_plans_an_empty_project_without_credentials(home):
+    """#53: its own help example failed without credentials ('no project given') where
+    'cluster create' planned against a placeholder."""
+    r, _ = _rlctl(["network", "create", "rl", "--count", "2", "--dry-run"], home)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0].startswith(ASSUMED)
+    assert "network rl-dcn-1" in r.stdout and "Plan: 6 to create" in r.stdout
+
+
+def test_the_train_dry_run_plans_against_the_dcn_networks_the_readme_creates(home):
+    """#53: the README's step 1 makes 2 DCN networks; the train dry run planned against a
+    cluster without them, with no flag to say otherwise."""
+    base = ["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run", "-o", "json"]
+    r, _ = _rlctl([*base, "--dcn-networks", "2"], home)
+    assert r.returncode == 0, r.stderr
+    manifests = json.loads(r.stdout)
+    assert any(m["kind"] == "ResourceClaimTemplate" for m in manifests), [
+        m["kind"] for m in manifests
+    ]
+    assert "eth1,eth2" in r.stdout  # both networks' interfaces in the TPU flags
+    r, _ = _rlctl(base, home)
+    assert r.returncode == 0 and "eth1" not in r.stdout
+    r, _ = _rlctl(["train", "grpo", "--dcn-networks", "2", "--steps", "1"], home)
+    assert r.returncode == 2 and "--dcn-networks is for cluster runs" in r.stderr
