@@ -144,6 +144,23 @@ class TestFollow:
             out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
         assert out == ["b", "c", "d", "partial", "e"]
 
+    def test_a_resume_that_holds_the_lock_is_followed_before_its_status_says_so(self, run):
+        """#53: 'logs -f' started as a resume started ended at once: the resume holds
+        the writer lock before status.json stops saying 'interrupted'."""
+        self._status(run, "interrupted")
+        (run.path / "train.log").write_text("a\n")
+        rounds = iter(
+            [
+                lambda: _append(run, "resuming\n"),
+                lambda: (_append(run, "step 3/4\n"), self._status(run, "running")),
+                lambda: (_append(run, "step 4/4\n"), self._status(run, "completed")),
+            ]
+        )
+        with run.lock():  # the resume, before its first status update
+            out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
+        assert out == ["a", "resuming", "step 3/4", "step 4/4"]
+        assert list(follow_log(run, 10, 1, sleep=pytest.fail))[-1] == "step 4/4"  # no lock
+
     def test_a_stale_run_ends_the_follow(self, run):
         run.write_json(
             "status.json",
