@@ -102,3 +102,20 @@ def test_the_docs_extra_is_pinned_and_kept_apart():
         if "==" in line
     }
     assert names <= pins
+
+
+def test_one_way_to_build_the_docs_and_a_page_on_loading_an_export():
+    """#53: the README built the site from '.[docs]', development.md (and CI) in a venv of
+    its own; and no page said how to install torch and peft to load an export (nor that
+    PyPI's Linux torch is the CUDA build)."""
+    install = ".venvs/docs/bin/pip install -c constraints.txt mkdocs mkdocs-material"
+    for text in (
+        (ROOT / "README.md").read_text(),
+        (DOCS / "development.md").read_text(),
+        (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install "),
+    ):
+        assert install in text
+    assert "'.[docs]'" not in (ROOT / "README.md").read_text()
+    page = (DOCS / "checkpoints.md").read_text()
+    assert "--index-url https://download.pytorch.org/whl/cpu" in page
+    assert "transformers peft" in page and "CUDA build" in page

@@ -73,3 +73,19 @@ def test_the_exit_code_table_names_every_error_class_with_its_code():
         assert documented[name] == cls.exit_code, name
     codes = {int(code) for code, _ in rows}
     assert codes == {0, *(cls.exit_code for cls in classes.values())}
+
+
+def test_the_cluster_half_begins_with_the_cloud_extras_it_needs():
+    """#53: the README gave '.[train]' first and '.[all]' only inside a paragraph on
+    recorded versions; a user following it met ModuleNotFoundError in the cluster half.
+    Its section now begins with the install line (the one a cloud command's exit 8 names),
+    before any command of the cluster half."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### A first cluster run", 1)[1]
+    install = ".venv/bin/pip install -c constraints.txt -e '.[all]'"
+    first_block = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)[0]
+    assert first_block.strip() == install
+    before = text.split(install, 1)[0]
+    assert not re.search(r"^rlctl (cluster|image|network)|--cluster", before, re.MULTILINE)
+    assert "bash .ci/user-path" in (ROOT / ".ci" / "run").read_text()
+    assert "cloud_install=" in (ROOT / ".ci" / "user-path").read_text()  # walks it in order

@@ -61,10 +61,11 @@ def guarded(fn: F) -> F:
                 traceback.print_exc()
             out.failure(e.message, e.hint, e.exit_code)
             raise typer.Exit(e.exit_code) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             if debug:
                 traceback.print_exc()
-            out.failure("interrupted", None, 130)
+            why = str(e)  # a reward's own KeyboardInterrupt names the reward
+            out.failure(f"interrupted: {why}" if why else "interrupted", None, 130)
             raise typer.Exit(130) from None
         except Exception as e:
             if debug or _is_cli_flow(e):

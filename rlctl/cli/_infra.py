@@ -53,13 +53,15 @@ def assumed_location(
 
     if credentials_available():
         return None
-    from rlctl.core.config.infra import resolve_location
+    from rlctl.core.config.infra import check_location, resolve_location
     from rlctl.core.errors import ConfigError
 
     try:  # flags, config, RLCTL_*/CLOUDSDK_* env, gcloud's config: never ADC's network
-        return resolve_location(config, project, region)
-    except ConfigError:
-        return project or ASSUMED_PROJECT, region or ASSUMED_REGION
+        where = resolve_location(config, project, region)
+    except ConfigError:  # one missing: a placeholder; one given is checked as given
+        where = project or ASSUMED_PROJECT, region or ASSUMED_REGION
+    check_location(*where, known_only=True)  # no API will read it: a known region
+    return where
 
 
 def assumed_note(project: str, region: str) -> str:

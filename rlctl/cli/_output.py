@@ -228,13 +228,32 @@ class Output:
             TimeElapsedColumn,
         )
 
+        class Spinner(SpinnerColumn):
+            """Spins on after the last step: the final eval and save are work too."""
+
+            def render(self, task: Any) -> Any:
+                return self.spinner.render(task.get_time())
+
+        class Elapsed(TimeElapsedColumn):
+            """The run's clock, running until the display ends: rich stops a task's
+            clock once its bar is full, so it froze through the final eval (#53)."""
+
+            def render(self, task: Any) -> Any:
+                from datetime import timedelta
+
+                from rich.text import Text
+
+                if task.elapsed is None:
+                    return Text("-:--:--", style="progress.elapsed")
+                return Text(str(timedelta(seconds=int(task.elapsed))), style="progress.elapsed")
+
         return Progress(
-            SpinnerColumn(),
+            Spinner(),
             TextColumn("{task.description}", markup=False, style="bold"),
             BarColumn(),
             TextColumn("{task.fields[count]}", markup=False),
             TextColumn("{task.fields[info]}", markup=False),
-            TimeElapsedColumn(),
+            Elapsed(),
             TextColumn("{task.fields[eta]}", markup=False),
             console=self.err,
             transient=False,

@@ -31,6 +31,7 @@ from rlctl.cli._options import (
     make_output,
 )
 from rlctl.cli._output import make_table
+from rlctl.core.errors import require_cloud
 
 app = typer.Typer(
     help="GKE clusters with TPU/GPU node pools (plan, then apply).\n\n"
@@ -110,6 +111,7 @@ def create(
 
     Example: rlctl cluster create rl -a 'v6e-16 x2' --dcn-networks 2 --bucket rl-runs --dry-run
     """
+    require_cloud()  # before any work: exit 8 with the install line
     from rlctl.core.runs import readiness as core
 
     out = make_output(ctx, output, yes)
@@ -141,7 +143,9 @@ def create(
     )
     if assumed:
         from rlctl.core.clients import EmptyProject
+        from rlctl.core.config.infra import check_location
 
+        check_location(spec.project, spec.region, spec.zone, known_only=True)  # and its zone
         clients = EmptyProject(spec.project, spec.region)
     else:
         clients = clients_for(ctx, spec.project, spec.region)
@@ -179,6 +183,7 @@ def delete(
 
     Example: rlctl cluster delete rl-v6e --region us-east5 --yes
     """
+    require_cloud()  # before any work: exit 8 with the install line
     from rlctl.core.runs import readiness as core
 
     out = make_output(ctx, output, yes)
@@ -207,6 +212,7 @@ def list_(
 
     Example: rlctl cluster list --project my-proj -o json
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.config.infra import resolve_location
     from rlctl.core.gcp import cluster as core
 
@@ -244,6 +250,7 @@ def describe(
 
     Example: rlctl cluster describe rl-v6e --region us-east5
     """
+    require_cloud()  # before any work: exit 8 with the install line
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)

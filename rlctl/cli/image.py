@@ -23,6 +23,7 @@ from rlctl.cli._options import (
     make_output,
 )
 from rlctl.cli._output import make_table
+from rlctl.core.errors import require_cloud
 
 app = typer.Typer(
     help="Container images for cluster runs (Cloud Build -> Artifact Registry)."
@@ -91,6 +92,7 @@ def build(
 
     Example: rlctl image build --cluster rl --region us-east5 --dry-run
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import image as core
 
     out = make_output(ctx, output, yes)
@@ -156,6 +158,7 @@ def list_(
 
     Example: rlctl image list --project my-proj --region us-east5 -o json
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import image as core
 
     out = make_output(ctx, output, yes)

@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from rlctl.cli._errors import guarded
-from rlctl.cli._infra import build_spec, clients_for, existing_cluster, run_plan
+from rlctl.cli._infra import (
+    assumed_location,
+    assumed_note,
+    build_spec,
+    clients_for,
+    existing_cluster,
+    run_plan,
+)
 from rlctl.cli._options import (
     CidrOpt,
     ClusterNameArg,
@@ -22,6 +29,7 @@ from rlctl.cli._options import (
     make_output,
 )
 from rlctl.cli._output import make_table
+from rlctl.core.errors import require_cloud
 
 app = typer.Typer(
     help="DCN networks (VPCs with MTU 8896, subnets, firewall rules).\n\n"
@@ -51,9 +59,15 @@ def create(
 
     Example: rlctl network create rl-v6e --region us-east5 --count 2 --dry-run
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)
+    # no credentials: plan against an empty project, as 'cluster create' does (#53)
+    assumed = assumed_location(ctx, dry_run, config, project, region)
+    if assumed:
+        project, region = assumed
+        out.info(assumed_note(project, region))
     spec = build_spec(
         config,
         name,
@@ -64,8 +78,15 @@ def create(
         dcn_cidrs=dcn_cidr,
         overrides=set_,
     )
-    clients = clients_for(ctx, spec.project, spec.region)
+    if assumed:
+        from rlctl.core.clients import EmptyProject
+
+        clients = EmptyProject(spec.project, spec.region)
+    else:
+        clients = clients_for(ctx, spec.project, spec.region)
     plan = core.network_plan_create(clients, spec)
+    if assumed:
+        plan = plan.model_copy(update={"notes": [assumed_note(*assumed), *plan.notes]})
     run_plan(
         out,
         plan,
@@ -89,6 +110,7 @@ def show(
 
     Example: rlctl network show rl-v6e --region us-east5 -o json
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import network as core
 
     out = make_output(ctx, output, yes)
@@ -126,6 +148,7 @@ def delete(
 
     Example: rlctl network delete rl-v6e --region us-east5 --yes
     """
+    require_cloud("gcp")  # before any work: exit 8 with the install line
     from rlctl.core.gcp import cluster as core
 
     out = make_output(ctx, output, yes)

@@ -85,6 +85,17 @@ AcceleratorOpt = Annotated[
         help="Which accelerator pools to use when the cluster has several (v6e-16).",
     ),
 ]
+DcnNetworksOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--dcn-networks",
+        min=0,
+        max=4,
+        help="Cluster dry runs without credentials: the DCN networks of the cluster "
+        "planned against, as 'cluster create --dcn-networks N' makes them (default 0); a "
+        "real cluster's node pools say their own.",
+    ),
+]
 MinSlicesOpt = Annotated[
     int | None,
     typer.Option(
@@ -367,6 +378,7 @@ def _command(algorithm: str):
         backend: BackendOpt = "jobset",
         image: TrainImageOpt = None,
         accelerator: AcceleratorOpt = None,
+        dcn_networks: DcnNetworksOpt = None,
         min_slices: MinSlicesOpt = None,
         memory: HostMemoryOpt = None,
         cpu: HostCpuOpt = None,
@@ -398,6 +410,17 @@ def _command(algorithm: str):
             from rlctl.core.runs.spec import reward_flag
 
             flags["rewards"] = [reward_flag(r) for r in reward]
+        if dcn_networks is not None and not cluster:
+            from rlctl.core.errors import ConfigError
+
+            raise ConfigError(
+                "--dcn-networks is for cluster runs",
+                hint="add --cluster NAME, or leave it out for a run on this machine",
+            )
+        if cluster and not (print_config or print_prompt):
+            from rlctl.core.errors import require_cloud
+
+            require_cloud()  # before any work: exit 8 with the install line
         from rlctl.cli._infra import assumed_location, clients_for
         from rlctl.core.runs.where import locate_new
 
@@ -413,9 +436,14 @@ def _command(algorithm: str):
                 project,
                 region,
                 accelerator,
-                lambda: assumed_cluster(*assumed, cluster, accelerator),
+                lambda: assumed_cluster(*assumed, cluster, accelerator, dcn_networks or 0),
             )
         else:
+            if cluster and dcn_networks is not None:
+                make_output(ctx, output, yes).info(
+                    f"note: --dcn-networks {dcn_networks} is for a dry run without "
+                    f"credentials; cluster {cluster}'s node pools say how many it has"
+                )
             where = locate_new(
                 runs_dir,
                 cluster,

@@ -105,7 +105,64 @@ def require_extra(module: str, extra: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise MissingDependencyError(
             f"this command needs the '{extra}' extra ({module} is not installed)",
-            hint=extra_install_command(extra),
+            hint=extra_install_command(extra, constrained=True),
+        )
+
+
+# What a cloud command imports, by extra (pyproject.toml): the Google Cloud client
+# libraries every cluster, network and image command reaches, and the Kubernetes client
+# and manifest validators of the commands that touch a cluster.
+CLOUD_MODULES: dict[str, tuple[str, ...]] = {
+    "gcp": (
+        "google.auth",
+        "google.api_core",
+        "google.cloud.compute_v1",
+        "google.cloud.container_v1",
+        "google.cloud.storage",
+        "google.cloud.tpu_v2",
+        "google.cloud.service_usage_v1",
+        "google.cloud.devtools.cloudbuild_v1",
+        "google.cloud.artifactregistry_v1",
+        "google.cloud.resourcemanager_v3",
+        "google.cloud.cloudquotas_v1",
+    ),
+    "k8s": ("kubernetes", "jsonschema", "kubernetes_validate"),
+}
+CLOUD_EXTRA = "all"  # the README's one line for the cloud half: pip install '.[all]'
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, parents first (a missing ``google.cloud``
+    makes a lookup of ``google.cloud.storage`` raise rather than answer), importing at
+    most the namespace packages above it."""
+    import importlib.util
+
+    parts = module.split(".")
+    try:
+        return all(
+            importlib.util.find_spec(".".join(parts[:i])) is not None
+            for i in range(1, len(parts) + 1)
+        )
+    except (ImportError, ValueError):  # a parent that is not a package, or half there
+        return False
+
+
+def require_cloud(*extras: str) -> None:
+    """The one dependency check at the top of every cloud command: every module the
+    command's extras provide, or one error (exit 8) naming what is missing and the
+    install line of the README's cluster half, with the checkout's recorded versions.
+    Without it a dry run got as far as its first API call, then failed with a
+    ModuleNotFoundError (#53)."""
+    from rlctl.core.install import extra_install_command
+
+    wanted = extras or tuple(CLOUD_MODULES)
+    missing = [m for x in wanted for m in CLOUD_MODULES[x] if not _installed(m)]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise MissingDependencyError(
+            f"this command needs the cloud extras ({', '.join(wanted)}; "
+            f"{', '.join(missing[:3])}{more} not installed)",
+            hint=extra_install_command(CLOUD_EXTRA, constrained=True),
         )
 
 

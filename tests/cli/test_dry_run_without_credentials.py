@@ -32,11 +32,13 @@ socket.socket.connect_ex = _refuse
 
 
 def _rlctl(
-    args: list[str], home: Path, **extra: str
+    args: list[str], home: Path, hide: tuple[str, ...] = (), **extra: str
 ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``hide``: modules this Python cannot import, as with only ``.[train]`` installed."""
     site = home / "site"
     site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(NO_NETWORK)
+    hidden = "".join(f"sys.modules[{m!r}] = None\n" for m in hide)
+    (site / "sitecustomize.py").write_text(f"{NO_NETWORK}\nimport sys\n{hidden}")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -173,7 +175,9 @@ def test_with_credentials_or_without_dry_run_nothing_is_assumed(home):
     assert ASSUMED not in r.stderr
 
 
-@pytest.mark.parametrize("command", [["cluster", "create"], ["image", "build"]])
+@pytest.mark.parametrize(
+    "command", [["cluster", "create"], ["image", "build"], ["network", "create"]]
+)
 def test_the_help_example_runs_on_a_fresh_machine(home, command):
     """The example a newcomer copies first from --help is one the command accepts."""
     import shlex
@@ -191,3 +195,110 @@ def test_the_help_example_runs_on_a_fresh_machine(home, command):
     r, _ = _rlctl(args, home)
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[0].startswith(ASSUMED)
+
+
+# What '.[train]' alone lacks of the cloud half (pyproject.toml's gcp and k8s extras)
+TRAIN_ONLY = ("google.api_core", "google.cloud", "kubernetes", "jsonschema", "kubernetes_validate")
+
+
+@pytest.mark.parametrize(
+    ("args", "hide"),
+    [
+        (["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run"], TRAIN_ONLY),
+        (["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run"], TRAIN_ONLY),
+        (["image", "build", "--cluster", "demo", "--dry-run"], TRAIN_ONLY),
+        (["network", "create", "demo", "--count", "2", "--dry-run"], TRAIN_ONLY),
+        # one module short, the others there: the check names it before any work
+        (["cluster", "create", "demo", "-a", "v6e-16 x2", "--dry-run"], ("google.api_core",)),
+        (["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run"], ("kubernetes",)),
+        (
+            ["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run"],
+            ("google.cloud.container_v1",),
+        ),
+        (["cluster", "list"], ("google.cloud",)),
+        (["image", "list"], ("google.cloud",)),
+        (["network", "show", "demo"], ("google.cloud",)),
+    ],
+)
+def test_a_cloud_command_without_the_cloud_extras_is_exit_8_with_the_readmes_line(home, args, hide):
+    """#53: after the README's first install ('.[train]'), 'cluster create --dry-run' got
+    as far as its API check ('No module named google.api_core', exit 7), 'train --cluster
+    --dry-run' ended 'unexpected error: ImportError' (exit 1); the others' hints dropped
+    '-c constraints.txt'. One check at the top of each cloud command, before any work."""
+    from rlctl.core.install import extra_install_command
+
+    r, _ = _rlctl(args, home, hide=hide)
+    assert r.returncode == 8, r.stderr
+    assert "Traceback" not in r.stderr and "report it" not in r.stderr
+    assert r.stderr.splitlines()[0].startswith("error: this command needs the cloud extras ")
+    assert r.stderr.splitlines()[1:] == [f"hint: {extra_install_command('all', constrained=True)}"]
+    assert f"-c {REPO}/constraints.txt" in r.stderr and "[all]" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--region", "mars-1"], "'mars-1' is not a Google Cloud region"),
+        (["--project", "BAD PROJECT"], "'BAD PROJECT' is not a Google Cloud project id"),
+        (["--project", "my-project-"], "is not a Google Cloud project id"),
+        (["--project", "1project"], "is not a Google Cloud project id"),
+        (["--project", "short"], "is not a Google Cloud project id"),
+        # well-formed, but no region: only a known one is planned without credentials
+        (["--region", "us-est5"], "'us-est5' is not a Google Cloud region rlctl knows"),
+        (["--zone", "us-central1-a"], "'us-central1-a' is not a zone of region us-east5"),
+    ],
+)
+def test_a_region_or_project_that_cannot_exist_is_refused_offline(home, flags, words):
+    """#53: 'cluster create --region mars-1 --dry-run' planned and priced mars-1, and
+    --project 'BAD PROJECT' was planned; both are checked against their published forms."""
+    for args in (
+        ["cluster", "create", "demo", "-a", "v6e-16 x2", *flags, "--dry-run"],
+        ["network", "create", "demo", *flags, "--dry-run"],
+        ["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", *flags, "--dry-run"],
+    ):
+        if args[0] != "cluster" and "--zone" in flags:
+            continue  # only cluster create takes a zone
+        r, _ = _rlctl(args, home)
+        assert r.returncode == 2, (args, r.stderr)
+        errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and words in errors[0], (args, r.stderr)
+        assert "Traceback" not in r.stderr and "Plan:" not in r.stdout
+    r, _ = _rlctl(["cluster", "create", "demo", "-a", "v6e-16 x2", "--region", "us-est5",
+                   "--dry-run"], home)  # fmt: skip
+    assert "did you mean us-east5?" in r.stderr
+
+
+def test_real_forms_are_planned(home):
+    r, _ = _rlctl(
+        ["cluster", "create", "demo", "-a", "v6e-16 x2", "--project", "acme-rl-2",
+         "--region", "europe-west4", "--zone", "europe-west4-a", "--dry-run"],
+        home,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Plan: create demo (acme-rl-2, europe-west4)" in r.stdout
+
+
+def test_network_create_plans_an_empty_project_without_credentials(home):
+    """#53: its own help example failed without credentials ('no project given') where
+    'cluster create' planned against a placeholder."""
+    r, _ = _rlctl(["network", "create", "rl", "--count", "2", "--dry-run"], home)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0].startswith(ASSUMED)
+    assert "network rl-dcn-1" in r.stdout and "Plan: 6 to create" in r.stdout
+
+
+def test_the_train_dry_run_plans_against_the_dcn_networks_the_readme_creates(home):
+    """#53: the README's step 1 makes 2 DCN networks; the train dry run planned against a
+    cluster without them, with no flag to say otherwise."""
+    base = ["train", "grpo", "--cluster", "demo", "-a", "v6e-16 x2", "--dry-run", "-o", "json"]
+    r, _ = _rlctl([*base, "--dcn-networks", "2"], home)
+    assert r.returncode == 0, r.stderr
+    manifests = json.loads(r.stdout)
+    assert any(m["kind"] == "ResourceClaimTemplate" for m in manifests), [
+        m["kind"] for m in manifests
+    ]
+    assert "eth1,eth2" in r.stdout  # both networks' interfaces in the TPU flags
+    r, _ = _rlctl(base, home)
+    assert r.returncode == 0 and "eth1" not in r.stdout
+    r, _ = _rlctl(["train", "grpo", "--dcn-networks", "2", "--steps", "1"], home)
+    assert r.returncode == 2 and "--dcn-networks is for cluster runs" in r.stderr

@@ -105,7 +105,8 @@ class TestNoMarkup:
             require_extra("no_such_module_for_rlctl", "gcp")
         app = _boom_app(e.value)
         r = CliRunner().invoke(app, [], obj=AppState())
-        assert r.exit_code == 8 and f"hint: {extra_install_command('gcp')}\n" in r.stderr
+        hint = extra_install_command("gcp", constrained=True)  # with -c constraints.txt
+        assert r.exit_code == 8 and f"hint: {hint}\n" in r.stderr
         assert "[gcp]" in r.stderr
 
 
@@ -133,7 +134,7 @@ class TestProgressOutsideATerminal:
         lines = capsys.readouterr().err.splitlines()
         steps = [x for x in lines if x.startswith("step ")]
         assert steps == [
-            "step 1/3  reward 0.500  accuracy 0.250  loss +0.0000  2.0 s/step  eta 4s",
+            "step 1/3  reward 0.500  accuracy 0.250  loss +0.0000  2.0 s/step",  # compiled
             "step 2/3  reward 0.500  accuracy 0.250  loss +0.0000  2.0 s/step  eta 2s",
             "step 3/3  reward 0.500  accuracy 0.250  loss +0.0000  2.0 s/step  eta 0s",
         ]
@@ -182,3 +183,25 @@ def test_json_errors_are_one_json_object_on_stdout(tmp_path):
         "--runs-dir that holds it",
         "exit_code": 3,
     }
+
+
+class TestTheLiveClock:
+    def test_the_elapsed_clock_runs_on_after_the_last_step(self):
+        """#53: rich stops a task's clock when its bar is full, so the run's elapsed time
+        froze through the final eval; the spinner stopped with it."""
+        from rlctl.cli._output import Output
+
+        now = [100.0]
+        bar = Output().train_bar()
+        bar.get_time = lambda: now[0]
+        task_id = bar.add_task("r", total=2, count="", info="", eta="")
+        bar.update(task_id, completed=2)  # the last step: the final eval follows
+        task = bar.tasks[0]
+        assert task.finished
+        elapsed = bar.columns[5]
+        spinner = bar.columns[0]
+        now[0] += 75  # the final eval
+        assert str(elapsed.render(task)) == "0:01:15"
+        first = str(spinner.render(task))
+        now[0] += 0.5
+        assert str(spinner.render(task)) != first  # still spinning

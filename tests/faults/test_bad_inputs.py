@@ -127,23 +127,34 @@ def test_a_reward_module_that_fails_to_import(cli, tiny_args, tmp_path, source, 
     assert not (tmp_path / "runs").exists()
 
 
+FLOAT_RAISES = "class F:\n    def __float__(self): raise RuntimeError('no')\n"
+STR_RAISES = "class E(Exception):\n    def __str__(self): raise RuntimeError('no')\n"
+
+
 @pytest.mark.parametrize(
-    "body, words",
+    "pre, body, code, words",
     [
-        ("return 'one'", ("returned 'one', not a finite number",)),
-        ("return float('nan')", ("returned 'nan'",)),
-        ("raise ValueError('boom')", ("reward 'myreward.fn' raised ValueError: boom",)),
+        ("", "return 'one'", 2, ("returned 'one' (str) for completion 1 of 1", "not a finite")),
+        ("", "return float('nan')", 2, ("returned nan (float)",)),
+        ("", "raise ValueError('boom')", 2, ("reward 'myreward.fn' raised ValueError: boom",)),
+        # #53: these ended 'unexpected error: ...', "report it", the reward unnamed
+        ("", "return 10**400", 2, ("myreward.fn' returned an int of 401 digits", "outside")),
+        ("", "return 1000001", 2, ("returned 1000001 (int)", "outside the range ±1e+06")),
+        (FLOAT_RAISES, "return F()", 2, ("fn' returned a myreward.F", "raised RuntimeError")),
+        (STR_RAISES, "raise E()", 2, ("myreward.fn' raised E: ", "for completion 1 of 1")),
+        ("", "raise KeyboardInterrupt", 130, ("myreward.fn' raised KeyboardInterrupt",)),
     ],
 )
 def test_a_reward_that_misbehaves_is_named_before_the_run_exists(
-    cli, tiny_args, tmp_path, body, words
+    cli, tiny_args, tmp_path, pre, body, code, words
 ):
-    (tmp_path / "myreward.py").write_text(f"def fn(completion, gold):\n    {body}\n")
+    (tmp_path / "myreward.py").write_text(f"{pre}def fn(completion, gold):\n    {body}\n")
     r = cli(
         *tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["myreward.fn"]'),
         env={"PYTHONPATH": f"{tmp_path}:{cli.env['PYTHONPATH']}"},
     )
-    one_error(r, 2, *words)  # found by one trial call before the run exists
+    one_error(r, code, *words)  # found by one trial call before the run exists
+    assert "report it" not in r.stderr
     assert not (tmp_path / "runs").exists()
 
 

@@ -83,7 +83,7 @@ def test_a_reward_out_of_range_on_its_trial_call_is_refused_before_the_run(
 ):
     (tmp_path / "r.py").write_text("def huge(completion, gold):\n    return 1e308\n")
     r = cli(*tiny_args(tmp_path / "runs", "r", "--set", 'rewards=["./r.py:huge"]'))
-    one_error(r, 2, "returned 1e+308, outside the range")
+    one_error(r, 2, "returned 1e+308 (float)", "outside the range")
     assert not (tmp_path / "runs").exists()
 
 

@@ -91,3 +91,42 @@ def test_install_completion_still_works_into_a_writable_home(cli, tmp_path):
     r = cli("--install-completion", "bash", env={"HOME": str(home), **NAMED_SHELL})
     assert r.returncode == 0, r.stderr
     assert "rlctl" in (home / ".bashrc").read_text()
+
+
+INTERRUPTS = """
+import os
+
+def interrupts(completion, gold):
+    if os.path.exists(os.environ.get("BAD_AFTER", "/nonexistent")):
+        raise KeyboardInterrupt
+    return 0.5
+"""
+
+
+def test_a_reward_that_raises_keyboard_interrupt_stops_the_run_by_its_name(
+    cli, tiny_args, tmp_path
+):
+    """#53: a stop (exit 130, resumable) as TRL's trainer takes it, but one line that
+    names the reward; it was a bare 'interrupted'."""
+    (tmp_path / "r.py").write_text(INTERRUPTS)
+    root = tmp_path / "runs"
+    run = root / "ki"
+    args = tiny_args(
+        root,
+        "ki",
+        "--steps",
+        "2",
+        "--set",
+        "checkpoint.interval=1",
+        "--set",
+        'rewards=["./r.py:interrupts"]',
+    )
+    r = cli(*args, env={"BAD_AFTER": str(run / "checkpoints" / "1")})
+    one_error(
+        r,
+        130,
+        "interrupted after step 1",
+        f"reward '{tmp_path}/r.py:interrupts' raised KeyboardInterrupt for completion 1 of",
+    )
+    assert json.loads((run / "status.json").read_text())["phase"] == "interrupted"
+    assert cli("resume", "ki", "--runs-dir", str(root)).returncode == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -168,3 +169,58 @@ def test_a_500_mb_disk_holds_a_tiny_runs_checkpoints(cli, tiny_args, tmp_path):
         assert r.returncode == 0, r.stderr
         assert _steps(disk / "small") == ["3", "4"]
         assert [m["step"] for m in metrics(disk / "small")] == [1, 2, 3, 4]
+
+
+SLOW = """
+import os, time
+
+def slow(completion, gold):
+    flag = os.environ["SLOW_AFTER"]
+    if os.path.exists(flag) and not os.path.exists(flag + ".slept"):
+        open(flag + ".slept", "w").close()
+        open(os.environ["IN_REWARD"], "w").close()
+        time.sleep(8)  # a long step: the safe point is seconds away
+    return 0.5
+"""
+
+
+def test_a_stop_during_a_step_is_acknowledged_within_a_second(cli, tiny_args, tmp_path):
+    """#53: Ctrl-C was answered only at the step's safe point (72 s into a LoRA step on a
+    CPU), so a user pressed it again, which skips the save. The first signal is now
+    answered as it lands, and the step still ends and is saved."""
+    import threading
+
+    (tmp_path / "r.py").write_text(SLOW)
+    root = tmp_path / "runs"
+    run = root / "ack"
+    cli.env.update(SLOW_AFTER=str(run / "checkpoints" / "1"), IN_REWARD=str(tmp_path / "in"))
+    args = tiny_args(
+        root, "ack", "--steps", "4", "--set", "checkpoint.interval=1",
+        "--set", 'rewards=["./r.py:slow"]',
+    )  # fmt: skip
+    p = cli.start(*args)
+    lines: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert p.stderr is not None
+        for line in p.stderr:
+            lines.append((time.monotonic(), line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "in").exists():  # inside step 2's rollout, for 8 s
+        assert p.poll() is None and time.monotonic() < deadline, "".join(x for _, x in lines)
+        time.sleep(0.05)
+    sent = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=180)
+    reader.join(timeout=10)
+    err = "".join(x for _, x in lines)
+    acks = [
+        t for t, x in lines if "stopping after this step; Ctrl-C again to stop without saving" in x
+    ]
+    assert acks and acks[0] - sent < 1.0, err
+    assert p.returncode == 130 and "Traceback" not in err, err
+    # at the step's safe point: the rollout's (step 2 dropped before its update) or its end
+    assert re.search(r"interrupted after step ([12]); (saved|latest) checkpoint \1", err), err

@@ -97,7 +97,7 @@ class TestConvertingADamagedCheckpoint:
         data.write_bytes(data.read_bytes()[:1000])
         r = cli("checkpoint-convert", str(store / "ok"), str(tmp_path / "hf"))
         one_error(r, 2, "checkpoint 2 is damaged", "has 1000 bytes")
-        assert "--step N (its other checkpoints: 1)" in r.stderr
+        assert "--step N (its intact checkpoints: 1)" in r.stderr
         # no manifest to tell, and every data file cut (the largest alone may hold only
         # the optimizer's arrays, which an export never reads): the read fails
         (ckpt / "rlctl-manifest.json").unlink()
@@ -107,6 +107,20 @@ class TestConvertingADamagedCheckpoint:
         line = one_error(r, 2)
         assert "cannot be read" in line or "cannot be opened" in line, line
         assert not list(tmp_path.glob("hf*"))
+
+    def test_when_every_checkpoint_is_damaged_no_hint_points_at_another(self, cli, store, tmp_path):
+        """#53: with checkpoints 1 and 2 both damaged, converting 2 pointed at '--step 1',
+        and 1 back at 2: a circle. Only a checkpoint that verifies is offered."""
+        for n in ("1", "2"):
+            ckpt = store / "ok" / "checkpoints" / n
+            data = max((p for p in ckpt.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+            data.write_bytes(data.read_bytes()[:1000])
+        for step in ([], ["--step", "1"]):
+            r = cli("checkpoint-convert", str(store / "ok"), str(tmp_path / "hf"), *step)
+            one_error(r, 2, "is damaged")
+            assert "--step N" not in r.stderr, r.stderr
+            assert "none of its other checkpoints is intact either" in r.stderr
+            assert "rlctl resume ok --runs-dir" in r.stderr and "--recover" in r.stderr
 
     def test_all_set_aside_is_not_told_to_train(self, cli, store, tmp_path):
         for n in ("1", "2"):

@@ -372,17 +372,33 @@ def _run(uri: str, root: str, name: str, step: int | None, client: Any) -> Sourc
         )
     run.fetch_checkpoint(step)  # gs://: into the local staging folder
     step_dir = Path(run.path_for(f"{CHECKPOINTS}/{step}"))
-    others = ", ".join(str(s) for s in steps if s != step) or "none"
+
+    def another() -> str:
+        """Where to go from a damaged checkpoint: the others that verify (on this
+        machine, their sizes against their manifests, no byte read), never back to one
+        that is damaged too (#53: --step 4 pointed at 5, and 5 at 4)."""
+        rest = [s for s in steps if s != step]
+        if not root.startswith("gs://"):
+            rest = [
+                s
+                for s in rest
+                if verify(Path(run.path_for(f"{CHECKPOINTS}/{s}"))) is None
+                and is_step_folder(Path(run.path_for(f"{CHECKPOINTS}/{s}")))
+            ]
+        if rest:
+            return f"convert another with --step N (its intact checkpoints: {_steps(rest)})"
+        where = "" if root.startswith("gs://") else f" --runs-dir {os.path.abspath(root)}"
+        return (
+            f"none of its other checkpoints is intact either: 'rlctl resume {name}{where} "
+            "--recover' reads back any whose only damage is its manifest"
+        )
+
     why = verify(step_dir)  # as resume judges it: every file against its manifest
     if why is not None:
-        raise ConfigError(
-            f"{uri}: checkpoint {step} is damaged ({why})",
-            hint=f"convert another with --step N (its other checkpoints: {others})",
-        )
+        raise ConfigError(f"{uri}: checkpoint {step} is damaged ({why})", hint=another())
     if not is_step_folder(step_dir):
         raise ConfigError(
-            f"{uri}: checkpoint {step} has no Orbax metadata (damaged?)",
-            hint=f"convert another with --step N (its other checkpoints: {others})",
+            f"{uri}: checkpoint {step} has no Orbax metadata (damaged?)", hint=another()
         )
     try:
         spec = yaml.safe_load(run.read_text(RUN_SPEC)) or {}
@@ -519,3 +535,7 @@ def _removing(source: Source, scratch: Path) -> Source:
 
     weakref.finalize(source, shutil.rmtree, str(scratch), True)
     return source
+
+
+def _steps(steps: list[int]) -> str:
+    return ", ".join(str(s) for s in steps)

@@ -287,6 +287,104 @@ def gcloud_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+# Google Cloud's regions (https://cloud.google.com/compute/docs/regions-zones), for a
+# typo's suggestion; a region of the published form that is not here (Google adds them)
+# is taken as given, and the API says whether it exists
+KNOWN_REGIONS = (
+    "africa-south1",
+    "asia-east1",
+    "asia-east2",
+    "asia-northeast1",
+    "asia-northeast2",
+    "asia-northeast3",
+    "asia-south1",
+    "asia-south2",
+    "asia-southeast1",
+    "asia-southeast2",
+    "australia-southeast1",
+    "australia-southeast2",
+    "europe-central2",
+    "europe-north1",
+    "europe-north2",
+    "europe-southwest1",
+    "europe-west1",
+    "europe-west2",
+    "europe-west3",
+    "europe-west4",
+    "europe-west6",
+    "europe-west8",
+    "europe-west9",
+    "europe-west10",
+    "europe-west12",
+    "me-central1",
+    "me-central2",
+    "me-west1",
+    "northamerica-northeast1",
+    "northamerica-northeast2",
+    "northamerica-south1",
+    "southamerica-east1",
+    "southamerica-west1",
+    "us-central1",
+    "us-east1",
+    "us-east4",
+    "us-east5",
+    "us-south1",
+    "us-west1",
+    "us-west2",
+    "us-west3",
+    "us-west4",
+)
+_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+_ZONE = re.compile(r"([a-z]+-[a-z]+[0-9]+)-[a-z]")
+# a project id: 6-30 characters, lowercase letters, digits and hyphens, a letter first,
+# no hyphen last; an old domain-scoped one has its domain and a colon before it
+_PROJECT = re.compile(r"(?:[a-z0-9.-]+\.[a-z]{2,}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+
+
+def check_location(
+    project: str, region: str, zone: str | None = None, known_only: bool = False
+) -> None:
+    """``project``, ``region`` and ``zone`` in their published forms, checked offline,
+    for a plan that no API reads: a dry run without credentials planned and priced
+    'mars-1' and 'BAD PROJECT' (#53). With credentials the APIs answer for them (and a
+    local fake's project may be 'p'). ``known_only``: the region must be one of
+    ``KNOWN_REGIONS`` too (a well-formed typo such as 'us-est5' would be priced)."""
+    import difflib
+
+    if not _PROJECT.fullmatch(project):
+        raise ConfigError(
+            f"{project!r} is not a Google Cloud project id",
+            hint="a project id is 6-30 lowercase letters, digits and hyphens, starting "
+            "with a letter and not ending with a hyphen (the ID, not the project's "
+            "name: 'gcloud projects list' shows both)",
+        )
+    if not _REGION.fullmatch(region):
+        near = difflib.get_close_matches(region.lower(), KNOWN_REGIONS, n=1, cutoff=0.6)
+        raise ConfigError(
+            f"{region!r} is not a Google Cloud region",
+            hint=(f"did you mean {near[0]}? " if near else "")
+            + "a region is like us-east5 or europe-west4 (a zone adds -a, -b, ...); "
+            "'gcloud compute regions list' lists them",
+        )
+    if known_only and region not in KNOWN_REGIONS:
+        near = difflib.get_close_matches(region, KNOWN_REGIONS, n=1, cutoff=0.6)
+        raise ConfigError(
+            f"{region!r} is not a Google Cloud region rlctl knows, and without credentials "
+            "nothing can check it",
+            hint=(f"did you mean {near[0]}? " if near else "")
+            + "a region new to Google Cloud is planned with credentials "
+            "('gcloud auth application-default login'), which read the real one",
+        )
+    if zone is not None:
+        m = _ZONE.fullmatch(zone)
+        if not m or m.group(1) != region:
+            raise ConfigError(
+                f"{zone!r} is not a zone of region {region}",
+                hint=f"a zone of {region} is {region}-a, {region}-b, ...; "
+                f"'gcloud compute zones list --filter=region:{region}' lists them",
+            )
+
+
 def fill_defaults(
     data: dict[str, Any],
     env: Mapping[str, str] | None = None,

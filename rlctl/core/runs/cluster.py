@@ -173,12 +173,14 @@ def find_cluster(clients: GcpClients, project: str, region: str, name: str) -> C
     )
 
 
-def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | None) -> GcpClients:
+def assumed_cluster(
+    project: str, region: str, cluster: str, accelerator: str | None, dcn_networks: int = 0
+) -> GcpClients:
     """What a dry run of ``train --cluster`` without credentials plans against: an empty
     project holding only the cluster ``rlctl cluster create CLUSTER -a ACCELERATOR
-    --bucket PROJECT-CLUSTER-runs`` would make, RUNNING, and that bucket."""
+    --dcn-networks N --bucket PROJECT-CLUSTER-runs`` would make, RUNNING, and that bucket."""
     from rlctl.core.clients import EmptyProject
-    from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, InfraSpec
+    from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, DcnSpec, InfraSpec
     from rlctl.core.gcp.cluster import planned_cluster
 
     if not accelerator:
@@ -189,7 +191,13 @@ def assumed_cluster(project: str, region: str, cluster: str, accelerator: str | 
             f"create {cluster} -a TYPE' would make, e.g. -a 'v6e-16 x2'",
         )
     # pydantic's typed __init__ wants SliceSpecs; SliceSpec's validator parses 'TYPE xN'
-    spec = InfraSpec(project=project, region=region, cluster=cluster, accelerators=[accelerator])  # type: ignore[list-item]
+    spec = InfraSpec(
+        project=project,
+        region=region,
+        cluster=cluster,
+        accelerators=[accelerator],  # type: ignore[list-item]
+        dcn=DcnSpec(count=dcn_networks),
+    )
     clients = EmptyProject(project, region)
     clients.clusters[cluster] = planned_cluster(clients, spec)
     clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL, CLUSTER_LABEL: cluster}

@@ -389,9 +389,12 @@ def _record_interrupt(
         )
     else:
         kept = "no checkpoint yet: resume starts from step 0"
-    log.end(f"run interrupted after step {step}; {kept}")
+    # a KeyboardInterrupt that says who raised it (a reward's own) keeps its words
+    why = "" if stop is None or isinstance(stop, stops.StopRequested) else str(stop)
+    why = f" ({why})" if why else ""
+    log.end(f"run interrupted after step {step}{why}; {kept}")
     raise InterruptedRun(
-        f"run {run.name!r} interrupted after step {step}; {kept}",
+        f"run {run.name!r} interrupted after step {step}{why}; {kept}",
         hint=f"resume with: rlctl resume {run.name}",
     ) from None
 
@@ -417,7 +420,9 @@ def _execute(
                 error=None,
             )
         )
-        with _sigterm_as_interrupt():
+        # a stop is answered the moment it lands, not at the step's safe point (#53)
+        acknowledge = stops.acknowledged(lambda m: log({"event": "message", "message": m}))
+        with _sigterm_as_interrupt(), acknowledge:
             trainer.load_libraries(log)
             evals = trainer.train(spec, run, log, on_status, recover=recover)
     except KeyboardInterrupt as stop:

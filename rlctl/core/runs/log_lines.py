@@ -49,18 +49,28 @@ class Pace:
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self.first: float | None = None  # the first step without its compiles, if known
 
-    def add(self, seconds: float) -> None:
-        self.seconds.append(max(0.0, seconds))
+    def add(self, seconds: float, compile_seconds: float | None = None) -> None:
+        seconds = max(0.0, seconds)
+        if not self.seconds and compile_seconds is not None:
+            # what the first step would have taken without compiling: never less than
+            # a tenth of it (a compile's seconds overlap the step's own work)
+            self.first = max(seconds - compile_seconds, seconds / 10)
+        self.seconds.append(seconds)
 
     def eta(self, step: int, total: int) -> float | None:
-        """None before any step finished. After one, that step's time (it compiled,
-        so the ETA starts high and falls); later the mean of the recent steps after
-        the first, the steady pace."""
-        if not self.seconds:
-            return None
-        steady = self.seconds[1:][-PACE_WINDOW:] or self.seconds
-        return sum(steady) / len(steady) * max(total - step, 0)
+        """None before any step finished, and after the first one unless its compile
+        seconds are known: it compiled (minutes on a CPU), so extrapolating it said
+        'eta 1h52m' for a run of minutes (#53); it counts without them. From the
+        second step on, the mean of the recent steps after the first, the steady pace."""
+        left = max(total - step, 0)
+        steady = self.seconds[1:][-PACE_WINDOW:]
+        if steady:
+            return sum(steady) / len(steady) * left
+        if self.first is not None:
+            return self.first * left
+        return 0.0 if self.seconds and not left else None
 
 
 def shown_in_log(done: int, total: int) -> bool:
@@ -95,7 +105,10 @@ class PlainLines:
             ]
         if kind == "step":
             step, m = int(event["step"]), event["metrics"]
-            self.pace.add(float(m.get("step_seconds", 0)))
+            compiled = event.get("compile_seconds")
+            self.pace.add(
+                float(m.get("step_seconds", 0)), None if compiled is None else float(compiled)
+            )
             return [step_line(step, self.total, m, self.eta(step))]
         if kind == "eval":
             return [eval_line(event["which"], event["result"])]

@@ -176,8 +176,16 @@ def follow_log(
     are all shown."""
     shown = 0  # characters of the text already shown (whole lines only)
     first = True
+    # A run that has ended but whose writer lock is held is starting again: a resume
+    # takes the lock before it marks the run active (#53: 'logs -f' started as a resume
+    # started ended at once, on the old 'interrupted'). Followed until it is active,
+    # then as any run; or until the lock is let go without that.
+    starting = not run_phase(run).active and _being_written(run)
     while True:
-        ended = not run_phase(run).active
+        active = run_phase(run).active
+        if starting and (active or not _being_written(run)):
+            starting = False
+        ended = not active and not starting
         text = read_log(run) or ""
         if len(text) < shown:  # the file was replaced by a shorter one: start over
             shown = 0
@@ -190,3 +198,12 @@ def follow_log(
         if ended:
             return
         (sleep or time.sleep)(interval)
+
+
+def _being_written(run: RunDir) -> bool:
+    """Whether a process holds the run's writer lock now (a store that cannot tell:
+    no)."""
+    try:
+        return run.lock_state().held is True
+    except (OSError, AttributeError):
+        return False

@@ -62,7 +62,26 @@ ROWS = {
             ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "rope"),
         ),
     ),
-    "qwen2": Row("Qwen2ForCausalLM", frozenset(), lora=True),
+    "qwen2": Row(
+        "Qwen2ForCausalLM",
+        frozenset(),
+        lora=True,
+        refuses=(  # #53: taken before, training an attention without its window
+            (
+                {
+                    "use_sliding_window": True,
+                    "sliding_window": 8,
+                    "max_window_layers": 0,
+                    "layer_types": None,
+                },
+                "sliding window",
+            ),
+            (
+                {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 64},
+                "sliding window",
+            ),
+        ),
+    ),
     "qwen3": Row(
         "Qwen3ForCausalLM",
         frozenset(),

@@ -161,5 +161,6 @@ class TestPng:
         from rlctl.core.install import extra_install_command
 
         # the hint fits how rlctl was installed (tests/core/test_install.py)
-        assert e.value.exit_code == 8 and e.value.hint == extra_install_command("plot")
+        hint = extra_install_command("plot", constrained=True)
+        assert e.value.exit_code == 8 and e.value.hint == hint
         assert "[plot]" in e.value.hint

@@ -43,12 +43,24 @@ def run(tmp_path) -> LocalRunDir:
 
 
 class TestPlainLines:
-    def test_every_step_line_has_an_eta_first_from_the_first_step_then_the_steady_pace(self):
+    def test_the_eta_leaves_out_the_first_steps_compile_then_takes_the_steady_pace(self):
+        """#53: step 1's time, its compile included, was extrapolated ('eta 1h52m' for a
+        run of minutes)."""
         lines = PlainLines()
         lines.lines({"event": "start", "name": "r", "step": 0, "total_steps": 4})
-        got = [lines.lines(step(k, s))[0] for k, s in ((1, 30.0), (2, 2.0), (3, 4.0))]
-        # step 1 alone: its own 30 s x 3 left; then the steps after the compiling one
-        assert [x.rsplit("  ", 1)[1] for x in got] == ["eta 1m30s", "eta 4s", "eta 3s"]
+        first = {**step(1, 30.0), "compile_seconds": 27.0}  # 3 s of work, 27 s compiling
+        got = [lines.lines(e)[0] for e in (first, step(2, 2.0), step(3, 4.0))]
+        # step 1: its 3 s without the compile x 3 left; then the steps after the first
+        assert [x.rsplit("  ", 1)[1] for x in got] == ["eta 9s", "eta 4s", "eta 3s"]
+
+    def test_without_its_compile_seconds_the_first_step_gives_no_eta(self):
+        lines = PlainLines()
+        lines.lines({"event": "start", "name": "r", "step": 0, "total_steps": 4})
+        assert "eta" not in lines.lines(step(1, 30.0))[0]
+        assert lines.lines(step(2, 2.0))[0].endswith("eta 4s")
+        pace = Pace()
+        pace.add(100.0, compile_seconds=100.0)  # all of it compiling: a tenth is its pace
+        assert pace.eta(1, 3) == 20.0
 
     def test_pace_before_any_step_has_no_eta(self):
         assert Pace().eta(0, 10) is None
@@ -131,6 +143,23 @@ class TestFollow:
         with run.lock():  # held as the trainer holds it: 'running' needs it (#57)
             out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
         assert out == ["b", "c", "d", "partial", "e"]
+
+    def test_a_resume_that_holds_the_lock_is_followed_before_its_status_says_so(self, run):
+        """#53: 'logs -f' started as a resume started ended at once: the resume holds
+        the writer lock before status.json stops saying 'interrupted'."""
+        self._status(run, "interrupted")
+        (run.path / "train.log").write_text("a\n")
+        rounds = iter(
+            [
+                lambda: _append(run, "resuming\n"),
+                lambda: (_append(run, "step 3/4\n"), self._status(run, "running")),
+                lambda: (_append(run, "step 4/4\n"), self._status(run, "completed")),
+            ]
+        )
+        with run.lock():  # the resume, before its first status update
+            out = list(follow_log(run, tail=2, interval=1, sleep=lambda s: next(rounds)()))
+        assert out == ["a", "resuming", "step 3/4", "step 4/4"]
+        assert list(follow_log(run, 10, 1, sleep=pytest.fail))[-1] == "step 4/4"  # no lock
 
     def test_a_stale_run_ends_the_follow(self, run):
         run.write_json(

@@ -246,15 +246,15 @@ class TestForms:
     @pytest.mark.parametrize(
         ("body", "words"),
         [
-            ("return 1.0", "returned a float, not a list"),
+            ("return 1.0", "returned 1.0 (float) on a batch of 2 completions, not a list"),
             ("return [1.0]", "returned 1 values for 2 completions"),
-            ("return [1.0, 'x']", "returned 'x', not a finite number or None"),
+            ("return [1.0, 'x']", "returned 'x' (str) for completion 2 of 2 (problem '2+2?')"),
             ("raise KeyError('solution')", "raised KeyError"),
         ],
     )
     def test_a_batched_reward_that_misbehaves_is_named(self, tmp_path, body, words):
         path = _trl(tmp_path, f"def f(prompts, completions, **kw):\n    {body}\n")
-        with pytest.raises(ConfigError, match=words) as e:
+        with pytest.raises(ConfigError, match=re.escape(words)) as e:
             score(resolve([f"{path}:f"]), SAMPLES)
         assert path in e.value.message
 
@@ -340,10 +340,12 @@ class TestGuest:
     @pytest.mark.parametrize(
         ("value", "words"),
         [
-            ("1e308", "returned 1e+308, outside the range ±1e+06"),
-            ("-2e6", "returned -2e+06, outside the range"),
-            ("float('nan')", "returned 'nan', not a finite number"),
-            ("float('inf')", "returned 'inf', not a finite number"),
+            ("1e308", "returned 1e+308 (float) for completion 1 of 2 (problem '3+4?'), outside"),
+            ("-2e6", "returned -2000000.0 (float) for completion 1 of 2"),
+            ("1000001", "returned 1000001 (int) for completion 1 of 2"),  # exactly, not 1e+06
+            ("10**400", "returned an int of 401 digits for completion 1 of 2"),
+            ("float('nan')", "returned nan (float) for completion 1 of 2 (problem '3+4?'), not"),
+            ("float('inf')", "returned inf (float) for completion 1 of 2 (problem '3+4?'), not"),
         ],
     )
     def test_a_value_out_of_range_or_not_finite_is_refused_with_the_rewards_name(
@@ -372,8 +374,66 @@ class TestGuest:
 
     def test_a_stop_signal_inside_a_reward_stays_a_stop(self, tmp_path):
         path = _trl(tmp_path, "def f(completion, gold):\n    raise KeyboardInterrupt\n")
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as e:
             score(resolve([f"{path}:f"]), SAMPLES)
+        # a stop still (exit 130, resumable), but one that says which reward raised it
+        assert str(e.value) == (
+            f"reward '{path}:f' raised KeyboardInterrupt for completion 1 of 2 (problem '3+4?')"
+        )
+
+    @pytest.mark.parametrize(
+        ("body", "words"),
+        [
+            # #53: each ended 'unexpected error: ...' with "report it", the reward unnamed
+            (
+                "class F:\n    def __float__(self): raise RuntimeError('no')\n"
+                "def f(completion, gold):\n    return F()\n",
+                "returned a F for completion 1 of 2 (problem '3+4?'), not a number: "
+                "float() of it raised RuntimeError",
+            ),
+            (
+                "class E(Exception):\n    def __str__(self): raise RuntimeError('no')\n"
+                "def f(completion, gold):\n    raise E()\n",
+                "raised E: (its message could not be read) for completion 1 of 2",
+            ),
+            (
+                "import numpy as np\n"
+                "def f(prompts, completions, **kw):\n    return np.array(1.0)\n",
+                "returned '1.0' (numpy.ndarray) on a batch of 2 completions, not a list",
+            ),
+            (
+                "class L(list):\n    def __iter__(self): raise RuntimeError('no')\n"
+                "def f(prompts, completions, **kw):\n    return L([1.0, 1.0])\n",
+                "returned a L on a batch of 2 completions, not a list",
+            ),
+            (
+                "def f(prompts, completions, **kw):\n    return [0.0, 10**400]\n",
+                "returned an int of 401 digits for completion 2 of 2 (problem '2+2?'), outside",
+            ),
+        ],
+    )
+    def test_every_odd_value_or_failure_is_one_line_naming_the_reward_and_row(
+        self, tmp_path, body, words
+    ):
+        path = _trl(tmp_path, body)
+        with pytest.raises(ConfigError) as e:
+            score(resolve([f"{path}:f"]), SAMPLES)
+        assert e.value.message.startswith(f"reward '{path}:f' ")
+        assert words in e.value.message and "\n" not in e.value.message
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            "import numpy as np\ndef f(completion, gold):\n    return np.array(1.0)\n",
+            "import numpy as np\ndef f(prompts, completions, **kw):\n"
+            "    return [np.array(1.0) for _ in completions]\n",
+            "import numpy as np\ndef f(prompts, completions, **kw):\n"
+            "    return np.ones(len(completions))\n",
+        ],
+    )
+    def test_numpy_values_are_numbers_as_trl_takes_them(self, tmp_path, body):
+        path = _trl(tmp_path, body)
+        assert score(resolve([f"{path}:f"]), SAMPLES).total.tolist() == [1.0, 1.0]
 
     def test_what_a_reward_prints_goes_to_say_never_to_stdout(self, tmp_path, capsys):
         path = _trl(

@@ -19,14 +19,15 @@ import contextlib
 import io
 import math
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from rlctl.core.errors import ConfigError
 from rlctl.core.trainer.rewards.loading import Reward
+from rlctl.core.trainer.runtime import stops
 
 # what a TRL-style reward gets besides the data's columns (which cannot shadow them)
 _RESERVED = ("prompts", "completions", "completion_ids")
@@ -80,7 +81,7 @@ def score(rewards: Sequence[Reward], samples: Sequence[Sample], say: Say | None 
             values = (
                 _batched(r, samples)
                 if r.batched
-                else np.array([_per_sample(r, s) for s in samples], np.float64)
+                else np.array([_per_sample(r, samples, i) for i in range(n)], np.float64)
             )
         per[r.name] = values
         total += np.where(np.isnan(values), 0.0, r.weight * values)
@@ -136,50 +137,119 @@ def total_reward(rewards: Sequence[Reward], completion: str, gold: str) -> float
     return float(score(rewards, [Sample(completion, "", gold, {})]).total[0])
 
 
-def _failed(r: Reward, e: BaseException) -> ConfigError:
+class RewardInterrupt(KeyboardInterrupt):
+    """A KeyboardInterrupt raised by a reward itself, not by a stop signal: still a
+    stop (exit 130, resumable), but its message names the reward."""
+
+
+def _text(value: object, limit: int = 40) -> str:
+    """``value`` as a short text for a message, whatever its ``__str__`` does: a
+    number exactly (1000001, not 1e+06), text quoted, anything else by its type."""
+    try:
+        if value is None or isinstance(value, bool):
+            return repr(value)
+        if isinstance(value, int):
+            if abs(value) < 10**limit:
+                return str(value)
+            return f"an int of {len(str(abs(value)))} digits"
+        if isinstance(value, float):
+            return repr(value)
+        if isinstance(value, (str, bytes, np.generic, np.ndarray)):
+            text = str(value)
+            return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+    except Exception:  # a __str__ that raises, an int too long to print (Python 3.11+)
+        pass
+    return f"a {_type(value)}"
+
+
+def _type(value: object) -> str:
+    t = type(value)
+    if t.__module__ == "builtins" or t.__module__.startswith("rlctl_reward_file_"):
+        return t.__qualname__
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _shown(value: object) -> str:
+    """What a reward returned: its value and type, or its type alone."""
+    text = _text(value)
+    return text if text.startswith(("a ", "an ")) else f"{text} ({_type(value)})"
+
+
+def _where(samples: Sequence[Sample], i: int | None) -> str:
+    """The completion a value belongs to, as a user finds it: its place in the batch
+    and the start of its problem."""
+    if i is None:
+        return f"on a batch of {len(samples)} completions"
+    problem = " ".join(samples[i].question.split())
+    problem = problem if len(problem) <= 40 else problem[:39] + "…"
+    return f"for completion {i + 1} of {len(samples)} (problem {problem!r})"
+
+
+def _failed(r: Reward, e: BaseException, where: str) -> ConfigError:
     """A reward that raised, or exited (``sys.exit``, which would end rlctl with the
     reward's exit code and no word of why), as one line naming it."""
-    if isinstance(e, KeyboardInterrupt):  # a stop signal, not the reward's fault
-        raise e
-    what = (
-        f"called sys.exit({e.code!r})"
-        if isinstance(e, SystemExit)
-        else f"raised {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
-    )
+    if isinstance(e, KeyboardInterrupt):  # a stop, as TRL's trainer takes it: named
+        if stops.received() or isinstance(e, RewardInterrupt):
+            raise e  # a real Ctrl-C/SIGTERM that landed in the reward: the run's stop
+        raise RewardInterrupt(f"reward {r.label!r} raised KeyboardInterrupt {where}") from e
+    if isinstance(e, SystemExit):
+        what = f"called sys.exit({_text(e.code)})"
+    else:
+        try:
+            first = (str(e).splitlines() or [""])[0][:160]
+        except Exception:  # an exception whose str() raises
+            first = "(its message could not be read)"
+        what = f"raised {type(e).__name__}: {first}"
     return ConfigError(
-        f"reward {r.label!r} {what}", hint="fix the reward function, then 'rlctl resume' the run"
+        f"reward {r.label!r} {what} {where}",
+        hint="fix the reward function, then 'rlctl resume' the run",
     )
 
 
-def _number(r: Reward, value: object, allow_none: bool) -> float:
+def _number(r: Reward, value: object, allow_none: bool, where: str) -> float:
     if value is None and allow_none:
         return math.nan
-    try:  # numbers of any kind (numpy's too), but not the text "1.0"
-        number = math.nan if isinstance(value, (str, bytes)) else float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        number = math.nan
     also = " or None" if allow_none else ""
+    hint = f"a reward returns a float such as 0.0 or 1.0{also}"
+    if isinstance(value, (str, bytes)):  # numbers of any kind (numpy's too), not "1.0"
+        number = math.nan
+    else:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # an int beyond any float: 10**400
+            raise _out_of_range(r, value, where) from None
+        except Exception as e:  # TypeError, ValueError, or whatever its __float__ raises
+            raise ConfigError(
+                f"reward {r.label!r} returned {_shown(value)} {where}, "
+                f"not a number: float() of it raised {type(e).__name__}",
+                hint=hint,
+            ) from None
     if not math.isfinite(number):
         raise ConfigError(
-            f"reward {r.label!r} returned {str(value)[:40]!r}, not a finite number{also}",
-            hint=f"a reward returns a float such as 0.0 or 1.0{also}",
+            f"reward {r.label!r} returned {_shown(value)} {where}, not a finite number{also}",
+            hint=hint,
         )
     if abs(number) > REWARD_LIMIT:
-        raise ConfigError(
-            f"reward {r.label!r} returned {number:g}, outside the range "
-            f"±{REWARD_LIMIT:g} a reward's value must lie in",
-            hint="a reward returns a float such as 0.0 or 1.0 (GRPO uses only "
-            "the differences within a group)",
-        )
+        raise _out_of_range(r, value, where)
     return number
 
 
-def _per_sample(r: Reward, s: Sample) -> float:
+def _out_of_range(r: Reward, value: object, where: str) -> ConfigError:
+    return ConfigError(
+        f"reward {r.label!r} returned {_shown(value)} {where}, outside "
+        f"the range ±{REWARD_LIMIT:g} a reward's value must lie in",
+        hint="a reward returns a float such as 0.0 or 1.0 (GRPO uses only "
+        "the differences within a group)",
+    )
+
+
+def _per_sample(r: Reward, samples: Sequence[Sample], i: int) -> float:
+    s = samples[i]
     try:
         value = r.fn(s.completion, s.gold)
     except BaseException as e:  # SystemExit too: a reward that exits is named
-        raise _failed(r, e) from e
-    return _number(r, value, allow_none=False)
+        raise _failed(r, e, _where(samples, i)) from e
+    return _number(r, value, False, _where(samples, i))
 
 
 def _batched(r: Reward, samples: Sequence[Sample]) -> np.ndarray:
@@ -189,21 +259,25 @@ def _batched(r: Reward, samples: Sequence[Sample]) -> np.ndarray:
     try:
         values = r.fn(**kwargs)
     except BaseException as e:  # SystemExit too: a reward that exits is named
-        raise _failed(r, e) from e
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise _failed(r, e, _where(samples, None)) from e
+    try:  # as TRL reads it: iterated, one value per completion
+        items = None if isinstance(values, (str, bytes)) else list(values)  # type: ignore[call-overload]
+    except Exception:  # not iterable (a float, a 0-d array), or its iteration raised
+        items = None
+    if items is None:
         raise ConfigError(
-            f"reward {r.label!r} returned a {type(values).__name__}, not a "
-            "list with one value per completion",
+            f"reward {r.label!r} returned {_shown(values)} "
+            f"{_where(samples, None)}, not a list with one value per completion",
             hint="a TRL-style reward returns [float or None, ...], one per completion",
         )
-    if len(values) != len(samples):
+    if len(items) != len(samples):
         raise ConfigError(
-            f"reward {r.label!r} returned {len(values)} values for {len(samples)} completions",
+            f"reward {r.label!r} returned {len(items)} values for {len(samples)} completions",
             hint="return one value (float or None) per completion, in order",
         )
-    # a user's value, checked above as far as it is: sized, not text; iterated as list() would
-    items = cast("Iterable[object]", values)
-    return np.array([_number(r, v, allow_none=True) for v in items], np.float64)
+    return np.array(
+        [_number(r, v, True, _where(samples, i)) for i, v in enumerate(items)], np.float64
+    )
 
 
 def _trl_kwargs(samples: Sequence[Sample]) -> dict[str, Any]:

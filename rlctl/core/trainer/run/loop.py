@@ -506,6 +506,7 @@ class Trainer:
                 )
             for step in range(start, s.training.steps):
                 with stops.deferred(safe):  # a first Ctrl-C waits for a safe point
+                    compiling = sum(self.compiles.seconds.values())
                     try:
                         row = self.step(step).row()
                     except stops.Abandoned:
@@ -516,7 +517,12 @@ class Trainer:
                     done = step + 1
                     # The step line first: a user sees the result before a save that may
                     # take seconds, and a checkpoint on disk implies its line was printed.
-                    self.emit({"event": "step", "step": done, "metrics": row})
+                    # with the seconds this step spent compiling (or loading from the
+                    # cache): an ETA leaves them out, as the later steps do not repeat them
+                    compiled = round(sum(self.compiles.seconds.values()) - compiling, 1)
+                    self.emit(
+                        {"event": "step", "step": done, "metrics": row, "compile_seconds": compiled}
+                    )
                     if done % s.checkpoint.interval == 0 or done == s.training.steps:
                         # in the background, only once complete is it the latest
                         with self.watch("checkpoint save", self.ckpt):

@@ -10,12 +10,20 @@ once, skipping that save: a user who presses Ctrl-C twice wants out now.
 Outside a step (loading the model, evaluating) there is nothing to save, and the
 first signal raises at once, as before. The state is the process's, as signal
 handlers are; ``on_signal`` is installed by the run driver (``runs/local.py``).
+
+A stop is acknowledged at once (``acknowledged``), not at the safe point: Python runs
+``on_signal`` only when the main thread next runs Python, which inside a compiled step
+can be a minute away, and a user who sees nothing presses Ctrl-C again, which skips
+the save (#53).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
 
 _received: list[int] = []  # stop signals since reset()
 _depth = 0  # > 0: inside deferred(); the first signal waits for a safe point
@@ -88,3 +96,58 @@ def deferred(enabled: bool = True) -> Iterator[None]:
         _depth -= 1
     if _depth == 0 and _received:
         raise KeyboardInterrupt
+
+
+ACK_IN_STEP = "stopping after this step; Ctrl-C again to stop without saving"
+ACK_AGAIN = "stopping now, without saving the step in progress"
+
+
+@contextlib.contextmanager
+def acknowledged(say: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, ``say`` what a stop signal will do the moment it arrives.
+
+    ``signal.set_wakeup_fd`` has the interpreter's C-level handler write each signal's
+    number to a pipe as it lands, whatever the main thread is doing; a thread reading
+    the pipe says it. A no-op outside the main thread (signals go to the main thread's
+    handlers only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)  # the C handler must never block on a full pipe
+    try:
+        previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):  # not possible here: no acknowledgement, as before
+        os.close(r)
+        os.close(w)
+        yield
+        return
+
+    def watch() -> None:
+        seen = 0
+        while True:
+            try:
+                data = os.read(r, 64)
+            except OSError:
+                return
+            if not data:  # the block ended: the write end is closed
+                return
+            for signum in data:
+                if signum not in (signal.SIGINT, signal.SIGTERM):
+                    continue
+                seen += 1
+                if seen == 1 and _depth > 0:
+                    say(ACK_IN_STEP)
+                elif seen == 2 and _depth > 0:
+                    say(ACK_AGAIN)
+
+    thread = threading.Thread(target=watch, name="rlctl-stop-ack", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(w)
+        thread.join(timeout=1.0)
+        if not thread.is_alive():
+            os.close(r)
