@@ -189,7 +189,9 @@ class TestMicroBatches:
         update = Update(s, pad_id=0, info=info, warn=said.append)
         _, size = update.program(model, opt, batch)
         assert size == 4
-        assert "micro-batches of 4" in said[0]
+        # why the first program was set aside, then what the run uses
+        assert said[0].startswith("the update with ") and "compiling a lighter one" in said[0]
+        assert "micro-batches of 4" in said[-1]
         monkeypatch.setenv(memory.LIMIT_ENV, "1GB")
         assert Update(s, pad_id=0, info=info).program(model, opt, batch)[1] == 8
 
@@ -289,13 +291,46 @@ class TestSomeLayersRecomputed:
             )
         assert need[True] < need[6] < need[2], need
         monkeypatch.setenv(memory.LIMIT_ENV, str((need[True] + need[6]) // 2))
-        u = Update(spec(), pad_id=0, info=info)
+        said: list[str] = []
+        u = Update(spec(), pad_id=0, info=info, warn=said.append)
         compiled, size = u.program(model, make_optimizer(model, spec().training), batch)
         assert size == 8 and memory_need(compiled) == need[True]
+        # the second compile is said, with why (#53: a LoRA run compiled twice silently)
+        (line,) = said
+        assert line.startswith("the update with 6 of 8 layers recomputed needs ")
+        assert "allowed by RLCTL_MEMORY_LIMIT: compiling a lighter one" in line
         monkeypatch.setenv(memory.LIMIT_ENV, str(need[6] + 1))
         u = Update(spec(), pad_id=0, info=info)
         compiled, size = u.program(model, make_optimizer(model, spec().training), batch)
         assert size == 8 and memory_need(compiled) == need[6]
+
+
+class TestLoraBudget:
+    def test_a_lora_update_may_use_what_the_full_fine_tune_may(self, tiny_model_dir):
+        """On a CPU the update's budget is the state it updates (at least 1 GiB). A LoRA
+        state is the base and a few adapters, a third of a full fine-tune's (no
+        moments for the base), yet its update reads the same base and keeps the same
+        activations: measured against it, a LoRA default run's first program did not
+        fit and a second one compiled (#53). The base's moments count."""
+        from flax import nnx
+
+        from rlctl.core.trainer import tunix_adapter as ta
+        from rlctl.core.trainer.tunix_adapter.lora import apply_lora
+        from rlctl.core.trainer.update.step import Update, make_optimizer, tree_bytes
+
+        full_spec, lora_spec = spec(), spec(lora_rank=4)
+        model, info = ta.load_model(tiny_model_dir)
+        full = Update(full_spec, pad_id=0, info=info)
+        full_opt = make_optimizer(model, full_spec.training)
+        full_budget = full._budget_bytes(model, nnx.state((model, full_opt)))
+
+        lora_model, _ = ta.load_model(tiny_model_dir)
+        lora_model = apply_lora(lora_model, "llama", lora_spec.training)
+        lora = Update(lora_spec, pad_id=0, info=info)
+        lora_opt = make_optimizer(lora_model, lora_spec.training)
+        state = nnx.state((lora_model, lora_opt))
+        assert tree_bytes(state) < 0.5 * full_budget  # what it was measured against
+        assert full_budget <= lora._budget_bytes(lora_model, state) < 1.2 * full_budget
 
 
 def memory_need(compiled) -> int:

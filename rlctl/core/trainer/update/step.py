@@ -273,6 +273,42 @@ class Update:
         layers = self.info.num_layers
         return [layers - layers // 4, True] if layers >= 4 else [True]
 
+    def _budget_bytes(self, model: Any, state: Any) -> int:
+        """The state the update's memory budget is measured against on a CPU
+        (``memory.update_budget``): the weights and optimizer state it updates, and for
+        LoRA the two float32 Adam moments a full fine-tune would hold for the frozen base.
+
+        Why: a LoRA update reads the whole base and keeps a full fine-tune's activations,
+        but its own state is the base and a few adapters. Measured against that alone it
+        got the 1 GiB floor, its first program (SmolLM2, 23 of 30 layers recomputed) did
+        not fit, and a second compiled after it: 1167 s then 972 s on a loaded 2-core
+        machine (#53). Counted this way a LoRA run may use what the same model's full
+        fine-tune may, and its peak stays below that run's, which holds those moments."""
+        import jax
+        from flax import nnx
+
+        total = tree_bytes(state)
+        if self.lora:
+            weights = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+            adapters = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+            total += 2 * 4 * (weights - adapters)
+        return total
+
+    def _described(self, level: bool | int, size: int, rows: int) -> str:
+        """``with 23 of 30 layers recomputed`` (and ``, in micro-batches of 4``)."""
+        from rlctl.core.trainer.tunix_adapter.logprobs import recomputed
+
+        layers = self.info.num_layers
+        done = recomputed(level, layers)
+        what = (
+            "with every layer recomputed"
+            if done == layers
+            else f"with {done} of {layers} layers recomputed"
+            if done
+            else "with no layer recomputed"
+        )
+        return what + (f", in micro-batches of {size}" if size < rows else "")
+
     def _remat(self) -> bool | int:
         """The recomputation the update tries first (``_remat_levels``)."""
         return self._remat_levels()[0]
@@ -451,7 +487,7 @@ class Update:
         sizes = micro_batch_sizes(rows // self.group, self.group)  # rows first
         if self.micro is not None:
             sizes = [min(self.micro, rows)]
-        have, where = self.budget or memory.update_budget(tree_bytes(state))
+        have, where = self.budget or memory.update_budget(self._budget_bytes(model, state))
         if self.topology is not None:
             from rlctl.core.trainer.runtime.distributed import least
 
@@ -489,6 +525,15 @@ class Update:
                 memory.return_freed_memory()  # the compiler's working memory
                 need = memory.compiled_need(compiled)
                 measured = measured or (size, need)
+                if need > have:
+                    # each try is a whole compile (minutes for a 1B model on a CPU):
+                    # say why another follows rather than show the same spinner again
+                    self.warn(
+                        f"the update {self._described(level, size, rows)} needs "
+                        f"{human_bytes(need)}, more than the {human_bytes(have)} {where}: "
+                        "compiling a lighter one (training.remat, "
+                        f"training.micro_batch_size, {memory.LIMIT_ENV})"
+                    )
                 if need <= have:
                     if size < rows and self.micro is None:
                         self.warn(
