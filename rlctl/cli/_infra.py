@@ -36,6 +36,16 @@ def clients_for(ctx: typer.Context, project: str | None, region: str | None) -> 
     return Clients(project, region)
 
 
+def plan_clients(ctx: typer.Context, assumed: tuple[str, str] | None, spec: Any) -> Any:
+    """The clients a plan reads: an empty project where the dry run assumed its
+    location (no credentials: nothing is read), else ``clients_for``'s."""
+    if assumed:
+        from rlctl.core.clients import EmptyProject
+
+        return EmptyProject(spec.project, spec.region)
+    return clients_for(ctx, spec.project, spec.region)
+
+
 # Where a dry run without credentials, project or region plans: placeholders it says it
 # assumed (the project is never read: it is empty by assumption)
 ASSUMED_PROJECT, ASSUMED_REGION = "my-project", "us-east5"

@@ -15,6 +15,7 @@ from rlctl.cli._infra import (
     build_spec,
     clients_for,
     existing_cluster,
+    plan_clients,
     run_plan,
 )
 from rlctl.cli._options import (
@@ -142,13 +143,10 @@ def create(
         overrides=set_,
     )
     if assumed:
-        from rlctl.core.clients import EmptyProject
         from rlctl.core.config.infra import check_location
 
         check_location(spec.project, spec.region, spec.zone, known_only=True)  # and its zone
-        clients = EmptyProject(spec.project, spec.region)
-    else:
-        clients = clients_for(ctx, spec.project, spec.region)
+    clients = plan_clients(ctx, assumed, spec)
     out.info(f"planning cluster {spec.cluster} in {spec.project}/{spec.region} ...")
     plan = core.plan_create(clients, spec)
     if assumed:

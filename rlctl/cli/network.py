@@ -11,8 +11,8 @@ from rlctl.cli._infra import (
     assumed_location,
     assumed_note,
     build_spec,
-    clients_for,
     existing_cluster,
+    plan_clients,
     run_plan,
 )
 from rlctl.cli._options import (
@@ -78,12 +78,7 @@ def create(
         dcn_cidrs=dcn_cidr,
         overrides=set_,
     )
-    if assumed:
-        from rlctl.core.clients import EmptyProject
-
-        clients = EmptyProject(spec.project, spec.region)
-    else:
-        clients = clients_for(ctx, spec.project, spec.region)
+    clients = plan_clients(ctx, assumed, spec)
     plan = core.network_plan_create(clients, spec)
     if assumed:
         plan = plan.model_copy(update={"notes": [assumed_note(*assumed), *plan.notes]})
