@@ -84,12 +84,14 @@ def test_the_scanned_update_gives_the_unrolled_figures(four, remat):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
 
-def test_the_accelerators_row_trains_on_the_cpus_figures(four):
-    """No packing, JAX's MLP gradient, scanned layers: where the mask is set the same
-    log-probs and entropies, and the same gradients (the packed rows only skip what
+@pytest.mark.parametrize("remat", [False, True])
+def test_the_accelerators_row_trains_on_the_cpus_figures(four, remat):
+    """No packing, JAX's MLP gradient, scanned layers over one token stream per
+    completion (``layers.stream_hidden``), recomputed or not: where the mask is set the
+    same log-probs and entropies, and the same gradients (the packed rows only skip what
     nothing masked in reads)."""
     cpu = _loss_and_grads(four, _row("cpu"), False)
-    gpu = _loss_and_grads(four, _row("gpu"), False)
+    gpu = _loss_and_grads(four, _row("gpu"), remat)
     np.testing.assert_allclose(gpu[0], cpu[0], atol=2e-5)
     np.testing.assert_allclose(gpu[1], cpu[1], atol=2e-5)
     for a, b in zip(gpu[2], cpu[2], strict=True):
