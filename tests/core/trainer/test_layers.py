@@ -181,3 +181,19 @@ def test_the_accelerators_sampler_draws_the_cpus_tokens(four, temperature):
     np.testing.assert_allclose(drawn[1].logps, drawn[0].logps, atol=2e-5)
     assert drawn[1].steps == drawn[0].steps
     assert (drawn[0].lengths < 7).any()  # some row stopped
+
+
+def test_the_accelerators_mlp_narrowed_before_the_scan_gives_the_same_gradients(four, monkeypatch):
+    """bfloat16 products with JAX's MLP gradient (an accelerator's row): the MLP's
+    matrices cast once before the scan (``layers._narrowed_mlp``) give the gradients
+    that casting them inside each layer gives, bit for bit."""
+    from rlctl.core.trainer.tunix_adapter.llama import layers
+
+    model, info, prompts, comps, mask, adv = four
+    narrow = (model, dataclasses.replace(info, compute_dtype="bfloat16"), prompts, comps, mask, adv)
+    before = _loss_and_grads(narrow, _row("gpu"), True)
+    monkeypatch.setattr(layers, "_narrowed_mlp", lambda states, dtype: states)
+    inside = _loss_and_grads(narrow, _row("gpu"), True)
+    np.testing.assert_array_equal(before[0], inside[0])
+    for a, b in zip(before[2], inside[2], strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

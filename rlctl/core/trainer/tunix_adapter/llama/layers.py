@@ -79,6 +79,30 @@ def narrowed(states: Any, dtype: str) -> Any:
     )
 
 
+def _narrowed_mlp(states: Any, dtype: str) -> Any:
+    """Stacked layer ``states`` with their MLP's matrices cast to the compute ``dtype``
+    once, before the scan, where JAX differentiates the MLP (``mlp_grad.jax_gradient_mlp``,
+    an accelerator's row).
+
+    Why: the stacked float32 matrices were a copy of the MLP's weights in the update's
+    temporaries (318 MB for SmolLM2), and each layer cast its own inside the body.
+    Narrowed before the scan the copy is half as large (XLA fuses the stacking with
+    the cast) and the body reads them as they are. The numbers are the same: that MLP
+    casts its weights to ``dtype`` first thing, so JAX's gradient of each is the
+    narrow product's, cast to float32 by the cast's transpose, inside the scan or
+    outside it. The attention's products (``mixed.mm``) give their weights a float32
+    gradient of their own, which a narrowed weight would round: they stay float32."""
+    if not narrow(dtype):
+        return states
+    dt = dtype_of(dtype)
+
+    def cast(path: Any, x: jax.Array) -> jax.Array:
+        keys = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+        return x.astype(dt) if "mlp" in keys and x.ndim >= 3 else x
+
+    return jax.tree_util.tree_map_with_path(cast, states)
+
+
 def scan_trunk(
     model: Any,
     tokens: jax.Array,
@@ -164,6 +188,8 @@ def stream_hidden(
     mask = keys[:, None, :] & jnp.tril(jnp.ones((S, S), jnp.bool_))[None]
     x = model.embedder.encode(jnp.concatenate([prompts, completion_ids], axis=1))
     graphdef, states = stacked or stack(model.layers)
+    if not own_gradient:
+        states = _narrowed_mlp(states, dtype)
 
     def body(x: jax.Array, state: Any) -> jax.Array:
         layer = nnx.merge(graphdef, state)
