@@ -119,10 +119,11 @@ def distinct_fusions(hlo: str) -> int:
     fusion computations told apart by kind and body, with every name (of instructions,
     parameters, called computations) and every ``metadata`` left out.
 
-    Why count them: XLA's GPU compiler spends a deviceless compile mostly on its fusions'
-    front-end (choosing each one's configuration and emitting it), and a fusion whose
-    body repeats is compiled once; so this count, more than the operations, follows
-    the compile time (issue #51: rlctl's update held 286 against its reference's 83)."""
+    Why count them: XLA's GPU compiler chooses a configuration for and emits each
+    distinct fusion once (a repeated body is reused), and a real GPU autotunes each; so
+    this count, not the operations, is what a program's layout changes (issue #51: the
+    default update held 314 against its reference's 83, now 193). On the 2-core machine
+    the deviceless compile's seconds did not follow it (docs/benchmarks.md)."""
     import re
 
     bodies: dict[str, str] = {}

@@ -204,11 +204,11 @@ def layer_rows(stacked: Any, layers: Any) -> Any:
     as ``layers``' tree (the layers' parameters: ``layers[i]`` each layer's), each
     layer's arrays read at a runtime index.
 
-    Why a runtime index: each row read at a constant offset is its own slice, which XLA
-    fuses into that layer's AdamW step (``clipped_adamw``), so each layer's steps were
-    distinct fusions for the GPU compiler to compile, 30 times over for SmolLM2. Read at
+    Why a runtime index: each row read at a constant offset is its own slice, a body of
+    its own wherever XLA fuses it (each layer's AdamW step, ``clipped_adamw``). Read at
     an index XLA cannot fold (a zero behind an optimization barrier, then one added per
-    layer), every layer's step of one kind of array is one fusion, its index an operand."""
+    layer), every layer's step of one kind of array has one body, its index an operand
+    (``Update._stacked_params`` gives the measurement)."""
     import jax
     import jax.numpy as jnp
 

@@ -157,11 +157,12 @@ def stream_hidden(
     (``logprobs._layer_pair``) runs every layer twice, over the prompts [P, Lp] and over
     the completions [P*G, Lc] with the prompts' repeated cache, so each of the layer's
     operations is compiled at two shapes, with the cache's updates and repeats between.
-    XLA's GPU compiler spends its time on each distinct fusion (its autotuning front-end
-    compiles every one), so the update compiled 286 distinct fusions where the naive
-    program of the same model (bench/bench_compile.py's update-ref) compiled 83. One
-    stream is the reference's own layout: the layer compiled once, at one shape; the
-    prompt's tokens are computed G times, a few milliseconds on a GPU.
+    XLA's GPU compiler configures, emits (and on a GPU autotunes) each distinct fusion,
+    and the update held 314 where the naive program of the same model
+    (bench/bench_compile.py's update-ref) held 83; now 193, with 3x less memory
+    (docs/benchmarks.md: the deviceless compile's seconds stayed about the
+    reference's). One stream is the reference's own layout: the layer compiled once,
+    at one shape; the prompt's tokens are computed G times, a few milliseconds on a GPU.
 
     Why the checkpoint: each layer then keeps its input alone for the backward pass
     (one [P*G, Lp+Lc, D] array) instead of its ~10 residuals, each a stacked array
