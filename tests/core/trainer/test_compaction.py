@@ -156,13 +156,16 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
     from rlctl.core.trainer.update import step
 
     model, info, prompts, comps, mask, *_ = padded
+    from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
+
     seen = []
     real = logprobs.decoder_layer
-    monkeypatch.setattr(
-        logprobs,
-        "decoder_layer",
-        lambda *a, **k: seen.append(len(a) >= 6 and a[5] is not None) or real(*a, **k),
-    )
+    for module in (logprobs, layers_lib):  # the pair's layer, the stream's
+        monkeypatch.setattr(
+            module,
+            "decoder_layer",
+            lambda *a, **k: seen.append(len(a) >= 6 and a[5] is not None) or real(*a, **k),
+        )
     heads = []
     real_head = logprobs.head_logps
     monkeypatch.setattr(logprobs, "head_logps", lambda *a: heads.append(1) or real_head(*a))
@@ -173,6 +176,7 @@ def test_the_update_skips_the_pads_and_its_yardstick_does_not(padded, monkeypatc
     for row in (TABLE["cpu"], whole, TABLE["gpu"]):
         u.numerics = row
         u._logps_fn(model, prompts, comps, 3, False, mask)
-    # the accelerators' row scans its layers: one layer body traced for the pair
-    assert seen == [False, True] * layers + [False, False] * layers + [False, False]
+    # the accelerators' row scans its layers over one token stream per completion
+    # (layers.stream_hidden): one layer body traced, unpacked
+    assert seen == [False, True] * layers + [False, False] * layers + [False]
     assert heads == [1]  # the head packed once: with the CPU's row only

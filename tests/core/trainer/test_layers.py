@@ -84,12 +84,14 @@ def test_the_scanned_update_gives_the_unrolled_figures(four, remat):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
 
-def test_the_accelerators_row_trains_on_the_cpus_figures(four):
-    """No packing, JAX's MLP gradient, scanned layers: where the mask is set the same
-    log-probs and entropies, and the same gradients (the packed rows only skip what
+@pytest.mark.parametrize("remat", [False, True])
+def test_the_accelerators_row_trains_on_the_cpus_figures(four, remat):
+    """No packing, JAX's MLP gradient, scanned layers over one token stream per
+    completion (``layers.stream_hidden``), recomputed or not: where the mask is set the
+    same log-probs and entropies, and the same gradients (the packed rows only skip what
     nothing masked in reads)."""
     cpu = _loss_and_grads(four, _row("cpu"), False)
-    gpu = _loss_and_grads(four, _row("gpu"), False)
+    gpu = _loss_and_grads(four, _row("gpu"), remat)
     np.testing.assert_allclose(gpu[0], cpu[0], atol=2e-5)
     np.testing.assert_allclose(gpu[1], cpu[1], atol=2e-5)
     for a, b in zip(gpu[2], cpu[2], strict=True):
@@ -179,3 +181,19 @@ def test_the_accelerators_sampler_draws_the_cpus_tokens(four, temperature):
     np.testing.assert_allclose(drawn[1].logps, drawn[0].logps, atol=2e-5)
     assert drawn[1].steps == drawn[0].steps
     assert (drawn[0].lengths < 7).any()  # some row stopped
+
+
+def test_the_accelerators_mlp_narrowed_before_the_scan_gives_the_same_gradients(four, monkeypatch):
+    """bfloat16 products with JAX's MLP gradient (an accelerator's row): the MLP's
+    matrices cast once before the scan (``layers._narrowed_mlp``) give the gradients
+    that casting them inside each layer gives, bit for bit."""
+    from rlctl.core.trainer.tunix_adapter.llama import layers
+
+    model, info, prompts, comps, mask, adv = four
+    narrow = (model, dataclasses.replace(info, compute_dtype="bfloat16"), prompts, comps, mask, adv)
+    before = _loss_and_grads(narrow, _row("gpu"), True)
+    monkeypatch.setattr(layers, "_narrowed_mlp", lambda states, dtype: states)
+    inside = _loss_and_grads(narrow, _row("gpu"), True)
+    np.testing.assert_array_equal(before[0], inside[0])
+    for a, b in zip(before[2], inside[2], strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -139,6 +139,7 @@ def shared_prefix_logps(
     remat: bool | int = False,
     mask: jax.Array | None = None,
     numerics: Numerics | None = None,
+    stacked: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token log-probs of completions, computing each group's prompt once.
 
@@ -161,6 +162,11 @@ def shared_prefix_logps(
     the completion positions that no masked-in log-prob reads, and every family's
     vocabulary head the positions not masked in (``compaction``): the log-probs
     where the mask is set are unchanged, the others are 0 and not meant to be read.
+
+    Where ``streams`` (an accelerator's row), each completion is instead one token
+    stream with its prompt through the scanned layers (``layers.stream_hidden``), whose
+    stacked states may come in as ``stacked`` (``layers.stack``'s pair, stacked outside
+    the gradient: ``Update`` then gets the stacked layers' gradients).
 
     Args:
       prompt_ids: [P, Lp] left-padded prompts (one per group).
@@ -200,6 +206,20 @@ def shared_prefix_logps(
         packing = (
             plan(needed_positions(mask)) if mine and n.pack_mlp_rows and mask is not None else None
         )
+        if streams(model, info, n, mask):
+            # the accelerators' update: one token stream per completion
+            hidden = layers_lib.stream_hidden(
+                model,
+                prompt_ids,
+                completion_ids,
+                group=group,
+                pad_id=pad_id,
+                recomputed=again,
+                dtype=info.compute_dtype,
+                own_gradient=n.own_mlp_gradient,
+                stacked=stacked,
+            )
+            return _head(model, hidden, completion_ids, temperature, info, n, chunk, mask)
         xs = (model.embedder.encode(prompt_ids), model.embedder.encode(completion_ids))
         # each layer's cache starts empty: one empty layer cache serves every layer
         empty = layer_cache(info, P, S)
@@ -223,6 +243,11 @@ def shared_prefix_logps(
     # token j is predicted by position j-1: the first one by the prompt's last position
     first = jnp.repeat(p_hidden[:, -1:, :], group, axis=0)
     hidden = jnp.concatenate([first, c_hidden[:, :-1, :]], axis=1)
+    return _head(model, hidden, completion_ids, temperature, info, n, chunk, mask)
+
+
+def _head(model, hidden, completion_ids, temperature, info, n, chunk, mask):
+    """``token_logps`` of the hidden states that predict the completions' tokens."""
     return token_logps(
         hidden,
         completion_ids,
@@ -233,6 +258,17 @@ def shared_prefix_logps(
         dtype=info.compute_dtype,
         pack_head=n.pack_head,
     )
+
+
+def streams(model, info: ModelInfo, numerics: Numerics, mask: Any) -> bool:
+    """Whether ``shared_prefix_logps`` runs one token stream per completion through the
+    scanned layers (``layers.stream_hidden``): rlctl's own layer (a plain Llama-family
+    model), layers scanned and no packed MLP rows (an accelerator's row of the
+    numerics table)."""
+    if _runs_whole(model) or not (info.capabilities.own_mlp_gradient and plain(model)):
+        return False
+    packs = numerics.pack_mlp_rows and mask is not None
+    return numerics.scan_layers and not packs and layers_lib.scans(model, info)
 
 
 def recomputed(remat: bool | int, layers: int) -> int:

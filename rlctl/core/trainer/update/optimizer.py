@@ -100,7 +100,9 @@ def clipped_adamw(
     come back in each parameter's dtype. ``learning_rate`` is a float or a schedule.
     Besides optax's ``init`` and ``update`` it has ``apply(grads, state, params)`` ->
     (new params, new state, the gradients' norm): the step with the updates added in
-    the same expression (``apply_step``)."""
+    the same expression (``apply_step``); ``barrier=False`` leaves out the barrier
+    between the norm and the step (for gradients that are rows of stacked ones,
+    ``layer_rows``, which it would store apart)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -115,7 +117,9 @@ def clipped_adamw(
     def init(params: Any) -> Any:
         return reference.init(jax.tree.map(lambda x: x.astype(f32), params))
 
-    def run(grads: Any, state: Any, params: Any, apply: bool) -> tuple[Any, Any, Any]:
+    def run(
+        grads: Any, state: Any, params: Any, apply: bool, barrier: bool = True
+    ) -> tuple[Any, Any, Any]:
         clip_state, (adam, decay_state, lr_state) = state
         square_sums, step = _kernels()
         treedef = jax.tree.structure(grads)
@@ -131,7 +135,8 @@ def clipped_adamw(
         # Pitfall: the norm and the moments would share one float32 conversion of each
         # bfloat16 gradient, which XLA:CPU then stores whole (4.6 GiB for a 1.2B
         # model); behind the barrier each converts its own, fused away.
-        g = jax.lax.optimization_barrier(g)
+        if barrier:
+            g = jax.lax.optimization_barrier(g)
         mu, nu = (treedef.flatten_up_to(t) for t in (adam.mu, adam.nu))  # type: ignore[attr-defined]
         p = treedef.flatten_up_to(params) if params is not None else mu  # type: ignore[attr-defined]
         # multiplying by a scalar (not optax's select of a division) keeps each
@@ -174,8 +179,8 @@ def clipped_adamw(
         updates, new_state, _ = run(grads, state, params, apply=False)
         return updates, new_state
 
-    def apply(grads: Any, state: Any, params: Any) -> tuple[Any, Any, Any]:
-        return run(grads, state, params, apply=True)
+    def apply(grads: Any, state: Any, params: Any, barrier: bool = True) -> tuple[Any, Any, Any]:
+        return run(grads, state, params, apply=True, barrier=barrier)
 
     tx = _fused_type()(init, update)
     tx.apply = apply
@@ -194,11 +199,44 @@ def _fused_type() -> Any:
     return Fused
 
 
-def apply_step(optimizer: Any, model: Any, grads: Any) -> Any:
+def layer_rows(stacked: Any, layers: Any) -> Any:
+    """The stacked layers' gradients ``stacked`` (one layer's tree, a leading layer axis)
+    as ``layers``' tree (the layers' parameters: ``layers[i]`` each layer's), each
+    layer's arrays read at a runtime index.
+
+    Why a runtime index: each row read at a constant offset is its own slice, a body of
+    its own wherever XLA fuses it (each layer's AdamW step, ``clipped_adamw``). Read at
+    an index XLA cannot fold (a zero behind an optimization barrier, then one added per
+    layer), every layer's step of one kind of array has one body, its index an operand
+    (``Update._stacked_params`` gives the measurement)."""
+    import jax
+    import jax.numpy as jnp
+
+    def keys(path: Any) -> tuple[Any, ...]:
+        return tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path)
+
+    rows = {keys(p): g for p, g in jax.tree_util.tree_flatten_with_path(stacked)[0]}
+    flat, treedef = jax.tree_util.tree_flatten_with_path(layers)
+    index = jax.lax.optimization_barrier(jnp.zeros((), jnp.int32))
+    at = {}
+    for i in sorted(layers["layers"].keys()):  # layer i's row at index i
+        at[i] = index
+        index = index + 1
+    leaves = []
+    for path, x in flat:
+        _, i, *rest = keys(path)  # ("layers", i, then the path within the layer)
+        row = jax.lax.dynamic_index_in_dim(rows[tuple(rest)], at[i], keepdims=False)
+        if row.shape != x.shape:
+            raise ValueError(f"stacked gradient {rest} does not match layer {i}'s array")
+        leaves.append(row)
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def apply_step(optimizer: Any, model: Any, grads: Any, barrier: bool = True) -> Any:
     """``optimizer.update(model, grads)`` (flax nnx's, 0.12) with the updates added in
     the optimizer's own expression when it offers ``apply`` (``clipped_adamw``):
     returns the gradients' float32 norm, computed once for the clipping and the step's
-    metrics."""
+    metrics. ``barrier``: ``clipped_adamw``'s."""
     from flax import nnx
 
     tx = optimizer.tx
@@ -207,7 +245,9 @@ def apply_step(optimizer: Any, model: Any, grads: Any) -> Any:
         return global_norm(grads)
     params = nnx.as_pure(nnx.state(model, optimizer.wrt))
     grads = nnx.as_pure(nnx.state(grads, optimizer.wrt))
-    new_params, new_state, norm = tx.apply(grads, nnx.as_pure(optimizer.opt_state), params)
+    new_params, new_state, norm = tx.apply(
+        grads, nnx.as_pure(optimizer.opt_state), params, barrier=barrier
+    )
     nnx.update(model, new_params)
     nnx.update(optimizer.opt_state, nnx.state(new_state))
     optimizer.step[...] += 1

@@ -221,6 +221,7 @@ class Update:
         group: int,
         remat: bool | int = False,
         mask: Any = None,
+        stacked: Any = None,
     ):
         from rlctl.core.trainer import tunix_adapter as ta
 
@@ -235,15 +236,20 @@ class Update:
             remat=remat,
             mask=mask,
             numerics=self.numerics,
+            stacked=stacked,
         )
 
     def _remat_levels(self, sharded: bool = False) -> list[bool | int]:
         """The recomputations to try, in order (``logprobs.recomputed``): the first
         whose update fits the budget is compiled.
 
-        ``training.remat`` when set. By default none on an accelerator, where the
-        recomputation costs time and the batch usually fits (the numerics table's
-        ``partial_remat`` off). On the CPU (``partial_remat``), first all
+        ``training.remat`` when set. By default all on an accelerator (the numerics
+        table's ``partial_remat`` off): its scanned layer body under ``jax.checkpoint``
+        keeps one array per layer where it kept ~10 residuals, each a stacked array and
+        a distinct fusion for the GPU compiler to compile (``layers.stream_hidden``; the
+        default update for an H200: temporaries 3.37 -> 1.13 GB, docs/benchmarks.md), for a
+        second forward of each layer, cheap beside a GPU's compile. On the CPU
+        (``partial_remat``), first all
         layers but a quarter, then all: on the default update (SmolLM2, a 2-core Zen 4
         EPYC, float32) XLA's temporaries are 0.70 GiB with every layer recomputed,
         +0.08 GiB for each layer kept (3.12 GiB with none), and its time 6.27 s with
@@ -269,7 +275,7 @@ class Update:
         if sharded:
             return [True]
         if not self.numerics.partial_remat:
-            return [False]
+            return [True]
         layers = self.info.num_layers
         return [layers - layers // 4, True] if layers >= 4 else [True]
 
@@ -337,12 +343,21 @@ class Update:
         cfg = self.cfg
         norm = Norm.of(batch.mask)
         remat = self._remat() if remat is None else remat
+        stacks = self._stacks(nnx.merge(mdef, params, rest))
+        if stacks:  # the layers' gradients stacked (``_stacked_params``)
+            params, layers, merged = self._stacked_params(params, mdef, rest)
+        else:
+
+            def merged(p):
+                return nnx.merge(mdef, p, rest), None
 
         def loss_fn(p, mb: Batch, group: int):
             mb = split_rows(mb, mesh)
-            m = nnx.merge(mdef, p, rest)
+            m, stacked = merged(p)
             # given the mask, the completions' MLPs skip their pads
-            logps, ent = self._logps_fn(m, mb.prompt_ids, mb.completion_ids, group, remat, mb.mask)
+            logps, ent = self._logps_fn(
+                m, mb.prompt_ids, mb.completion_ids, group, remat, mb.mask, stacked
+            )
             loss, aux = policy_loss(
                 logps,
                 mb.mask,
@@ -356,19 +371,64 @@ class Update:
             return loss, aux
 
         if size >= batch.completion_ids.shape[0]:
-            return jax.value_and_grad(loss_fn, has_aux=True)(params, batch, self.group)
-        mbs, group = micro_batches(batch, size, self.group)
-        grad_fn = jax.value_and_grad(lambda p, mb: loss_fn(p, mb, group), has_aux=True)
-        first = jax.tree.map(lambda x: x[0], mbs)
-        zeros = jax.tree.map(
-            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, first)
-        )
+            total = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, self.group)
+        else:
+            mbs, group = micro_batches(batch, size, self.group)
+            grad_fn = jax.value_and_grad(lambda p, mb: loss_fn(p, mb, group), has_aux=True)
+            first = jax.tree.map(lambda x: x[0], mbs)
+            zeros = jax.tree.map(
+                lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, first)
+            )
 
-        def accumulate(acc, mb):
-            return jax.tree.map(jnp.add, acc, grad_fn(params, mb)), None
+            def accumulate(acc, mb):
+                return jax.tree.map(jnp.add, acc, grad_fn(params, mb)), None
 
-        total, _ = jax.lax.scan(accumulate, zeros, mbs)
-        return total
+            total, _ = jax.lax.scan(accumulate, zeros, mbs)
+        if not stacks:
+            return total
+        from rlctl.core.trainer.update.optimizer import layer_rows
+
+        value, (stacked_grads, other_grads) = total
+        return value, nnx.merge_state(layer_rows(stacked_grads, layers), other_grads)
+
+    def _stacks(self, model: Any) -> bool:
+        """Whether the update differentiates the layers stacked (``_stacked_params``):
+        the log-probs run one stream through the scanned layers (``logprobs.streams``,
+        an accelerator's row) and every parameter is trained (not LoRA's adapters)."""
+        from rlctl.core.trainer.tunix_adapter.logprobs import streams
+
+        return not self.lora and streams(model, self.info, self.numerics, True)
+
+    @staticmethod
+    def _stacked_params(params: Any, mdef: Any, rest: Any) -> tuple[Any, Any, Any]:
+        """(what the gradient is taken of: the layers' parameters stacked on a leading
+        axis and the others; the layers' own parameters; a function from the former to
+        (the model, the stacked layers as ``layers.stack`` gives them)).
+
+        Why stacked outside the gradient: stacked inside it (``layers.stack`` in the
+        forward), each layer's gradient is a slice of the scan's stacked one at a
+        constant offset, copied out before the optimizer's barrier. Here the gradient
+        is the stacked one, and the optimizer reads each layer's row at an index XLA
+        cannot fold (``optimizer.layer_rows``), so every layer's step of one kind of
+        array has one body, which XLA merged into one fusion for all layers: the
+        default update for an H200 went from about 660 fusion calls to 381
+        (bench/bench_compile.py). The layers' own parameters stay in the model (without
+        a gradient) only for its structure: the stream reads the stacked ones."""
+        import jax
+        from flax import nnx
+
+        from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
+
+        layers, others = nnx.split_state(params, nnx.PathContains("layers"), ...)
+        rows = [layers["layers"][i] for i in sorted(layers["layers"].keys())]
+        graphdef, _ = nnx.split(nnx.merge(mdef, params, rest).layers[0])
+        fixed = jax.lax.stop_gradient(layers)
+
+        def merged(p: Any) -> tuple[Any, Any]:
+            stacked, other = p
+            return nnx.merge(mdef, fixed, other, rest), (graphdef, stacked)
+
+        return (layers_lib.stack_states(rows), others), layers, merged
 
     def loss_and_grads(self, model: Any, batch: Batch, size: int) -> Any:
         """((loss, aux), gradients) of ``model`` on ``batch`` in micro-batches of
@@ -394,7 +454,9 @@ class Update:
             model, optimizer = nnx.merge(graphdef, state)
             mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
             (loss, aux), grads = self._loss_and_grads(params, mdef, rest, batch, size, remat, mesh)
-            gnorm = apply_step(optimizer, model, grads)
+            # the CPU's barrier between the norm and the step (``clipped_adamw``) would
+            # store every layer's row of the stacked gradients (``_stacked_params``)
+            gnorm = apply_step(optimizer, model, grads, barrier=not self._stacks(model))
             if not self.numerics.norm_once:  # the numerics table's norm_once
                 gnorm = global_norm(grads)
             return nnx.state((model, optimizer)), loss, aux, gnorm
