@@ -25,6 +25,7 @@ catalog slice (v6e-8, 'v6e-16 x2', v5litepod-4).
     python -m bench.bench_compile                               # h200 and v6e-8, every workload
     python -m bench.bench_compile --targets v6e-1,v6e-8 --workloads 1b --programs update
     python -m bench.bench_compile -o json
+    python -m bench.bench_compile --targets h200 --workloads 2x8x48 --repeat 5  # medians
 
 ``fusions``: the compiled program's distinct fusions (``distinct_fusions``), what XLA's
 GPU compiler spends its time on. Needs the compile extras
@@ -361,6 +362,19 @@ def run_child(target: str, workload: str, program: str) -> dict[str, Any]:
     return {**json.loads(lines[-1]), "wall_s": wall}
 
 
+def median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One program's figures over its ``--repeat`` compiles: the median compile seconds
+    (each run's in ``compile_runs``), the rest the first's (the same program each time);
+    a failure if any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    seconds = sorted(r["compile_s"] for r in runs)
+    mid = len(seconds) // 2
+    value = seconds[mid] if len(seconds) % 2 else (seconds[mid - 1] + seconds[mid]) / 2
+    return {**runs[0], "compile_s": round(value, 1), "compile_runs": [r["compile_s"] for r in runs]}
+
+
 def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each rlctl program's compile seconds and peak over its reference's (same target
     and workload); None where either failed."""
@@ -388,6 +402,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workloads", default="2x8x48,16x8x256,1b")
     p.add_argument("--programs", default=",".join(PROGRAMS))
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="compile each program this many times, round robin; the median's ratio",
+    )
     p.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -396,10 +416,19 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for target in a.targets.split(","):
         for workload in a.workloads.split(","):
-            for program in a.programs.split(","):
-                print(f"compiling {program} of {workload} for {target} ...", file=sys.stderr)
-                figures = run_child(target, workload, program)
-                rows.append({"target": target, "workload": workload, "program": program, **figures})
+            runs: dict[str, list[dict[str, Any]]] = {}
+            for n in range(a.repeat):  # round robin: a slow spell hits every program alike
+                for program in a.programs.split(","):
+                    again = f" (round {n + 1} of {a.repeat})" if a.repeat > 1 else ""
+                    print(
+                        f"compiling {program} of {workload} for {target}{again} ...",
+                        file=sys.stderr,
+                    )
+                    runs.setdefault(program, []).append(run_child(target, workload, program))
+            for program, figures in runs.items():
+                rows.append(
+                    {"target": target, "workload": workload, "program": program, **median(figures)}
+                )
     rows = ratios(rows)
     if a.output == "json":
         print(json.dumps(rows, indent=1))
