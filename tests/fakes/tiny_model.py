@@ -76,12 +76,16 @@ def _base_config(
     }
 
 
-def write_transformers_model(folder: Path, family: str, seed: int = 0) -> Path:
+def write_transformers_model(
+    folder: Path, family: str, seed: int = 0, overrides: dict[str, object] | None = None
+) -> Path:
     """A tiny random model of ``family`` as transformers itself builds and saves it,
     from the family's record alone (its ``hf_architecture`` and ``tiny`` config on the
     common dims): the config.json and tensor names a real checkpoint of the family
     has, not rlctl's idea of them. Every vector (norms, biases) is perturbed, so a
-    norm offset or a missing bias shows in the logits. Needs torch (the test extra)."""
+    norm offset or a missing bias shows in the logits. ``overrides``: config.json keys
+    set after the family's own (a real checkpoint's rope scaling). Needs torch (the
+    test extra)."""
     import torch
     import transformers
 
@@ -95,6 +99,7 @@ def write_transformers_model(folder: Path, family: str, seed: int = 0) -> Path:
     config = {k: v for k, v in base.items() if k not in ("architectures", "model_type")}
     config.update(fam.tiny(base))
     config.update({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2})
+    config.update(overrides or {})
     hf_config = transformers.AutoConfig.for_model(fam.model_type, **config)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)

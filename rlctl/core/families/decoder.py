@@ -53,6 +53,56 @@ def decoder_fields(
     }
 
 
+# config.json's Llama 3 rope fields, in the order the trainer's rope reads them
+# (trainer/tunix_adapter/rope.py: transformers' ``_compute_llama3_parameters``)
+LLAMA3_ROPE_FIELDS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
+
+
+def rope_type(c: dict[str, Any]) -> str:
+    """The config's ``rope_type`` (older files: ``type``), ``default`` when unsaid."""
+    rope = rope_parameters(c)
+    return str(rope.get("rope_type", rope.get("type")) or "default")
+
+
+def llama3_rope_scaling(c: dict[str, Any], family: str) -> tuple[float, ...] | None:
+    """Llama 3's rope scaling (``LLAMA3_ROPE_FIELDS``' values) of a config whose
+    ``rope_type`` is ``llama3`` (Llama 3.1, 3.2, 3.3); None for plain rope. Any other
+    rope type is refused with one line: the trainer's rope would rotate at other
+    frequencies than the checkpoint was trained with (issue #52)."""
+    kind = rope_type(c)
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise refuse(
+            family,
+            f"rope type {kind!r}",
+            "the trainer's rope has plain and Llama 3 ('llama3') scaling only; "
+            "use a model without this rope scaling",
+        )
+    rope = rope_parameters(c)
+    missing = [k for k in LLAMA3_ROPE_FIELDS if rope.get(k) is None]
+    if missing:
+        raise refuse(
+            family,
+            f"rope type 'llama3' without {', '.join(missing)}",
+            "copy or download the model's config.json again",
+        )
+    factor, low, high, original = (float(rope[k]) for k in LLAMA3_ROPE_FIELDS)
+    if not (factor >= 1 and 0 < low < high and original > 0):
+        raise refuse(
+            family,
+            f"rope scaling factor={factor:g}, low_freq_factor={low:g}, "
+            f"high_freq_factor={high:g}, original_max_position_embeddings={original:g}",
+            "Llama 3's rope needs factor >= 1 and 0 < low_freq_factor < high_freq_factor",
+        )
+    return (factor, low, high, original)
+
+
 def refuse(family: str, what: str, hint: str) -> ConfigError:
     """One clear line for a config the trainer's model would run differently."""
     return ConfigError(f"{family} config: {what}: not supported by the trainer", hint=hint)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl.core.families.decoder import PROJECTION_PATHS, decoder_fields
+from rlctl.core.families.decoder import PROJECTION_PATHS, decoder_fields, llama3_rope_scaling
 from rlctl.core.families.record import Capabilities, Family
 
 # what rlctl's own code for Tunix's llama3 model does (trainer/tunix_adapter:
@@ -21,7 +21,12 @@ LLAMA3_CAPABILITIES = Capabilities(
 
 
 def config_fields(c: dict[str, Any]) -> dict[str, Any]:
-    return decoder_fields(c, 10000.0, 1e-5, "weight_tying")
+    """Tunix's llama3 fields, and ``rope_scaling`` (Llama 3.1/3.2's ``llama3`` rope,
+    which Tunix's model has no field for: ``tunix_adapter.families.build_config``
+    carries it, ``tunix_adapter.rope`` applies it); other rope types are refused."""
+    fields = decoder_fields(c, 10000.0, 1e-5, "weight_tying")
+    fields["rope_scaling"] = llama3_rope_scaling(c, "Llama")
+    return fields
 
 
 FAMILY = Family(

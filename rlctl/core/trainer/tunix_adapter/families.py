@@ -17,6 +17,10 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.families import Family
 
 _HASHABLE: dict[type, type] = {}
+_WITH_OWN: dict[type, type] = {}
+# fields a family's mapping may give that Tunix's ModelConfig has no field for, read
+# by rlctl's own code for the model (``rope``: Llama 3's rope scaling)
+OWN_FIELDS = ("rope_scaling",)
 
 
 def _hashable(config: Any) -> Any:
@@ -58,7 +62,29 @@ def build_config(fam: Family, c: dict[str, Any]) -> Any:
     for field, enum in fam.enum_fields:
         fields[field] = getattr(getattr(m, enum), fields[field])
     known = {f.name for f in dataclasses.fields(m.ModelConfig)}
-    return _hashable(m.ModelConfig(**{k: v for k, v in fields.items() if k in known}))
+    config = _hashable(m.ModelConfig(**{k: v for k, v in fields.items() if k in known}))
+    own = {k: fields[k] for k in OWN_FIELDS if fields.get(k) is not None and k not in known}
+    return _with_own(config, own) if own else config
+
+
+def _with_own(config: Any, own: dict[str, Any]) -> Any:
+    """``config`` as an instance of a subclass with rlctl's ``OWN_FIELDS`` as dataclass
+    fields (None by default): in its repr, ``==`` and hash, so two models whose rope
+    differs never share a compiled program (step.py's cache is keyed by the graphdef,
+    which holds the config). One subclass per Tunix class: equal configs are of one
+    class, as dataclass equality needs."""
+    cls = type(config)
+    if cls not in _WITH_OWN:
+        params = getattr(cls, "__dataclass_params__", None)
+        _WITH_OWN[cls] = dataclasses.make_dataclass(
+            cls.__name__,
+            [(k, Any, dataclasses.field(default=None)) for k in OWN_FIELDS],
+            bases=(cls,),
+            frozen=bool(getattr(params, "frozen", False)),
+            namespace={"__hash__": lambda self: hash(repr(self)), "__module__": cls.__module__},
+        )
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    return _WITH_OWN[cls](**fields, **own)
 
 
 def check_family(folder: Path) -> str:

@@ -36,16 +36,18 @@ def _llama3_block_with_rope_theta(self, x, segment_pos, cache, attn_mask):
     """Tunix 0.1.7's ``Attention.block`` with one change: ``apply_rope`` gets the
     model's ``rope_theta``. Upstream calls it without, so every model runs with
     1e6; SmolLM2 (1e5) then differs from transformers by up to 7.5 in the logits.
+    With the config's Llama 3 rope scaling, where it has one (``rope``).
     """
     from tunix.models.llama3 import model as m
+
+    from rlctl.core.trainer.tunix_adapter.rope import apply_rope
 
     seq_len = x.shape[1]
     q = m.shard(self.q_proj(x), self.shd_config.act_btnh)
     k = m.shard(self.k_proj(x), self.shd_config.act_btnh)
     v = m.shard(self.v_proj(x), self.shd_config.act_btnh)
-    theta = self.config.rope_theta
-    q = m.apply_rope(q, segment_pos, head_dim=self.head_dim, rope_theta=theta)
-    k = m.apply_rope(k, segment_pos, head_dim=self.head_dim, rope_theta=theta)
+    q = apply_rope(q, segment_pos, self.head_dim, self.config)
+    k = apply_rope(k, segment_pos, self.head_dim, self.config)
     if cache is not None:
         end_index = cache["end_index"][0]
         idx = (0, end_index % cache["v"].shape[1], 0, 0)

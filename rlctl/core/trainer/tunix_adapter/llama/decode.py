@@ -46,6 +46,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dtype_of, narrow, settle
+from rlctl.core.trainer.tunix_adapter.rope import apply_rope
 
 # the named scope of a weights-first decode step's operations in a lowered program
 SCOPE = "weights_first_decode"
@@ -203,8 +204,8 @@ def _step(
         q = qkv[:, : n * h].reshape(b, 1, n, h)
         kk = qkv[:, n * h : (n + k) * h].reshape(b, 1, k, h)
         vv = qkv[:, (n + k) * h :].reshape(b, 1, k, h)
-        q = m.apply_rope(q, positions[:, None], head_dim=h, rope_theta=config.rope_theta)
-        kk = m.apply_rope(kk, positions[:, None], head_dim=h, rope_theta=config.rope_theta)
+        q = apply_rope(q, positions[:, None], h, config)
+        kk = apply_rope(kk, positions[:, None], h, config)
         kc = jax.lax.dynamic_update_slice(kc, jnp.swapaxes(kk, 1, 2), (0, 0, slot, 0))
         vc = jax.lax.dynamic_update_slice(vc, jnp.swapaxes(vv, 1, 2), (0, 0, slot, 0))
         new_k.append(kc)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from rlctl.core.trainer.tunix_adapter.llama.compaction import Packing, packed
 from rlctl.core.trainer.tunix_adapter.mixed import F32, dot_nt, dtype_of, mm, narrow
+from rlctl.core.trainer.tunix_adapter.rope import apply_rope
 
 # the named scope of the own gradient's operations in a lowered program
 SCOPE = "own_mlp_gradient"
@@ -99,9 +100,9 @@ def attention(
         return m.shard(y, attn.shd_config.act_btnh)
 
     q, k, v = project(attn.q_proj), project(attn.k_proj), project(attn.v_proj)
-    theta, h = attn.config.rope_theta, attn.head_dim
-    q = m.apply_rope(q, positions, head_dim=h, rope_theta=theta)
-    k = m.apply_rope(k, positions, head_dim=h, rope_theta=theta)
+    h = attn.head_dim
+    q = apply_rope(q, positions, h, attn.config)
+    k = apply_rope(k, positions, h, attn.config)
     if cache is not None:
         idx = (0, cache["end_index"][0] % cache["v"].shape[1], 0, 0)
         v = jax.lax.dynamic_update_slice(cache["v"], v, idx)
