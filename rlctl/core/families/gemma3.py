@@ -104,7 +104,11 @@ FAMILY = Family(
     hf_architecture="Gemma3ForCausalLM",
     tunix_package="gemma3",
     model_class="Gemma3",
-    config_fields=config_fields,
+    map_config=config_fields,
+    reads=frozenset(
+        {"rope_scaling", "rope_parameters", "sliding_window", "layer_types"}
+        | {"attn_logit_softcapping", "final_logit_softcapping"}
+    ),
     safetensors_loader="params_safetensors",
     layout=Layout(attention="stacked_einsums"),
     tied_by_default=True,

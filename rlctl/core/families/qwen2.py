@@ -41,7 +41,8 @@ FAMILY = Family(
     hf_architecture="Qwen2ForCausalLM",
     tunix_package="qwen2",
     model_class="Qwen2",
-    config_fields=config_fields,
+    map_config=config_fields,
+    reads=frozenset({"sliding_window", "use_sliding_window", "layer_types"}),
     layout=Layout(qkv_bias=True),
     lora_paths=PROJECTION_PATHS,
 )

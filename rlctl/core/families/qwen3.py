@@ -32,7 +32,7 @@ FAMILY = Family(
     hf_architecture="Qwen3ForCausalLM",
     tunix_package="qwen3",
     model_class="Qwen3",
-    config_fields=config_fields,
+    map_config=config_fields,
     layout=Layout(qk_norm=True),
     lora_paths=PROJECTION_PATHS,
     tiny=tiny,

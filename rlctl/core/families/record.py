@@ -66,8 +66,9 @@ class Family:
     tunix_package: str  # tunix.models.<package>
     model_class: str  # the Tunix model class (to restore a trainer checkpoint into)
     # config.json -> keyword arguments of the package's ModelConfig (raises ConfigError
-    # for what the Tunix model cannot express, rather than train another model)
-    config_fields: Callable[[dict[str, Any]], dict[str, Any]]
+    # for what the Tunix model cannot express, rather than train another model); called
+    # through ``config_fields``, which first refuses the keys it does not read
+    map_config: Callable[[dict[str, Any]], dict[str, Any]]
     safetensors_loader: str = "params"  # tunix.models.<package>.<loader>
     layout: Layout = Layout()
     capabilities: Capabilities = Capabilities()
@@ -86,3 +87,16 @@ class Family:
     # test model has (tests/fakes/tiny_model.py): the keys that make a tiny one behave
     # as the real ones do (Gemma 3's layer pattern, Qwen3's rope base), dims included
     tiny: Callable[[dict[str, Any]], dict[str, Any]] = _nothing_more
+    # the keys of ``foreign.NEUTRAL`` (what changes a model's computation) that
+    # ``map_config`` reads and checks itself; any other of them is refused unless it is
+    # neutral
+    reads: frozenset[str] = frozenset()
+
+    def config_fields(self, c: dict[str, Any]) -> dict[str, Any]:
+        """config.json ``c`` as the keyword arguments of the family's Tunix
+        ``ModelConfig`` (``map_config``), after refusing with one line any key that
+        changes the model and that the family does not apply (``foreign``)."""
+        from rlctl.core.families.foreign import refuse_foreign
+
+        refuse_foreign(self.model_type, self.reads, c)
+        return self.map_config(c)
