@@ -105,6 +105,14 @@ FAMILY = Family(
     tunix_package="gemma3",
     model_class="Gemma3",
     map_config=config_fields,
+    refuses=(
+        "logit soft-capping",
+        "a layer pattern other than 5 sliding-window layers then 1 global",
+        "an RMS-norm epsilon other than 1e-6",
+        "an activation other than `gelu_pytorch_tanh`",
+        "a query scaling other than 1/sqrt(head_dim) or 1/sqrt(hidden/heads)",
+        "a rope scaling other than linear",
+    ),
     reads=frozenset(
         {"rope_scaling", "rope_parameters", "sliding_window", "layer_types"}
         | {"attn_logit_softcapping", "final_logit_softcapping"}

@@ -35,6 +35,7 @@ FAMILY = Family(
     tunix_package="llama3",
     model_class="Llama3",
     map_config=config_fields,
+    refuses=("a rope type other than the default and Llama 3's `llama3`",),
     reads=frozenset({"rope_scaling", "rope_parameters"}),
     capabilities=LLAMA3_CAPABILITIES,
     lora_paths=PROJECTION_PATHS,

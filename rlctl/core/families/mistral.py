@@ -52,6 +52,7 @@ FAMILY = Family(
     tunix_package="llama3",
     model_class="Llama3",
     map_config=config_fields,
+    refuses=("a sliding window shorter than the context", "a rope type other than the default"),
     reads=frozenset({"rope_scaling", "rope_parameters", "sliding_window"}),
     capabilities=LLAMA3_CAPABILITIES,
     lora_paths=PROJECTION_PATHS,

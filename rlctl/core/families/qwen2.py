@@ -42,6 +42,7 @@ FAMILY = Family(
     tunix_package="qwen2",
     model_class="Qwen2",
     map_config=config_fields,
+    refuses=("a sliding window (`use_sliding_window`, sliding layers) shorter than the context",),
     reads=frozenset({"sliding_window", "use_sliding_window", "layer_types"}),
     layout=Layout(qkv_bias=True),
     lora_paths=PROJECTION_PATHS,

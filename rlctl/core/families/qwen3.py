@@ -33,6 +33,7 @@ FAMILY = Family(
     tunix_package="qwen3",
     model_class="Qwen3",
     map_config=config_fields,
+    refuses=("a `rope_theta` other than 1e6 (Tunix's Qwen3 ignores the field)",),
     layout=Layout(qk_norm=True),
     lora_paths=PROJECTION_PATHS,
     tiny=tiny,

@@ -91,6 +91,9 @@ class Family:
     # ``map_config`` reads and checks itself; any other of them is refused unless it is
     # neutral
     reads: frozenset[str] = frozenset()
+    # what ``map_config`` refuses, in words (the docs' families table, generated from
+    # the records: ``families.table``)
+    refuses: tuple[str, ...] = ()
 
     def config_fields(self, c: dict[str, Any]) -> dict[str, Any]:
         """config.json ``c`` as the keyword arguments of the family's Tunix
