@@ -308,7 +308,7 @@ class TrainingSpec(Spec):
             description="gradient checkpointing: each layer keeps only its inputs for the "
             "backward pass and recomputes the rest (Llama-family models); default on the "
             "CPU: three quarters of the layers, or all where that does not fit the update's "
-            "memory; off on accelerators"
+            "memory; every layer on accelerators"
         ),
     ] = None
     seed: Annotated[int, Field(ge=0)] = 0
