@@ -106,7 +106,8 @@ def test_only_jaxs_own_packages_leave_the_versions_the_suite_passed_with():
 
 def test_ci_checks_it_and_the_gpu_page_installs_with_it():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "bash .ci/cuda-lock\n" in ci and ci.index("cuda-lock") < ci.index("bash .ci/user-path")
+    assert "bash .ci/cuda-lock > " in ci and ci.index("cuda-lock") < ci.index("bash .ci/user-path")
+    assert 'joined "$cuda_lock" ' in ci  # started beside the tests, waited for: its exit counts
     assert "(docs/gpu.md)" in (ROOT / "README.md").read_text()
     section = (ROOT / "docs" / "gpu.md").read_text()  # "On a GPU host", moved from the README
     assert section.startswith("# On a GPU host\n")
@@ -163,7 +164,7 @@ def test_the_vllm_lock_is_made_from_the_current_pyproject_and_holds_both_framewo
 
 def test_ci_resolves_the_vllm_lock_and_the_docs_install_with_it():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "bash .ci/cuda-lock --vllm\n" in ci
+    assert "bash .ci/cuda-lock --vllm > " in ci and 'joined "$cuda_lock_vllm" ' in ci
     section = (ROOT / "docs" / "rollout-engines.md").read_text()  # moved from the README
     assert section.startswith("# Rollout engines\n")
     assert "pip install -c constraints-cuda-vllm.txt -e '.[train,cuda,vllm]'" in section
