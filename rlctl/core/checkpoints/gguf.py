@@ -77,6 +77,13 @@ def hf_name(gguf_name: str) -> str:
     m = _BLOCK_RE.match(gguf_name)
     if m and m.group(2) in _BLOCK_NAMES:
         return f"model.layers.{m.group(1)}.{_BLOCK_NAMES[m.group(2)]}.weight"
+    if gguf_name == "rope_freqs.weight":  # llama.cpp's form of rope_type llama3 (3.1, 3.2)
+        raise ConfigError(
+            "GGUF tensor 'rope_freqs.weight' holds Llama 3's rope frequency factors, "
+            "which a GGUF import does not carry into config.json",
+            hint="convert the Hugging Face checkpoint instead: its config.json keeps "
+            "rope_scaling, which the trainer applies",
+        )
     raise ConfigError(
         f"GGUF tensor {gguf_name!r} has no Hugging Face Llama equivalent",
         hint="only plain llama-architecture GGUF files can be converted",

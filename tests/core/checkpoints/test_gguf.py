@@ -434,3 +434,13 @@ class TestRealSmolLM2:
         with blas_threads(1):
             new = ReferenceLlama(smollm2_folder).greedy(tok.encode(prompt).ids, 8, stop_ids=(2,))
         assert "5" in tok.decode(new)
+
+
+def test_llama_3s_rope_factors_are_refused_with_where_to_convert_from():
+    """llama.cpp writes Llama 3.1/3.2's rope scaling as a ``rope_freqs`` tensor; an
+    import without it would train with the wrong rotary frequencies (#52)."""
+    with pytest.raises(ConfigError, match="rope frequency factors") as e:
+        conv.hf_name("rope_freqs.weight")
+    assert "Hugging Face checkpoint" in (e.value.hint or "")
+    with pytest.raises(ConfigError, match="no Hugging Face Llama equivalent"):
+        conv.hf_name("blk.0.unknown.weight")
