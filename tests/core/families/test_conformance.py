@@ -306,6 +306,17 @@ def test_it_converts_trains_two_steps_and_exports_transformers_logits(tmp_path, 
     through ``checkpoint-convert --to trainer``, two steps of ``rlctl train`` and
     ``checkpoint-convert --to hf``, and transformers then computes the trained
     policy's logits."""
+    monkeypatch.chdir(tmp_path)
+    converts_trains_and_exports(tmp_path, written(tmp_path, name))
+
+
+def converts_trains_and_exports(
+    tmp_path: Path, src: Path, *extra: str, compare: bool = True
+) -> Path:
+    """``src`` (a Hugging Face folder) converted, trained two steps by ``rlctl train grpo``
+    (``extra``: more of its flags) in the current folder ``tmp_path``, exported, and (with
+    ``compare``: a full fine-tune's checkpoint) the export's logits in transformers equal
+    to the trained policy's. Returns the export's folder."""
     from safetensors.numpy import load_file
     from typer.testing import CliRunner
 
@@ -319,8 +330,6 @@ def test_it_converts_trains_two_steps_and_exports_transformers_logits(tmp_path, 
     )
 
     runner = CliRunner()
-    monkeypatch.chdir(tmp_path)
-    src = written(tmp_path, name)
     r = runner.invoke(app, ["checkpoint-convert", str(src), "conv", "--to", "trainer"])
     assert r.exit_code == 0, r.output
     (tmp_path / "train.jsonl").write_text(
@@ -347,6 +356,7 @@ def test_it_converts_trains_two_steps_and_exports_transformers_logits(tmp_path, 
             "--set",
             "checkpoint.interval=2",
             *TINY_RUN,
+            *extra,
         ],
     )
     assert r.exit_code == 0, r.output
@@ -356,6 +366,8 @@ def test_it_converts_trains_two_steps_and_exports_transformers_logits(tmp_path, 
     before = load_file(str(src / "model.safetensors"))
     after = load_file(str(out / "model.safetensors"))
     assert any(not np.array_equal(before[k], after[k]) for k in before)  # it did train
+    if not compare:
+        return out
 
     policy, _, step = _restore_run_policy(tmp_path / "runs" / "pol", tmp_path / "conv")
     assert step == 2
@@ -363,3 +375,4 @@ def test_it_converts_trains_two_steps_and_exports_transformers_logits(tmp_path, 
     ours, theirs = jax_logits(policy, ids), hf_logits(hf_model(out), ids)
     np.testing.assert_allclose(ours, theirs, atol=2e-4, rtol=1e-3)
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    return out

@@ -190,6 +190,23 @@ def test_the_updates_log_probs_are_transformers(scaled):
     np.testing.assert_allclose(np.asarray(logps[0]), want, atol=2e-4)
 
 
+@pytest.mark.trainer
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [(), ("--lora-rank", "4")], ids=["full", "lora"])
+def test_it_trains_two_steps_and_exports_transformers_logits(scaled, tmp_path, monkeypatch, extra):
+    """Through ``rlctl train`` (the update's scanned layers, the sampler's decode, LoRA's
+    wrapped projections) and back out with the checkpoint's rope_scaling; for the full
+    fine-tune, transformers then computes the trained policy's logits (a LoRA run's
+    checkpoint holds its adapters only: its merged export is test_lora_export's)."""
+    from tests.core.families.test_conformance import config_of, converts_trains_and_exports
+
+    monkeypatch.chdir(tmp_path)
+    out = converts_trains_and_exports(tmp_path, scaled[0], *extra, compare=not extra)
+    assert config_of(out).get("rope_scaling", config_of(out).get("rope_parameters")) == (
+        config_of(scaled[0]).get("rope_scaling", config_of(scaled[0]).get("rope_parameters"))
+    )
+
+
 def test_the_config_carries_the_scaling_into_the_programs_cache_key():
     pytest.importorskip("tunix")
     from rlctl.core.trainer.tunix_adapter.families import build_config
