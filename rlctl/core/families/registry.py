@@ -19,8 +19,6 @@ def _discover() -> dict[str, Family]:
 
     found: dict[str, Family] = {}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name == "table":  # the docs' generator, run as a script: no record
-            continue
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         fam = getattr(module, "FAMILY", None)
         if not isinstance(fam, Family):

@@ -21,17 +21,10 @@ from typing import Any
 
 import numpy as np
 
-# config.json's llama3 rope fields, in the order ``RopeScaling`` keeps them
-LLAMA3_FIELDS = (
-    "factor",
-    "low_freq_factor",
-    "high_freq_factor",
-    "original_max_position_embeddings",
-)
-
 
 def scaling_of(config: Any) -> tuple[float, float, float, float] | None:
-    """A model config's Llama 3 rope scaling (``LLAMA3_FIELDS``' values), or None:
+    """A model config's Llama 3 rope scaling (the values of
+    ``families.decoder.LLAMA3_ROPE_FIELDS``, in that order), or None:
     ``families.build_config`` gives it to the configs of checkpoints that have one."""
     value = getattr(config, "rope_scaling", None)
     return tuple(value) if value else None  # type: ignore[return-value]
