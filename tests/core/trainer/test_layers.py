@@ -197,3 +197,63 @@ def test_the_accelerators_mlp_narrowed_before_the_scan_gives_the_same_gradients(
     np.testing.assert_array_equal(before[0], inside[0])
     for a, b in zip(before[2], inside[2], strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _one_step(path, row):
+    """One whole update (loss, gradients, clipped AdamW) of a fresh 4-layer tiny Llama
+    under ``row``: (its grad norm, the new parameters' leaves, the gradients' norm taken
+    of the gradients the optimizer got, the norm the update took apart or None)."""
+    from flax import nnx
+
+    from rlctl.core.config.models import RunSpec
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.rollout.rollout import Batch
+    from rlctl.core.trainer.update.optimizer import global_norm
+    from rlctl.core.trainer.update.step import Update, make_optimizer
+
+    model, info = ta.load_model(path)
+    spec = RunSpec(
+        rollout={"num_generations": 3, "max_new_tokens": 8},
+        training={"prompts_per_step": 2, "learning_rate": 1e-3, "max_grad_norm": 0.05},
+    )
+    rng = np.random.default_rng(7)
+    prompts = rng.integers(3, info.vocab_size, (2, 6)).astype(np.int32)
+    comps = rng.integers(3, info.vocab_size, (6, 8)).astype(np.int32)
+    for r, n in enumerate([1, 8, 2, 5, 3, 4]):
+        comps[r, n:] = 0
+    batch = Batch(
+        prompt_ids=prompts,
+        completion_ids=comps,
+        mask=(comps != 0).astype(np.int32),
+        advantages=rng.normal(size=6).astype(np.float32),
+    )
+    u = Update(spec, pad_id=0, info=info, numerics=row)
+    mdef, params, rest = nnx.split(model, nnx.Param, ...)
+    _, grads, taken = jax.jit(lambda p, r, b: u._grads_and_norm(p, mdef, r, b, 6, True))(
+        params, rest, batch
+    )
+    optimizer = make_optimizer(model, spec.training)
+    _, _, gnorm = u.train_step(model, optimizer, batch)
+    new = [np.asarray(x) for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
+    return float(gnorm), new, float(global_norm(grads)), taken
+
+
+def test_the_accelerators_update_steps_as_the_cpus(tmp_path):
+    """The accelerators' update takes the gradients' norm of the stacked gradients
+    (``Update._grads_and_norm``: one reduction per kind of array, not one per layer's
+    row) and clips and steps with it: the norm is the per-layer gradients' (float32,
+    summed in another order), and the step (clipped: the norm is over max_grad_norm)
+    moves every parameter as the CPU's update does (to 1% of the learning rate: Adam's
+    first step is about lr x sign(g), so a gradient element near zero whose last bits
+    differ moves its parameter by a visibly different fraction of lr)."""
+    path = write_tiny_llama(tmp_path / "l4", layers=4)
+    cpu_norm, cpu_new, _, cpu_taken = _one_step(path, _row("cpu"))
+    gpu_norm, gpu_new, of_rows, gpu_taken = _one_step(path, _row("gpu"))
+    assert cpu_taken is None  # the CPU's optimizer takes it, behind its barrier
+    assert gpu_taken is not None
+    np.testing.assert_allclose(float(gpu_taken), of_rows, rtol=1e-6)
+    assert gpu_norm == pytest.approx(float(gpu_taken), rel=1e-7)
+    assert gpu_norm > 0.05  # clipped: the norm scales every step
+    assert gpu_norm == pytest.approx(cpu_norm, rel=1e-4)
+    for a, b in zip(gpu_new, cpu_new, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)

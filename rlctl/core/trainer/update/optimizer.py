@@ -102,7 +102,9 @@ def clipped_adamw(
     (new params, new state, the gradients' norm): the step with the updates added in
     the same expression (``apply_step``); ``barrier=False`` leaves out the barrier
     between the norm and the step (for gradients that are rows of stacked ones,
-    ``layer_rows``, which it would store apart)."""
+    ``layer_rows``, which it would store apart); ``norm``: the gradients' global norm
+    where the caller took it already (of the stacked gradients, one reduction per kind
+    of array where the rows would need one each: ``Update._grads_and_norm``)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -118,7 +120,7 @@ def clipped_adamw(
         return reference.init(jax.tree.map(lambda x: x.astype(f32), params))
 
     def run(
-        grads: Any, state: Any, params: Any, apply: bool, barrier: bool = True
+        grads: Any, state: Any, params: Any, apply: bool, barrier: bool = True, norm: Any = None
     ) -> tuple[Any, Any, Any]:
         clip_state, (adam, decay_state, lr_state) = state
         square_sums, step = _kernels()
@@ -126,12 +128,13 @@ def clipped_adamw(
         groups = units(grads)
         # jaxlib's PyTreeDef has flatten_up_to; the type stubs mypy reads here lack it
         g = treedef.flatten_up_to(grads)  # type: ignore[attr-defined]
-        sums: list[Any] = [None] * len(g)
-        for u in groups:
-            for i, x in zip(u, square_sums(tuple(g[i] for i in u)), strict=True):
-                sums[i] = x
-        # added in the leaves' order, as ``global_norm`` adds them: the same float32 sum
-        norm = jnp.sqrt(sum(sums))
+        if norm is None:
+            sums: list[Any] = [None] * len(g)
+            for u in groups:
+                for i, x in zip(u, square_sums(tuple(g[i] for i in u)), strict=True):
+                    sums[i] = x
+            # added in the leaves' order, as ``global_norm`` adds them: the same float32 sum
+            norm = jnp.sqrt(sum(sums))
         # Pitfall: the norm and the moments would share one float32 conversion of each
         # bfloat16 gradient, which XLA:CPU then stores whole (4.6 GiB for a 1.2B
         # model); behind the barrier each converts its own, fused away.
@@ -179,8 +182,10 @@ def clipped_adamw(
         updates, new_state, _ = run(grads, state, params, apply=False)
         return updates, new_state
 
-    def apply(grads: Any, state: Any, params: Any, barrier: bool = True) -> tuple[Any, Any, Any]:
-        return run(grads, state, params, apply=True, barrier=barrier)
+    def apply(
+        grads: Any, state: Any, params: Any, barrier: bool = True, norm: Any = None
+    ) -> tuple[Any, Any, Any]:
+        return run(grads, state, params, apply=True, barrier=barrier, norm=norm)
 
     tx = _fused_type()(init, update)
     tx.apply = apply
@@ -232,21 +237,23 @@ def layer_rows(stacked: Any, layers: Any) -> Any:
     return jax.tree.unflatten(treedef, leaves)
 
 
-def apply_step(optimizer: Any, model: Any, grads: Any, barrier: bool = True) -> Any:
+def apply_step(
+    optimizer: Any, model: Any, grads: Any, barrier: bool = True, norm: Any = None
+) -> Any:
     """``optimizer.update(model, grads)`` (flax nnx's, 0.12) with the updates added in
     the optimizer's own expression when it offers ``apply`` (``clipped_adamw``):
     returns the gradients' float32 norm, computed once for the clipping and the step's
-    metrics. ``barrier``: ``clipped_adamw``'s."""
+    metrics. ``barrier``, ``norm``: ``clipped_adamw``'s."""
     from flax import nnx
 
     tx = optimizer.tx
     if not hasattr(tx, "apply"):
         optimizer.update(model, grads)
-        return global_norm(grads)
+        return norm if norm is not None else global_norm(grads)
     params = nnx.as_pure(nnx.state(model, optimizer.wrt))
     grads = nnx.as_pure(nnx.state(grads, optimizer.wrt))
     new_params, new_state, norm = tx.apply(
-        grads, nnx.as_pure(optimizer.opt_state), params, barrier=barrier
+        grads, nnx.as_pure(optimizer.opt_state), params, barrier=barrier, norm=norm
     )
     nnx.update(model, new_params)
     nnx.update(optimizer.opt_state, nnx.state(new_state))
