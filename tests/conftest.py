@@ -38,6 +38,17 @@ if not (Path(__file__).resolve().parents[1].parent / "shared").is_dir():
     collect_ignore.append("dev")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the image locks' PyPI checks beside the suite, once it is collected: their
+    minutes of waiting on the network overlap the other tests
+    (tests/core/image/test_lock.py's ``start_beside``)."""
+    for item in session.items:
+        start = getattr(getattr(item, "module", None), "start_beside", None)
+        if start is not None:
+            start(session.items)
+            return
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 

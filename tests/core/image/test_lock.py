@@ -12,7 +12,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,6 +138,109 @@ class TestThePureHelpers:
 
 
 # --- against PyPI ------------------------------------------------------------------------
+# Four pip runs that mostly wait on PyPI (about 7 minutes one after another on CI's
+# machine, stop 59). They start beside the suite as soon as it is collected
+# (``start_beside``, called by tests/conftest.py's ``pytest_collection_finish``) and each
+# test reads its own run's result: their waiting overlaps the other tests. A test whose
+# run was not started beside (PyPI unreachable then, or the module run alone) runs it
+# itself, as before.
+_BESIDE: dict[tuple[str, str], Future[Any]] = {}
+
+
+def _pypi_reachable() -> bool:
+    import socket
+
+    from tests.conftest import _real_connect
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        addr = socket.getaddrinfo("pypi.org", 443, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+        _real_connect(s, addr)  # the suite's sockets reach loopback only
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _installs(acc: str) -> tuple[int, str, dict[str, str] | None]:
+    """pip's dry-run install of ``acc``'s lock on the image's platform: (exit status, its
+    stderr's tail, the versions it would install)."""
+    with tempfile.TemporaryDirectory(prefix="rlctl-lock-") as tmp:
+        work = Path(tmp)
+        report = work / "report.json"
+        (work / "lock.txt").write_text(read_lock(acc))
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--no-deps",
+            "--ignore-installed",
+            "--target",
+            str(work / "t"),
+            "--report",
+            str(report),
+            *lock.platform_args(),
+            *install_format_args(),
+            "--index-url",
+            lock.PYPI,
+            "-r",
+            str(work / "lock.txt"),
+        ]
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=540, env=lock.pip_env(os.environ)
+        )
+        got = lock.versions(json.loads(report.read_text())) if r.returncode == 0 else None
+        return r.returncode, r.stderr[-3000:], got
+
+
+def _resolves(acc: str) -> dict[str, str]:
+    """The versions pip resolves for ``acc``'s inputs with its lock as constraints."""
+    with tempfile.TemporaryDirectory(prefix="rlctl-lock-") as tmp:
+        work = Path(tmp)
+        (work / "lock.txt").write_text(read_lock(acc))
+        reqs = lock.inputs(acc, lock.installed_requires_dist())
+        return lock.versions(lock.resolve(reqs, work / "work", [work / "lock.txt"]))
+
+
+_JOBS: dict[str, Callable[[str], Any]] = {
+    "test_every_pin_installs_on_the_image_platform": _installs,
+    "test_the_lock_is_complete_and_consistent": _resolves,
+}
+
+
+def start_beside(items: list[pytest.Item]) -> None:
+    """Start the PyPI runs of the selected tests among ``items`` in threads (each a pip
+    subprocess): once per session, only when PyPI answers, never on a host the lock
+    generator refuses (its test skips there)."""
+    wanted = [
+        (item.originalname, item.callspec.params["acc"])
+        for item in items
+        if isinstance(item, pytest.Function)
+        and item.originalname in _JOBS
+        and item.module is sys.modules[__name__]
+    ]
+    if _BESIDE or not wanted or not _pypi_reachable():
+        return
+    try:
+        lock.check_host()
+    except ConfigError:
+        wanted = [w for w in wanted if _JOBS[w[0]] is not _resolves]
+    pool = ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="pypi")
+    for name, acc in wanted:
+        _BESIDE[(name, acc)] = pool.submit(_JOBS[name], acc)
+    pool.shutdown(wait=False)
+
+
+def _result(name: str, acc: str) -> Any:
+    beside = _BESIDE.pop((name, acc), None)
+    return beside.result() if beside is not None else _JOBS[name](acc)
+
+
 @pytest.fixture()
 def pypi(monkeypatch):
     """PyPI for this test (the suite allows only loopback); skipped when unreachable,
@@ -151,41 +258,17 @@ def pypi(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("acc", ACCELERATORS)
-def test_every_pin_installs_on_the_image_platform(acc, tmp_path, pypi):
+def test_every_pin_installs_on_the_image_platform(acc, pypi):
     """pip finds each pin of the lock for the base image's CPython and glibc (wheels only,
     but the named sdists), with the image's own options: what the Dockerfile installs."""
-    report = tmp_path / "report.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--dry-run",
-        "--quiet",
-        "--no-deps",
-        "--ignore-installed",
-        "--target",
-        str(tmp_path / "t"),
-        "--report",
-        str(report),
-        *lock.platform_args(),
-        *install_format_args(),
-        "--index-url",
-        lock.PYPI,
-        "-r",
-        str(tmp_path / "lock.txt"),
-    ]
-    (tmp_path / "lock.txt").write_text(read_lock(acc))
-    r = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=540, env=lock.pip_env(os.environ)
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert lock.versions(json.loads(report.read_text())) == lock.parse_lock(read_lock(acc))
+    returncode, stderr, got = _result("test_every_pin_installs_on_the_image_platform", acc)
+    assert returncode == 0, stderr
+    assert got == lock.parse_lock(read_lock(acc))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("acc", ACCELERATORS)
-def test_the_lock_is_complete_and_consistent(acc, tmp_path, pypi):
+def test_the_lock_is_complete_and_consistent(acc, pypi):
     """Resolving the image's inputs with its lock as constraints (dependencies on) adds
     nothing and moves nothing: every package pip would install is in the lock at the
     lock's version, and the lock holds nothing else but images.yaml's no_deps."""
@@ -193,9 +276,7 @@ def test_the_lock_is_complete_and_consistent(acc, tmp_path, pypi):
         lock.check_host()
     except ConfigError as e:
         pytest.skip(str(e))
-    (tmp_path / "lock.txt").write_text(read_lock(acc))
-    reqs = lock.inputs(acc, lock.installed_requires_dist())
-    got = lock.versions(lock.resolve(reqs, tmp_path / "work", [tmp_path / "lock.txt"]))
+    got = _result("test_the_lock_is_complete_and_consistent", acc)
     locked = lock.parse_lock(read_lock(acc))
     missing = {n: v for n, v in got.items() if n not in locked}
     moved = {n: (v, locked[n]) for n, v in got.items() if n in locked and locked[n] != v}
