@@ -49,7 +49,8 @@ class Layout:
     the rules themselves are ``checkpoints/layout.py``, chosen by these facts."""
 
     # "per_projection": q/k/v/o as [D, H, hd] / [H, hd, D] (Llama, Qwen);
-    # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms
+    # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms;
+    # "gemma4": Gemma 4's (per-layer head sizes, shared layers, per-layer inputs)
     attention: str = "per_projection"
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2)
     qk_norm: bool = False  # per-head RMS norms of queries and keys (Qwen3)
@@ -76,7 +77,8 @@ class Family:
     # the qwix module path (inside a decoder layer) of each Hugging Face projection
     # LoRA can target; empty: LoRA is refused for the family
     lora_paths: tuple[tuple[str, str], ...] = ()
-    # fields whose value is the name of a member of a Tunix enum: field -> enum class
+    # fields whose value is the name of a member of a Tunix enum (or a tuple of
+    # names: a tuple of members): field -> enum class
     enum_fields: tuple[tuple[str, str], ...] = ()
     # other model_type values that name this family's multimodal sibling: refused with
     # a pointer to this one

@@ -76,6 +76,8 @@ def load_model(
     try:
         if trainer_folder:
             model = _restore_trainer_folder(folder, fam, config, jdtype, mesh)
+        elif fam.layout.attention == "gemma4":
+            model = _load_by_layout(folder, fam, config, jdtype, mesh)
         else:
             params_mod = tunix_module(fam, fam.safetensors_loader)
             model = params_mod.create_model_from_safe_tensors(
@@ -174,6 +176,49 @@ def _restore_trainer_folder(
     if mesh is None:
         params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
     # flax types split's states as a variadic tuple (two filters: two states)
+    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
+    rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
+    return nnx.merge(graphdef, params, rest)
+
+
+def _load_by_layout(folder: Path, fam: Family, config: Any, jdtype: Any, mesh: Any) -> nnx.Module:
+    """The model from a Hugging Face folder through rlctl's layout (``checkpoints/
+    layout.py``), tensor by tensor, as ``checkpoint-convert --to trainer`` writes it.
+
+    Pitfall: Tunix 0.1.7's Gemma 4 loader (``params_safetensors``) matches
+    ``model.language_model.*`` (the multimodal checkpoint's names) or bare names only,
+    so a ``Gemma4ForCausalLM`` checkpoint's ``model.*`` tensors are all skipped, and it
+    leaves the shared layers' unread key/value projections unset (``None``), which
+    fails its own sharding step."""
+    from rlctl.core.checkpoints import layout
+    from rlctl.core.checkpoints.sources import open_source
+
+    source = open_source(str(folder))
+    m = tunix_module(fam)
+    abstract = nnx.eval_shape(lambda: getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0)))
+    params = nnx.state(abstract, nnx.Param)
+    flat = {}
+    for rule in layout.rules(source.config):
+        flat[rule.key] = rule.to_trainer([source.read(n) for n in rule.hf])
+    pure = nnx.to_pure_dict(params)
+    shardings = nnx.to_pure_dict(nnx.get_named_sharding(params, mesh)) if mesh is not None else None
+
+    def fill(tree: Any, path: tuple[str, ...] = (), shard: Any = None) -> Any:
+        if isinstance(tree, dict):
+            return {
+                k: fill(v, (*path, str(k)), None if shard is None else shard[k])
+                for k, v in tree.items()
+            }
+        key = ".".join(path)
+        if key not in flat:
+            raise KeyError(f"no tensor for {key}")
+        arr = np.asarray(flat.pop(key))
+        if arr.shape != tuple(tree.shape):
+            raise ValueError(f"{key}: shape {arr.shape}, the model's {tuple(tree.shape)}")
+        arr = jnp.asarray(arr, jdtype)
+        return jax.device_put(arr, shard) if shard is not None else arr
+
+    nnx.replace_by_pure_dict(params, fill(pure, (), shardings))
     graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
     rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
     return nnx.merge(graphdef, params, rest)
