@@ -38,6 +38,9 @@ class ModelInfo:
     dtype: str = "float32"  # of the parameters, and so of the KV cache
     # what the matmuls read (tunix_adapter/mixed.py; precision.compute_dtype decides)
     compute_dtype: str = "float32"
+    # tanh soft-capping of the logits, logits = c * tanh(logits / c) (Gemma 4's 30);
+    # None: none. Every head rlctl computes applies it (token_logps, the sampler)
+    logit_softcap: float | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -104,6 +107,7 @@ def _info(family: str, config: Any, model: nnx.Module, dtype: str, compute_dtype
         params=n,
         dtype="bfloat16" if dtype == "bfloat16" else "float32",
         compute_dtype="bfloat16" if "bfloat16" in (dtype, compute_dtype) else "float32",
+        logit_softcap=getattr(config, "final_logit_softcap", None),
     )
 
 
@@ -134,10 +138,9 @@ def abstract_model(
     if hasattr(config, "param_dtype"):
         config = _hashable(dataclasses.replace(config, param_dtype=jdtype))
     patch_llama3_rope_theta()
-    m = tunix_module(fam)
 
     def build() -> Any:
-        model = getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0))
+        model = new_model(fam, config)
         params = nnx.state(model, nnx.Param)
         nnx.update(model, jax.tree.map(lambda x: x.astype(jdtype), params))
         return extend(model) if extend is not None else model
@@ -145,6 +148,21 @@ def abstract_model(
     built = nnx.eval_shape(build)
     model = built if extend is None else built[0]
     return built, _info(family, config, model, dtype, compute_dtype)
+
+
+def new_model(fam: Family, config: Any) -> nnx.Module:
+    """The family's Tunix model of ``config`` (random weights; under ``eval_shape``, none).
+
+    Pitfall: Tunix's Gemma 4 keeps its KV-sharing plan as a list and a set, static
+    attributes of the graphdef, which must hash (step.py's cache of compiled programs
+    and ``jax.jit``'s static arguments are keyed by it): ``TypeError: unhashable type:
+    'list'`` at the first sampler call. They are made a tuple and a frozenset here."""
+    model = getattr(tunix_module(fam), fam.model_class)(config, rngs=nnx.Rngs(0))
+    for name, kind in (("kv_cache_sharing_patterns", tuple), ("shared_layer_origins", frozenset)):
+        value = getattr(model, name, None)
+        if isinstance(value, (list, set)):
+            setattr(model, name, kind(value))
+    return model
 
 
 def _restore_trainer_folder(
@@ -155,8 +173,7 @@ def _restore_trainer_folder(
     place (sharded over ``mesh`` when given) and cast to ``jdtype``."""
     import orbax.checkpoint as ocp
 
-    m = tunix_module(fam)
-    abstract = nnx.eval_shape(lambda: getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: new_model(fam, config))
     params = nnx.state(abstract, nnx.Param)
     shardings = nnx.get_named_sharding(params, mesh) if mesh is not None else None
 
@@ -194,8 +211,7 @@ def _load_by_layout(folder: Path, fam: Family, config: Any, jdtype: Any, mesh: A
     from rlctl.core.checkpoints.sources import open_source
 
     source = open_source(str(folder))
-    m = tunix_module(fam)
-    abstract = nnx.eval_shape(lambda: getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: new_model(fam, config))
     params = nnx.state(abstract, nnx.Param)
     flat = {}
     for rule in layout.rules(source.config):
