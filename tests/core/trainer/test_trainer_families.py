@@ -1,4 +1,4 @@
-"""Qwen3 and Gemma 3 in the trainer: the prefix-shared log-probs, loss and gradients
+"""Qwen3, Gemma 3 and Gemma 4 in the trainer: the prefix-shared log-probs, loss and gradients
 (``tunix_adapter.trunk``/``head_weight``) equal Tunix's full-sequence computation,
 as ``tests/core/trainer/test_loss.py::TestParityWithTunix`` shows for Llama; and
 Gemma 3 configs the trainer's model cannot run are refused, not silently changed.
@@ -21,7 +21,7 @@ from rlctl.core.errors import ConfigError  # noqa: E402
 from rlctl.core.families import FAMILIES  # noqa: E402
 from tests.fakes.tiny_model import write_tiny_model  # noqa: E402
 
-NEW_FAMILIES = ["qwen3", "gemma3_text"]
+NEW_FAMILIES = ["qwen3", "gemma3_text", "gemma4_text"]
 
 
 @pytest.fixture(scope="module", params=NEW_FAMILIES)
@@ -73,7 +73,12 @@ def test_chunked_log_softmax_matches_one_chunk(setup):
 def test_loss_and_gradient_match_tunix(setup):
     from tests.core.trainer import yardsticks
 
-    yardsticks.assert_loss_and_gradients_match(*setup)
+    # Gemma 4's tied embedding takes the head's, the input's and the per-layer inputs'
+    # gradients (largest entry 6.35 here): its entries near 0 differ from Tunix's by
+    # float32 rounding, at most 6e-6 of the leaf's largest (4e-5 absolute), every
+    # leaf alike; the loss agrees to 1e-7
+    scaled = 1e-5 if setup[1].family == "gemma4_text" else 0.0
+    yardsticks.assert_loss_and_gradients_match(*setup, scaled_atol=scaled)
 
 
 @pytest.mark.parametrize(
