@@ -149,3 +149,33 @@ def test_every_family_builds_its_tunix_model(tmp_path):
         assert type(config).__module__ == tunix_module(fam).__name__
         assert hasattr(tunix_module(fam), fam.model_class)
         assert hasattr(tunix_module(fam, fam.safetensors_loader), "create_model_from_safe_tensors")
+
+
+def test_gemma4_e2b_config_builds_tunix_own_e2b_preset():
+    """The E2B stand-in config (tests/data/configs) builds Tunix's ``gemma4_e2b``
+    preset: the same sizes, layer pattern and KV-sharing plan (the preset repeats a
+    5-layer pattern and counts 20/35 shared layers; the mapping writes every layer
+    and half a layer less)."""
+    from pathlib import Path
+
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.tunix_adapter.families import tunix_module
+
+    fam = FAMILIES["gemma4_text"]
+    file = Path(__file__).resolve().parents[2] / "data" / "configs" / "gemma-4-e2b-text.json"
+    ours = ta.build_config(fam, json.loads(file.read_text()))
+    m = tunix_module(fam)
+    theirs = m.ModelConfig.gemma4_e2b()
+    skip = {"attention_pattern", "frac_shared_layers", "shd_config"}
+    for f in type(theirs).__dataclass_fields__:
+        if f not in skip:
+            assert getattr(ours, f) == getattr(theirs, f), f
+
+    def plan(c):
+        pattern = [c.attention_pattern[i % len(c.attention_pattern)] for i in range(c.num_layers)]
+        sharing = m.create_kv_cache_sharing_patterns(
+            c.num_layers, c.frac_shared_layers, True, True, tuple(pattern)
+        )
+        return pattern, sharing
+
+    assert plan(ours) == plan(theirs)
