@@ -122,8 +122,8 @@ def _rope(c: dict[str, Any], shapes: list[LayerShape]) -> dict[str, Any]:
     rope = c.get("rope_parameters") or DEFAULT_ROPE
     if not isinstance(rope, dict) or not all(isinstance(v, dict) for v in rope.values()):
         raise _refuse(f"rope_parameters={rope!r} (one per layer type expected)")
-    local = rope.get("sliding_attention") or {}
-    full = rope.get("full_attention") or {}
+    local: dict[str, Any] = rope.get("sliding_attention") or {}
+    full: dict[str, Any] = rope.get("full_attention") or {}
     out: dict[str, Any] = {}
     if any(not s.glob for s in shapes):
         if local.get("rope_type", "default") != "default":

@@ -48,7 +48,8 @@ def trunk(
     Qwen and Gemma 3 models sow these states when asked (Gemma scales its embeddings
     by sqrt(D) inside the call, so it must run whole); the logits they also compute are then
     unused and removed by XLA. Llama has no such switch, so its (short) forward
-    loop is spelled out here.
+    loop is spelled out here; so is Gemma 4's (``_shared_kv_trunk``: its call hands
+    back soft-capped logits only).
     """
     if shares_kv(model):
         return _shared_kv_trunk(model, tokens, positions, cache, mask)
@@ -211,8 +212,9 @@ def shared_prefix_logps(
     Without LoRA adapters each layer is rlctl's (``mlp_grad.decoder_layer``), and
     ``numerics`` (the backend's row of ``numerics.TABLE``) says whether its MLP's
     gradient is rlctl's own and whether the layers run scanned (one compiled body)
-    or unrolled. Qwen and Gemma models run whole, prompt then completions, without
-    remat. Given the loss's ``mask`` and the row's packing, plain Llama's MLPs skip
+    or unrolled. Qwen and Gemma 3 models run whole, prompt then completions, without
+    remat; Gemma 4 (``shares_kv``) each completion with its prompt, without remat.
+    Given the loss's ``mask`` and the row's packing, plain Llama's MLPs skip
     the completion positions that no masked-in log-prob reads, and every family's
     vocabulary head the positions not masked in (``compaction``): the log-probs
     where the mask is set are unchanged, the others are 0 and not meant to be read.

@@ -231,8 +231,8 @@ def _load_by_layout(folder: Path, fam: Family, config: Any, jdtype: Any, mesh: A
         arr = np.asarray(flat.pop(key))
         if arr.shape != tuple(tree.shape):
             raise ValueError(f"{key}: shape {arr.shape}, the model's {tuple(tree.shape)}")
-        arr = jnp.asarray(arr, jdtype)
-        return jax.device_put(arr, shard) if shard is not None else arr
+        value = jnp.asarray(arr, jdtype)
+        return jax.device_put(value, shard) if shard is not None else value
 
     nnx.replace_by_pure_dict(params, fill(pure, (), shardings))
     graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
