@@ -55,7 +55,7 @@ def write_tiny_model(folder: Path, family: str, **kwargs: object) -> Path:
     """A tiny random model of ``family`` (a ``model_type``), as its record's ``tiny``
     config says the real ones are (Gemma 3 ties its embeddings, Qwen3 uses rope
     theta 1e6, Mistral has a window)."""
-    if families.family(family).layout.attention == "gemma4":
+    if families.family(family).layout.attention == "per_layer":
         # its tensors (per-layer inputs, per-layer head sizes, shared layers) are not
         # a Llama's: transformers writes it (needs torch, the test extra)
         seed = int(kwargs.pop("seed", 0))  # type: ignore[call-overload]

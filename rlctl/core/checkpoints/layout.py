@@ -269,7 +269,7 @@ def _gemma4(config: dict[str, Any]) -> list[tuple[Rule, dict[str, tuple[int, ...
 def rules(config: dict[str, Any]) -> list[Rule]:
     """Every trainer tensor of the model, in a streaming order (embedding, layers, head)."""
     fam = families.of_config(config)
-    if fam.layout.attention == "gemma4":
+    if fam.layout.attention == "per_layer":
         return [r for r, _ in _gemma4(config)]
     d = dims_of(config)
     out: list[Rule] = []
@@ -334,7 +334,7 @@ def rules(config: dict[str, Any]) -> list[Rule]:
 def hf_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """The shape of every HF tensor the model must have (to check a folder before
     converting it: a missing or misshapen tensor is one line, not a reshape error)."""
-    if families.of_config(config).layout.attention == "gemma4":
+    if families.of_config(config).layout.attention == "per_layer":
         return {n: shape for _, hf in _gemma4(config) for n, shape in hf.items()}
     d = dims_of(config)
     vocab = int(config.get("vocab_size") or 0)

@@ -292,7 +292,7 @@ FAMILY = Family(
         | {"num_experts", "moe_intermediate_size"}
     ),
     safetensors_loader="params_safetensors",
-    layout=Layout(attention="gemma4"),
+    layout=Layout(attention="per_layer"),
     tied_by_default=True,
     enum_fields=(("attention_pattern", "AttentionType"),),
     refused_aliases=("gemma4",),

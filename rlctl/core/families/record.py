@@ -50,7 +50,8 @@ class Layout:
 
     # "per_projection": q/k/v/o as [D, H, hd] / [H, hd, D] (Llama, Qwen);
     # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms;
-    # "gemma4": Gemma 4's (per-layer head sizes, shared layers, per-layer inputs)
+    # "per_layer": Gemma 4's, whose layers differ (head sizes, KV-shared layers,
+    # per-layer inputs; layout._gemma4), read by rlctl (Tunix's loader cannot)
     attention: str = "per_projection"
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2)
     qk_norm: bool = False  # per-head RMS norms of queries and keys (Qwen3)

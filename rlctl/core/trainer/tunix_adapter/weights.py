@@ -79,7 +79,7 @@ def load_model(
     try:
         if trainer_folder:
             model = _restore_trainer_folder(folder, fam, config, jdtype, mesh)
-        elif fam.layout.attention == "gemma4":
+        elif fam.layout.attention == "per_layer":
             model = _load_by_layout(folder, fam, config, jdtype, mesh)
         else:
             params_mod = tunix_module(fam, fam.safetensors_loader)
