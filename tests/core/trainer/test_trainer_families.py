@@ -179,3 +179,37 @@ def test_gemma4_e2b_config_builds_tunix_own_e2b_preset():
         return pattern, sharing
 
     assert plan(ours) == plan(theirs)
+
+
+@pytest.mark.trainer
+def test_a_31b_shaped_gemma4_converts_and_is_transformers(tmp_path):
+    """The family's tiny model has E2B's features; this one 31B's instead: global
+    layers whose keys are their values (no v_proj) with their own KV heads, no
+    per-layer inputs, no KV sharing. It round-trips bit-exact through the trainer
+    layout and gives transformers' logits and greedy tokens."""
+    pytest.importorskip("transformers")
+    from rlctl.core.checkpoints.convert import convert
+    from rlctl.core.trainer import tunix_adapter as ta
+    from tests.core.checkpoints.test_transformers_parity import assert_same_model
+    from tests.fakes.tiny_model import write_transformers_model
+
+    src = write_transformers_model(
+        tmp_path / "src",
+        "gemma4_text",
+        overrides={
+            "attention_k_eq_v": True,
+            "num_global_key_value_heads": 1,
+            "num_key_value_heads": 2,
+            "hidden_size_per_layer_input": 0,
+            "num_kv_shared_layers": 0,
+            "use_double_wide_mlp": False,
+        },
+    )
+    config = json.loads((src / "config.json").read_text())
+    fields = FAMILIES["gemma4_text"].config_fields(config)
+    assert (fields["k_eq_v_global"], fields["num_global_kv_heads"]) == (True, 1)
+    assert (fields["per_layer_input_dim"], fields["frac_shared_layers"]) == (0, 0.0)
+    convert(str(src), str(tmp_path / "trainer"), to="trainer")
+    convert(str(tmp_path / "trainer"), str(tmp_path / "back"), to="hf", verify=True)
+    model, info = ta.load_model(tmp_path / "trainer")
+    assert_same_model(model, info, tmp_path / "back", tmp_path / "trainer")
