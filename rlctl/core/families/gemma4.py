@@ -6,8 +6,9 @@ embedding on the global layers, per-layer input embeddings (PLE: E2B, E4B), the 
 layers reusing earlier layers' keys and values (KV sharing), a per-layer scalar and
 logit soft-capping. Runs through Tunix's layers (its call returns soft-capped logits,
 so rlctl runs the same layers up to the final norm: ``tunix_adapter/logprobs``); LoRA
-is refused (Tunix stacks keys and values into one ``kv_einsum``, which qwix cannot
-split by projection, and rlctl's LoRA export does not know its per-layer shapes).
+is refused: Tunix stacks keys and values into one ``kv_einsum`` (or, where keys are
+values, one ``k_einsum``), which qwix cannot split by projection. (Its q/o einsums and
+MLP projections are separate modules; adapters on those alone are not built here.)
 
 Every setting is read with transformers' ``Gemma4TextConfig`` defaults (transformers
 5.12), so a config.json that omits a key means what transformers builds from it.
@@ -164,9 +165,13 @@ def config_fields(c: dict[str, Any]) -> dict[str, Any]:
     layers = int(c["num_hidden_layers"])
     heads = int(c["num_attention_heads"])
     if c.get("enable_moe_block") or (c.get("num_experts") or 0) > 1:
+        # Tunix routes tokens on the MoE input after pre_feedforward_layernorm_2
+        # (tunix gemma4/model.py DecoderLayer.block, moe.py MoERagged.__call__),
+        # transformers on the residual before it (Gemma4TextDecoderLayer.forward):
+        # other experts would be chosen
         raise _refuse(
-            f"enable_moe_block={c.get('enable_moe_block')} (mixture of experts: "
-            "Tunix's MoE block is not checked against transformers here)"
+            f"enable_moe_block={c.get('enable_moe_block')} (mixture of experts: Tunix's "
+            "router reads the normed input, transformers' the residual)"
         )
     if c.get("moe_intermediate_size"):
         raise _refuse(f"moe_intermediate_size={c['moe_intermediate_size']}")
@@ -278,7 +283,7 @@ FAMILY = Family(
     model_class="Gemma4",
     map_config=config_fields,
     refuses=(
-        "mixture-of-experts blocks (26B-A4B)",
+        "mixture-of-experts blocks (26B-A4B: Tunix routes on another input)",
         "bidirectional attention",
         "an RMS-norm epsilon other than 1e-6",
         "an activation other than `gelu_pytorch_tanh`",
