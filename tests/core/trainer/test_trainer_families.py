@@ -213,3 +213,22 @@ def test_a_31b_shaped_gemma4_converts_and_is_transformers(tmp_path):
     convert(str(tmp_path / "trainer"), str(tmp_path / "back"), to="hf", verify=True)
     model, info = ta.load_model(tmp_path / "trainer")
     assert_same_model(model, info, tmp_path / "back", tmp_path / "trainer")
+
+
+def test_a_gemma4_folder_is_checked_against_its_layout(tmp_path):
+    """Its layers differ in shape (global layers' heads, KV-shared layers without k/v),
+    so the folder check compares each tensor with the layout's shape for it, not with
+    layer 0's: a stock folder passes (``rlctl train --model`` on it used to stop at
+    ``k_norm is [32], layer 0's is [16]``), a misshapen tensor is named."""
+    from safetensors.numpy import load_file, save_file
+
+    from rlctl.core.trainer.model.models import check_model_folder
+
+    folder = write_tiny_model(tmp_path / "g", "gemma4_text")
+    check_model_folder(folder)
+    tensors = load_file(str(folder / "model.safetensors"))
+    name = "model.layers.1.self_attn.k_proj.weight"  # a global layer's: [32, 64]
+    tensors[name] = tensors["model.layers.0.self_attn.k_proj.weight"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(ConfigError, match=f"{name}' is \\[16, 64\\], config.json makes it"):
+        check_model_folder(folder)
