@@ -356,7 +356,7 @@ class Update:
         and XLA's sibling fusion merges those into reductions of varying size, each a
         distinct kernel for the GPU compiler. Taken here it is one reduction per kind
         of array. The default update for an H200: 193 distinct fusions -> 174, its
-        compile 1.10x -> 0.89x the reference's (bench/bench_compile.py, median of 5);
+        compile 1.10x -> 0.85x the reference's (bench/bench_compile.py, median of 5);
         the same float32 sum of squares added in another order."""
         import jax
         import jax.numpy as jnp
