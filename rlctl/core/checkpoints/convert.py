@@ -320,7 +320,8 @@ def _to_trainer(
     sizes = {}
     for r in source.rules:
         shape_dtypes = [source.shape_dtype(n) for n in r.hf]
-        item = hf.np_dtype(want or shape_dtypes[0][1]).itemsize
+        # a "zeros" rule (layout.py) reads no HF tensor
+        item = hf.np_dtype(want or (shape_dtypes[0][1] if shape_dtypes else "float32")).itemsize
         sizes[r.key] = sum(int(np.prod(s, dtype=np.int64)) for s, _ in shape_dtypes) * item
     total_b = sum(sizes.values())
     done_b = resumed = 0

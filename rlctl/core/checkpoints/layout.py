@@ -47,7 +47,9 @@ class Rule:
     to_hf: Callable[[np.ndarray], list[np.ndarray]]
     # "same": one HF tensor, unchanged; "t": one HF tensor [C, R] whose transpose,
     # reshaped, is the trainer's (``trainer.reshape(R, C) == hf.T``), which sources
-    # build band by band (sources.py); "other": anything else, whole tensors
+    # build band by band (sources.py); "zeros": no HF tensor, a trainer tensor the
+    # model has but never reads (Gemma 4's shared layers' key/value projections),
+    # written as zeros and dropped on the way back; "other": anything else, whole
     kind: str = "other"
     # "t" rules: HF shape -> trainer shape, and trainer shape -> its [R, C] view
     t_shape: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
@@ -161,9 +163,114 @@ def _stack_ndh(n: int, hd: int) -> tuple[Callable, Callable]:
     return fwd, back
 
 
+def _unread(shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """A "zeros" rule's pair: no HF tensor <-> zeros of ``shape``."""
+
+    def fwd(xs: list[np.ndarray]) -> np.ndarray:
+        return np.zeros(shape, np.float32)
+
+    def back(x: np.ndarray) -> list[np.ndarray]:
+        return []
+
+    return fwd, back, "zeros"
+
+
+def _gemma4(config: dict[str, Any]) -> list[tuple[Rule, dict[str, tuple[int, ...]]]]:
+    """Gemma 4's rules, each with the shapes of its HF tensors: Tunix's ``gemma4``
+    tree (per-layer head sizes and key/value heads, keys and values stacked into
+    ``kv_einsum`` or, where keys are values, one ``k_einsum``; per-layer inputs; the
+    shared layers' own key/value projections and key norm, which Tunix builds and
+    never reads and transformers does not have, as "zeros" rules)."""
+    from rlctl.core.families import gemma4
+
+    d = dims_of(config)
+    vocab, ple = int(config["vocab_size"]), gemma4.ple_dim(config)
+    out: list[tuple[Rule, dict[str, tuple[int, ...]]]] = []
+
+    def add(key: str, hf: dict[str, tuple[int, ...]], pair: tuple[Any, ...]) -> None:
+        out.append((Rule(key, tuple(hf), *pair), hf))
+
+    ident = (_same, _one, "same")
+    trans = _transposing(lambda h: (h[1], h[0]), _2d)
+    D, L = d.hidden, d.layers
+    add("embedder.input_embedding", {"model.embed_tokens.weight": (vocab, D)}, ident)
+    if ple:
+        add(
+            "embedder.per_layer_input_embedding",
+            {"model.embed_tokens_per_layer.weight": (vocab, L * ple)},
+            (
+                lambda xs: xs[0].reshape(vocab, L, ple),
+                lambda x: [x.reshape(vocab, L * ple)],
+                "other",
+            ),
+        )
+        add(
+            "embedder.per_layer_model_projection.w",
+            {"model.per_layer_model_projection.weight": (L * ple, D)},
+            _transposing(lambda h: (D, L, ple), lambda t: (D, L * ple)),
+        )
+        add(
+            "embedder.per_layer_projection_norm.scale",
+            {"model.per_layer_projection_norm.weight": (ple,)},
+            ident,
+        )
+    for i, s in enumerate(gemma4.layer_shapes(config)):
+        h, t = f"model.layers.{i}.", f"layers.{i}."
+        attn = f"{h}self_attn."
+        hd, kv = s.head_dim, s.kv_heads
+        add(
+            t + "attn.q_einsum.w",
+            {attn + "q_proj.weight": (d.heads * hd, D)},
+            (*_stack_ndh(d.heads, hd), "other"),
+        )
+        proj = "k_einsum" if s.k_eq_v else "kv_einsum"
+        if s.shared:
+            shape = (kv, D, hd) if s.k_eq_v else (2, kv, D, hd)
+            add(t + f"attn.{proj}.w", {}, _unread(shape))
+            add(t + "attn._key_norm.scale", {}, _unread((hd,)))
+        else:
+            names = ("k_proj",) if s.k_eq_v else ("k_proj", "v_proj")
+            add(
+                t + f"attn.{proj}.w",
+                {attn + f"{n}.weight": (kv * hd, D) for n in names},
+                (*_stack_ndh(kv, hd), "other"),
+            )
+        add(
+            t + "attn.attn_vec_einsum.w",
+            {attn + "o_proj.weight": (D, d.heads * hd)},
+            _heads_out(d.heads, hd),
+        )
+        add(t + "attn._query_norm.scale", {attn + "q_norm.weight": (hd,)}, ident)
+        if not s.shared:
+            add(t + "attn._key_norm.scale", {attn + "k_norm.weight": (hd,)}, ident)
+        for ours, theirs in (
+            ("pre_attention_norm", "input_layernorm"),
+            ("post_attention_norm", "post_attention_layernorm"),
+            ("pre_ffw_norm", "pre_feedforward_layernorm"),
+            ("post_ffw_norm", "post_feedforward_layernorm"),
+        ):
+            add(f"{t}{ours}.scale", {f"{h}{theirs}.weight": (D,)}, ident)
+        add(t + "mlp.gate_proj.kernel", {h + "mlp.gate_proj.weight": (s.ffn, D)}, trans)
+        add(t + "mlp.up_proj.kernel", {h + "mlp.up_proj.weight": (s.ffn, D)}, trans)
+        add(t + "mlp.down_proj.kernel", {h + "mlp.down_proj.weight": (D, s.ffn)}, trans)
+        if ple:
+            add(t + "per_layer_input_gate.w", {h + "per_layer_input_gate.weight": (ple, D)}, trans)
+            add(t + "per_layer_projection.w", {h + "per_layer_projection.weight": (D, ple)}, trans)
+            add(
+                t + "post_per_layer_input_norm.scale",
+                {h + "post_per_layer_input_norm.weight": (D,)},
+                ident,
+            )
+        add(t + "skip_scale", {h + "layer_scalar": (1,)}, ident)
+    add("final_norm.scale", {"model.norm.weight": (D,)}, ident)
+    return out
+
+
 def rules(config: dict[str, Any]) -> list[Rule]:
     """Every trainer tensor of the model, in a streaming order (embedding, layers, head)."""
     fam = families.of_config(config)
+    if fam.layout.attention == "per_layer":
+        return [r for r, _ in _gemma4(config)]
     d = dims_of(config)
     out: list[Rule] = []
 
@@ -227,6 +334,8 @@ def rules(config: dict[str, Any]) -> list[Rule]:
 def hf_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """The shape of every HF tensor the model must have (to check a folder before
     converting it: a missing or misshapen tensor is one line, not a reshape error)."""
+    if families.of_config(config).layout.attention == "per_layer":
+        return {n: shape for _, hf in _gemma4(config) for n, shape in hf.items()}
     d = dims_of(config)
     vocab = int(config.get("vocab_size") or 0)
     ffn = int(config.get("intermediate_size") or 0)

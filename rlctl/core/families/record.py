@@ -49,7 +49,9 @@ class Layout:
     the rules themselves are ``checkpoints/layout.py``, chosen by these facts."""
 
     # "per_projection": q/k/v/o as [D, H, hd] / [H, hd, D] (Llama, Qwen);
-    # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms
+    # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms;
+    # "per_layer": Gemma 4's, whose layers differ (head sizes, KV-shared layers,
+    # per-layer inputs; layout._gemma4), read by rlctl (Tunix's loader cannot)
     attention: str = "per_projection"
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2)
     qk_norm: bool = False  # per-head RMS norms of queries and keys (Qwen3)
@@ -76,7 +78,8 @@ class Family:
     # the qwix module path (inside a decoder layer) of each Hugging Face projection
     # LoRA can target; empty: LoRA is refused for the family
     lora_paths: tuple[tuple[str, str], ...] = ()
-    # fields whose value is the name of a member of a Tunix enum: field -> enum class
+    # fields whose value is the name of a member of a Tunix enum (or a tuple of
+    # names: a tuple of members): field -> enum class
     enum_fields: tuple[tuple[str, str], ...] = ()
     # other model_type values that name this family's multimodal sibling: refused with
     # a pointer to this one

@@ -51,6 +51,33 @@ ROWS = {
         lora=False,
         refuses=(({"final_logit_softcapping": 30.0}, "softcapping"),),
     ),
+    "gemma4_text": Row(
+        "Gemma4ForCausalLM",
+        frozenset(),
+        lora=False,
+        refuses=(
+            ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2}, "enable_moe_block"),
+            ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
+            ({"rms_norm_eps": 1e-5}, "rms_norm_eps"),
+            ({"tie_word_embeddings": False}, "tie_word_embeddings"),
+            ({"vocab_size_per_layer_input": 262144}, "vocab_size_per_layer_input"),
+            # the last unshared layers would be global then global: not Tunix's rule
+            ({"num_kv_shared_layers": 3}, "num_kv_shared_layers"),
+            (
+                {
+                    "rope_parameters": {
+                        "sliding_attention": {
+                            "rope_type": "linear",
+                            "factor": 2.0,
+                            "rope_theta": 1e4,
+                        },
+                        "full_attention": {"rope_type": "proportional", "rope_theta": 1e6},
+                    }
+                },
+                "rope",
+            ),
+        ),
+    ),
     "llama": Row("LlamaForCausalLM", LLAMA3, lora=True),
     "mistral": Row(
         "MistralForCausalLM",
@@ -100,8 +127,9 @@ def test_an_unknown_model_type_is_one_clear_line():
     with pytest.raises(ConfigError, match="'phi3' is not supported") as e:
         families.of_config({"model_type": "phi3"})
     assert ", ".join(FAMILIES) in str(e.value)
-    with pytest.raises(ConfigError, match="multimodal"):
-        families.family("gemma3")
+    for multimodal in ("gemma3", "gemma4"):
+        with pytest.raises(ConfigError, match="multimodal"):
+            families.family(multimodal)
 
 
 @pytest.mark.parametrize("name", FAMILIES)

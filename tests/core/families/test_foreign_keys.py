@@ -126,6 +126,36 @@ REAL: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
         {"partial_rotary_factor": 0.5},
         "partial_rotary_factor",
     ),
+    "gemma4_text": (
+        "gemma-4-e2b-text",
+        {
+            "num_layers": 35,
+            "num_embed": 262144,
+            "embed_dim": 1536,
+            "hidden_dim": 6144,
+            "num_heads": 8,
+            "head_dim": 256,
+            "num_kv_heads": 1,
+            "final_logit_softcap": 30.0,
+            "sliding_window_size": 512,
+            "per_layer_input_dim": 256,
+            "num_global_kv_heads": None,
+            "global_key_size": 512,
+            "attention_pattern": (("LOCAL_SLIDING",) * 4 + ("GLOBAL",)) * 7,
+            # 20 shared layers of 35, less half a layer (Tunix counts int(35 - f * 35))
+            "frac_shared_layers": 19.5 / 35,
+            "k_eq_v_global": False,
+            "override_kv_shared_ffw_hidden": 12288,
+            "local_base_frequency": 10000,
+            "local_rope_proportion": 1.0,
+            "local_scale_factor": 1.0,
+            "global_base_frequency": 1000000,
+            "global_rope_proportion": 0.25,
+            "global_scale_factor": 1.0,
+        },
+        {"attention_bias": True},
+        "attention_bias",
+    ),
 }
 
 

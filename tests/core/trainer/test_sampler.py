@@ -59,7 +59,8 @@ class Setup:
         hidden, _ = ta.trunk(
             self.model, seq, jnp.arange(n)[None], None, jnp.tril(jnp.ones((n, n), jnp.bool_))[None]
         )
-        return np.asarray(hidden[0] @ ta.head_weight(self.model), np.float32)
+        logits = ta.softcapped(hidden[0] @ ta.head_weight(self.model), self.info.logit_softcap)
+        return np.asarray(logits, np.float32)
 
     def completion_logits(self, row: int, tokens: np.ndarray) -> np.ndarray:
         """[N, V]: the logits that predicted each completion token of prompt ``row``."""
@@ -68,7 +69,7 @@ class Setup:
         return logits[len(prompt) - 1 :]
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3_text"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3_text", "gemma4_text"])
 def setup(request, tmp_path_factory) -> Setup:
     return Setup(write_tiny_model(tmp_path_factory.mktemp("m") / request.param, request.param))
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlctl.core import families
 from rlctl.core.checkpoints.sources import TRAINER_MARKER
 from rlctl.core.config.models import DEFAULT_MODEL
 from rlctl.core.errors import ConfigError
@@ -125,6 +126,12 @@ def check_layers(folder: Path, config: dict[str, Any], shapes: dict[str, list[in
             f"says [vocab_size, hidden_size] = {want}",
             hint=_REFETCH,
         )
+    fam = families.FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
+    if fam is not None and fam.layout.attention == "per_layer":
+        # layers of differing shapes (Gemma 4's global layers, KV-shared layers): each
+        # tensor against the layout's own shape for it
+        _check_against_layout(where, config, shapes)
+        return
     n = config.get("num_hidden_layers")
     layer0 = {
         k[len("model.layers.0.") :]: v for k, v in shapes.items() if k.startswith("model.layers.0.")
@@ -144,6 +151,24 @@ def check_layers(folder: Path, config: dict[str, Any], shapes: dict[str, list[in
                     f"{where}: tensor {name!r} is {shapes[name]}, layer 0's is {shape}",
                     hint=_REFETCH,
                 )
+
+
+def _check_against_layout(where: str, config: dict[str, Any], shapes: dict[str, list[int]]) -> None:
+    """Every tensor the layout reads (``layout.hf_shapes``) is there, of its shape."""
+    from rlctl.core.checkpoints.layout import hf_shapes
+
+    try:
+        want = hf_shapes(config)
+    except (KeyError, TypeError, ValueError):
+        return  # config.json's own faults are the config mapping's to name
+    for name, shape in want.items():
+        if name not in shapes:
+            raise ConfigError(f"{where}: tensor {name!r} is missing", hint=_REFETCH)
+        if shapes[name] != list(shape):
+            raise ConfigError(
+                f"{where}: tensor {name!r} is {shapes[name]}, config.json makes it {list(shape)}",
+                hint=_REFETCH,
+            )
 
 
 def check_safetensors(path: Path) -> dict[str, list[int]]:

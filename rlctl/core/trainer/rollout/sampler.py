@@ -31,17 +31,18 @@ from rlctl.core.trainer.runtime.numerics import Numerics
 from rlctl.core.trainer.tunix_adapter.kv_cache import repeat_rows
 from rlctl.core.trainer.tunix_adapter.llama import decode
 from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
+from rlctl.core.trainer.tunix_adapter.logprobs import softcapped
 from rlctl.core.trainer.tunix_adapter.mixed import dot, dot_nt
 
 if TYPE_CHECKING:
     from rlctl.core.trainer.rollout.rollout_engine import EngineSetup
 
 
-def _logits(model: Any, hidden: jax.Array, dtype: str) -> jax.Array:
+def _logits(model: Any, hidden: jax.Array, dtype: str, cap: float | None = None) -> jax.Array:
     """Float32 logits of the last position of ``hidden`` [B, L, D], computed like
-    ``tunix_adapter.token_logps`` (its inputs read as ``dtype``) so the log-probs of
-    both agree."""
-    return dot(hidden[:, -1, :], ta.head_weight(model), dtype)
+    ``tunix_adapter.token_logps`` (its inputs read as ``dtype``, soft-capped by
+    ``cap``) so the log-probs of both agree."""
+    return softcapped(dot(hidden[:, -1, :], ta.head_weight(model), dtype), cap)
 
 
 DRAW_BLOCK = 256  # vocabulary entries per block of ``_draw``'s two-level search
@@ -187,7 +188,12 @@ def sample_groups(
     mask = jnp.pad(pmask[:, None, :] & causal[None], ((0, 0), (0, 0), (0, N)))
     scanning = scan and layers_lib.scans(model, info)
     hidden, cache = ta.trunk(
-        model, prompt_ids, positions, ta.kv_cache(info, P, S, stacked=scanning), mask, scan=scanning
+        model,
+        prompt_ids,
+        positions,
+        ta.kv_cache(info, P, S, stacked=scanning, model=model),
+        mask,
+        scan=scanning,
     )
     decodes = weights_first and decode.fits(model, info)  # Llama: weights first (decode.py)
     # laid out once per call; the prompts' first tokens are projected by the same head
@@ -195,7 +201,7 @@ def sample_groups(
     weights = decode.weights(model, info.compute_dtype) if decodes else None
     # the prompt's next-token distribution is the same for its G rows: projected once
     first_logits = (
-        _logits(model, hidden, info.compute_dtype)
+        _logits(model, hidden, info.compute_dtype, info.logit_softcap)
         if weights is None
         else dot_nt(hidden[:, -1, :], weights["head"], info.compute_dtype)
     )
@@ -278,7 +284,7 @@ def sample_groups(
                 dtype=info.compute_dtype,
                 stacked=stacked,
             )
-            logits = _logits(m, hidden, info.compute_dtype)
+            logits = _logits(m, hidden, info.compute_dtype, info.logit_softcap)
             return (t + 1, *record(t, tokens, logps, done, logits), cache)
 
     t, tokens, logps, _, _ = jax.lax.while_loop(

@@ -29,6 +29,7 @@ from rlctl.core.trainer.tunix_adapter.logprobs import (
     chunk_tokens,
     head_weight,
     shared_prefix_logps,
+    softcapped,
     token_logps,
     trunk,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "patch_llama3_rope_theta",
     "shared_prefix_logps",
     "shim",
+    "softcapped",
     "token_logps",
     "trunk",
     "whole_weights",

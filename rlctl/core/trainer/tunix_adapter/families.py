@@ -60,7 +60,13 @@ def build_config(fam: Family, c: dict[str, Any]) -> Any:
     m = tunix_module(fam)
     fields = fam.config_fields(c)
     for field, enum in fam.enum_fields:
-        fields[field] = getattr(getattr(m, enum), fields[field])
+        value, members = fields[field], getattr(m, enum)
+        # a tuple of names (Gemma 4's layer pattern): a tuple of members
+        fields[field] = (
+            tuple(getattr(members, v) for v in value)
+            if isinstance(value, (tuple, list))
+            else getattr(members, value)
+        )
     known = {f.name for f in dataclasses.fields(m.ModelConfig)}
     config = _hashable(m.ModelConfig(**{k: v for k, v in fields.items() if k in known}))
     own = {k: fields[k] for k in OWN_FIELDS if fields.get(k) is not None and k not in known}

@@ -13,12 +13,25 @@ from rlctl.core.trainer.tunix_adapter.weights import ModelInfo
 
 # rlctl samples with its own prefix-shared sampler (sampler.py); Tunix's sampler is
 # the yardstick bench/bench_rollout.py measures it against (tests/.../yardsticks.py).
-def kv_cache(info: ModelInfo, batch: int, size: int, stacked: bool = False) -> Any:
+def shares_kv(model: Any) -> bool:
+    """A Tunix model whose later layers reuse earlier layers' keys and values (Tunix's
+    Gemma 4): its layers differ in cache shape (global layers' own head size, sliding
+    layers' ring of window slots, shared layers none), so it makes its own cache
+    (``init_cache``), and a prefill cannot continue a cached one (its prefill attends
+    to the new tokens' keys only). Asked of the Tunix model, not of a family."""
+    return hasattr(model, "kv_cache_sharing_patterns") and hasattr(model, "init_cache")
+
+
+def kv_cache(
+    info: ModelInfo, batch: int, size: int, stacked: bool = False, model: Any = None
+) -> Any:
     """An empty KV cache of ``size`` slots per row in the layout Tunix's attention
     layers write (``layer_i: {k, v, end_index}``); the model's dtype, as
     ``shared_prefix_logps`` makes it. ``stacked``: one ``{k, v, end_index}`` whose
     arrays have a leading layer axis, as scanned layers read and write it
-    (``layers.scan_trunk``)."""
+    (``layers.scan_trunk``). ``model``: one that makes its own (``shares_kv``)."""
+    if model is not None and shares_kv(model):
+        return model.init_cache(batch, size, jnp.dtype(info.dtype))
     if stacked:
         one = layer_cache(info, batch, size)
         return jax.tree.map(lambda x: jnp.zeros((info.num_layers, *x.shape), x.dtype), one)

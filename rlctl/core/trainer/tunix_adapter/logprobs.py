@@ -13,7 +13,12 @@ from flax import nnx
 
 from rlctl.core.trainer.runtime import numerics as numerics_lib
 from rlctl.core.trainer.runtime.numerics import Numerics
-from rlctl.core.trainer.tunix_adapter.kv_cache import kv_cache, layer_cache, repeat_rows
+from rlctl.core.trainer.tunix_adapter.kv_cache import (
+    kv_cache,
+    layer_cache,
+    repeat_rows,
+    shares_kv,
+)
 from rlctl.core.trainer.tunix_adapter.llama import layers as layers_lib
 from rlctl.core.trainer.tunix_adapter.llama.compaction import head_logps, needed_positions, plan
 from rlctl.core.trainer.tunix_adapter.llama.decode import plain
@@ -43,8 +48,11 @@ def trunk(
     Qwen and Gemma 3 models sow these states when asked (Gemma scales its embeddings
     by sqrt(D) inside the call, so it must run whole); the logits they also compute are then
     unused and removed by XLA. Llama has no such switch, so its (short) forward
-    loop is spelled out here.
+    loop is spelled out here; so is Gemma 4's (``_shared_kv_trunk``: its call hands
+    back soft-capped logits only).
     """
+    if shares_kv(model):
+        return _shared_kv_trunk(model, tokens, positions, cache, mask)
     if _runs_whole(model):
         _, new_cache = model(tokens, positions, cache, mask, output_hidden_states=True)
         sown = nnx.pop(model, nnx.Intermediate)
@@ -60,6 +68,50 @@ def trunk(
         if cache is not None:
             layer_caches[name] = layer_cache
     return model.final_norm(x), None if cache is None else layer_caches
+
+
+def _shared_kv_trunk(model, tokens, positions, cache, mask) -> tuple[jax.Array, Any]:
+    """Tunix's Gemma 4 call (``Gemma4.__call__``, tunix 0.1.7) up to its final norm:
+    its call returns soft-capped logits only and cannot hand back hidden states, so
+    its steps are spelled out here around Tunix's own embedder and layers: the
+    per-layer inputs, and each shared layer reading its origin layer's keys and
+    values (this call's projections in a prefill, the origin's updated cache in a
+    decode step)."""
+    x = model.embedder.encode(tokens)
+    per_layer = (
+        model.embedder.encode_per_layer_input(x, tokens)
+        if model.config.per_layer_input_dim > 0
+        else None
+    )
+    fresh: dict[str, Any] = {}  # the prefill's keys and values of the origin layers
+    new_cache: dict[str, Any] = {}
+    prefill = tokens.shape[1] > 1
+    for i, layer in enumerate(model.layers):
+        name, origin = f"layer_{i}", model.kv_cache_sharing_patterns[i]
+        shared = None
+        if origin != i:
+            own, o = None, f"layer_{origin}"
+            shared = {"k": fresh[o][0], "v": fresh[o][1]} if prefill else new_cache.get(o)
+        else:
+            own = cache[name] if cache else None
+        own, x, kv = layer(
+            x,
+            positions,
+            own,
+            mask,
+            per_layer_input=None if per_layer is None else per_layer[:, :, i, :],
+            kv_shared_cache=shared,
+        )
+        if prefill and i in model.shared_layer_origins:
+            fresh[name] = kv
+        if origin == i:
+            new_cache[name] = own
+    return model.final_norm(x), None if cache is None else new_cache
+
+
+def softcapped(logits: jax.Array, cap: float | None) -> jax.Array:
+    """``cap * tanh(logits / cap)`` (the model's logit soft-capping), or ``logits``."""
+    return logits if cap is None else jnp.tanh(logits / cap) * cap
 
 
 def head_weight(model) -> jax.Array:
@@ -85,9 +137,11 @@ def token_logps(
     keep: jax.Array | None = None,
     dtype: str = "float32",
     pack_head: bool = True,
+    softcap: float | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Log-prob of each target token and the entropy of its predicted distribution,
-    from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time.
+    from hidden states [N, L, D] and the head ``w`` [D, V], ``chunk`` tokens at a time;
+    the logits soft-capped by ``softcap`` (``softcapped``) before the temperature.
 
     The projection reads ``dtype`` and sums in float32 (``mixed.mm``).
     Given ``keep`` [N, L], ``pack_head`` and a batch that is one chunk, only the kept
@@ -103,7 +157,7 @@ def token_logps(
     T = N * L
 
     def piece(h, t):
-        logits = mm(h, w, dtype)
+        logits = softcapped(mm(h, w, dtype), softcap)
         if temperature not in (0.0, 1.0):
             logits = logits / temperature
         lse = jax.nn.logsumexp(logits, axis=-1)
@@ -113,7 +167,8 @@ def token_logps(
         return logp, jax.lax.stop_gradient(entropy)
 
     h, t = hidden.reshape(T, D), targets.reshape(T)
-    if chunk >= T and keep is not None and pack_head:
+    # the packed head (its own gradient) has no soft-capping: a capped model's runs here
+    if chunk >= T and keep is not None and pack_head and softcap is None:
         logp, ent = head_logps(h, t, w, temperature, keep.reshape(T).astype(bool), dtype)
     elif chunk >= T:
         logp, ent = piece(h, t)
@@ -157,8 +212,9 @@ def shared_prefix_logps(
     Without LoRA adapters each layer is rlctl's (``mlp_grad.decoder_layer``), and
     ``numerics`` (the backend's row of ``numerics.TABLE``) says whether its MLP's
     gradient is rlctl's own and whether the layers run scanned (one compiled body)
-    or unrolled. Qwen and Gemma models run whole, prompt then completions, without
-    remat. Given the loss's ``mask`` and the row's packing, plain Llama's MLPs skip
+    or unrolled. Qwen and Gemma 3 models run whole, prompt then completions, without
+    remat; Gemma 4 (``shares_kv``) each completion with its prompt, without remat.
+    Given the loss's ``mask`` and the row's packing, plain Llama's MLPs skip
     the completion positions that no masked-in log-prob reads, and every family's
     vocabulary head the positions not masked in (``compaction``): the log-probs
     where the mask is set are unchanged, the others are 0 and not meant to be read.
@@ -193,6 +249,16 @@ def shared_prefix_logps(
     )
     keys = jnp.concatenate([pmask_b, cmask], axis=-1)
     c_mask = keys[:, None, :] & causal[None]
+    if shares_kv(model):
+        # its prefill cannot continue a cached prompt (``shares_kv``): each completion
+        # runs with its prompt, as Tunix's compute_per_token_logps does
+        tokens = jnp.concatenate([jnp.repeat(prompt_ids, group, axis=0), completion_ids], -1)
+        pos = jnp.concatenate([jnp.repeat(p_positions, group, axis=0), positions], -1)
+        full = jnp.tril(jnp.ones((S, S), jnp.bool_))
+        hidden, _ = trunk(model, tokens, pos, None, keys[:, None, :] & full[None])
+        return _head(
+            model, hidden[:, Lp - 1 : S - 1], completion_ids, temperature, info, n, chunk, mask
+        )
     if _runs_whole(model):
         cache = kv_cache(info, P, S)  # the layout the sampler decodes with
         p_hidden, cache = trunk(model, prompt_ids, p_positions, cache, p_mask)
@@ -257,6 +323,7 @@ def _head(model, hidden, completion_ids, temperature, info, n, chunk, mask):
         keep=mask,
         dtype=info.compute_dtype,
         pack_head=n.pack_head,
+        softcap=info.logit_softcap,
     )
 
 

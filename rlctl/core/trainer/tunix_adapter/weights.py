@@ -38,6 +38,9 @@ class ModelInfo:
     dtype: str = "float32"  # of the parameters, and so of the KV cache
     # what the matmuls read (tunix_adapter/mixed.py; precision.compute_dtype decides)
     compute_dtype: str = "float32"
+    # tanh soft-capping of the logits, logits = c * tanh(logits / c) (Gemma 4's 30);
+    # None: none. Every head rlctl computes applies it (token_logps, the sampler)
+    logit_softcap: float | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -76,6 +79,8 @@ def load_model(
     try:
         if trainer_folder:
             model = _restore_trainer_folder(folder, fam, config, jdtype, mesh)
+        elif fam.layout.attention == "per_layer":
+            model = _load_by_layout(folder, fam, config, jdtype, mesh)
         else:
             params_mod = tunix_module(fam, fam.safetensors_loader)
             model = params_mod.create_model_from_safe_tensors(
@@ -102,6 +107,7 @@ def _info(family: str, config: Any, model: nnx.Module, dtype: str, compute_dtype
         params=n,
         dtype="bfloat16" if dtype == "bfloat16" else "float32",
         compute_dtype="bfloat16" if "bfloat16" in (dtype, compute_dtype) else "float32",
+        logit_softcap=getattr(config, "final_logit_softcap", None),
     )
 
 
@@ -132,10 +138,9 @@ def abstract_model(
     if hasattr(config, "param_dtype"):
         config = _hashable(dataclasses.replace(config, param_dtype=jdtype))
     patch_llama3_rope_theta()
-    m = tunix_module(fam)
 
     def build() -> Any:
-        model = getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0))
+        model = new_model(fam, config)
         params = nnx.state(model, nnx.Param)
         nnx.update(model, jax.tree.map(lambda x: x.astype(jdtype), params))
         return extend(model) if extend is not None else model
@@ -143,6 +148,21 @@ def abstract_model(
     built = nnx.eval_shape(build)
     model = built if extend is None else built[0]
     return built, _info(family, config, model, dtype, compute_dtype)
+
+
+def new_model(fam: Family, config: Any) -> nnx.Module:
+    """The family's Tunix model of ``config`` (random weights; under ``eval_shape``, none).
+
+    Pitfall: Tunix's Gemma 4 keeps its KV-sharing plan as a list and a set, static
+    attributes of the graphdef, which must hash (step.py's cache of compiled programs
+    and ``jax.jit``'s static arguments are keyed by it): ``TypeError: unhashable type:
+    'list'`` at the first sampler call. They are made a tuple and a frozenset here."""
+    model = getattr(tunix_module(fam), fam.model_class)(config, rngs=nnx.Rngs(0))
+    for name, kind in (("kv_cache_sharing_patterns", tuple), ("shared_layer_origins", frozenset)):
+        value = getattr(model, name, None)
+        if isinstance(value, (list, set)):
+            setattr(model, name, kind(value))
+    return model
 
 
 def _restore_trainer_folder(
@@ -153,8 +173,7 @@ def _restore_trainer_folder(
     place (sharded over ``mesh`` when given) and cast to ``jdtype``."""
     import orbax.checkpoint as ocp
 
-    m = tunix_module(fam)
-    abstract = nnx.eval_shape(lambda: getattr(m, fam.model_class)(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: new_model(fam, config))
     params = nnx.state(abstract, nnx.Param)
     shardings = nnx.get_named_sharding(params, mesh) if mesh is not None else None
 
@@ -174,6 +193,48 @@ def _restore_trainer_folder(
     if mesh is None:
         params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
     # flax types split's states as a variadic tuple (two filters: two states)
+    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
+    rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
+    return nnx.merge(graphdef, params, rest)
+
+
+def _load_by_layout(folder: Path, fam: Family, config: Any, jdtype: Any, mesh: Any) -> nnx.Module:
+    """The model from a Hugging Face folder through rlctl's layout (``checkpoints/
+    layout.py``), tensor by tensor, as ``checkpoint-convert --to trainer`` writes it.
+
+    Pitfall: Tunix 0.1.7's Gemma 4 loader (``params_safetensors``) matches
+    ``model.language_model.*`` (the multimodal checkpoint's names) or bare names only,
+    so a ``Gemma4ForCausalLM`` checkpoint's ``model.*`` tensors are all skipped, and it
+    leaves the shared layers' unread key/value projections unset (``None``), which
+    fails its own sharding step."""
+    from rlctl.core.checkpoints import layout
+    from rlctl.core.checkpoints.sources import open_source
+
+    source = open_source(str(folder))
+    abstract = nnx.eval_shape(lambda: new_model(fam, config))
+    params = nnx.state(abstract, nnx.Param)
+    flat = {}
+    for rule in layout.rules(source.config):
+        flat[rule.key] = rule.to_trainer([source.read(n) for n in rule.hf])
+    pure = nnx.to_pure_dict(params)
+    shardings = nnx.to_pure_dict(nnx.get_named_sharding(params, mesh)) if mesh is not None else None
+
+    def fill(tree: Any, path: tuple[str, ...] = (), shard: Any = None) -> Any:
+        if isinstance(tree, dict):
+            return {
+                k: fill(v, (*path, str(k)), None if shard is None else shard[k])
+                for k, v in tree.items()
+            }
+        key = ".".join(path)
+        if key not in flat:
+            raise KeyError(f"no tensor for {key}")
+        arr = np.asarray(flat.pop(key))
+        if arr.shape != tuple(tree.shape):
+            raise ValueError(f"{key}: shape {arr.shape}, the model's {tuple(tree.shape)}")
+        value = jnp.asarray(arr, jdtype)
+        return jax.device_put(value, shard) if shard is not None else value
+
+    nnx.replace_by_pure_dict(params, fill(pure, (), shardings))
     graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
     rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
     return nnx.merge(graphdef, params, rest)
