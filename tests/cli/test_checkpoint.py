@@ -64,7 +64,11 @@ class TestBadInput:
         r = runner.invoke(app, ["checkpoint-convert", str(src), str(tmp_path / "out")])
         assert r.exit_code == 2
         assert "'phi3' is not supported" in r.stderr
-        assert "gemma3_text, llama, mistral, qwen2, qwen3" in r.stderr
+        from rlctl.core.families import FAMILIES
+
+        # every registered family, by name (gemma4_text joined them: #52)
+        assert "gemma3_text, gemma4_text, llama, mistral, qwen2, qwen3" in r.stderr
+        assert f"supported model types: {', '.join(sorted(FAMILIES))}" in r.stderr
 
     def test_dst_exists(self, runner, tmp_path):
         pytest.importorskip("tokenizers")
