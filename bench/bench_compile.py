@@ -19,8 +19,10 @@ Programs, for each target and workload:
 Each in a fresh process (nothing cached, no compiler warmed by another), rlctl's right
 before its reference. Workloads: 2x8x48 (the default run: SmolLM2-135M's shape, 2 prompts
 x 8 completions x 48 tokens), 16x8x256 (the same model), 1b (Llama-3.2-1B's shape with
-SmolLM2's vocabulary, 2x8x48). Targets: h200 (one GPU), h100, b200, a100 (one GPU), or any
-catalog slice (v6e-8, 'v6e-16 x2', v5litepod-4).
+SmolLM2's vocabulary, 2x8x48), qwen3.5-0.8b (Qwen3.5-0.8B's text model, 2x8x48; not in
+the default set: ``--workloads qwen3.5-0.8b --programs update,update-ref,rollout``, its
+reference sampler being Tunix's, which has no Qwen3.5). Targets: h200 (one GPU), h100,
+b200, a100 (one GPU), or any catalog slice (v6e-8, 'v6e-16 x2', v5litepod-4).
 
     python -m bench.bench_compile                               # h200 and v6e-8, every workload
     python -m bench.bench_compile --targets v6e-1,v6e-8 --workloads 1b --programs update
@@ -53,6 +55,37 @@ if __name__ == "__main__" and find_spec("bench") is None:  # by path: bench/_by_
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = {"2x8x48": ("smollm2-135m", 2, 8, 48), "16x8x256": ("smollm2-135m", 16, 8, 256)}
 WORKLOADS["1b"] = ("1b", 2, 8, 48)
+WORKLOADS["qwen3.5-0.8b"] = ("qwen3.5-0.8b", 2, 8, 48)
+# Qwen3.5-0.8B-Base's text model (its published text_config; tests/data/configs holds the
+# multimodal file): 24 layers, three gated-DeltaNet layers to one gated attention
+QWEN3_5_0_8B: dict[str, Any] = {
+    "architectures": ["Qwen3_5ForCausalLM"],
+    "model_type": "qwen3_5_text",
+    "vocab_size": 248320,
+    "hidden_size": 1024,
+    "intermediate_size": 3584,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16,
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10_000_000,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [11, 11, 10],
+        "mrope_interleaved": True,
+    },
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 262144,
+    "eos_token_id": 248044,
+}
 PROGRAMS = ["update", "update-ref", "rollout", "rollout-ref", "eval"]
 ONE_GPU = {"h200": "a3-ultragpu-8g", "h100": "a3-highgpu-8g", "b200": "a4-highgpu-8g"}
 ONE_GPU["a100"] = "a2-highgpu-1g"
@@ -80,6 +113,8 @@ def model_config(workload: str) -> dict[str, Any]:
     from bench.bench_memory import SHAPES, hf_config
 
     shape = WORKLOADS[workload][0]
+    if shape == "qwen3.5-0.8b":
+        return json.loads(json.dumps(QWEN3_5_0_8B))
     return hf_config(one_b_shape() if shape == "1b" else SHAPES[shape], "float32")
 
 

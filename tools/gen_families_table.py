@@ -50,8 +50,14 @@ def table() -> str:
     ]
     for fam in FAMILIES.values():
         refuses = "; ".join(fam.refuses) if fam.refuses else "nothing else"
+        classes = f"`{fam.hf_architecture}`"
+        if fam.wrapper is not None:  # a multimodal checkpoint read as its text model
+            classes += f", `{fam.wrapper.architecture}` (its text model)"
+        model = f"`{fam.tunix_package}`"
+        if "." in fam.tunix_package:  # a model Tunix does not have: rlctl's own
+            model = f"rlctl's own (`{fam.tunix_package.rsplit('.', 1)[-1]}`)"
         rows.append(
-            f"| `{fam.model_type}` | `{fam.hf_architecture}` | `{fam.tunix_package}` "
+            f"| `{fam.model_type}` | {classes} | {model} "
             f"| {_fast_paths(fam)} | {'yes' if fam.lora_paths else 'no'} "
             f"| {_applies(fam)} | {refuses} |"
         )

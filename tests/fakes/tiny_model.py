@@ -55,10 +55,11 @@ def write_tiny_model(folder: Path, family: str, **kwargs: object) -> Path:
     """A tiny random model of ``family`` (a ``model_type``), as its record's ``tiny``
     config says the real ones are (Gemma 3 ties its embeddings, Qwen3 uses rope
     theta 1e6, Mistral has a window)."""
-    if families.family(family).layout.attention == "per_layer":
-        # its tensors (per-layer inputs, per-layer head sizes, shared layers) are not
-        # a Llama's: transformers writes it (needs torch, the test extra), its dims
-        # given as overrides of its tiny config (whose layer pattern sets the count)
+    if families.family(family).layout.by_layer:
+        # its tensors (Gemma 4's per-layer inputs, head sizes and shared layers,
+        # Qwen3.5's linear-attention layers) are not a Llama's: transformers writes
+        # it (needs torch, the test extra), its dims given as overrides of its tiny
+        # config (whose layer pattern sets the count)
         seed = int(kwargs.pop("seed", 0))  # type: ignore[call-overload]
         kwargs.pop("layers", None)
         names = {"hidden": "hidden_size", "heads": "num_attention_heads"}
@@ -68,7 +69,9 @@ def write_tiny_model(folder: Path, family: str, **kwargs: object) -> Path:
         dims: dict[str, object] = {names[k]: v for k, v in kwargs.items()}
         if "hidden" in kwargs or "heads" in kwargs:
             head_dim = int(kwargs.get("hidden", 64)) // int(kwargs.get("heads", 4))  # type: ignore[call-overload]
-            dims.update(head_dim=head_dim, global_head_dim=2 * head_dim)
+            dims.update(head_dim=head_dim)
+            if families.family(family).layout.attention == "per_layer":  # Gemma 4's
+                dims.update(global_head_dim=2 * head_dim)
         return write_transformers_model(folder, family, seed=seed, overrides=dims)
     return write_tiny_llama(folder, family=family, **kwargs)  # type: ignore[arg-type]
 

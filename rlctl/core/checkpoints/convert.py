@@ -22,6 +22,8 @@ from typing import Any, Literal
 import numpy as np
 
 from rlctl.core.checkpoints import hf
+from rlctl.core.checkpoints.kept import KEPT_FILE
+from rlctl.core.checkpoints.kept import write as write_kept
 from rlctl.core.checkpoints.places import Output, open_output
 from rlctl.core.checkpoints.sources import TRAINER_MARKER, LoraSource, Source, open_source
 from rlctl.core.errors import ConfigError
@@ -341,6 +343,8 @@ def _to_trainer(
         done_b += sizes[r.key]
         report(i, total_n, done_b, total_b)
     writer.finish([r.key for r in source.rules])
+    if source.kept is not None and not out.done(KEPT_FILE):  # a multimodal model's rest
+        write_kept(out, source.kept, want)
     out_dtype = _out_dtype(source, want)
     marker = {
         "format": "rlctl-trainer",

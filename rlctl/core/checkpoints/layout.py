@@ -80,7 +80,7 @@ def dims_of(config: dict[str, Any]) -> Dims:
 
 
 def _tied_by_default(config: dict[str, Any]) -> bool:
-    fam = families.FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
+    fam = families.find(config.get("model_type"))
     return fam is not None and fam.tied_by_default
 
 
@@ -266,11 +266,84 @@ def _gemma4(config: dict[str, Any]) -> list[tuple[Rule, dict[str, tuple[int, ...
     return out
 
 
+def _conv_pair() -> tuple[Any, ...]:
+    """HF depthwise conv1d weight ``[C, 1, K]`` <-> trainer ``[K, C]``."""
+
+    def fwd(xs: list[np.ndarray]) -> np.ndarray:
+        return transpose(xs[0][:, 0, :])
+
+    def back(x: np.ndarray) -> list[np.ndarray]:
+        return [transpose(x)[:, None, :]]
+
+    return fwd, back, "other"
+
+
+def _qwen3_5(config: dict[str, Any]) -> list[tuple[Rule, dict[str, tuple[int, ...]]]]:
+    """Qwen3.5's rules, each with the shapes of its HF tensors: rlctl's ``qwen3_5``
+    tree (trainer/tunix_adapter/qwen3_5/model.py). Full-attention layers as Qwen3's
+    (q_proj's rows per head are the query then its output gate, so ``[D, H, 2 hd]``);
+    linear-attention layers' projections transposed, the depthwise convolution's
+    ``[C, 1, K]`` as ``[K, C]``, the rest as they are. Norm weights stay raw (the
+    model scales by ``1 + w``), so a round trip moves no bit."""
+    from rlctl.core.families import qwen3_5
+
+    fam = families.of_config(config)
+    f = fam.config_fields(config)
+    prefix = fam.tensor_prefix(config)  # a multimodal checkpoint's text model's
+    D, F, V = f["embed_dim"], f["hidden_dim"], f["vocab_size"]
+    H, K, hd = f["num_heads"], f["num_kv_heads"], f["head_dim"]
+    kh, vh = f["linear_num_key_heads"], f["linear_num_value_heads"]
+    dk, dv, kernel = f["linear_key_head_dim"], f["linear_value_head_dim"], f["conv_kernel"]
+    conv = 2 * kh * dk + vh * dv
+    out: list[tuple[Rule, dict[str, tuple[int, ...]]]] = []
+
+    def add(key: str, hf: dict[str, tuple[int, ...]], pair: tuple[Any, ...]) -> None:
+        out.append((Rule(key, tuple(hf), *pair), hf))
+
+    ident = (_same, _one, "same")
+    trans = _transposing(lambda h: (h[1], h[0]), _2d)
+    add("embedder.input_embedding", {prefix + "embed_tokens.weight": (V, D)}, ident)
+    for i, kind in enumerate(f["layer_types"]):
+        h, t = f"{prefix}layers.{i}.", f"layers.{i}."
+        if kind == qwen3_5.FULL:
+            a = f"{h}self_attn."
+            add(t + "attn.q_proj.w", {a + "q_proj.weight": (H * 2 * hd, D)}, _heads_in(H, 2 * hd))
+            add(t + "attn.k_proj.w", {a + "k_proj.weight": (K * hd, D)}, _heads_in(K, hd))
+            add(t + "attn.v_proj.w", {a + "v_proj.weight": (K * hd, D)}, _heads_in(K, hd))
+            add(t + "attn.o_proj.w", {a + "o_proj.weight": (D, H * hd)}, _heads_out(H, hd))
+            add(t + "attn.q_norm.w", {a + "q_norm.weight": (hd,)}, ident)
+            add(t + "attn.k_norm.w", {a + "k_norm.weight": (hd,)}, ident)
+        else:
+            a, m = f"{h}linear_attn.", t + "linear_attn."
+            add(m + "in_proj_qkv.w", {a + "in_proj_qkv.weight": (conv, D)}, trans)
+            add(m + "in_proj_z.w", {a + "in_proj_z.weight": (vh * dv, D)}, trans)
+            add(m + "in_proj_b.w", {a + "in_proj_b.weight": (vh, D)}, trans)
+            add(m + "in_proj_a.w", {a + "in_proj_a.weight": (vh, D)}, trans)
+            add(m + "conv1d.w", {a + "conv1d.weight": (conv, 1, kernel)}, _conv_pair())
+            add(m + "dt_bias", {a + "dt_bias": (vh,)}, ident)
+            add(m + "A_log", {a + "A_log": (vh,)}, ident)
+            add(m + "norm.w", {a + "norm.weight": (dv,)}, ident)
+            add(m + "out_proj.w", {a + "out_proj.weight": (D, vh * dv)}, trans)
+        add(t + "input_layernorm.w", {h + "input_layernorm.weight": (D,)}, ident)
+        add(t + "post_attention_layernorm.w", {h + "post_attention_layernorm.weight": (D,)}, ident)
+        add(t + "mlp.gate_proj.kernel", {h + "mlp.gate_proj.weight": (F, D)}, trans)
+        add(t + "mlp.up_proj.kernel", {h + "mlp.up_proj.weight": (F, D)}, trans)
+        add(t + "mlp.down_proj.kernel", {h + "mlp.down_proj.weight": (D, F)}, trans)
+    add("final_norm.w", {prefix + "norm.weight": (D,)}, ident)
+    if not f["use_tied_embedding"]:
+        add("lm_head.w", {"lm_head.weight": (V, D)}, trans)
+    return out
+
+
+# the families whose rules come per layer, with their HF shapes (``Layout.by_layer``)
+_BY_LAYER = {"per_layer": _gemma4, "hybrid": _qwen3_5}
+
+
 def rules(config: dict[str, Any]) -> list[Rule]:
     """Every trainer tensor of the model, in a streaming order (embedding, layers, head)."""
     fam = families.of_config(config)
-    if fam.layout.attention == "per_layer":
-        return [r for r, _ in _gemma4(config)]
+    if fam.layout.by_layer:
+        return [r for r, _ in _BY_LAYER[fam.layout.attention](config)]
     d = dims_of(config)
     out: list[Rule] = []
 
@@ -334,8 +407,11 @@ def rules(config: dict[str, Any]) -> list[Rule]:
 def hf_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """The shape of every HF tensor the model must have (to check a folder before
     converting it: a missing or misshapen tensor is one line, not a reshape error)."""
-    if families.of_config(config).layout.attention == "per_layer":
-        return {n: shape for _, hf in _gemma4(config) for n, shape in hf.items()}
+    layout = families.of_config(config).layout
+    if layout.by_layer:
+        return {
+            n: shape for _, hf in _BY_LAYER[layout.attention](config) for n, shape in hf.items()
+        }
     d = dims_of(config)
     vocab = int(config.get("vocab_size") or 0)
     ffn = int(config.get("intermediate_size") or 0)

@@ -25,6 +25,7 @@ import numpy as np
 
 from rlctl.core.checkpoints import hf, layout
 from rlctl.core.checkpoints.hf import SIDECARS, SafetensorsReader, np_dtype
+from rlctl.core.checkpoints.kept import Kept, of_model_folder, of_reader
 from rlctl.core.checkpoints.places import GcsPlace, LocalPlace, Place, open_place
 from rlctl.core.errors import ConfigError
 from rlctl.core.store.base import step_number
@@ -48,6 +49,9 @@ class Source:
     step: int | None = None
     skipped: list[str] = field(default_factory=list)  # tensors not part of the model
     holds: Any = None  # what must live as long as the source (a run's staging folder)
+    # a multimodal checkpoint's tensors outside its text model, listed after the
+    # model's and read as they are (kept.py); None for a text-only one
+    kept: Kept | None = None
 
     def __post_init__(self) -> None:
         self.family = layout.family_of(self.config)
@@ -55,7 +59,11 @@ class Source:
         self.by_hf = {n: r for r in self.rules for n in r.hf}
 
     def names(self) -> list[str]:
-        return [n for r in self.rules for n in r.hf]
+        model = [n for r in self.rules for n in r.hf]
+        return model + (self.kept.names if self.kept is not None else [])
+
+    def is_kept(self, name: str) -> bool:
+        return self.kept is not None and name in self.kept.index
 
     def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
         raise NotImplementedError
@@ -98,7 +106,8 @@ class HfSource(Source):
                     f"{uri}: tensor {n!r} is {list(have[n].shape)}, config.json says {list(shape)}",
                     hint="copy or download the model again",
                 )
-        self.skipped = sorted(set(have) - set(want))
+        self.kept = of_reader(self.reader, config, want)
+        self.skipped = [] if self.kept is not None else sorted(set(have) - set(want))
 
     def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
         t = self.reader.tensors[name]
@@ -135,6 +144,8 @@ class TrainerSource(Source):
 
         super().__init__(uri, kind, config, sidecars, step)
         self.reader = OrbaxReader(step_dir)
+        # a trainer folder's own kept.safetensors, or the run's model folder's
+        self.kept = of_model_folder(sidecars, config, self.by_hf)
         keys = set(self.reader.keys)
         missing = [r.key for r in self.rules if r.key not in keys]
         if missing:
@@ -154,6 +165,8 @@ class TrainerSource(Source):
         return self._cached[1]
 
     def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
+        if self.kept is not None and name in self.kept.index:
+            return self.kept.shape_dtype(name)
         if name not in self._meta:
             _, dtype = self.reader.shape_dtype(self.by_hf[name].key)
             self._meta[name] = (self._hf_shapes[name], dtype)
@@ -187,6 +200,8 @@ class TrainerSource(Source):
         return out
 
     def read(self, name: str) -> np.ndarray:
+        if self.kept is not None and name in self.kept.index:
+            return self.kept.read(name)
         rule = self.by_hf[name]
         if rule.kind == "t" and rule.t_view is not None:
             return self._read_transposed(rule)
@@ -216,6 +231,7 @@ class LoraSource(Source):
         self.base = base
         self.record = record
         self.skipped = base.skipped
+        self.kept = base.kept
         self.adapters = OrbaxReader(step_dir)
         try:
             self.scale = float(record["alpha"]) / int(record["rank"])
@@ -253,8 +269,8 @@ class LoraSource(Source):
             raise ConfigError(f"{self.uri}: {e}", hint="the run's base model changed?") from e
 
     def read(self, name: str) -> np.ndarray:
-        rule = self.by_hf[name]
-        if rule.key not in self.adapted:
+        rule = self.by_hf.get(name)
+        if rule is None or rule.key not in self.adapted:  # kept tensors too: the base's
             return self.base.read(name)
         return rule.to_hf(self.read_rule(rule))[rule.hf.index(name)]
 

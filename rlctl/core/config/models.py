@@ -230,7 +230,20 @@ class RolloutSpec(Spec):
 # adapters (docs/lora.md): 5x full fine-tuning's, as adapters starting at zero
 # move only a low-rank part of each weight
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# the default targets, and Qwen3.5's linear-attention projections (its families record
+# says which a model has: ``Family.lora_paths``)
+LoraTarget = Literal[
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "in_proj_qkv",
+    "in_proj_z",
+    "out_proj",
+]
 LORA_LEARNING_RATE = 5e-5
 
 

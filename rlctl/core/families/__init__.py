@@ -9,16 +9,28 @@ checks all read it. Adding a family of an existing architecture is one module he
 and its row in the conformance test (docs/checkpoints.md, "Adding a model family").
 """
 
-from rlctl.core.families.record import Capabilities, Family, Layout
-from rlctl.core.families.registry import FAMILIES, SUPPORTED, family, of_config, of_gguf, with_lora
+from rlctl.core.families.record import Capabilities, Family, Layout, Wrapper
+from rlctl.core.families.registry import (
+    FAMILIES,
+    SUPPORTED,
+    WRAPPED,
+    family,
+    find,
+    of_config,
+    of_gguf,
+    with_lora,
+)
 
 __all__ = [
     "FAMILIES",
     "SUPPORTED",
+    "WRAPPED",
     "Capabilities",
     "Family",
     "Layout",
+    "Wrapper",
     "family",
+    "find",
     "of_config",
     "of_gguf",
     "with_lora",

@@ -52,9 +52,32 @@ class Layout:
     # "stacked_einsums": Gemma's q/kv (or qkv) einsums and ``scale`` norms;
     # "per_layer": Gemma 4's, whose layers differ (head sizes, KV-shared layers,
     # per-layer inputs; layout._gemma4), read by rlctl (Tunix's loader cannot)
+    # "hybrid": Qwen3.5's linear-attention (gated DeltaNet) and gated full-attention
+    # layers (layout._qwen3_5), read by rlctl as "per_layer" is
     attention: str = "per_projection"
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2)
     qk_norm: bool = False  # per-head RMS norms of queries and keys (Qwen3)
+
+    @property
+    def by_layer(self) -> bool:
+        """Each tensor's rule and shape come from its own layer (``layout.rules``
+        lists them with their shapes), and rlctl loads the folder itself: the
+        layers differ, so layer 0 is no pattern for the others."""
+        return self.attention in ("per_layer", "hybrid")
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A multimodal checkpoint that holds the family's text model (Qwen3.5's dense
+    checkpoints are all ``Qwen3_5ForConditionalGeneration``): its config.json nests the
+    text model's settings under ``text_config`` and its tensors under ``prefix``. Its
+    other tensors (a vision tower, multi-token-prediction layers) are not the trainer's:
+    set aside on the way in and written back on the way out (``checkpoints/kept.py``),
+    so an export loads as the original architecture."""
+
+    model_type: str  # the multimodal config.json's model_type
+    architecture: str  # its architectures[0]
+    prefix: str  # where its text model's tensors are ("model." in a text checkpoint)
 
 
 @dataclass(frozen=True)
@@ -65,8 +88,10 @@ class Family:
 
     model_type: str  # config.json's model_type (the family's name everywhere in rlctl)
     hf_architecture: str  # config.json's architectures[0] (what transformers builds)
-    tunix_package: str  # tunix.models.<package>
-    model_class: str  # the Tunix model class (to restore a trainer checkpoint into)
+    # tunix.models.<package>; or, for a model Tunix does not have and rlctl implements
+    # in Tunix's module layout (Qwen3.5), that package's full dotted path
+    tunix_package: str
+    model_class: str  # the model class (to restore a trainer checkpoint into)
     # config.json -> keyword arguments of the package's ModelConfig (raises ConfigError
     # for what the Tunix model cannot express, rather than train another model); called
     # through ``config_fields``, which first refuses the keys it does not read
@@ -84,6 +109,8 @@ class Family:
     # other model_type values that name this family's multimodal sibling: refused with
     # a pointer to this one
     refused_aliases: tuple[str, ...] = ()
+    # a multimodal checkpoint type that holds this text model, read as this family
+    wrapper: Wrapper | None = None
     # the GGUF ``general.architecture`` llama.cpp writes for it, if rlctl reads such files
     gguf_architecture: str | None = None
     # a tiny random model's config.json (transformers' names) from the dims every
@@ -98,11 +125,48 @@ class Family:
     # the records: ``families.table``)
     refuses: tuple[str, ...] = ()
 
+    @property
+    def model_package(self) -> str:
+        """The dotted path of the package holding the family's ``model`` module."""
+        if "." in self.tunix_package:
+            return self.tunix_package
+        return f"tunix.models.{self.tunix_package}"
+
     def config_fields(self, c: dict[str, Any]) -> dict[str, Any]:
         """config.json ``c`` as the keyword arguments of the family's Tunix
         ``ModelConfig`` (``map_config``), after refusing with one line any key that
         changes the model and that the family does not apply (``foreign``)."""
         from rlctl.core.families.foreign import refuse_foreign
 
+        c = self.text_config(c)
         refuse_foreign(self.model_type, self.reads, c)
         return self.map_config(c)
+
+    def wraps(self, c: dict[str, Any]) -> bool:
+        """Whether config.json ``c`` is the family's multimodal wrapper's."""
+        return self.wrapper is not None and c.get("model_type") == self.wrapper.model_type
+
+    def text_config(self, c: dict[str, Any]) -> dict[str, Any]:
+        """The text model's config.json: ``c`` itself, or a wrapper's ``text_config``
+        under the family's own model_type. Its head is tied as the wrapper says, when
+        it says: transformers ties a multimodal model by its top-level
+        ``tie_word_embeddings`` (``PreTrainedModel.get_expanded_tied_weights_keys``)."""
+        if not self.wraps(c):
+            return c
+        inner = c.get("text_config")
+        if not isinstance(inner, dict):
+            from rlctl.core.errors import ConfigError
+
+            raise ConfigError(
+                f"{c.get('model_type')} config: no text_config object",
+                hint="copy or download the model's config.json again",
+            )
+        out = {**inner, "model_type": self.model_type}
+        if "tie_word_embeddings" in c:
+            out["tie_word_embeddings"] = c["tie_word_embeddings"]
+        return out
+
+    def tensor_prefix(self, c: dict[str, Any]) -> str:
+        """Where config.json ``c``'s text-model tensors are named from."""
+        assert self.wrapper is not None or not self.wraps(c)
+        return self.wrapper.prefix if self.wrapper is not None and self.wraps(c) else "model."

@@ -35,6 +35,15 @@ FAMILIES: MappingProxyType[str, Family] = MappingProxyType(_discover())
 SUPPORTED: tuple[str, ...] = tuple(FAMILIES)
 # model_type values of a family's multimodal sibling: refused with a pointer to it
 _ALIASES = {alias: f.model_type for f in FAMILIES.values() for alias in f.refused_aliases}
+# model_type values of multimodal checkpoints read as the text family they hold
+WRAPPED: MappingProxyType[str, Family] = MappingProxyType(
+    {f.wrapper.model_type: f for f in FAMILIES.values() if f.wrapper is not None}
+)
+
+
+def find(model_type: Any) -> Family | None:
+    """The family of a config.json's ``model_type`` (a wrapper's too), or None."""
+    return FAMILIES.get(model_type) or WRAPPED.get(model_type)
 
 
 def family(model_type: Any) -> Family:
@@ -46,6 +55,8 @@ def family(model_type: Any) -> Family:
             f"'{_ALIASES[model_type]}' is",
             hint=f"supported model types: {supported}",
         )
+    if model_type in WRAPPED:
+        return WRAPPED[model_type]
     if model_type not in FAMILIES:
         raise ConfigError(
             f"model type {model_type!r} is not supported",

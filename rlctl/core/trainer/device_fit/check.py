@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlctl.core import families
 from rlctl.core.config.compile_targets import CompileTarget
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import OutOfMemoryError
@@ -88,7 +89,9 @@ def place(
         if lora:
             from rlctl.core.trainer.tunix_adapter.lora import apply_lora
 
-            model = apply_lora(model, str(config.get("model_type")), t, seed=t.seed, place=False)
+            model = apply_lora(
+                model, families.of_config(config).model_type, t, seed=t.seed, place=False
+            )
         return model, make_optimizer(model, t)
 
     (model, optimizer), info = ta.abstract_model(

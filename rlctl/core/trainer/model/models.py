@@ -126,8 +126,8 @@ def check_layers(folder: Path, config: dict[str, Any], shapes: dict[str, list[in
             f"says [vocab_size, hidden_size] = {want}",
             hint=_REFETCH,
         )
-    fam = families.FAMILIES.get(config.get("model_type"))  # type: ignore[arg-type]
-    if fam is not None and fam.layout.attention == "per_layer":
+    fam = families.find(config.get("model_type"))
+    if fam is not None and fam.layout.by_layer:
         # layers of differing shapes (Gemma 4's global layers, KV-shared layers): each
         # tensor against the layout's own shape for it
         _check_against_layout(where, config, shapes)

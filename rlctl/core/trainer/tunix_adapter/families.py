@@ -51,8 +51,9 @@ def _hashable(config: Any) -> Any:
 
 
 def tunix_module(fam: Family, name: str = "model") -> Any:
-    """``tunix.models.<package>.<name>`` of the family."""
-    return importlib.import_module(f"tunix.models.{fam.tunix_package}.{name}")
+    """``tunix.models.<package>.<name>`` of the family (or of rlctl's own package
+    for a model Tunix does not have: ``Family.model_package``)."""
+    return importlib.import_module(f"{fam.model_package}.{name}")
 
 
 def build_config(fam: Family, c: dict[str, Any]) -> Any:
@@ -98,14 +99,15 @@ def check_family(folder: Path) -> str:
     from rlctl.core.trainer.model.models import read_model_config
 
     config = read_model_config(folder)
-    family = config.get("model_type")
-    if family not in families.FAMILIES:
+    fam = families.find(config.get("model_type"))
+    if fam is None:
         raise ConfigError(
-            f"model type {family!r} is not supported by the local trainer",
+            f"model type {config.get('model_type')!r} is not supported by the local trainer",
             hint=f"use one of: {', '.join(sorted(families.FAMILIES))}",
         )
+    family = fam.model_type
     try:
-        families.family(family).config_fields(config)  # every field Tunix's config needs
+        fam.config_fields(config)  # every field Tunix's config needs
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(
             f"{folder / 'config.json'}: cannot build a {family} model from it "

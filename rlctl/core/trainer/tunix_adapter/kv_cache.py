@@ -22,6 +22,14 @@ def shares_kv(model: Any) -> bool:
     return hasattr(model, "kv_cache_sharing_patterns") and hasattr(model, "init_cache")
 
 
+def own_cache(model: Any) -> bool:
+    """A model that makes its own cache (``init_cache``), its layers' caches differing
+    in shape: Tunix's Gemma 4 (``shares_kv``), and rlctl's Qwen3.5, whose
+    linear-attention layers keep a convolution window and a recurrent state instead
+    of keys and values (``recurrent_layers``). Asked of the model, not of a family."""
+    return shares_kv(model) or bool(getattr(model, "recurrent_layers", ()))
+
+
 def kv_cache(
     info: ModelInfo, batch: int, size: int, stacked: bool = False, model: Any = None
 ) -> Any:
@@ -29,8 +37,8 @@ def kv_cache(
     layers write (``layer_i: {k, v, end_index}``); the model's dtype, as
     ``shared_prefix_logps`` makes it. ``stacked``: one ``{k, v, end_index}`` whose
     arrays have a leading layer axis, as scanned layers read and write it
-    (``layers.scan_trunk``). ``model``: one that makes its own (``shares_kv``)."""
-    if model is not None and shares_kv(model):
+    (``layers.scan_trunk``). ``model``: one that makes its own (``own_cache``)."""
+    if model is not None and own_cache(model):
         return model.init_cache(batch, size, jnp.dtype(info.dtype))
     if stacked:
         one = layer_cache(info, batch, size)

@@ -260,7 +260,7 @@ def shared_prefix_logps(
             model, hidden[:, Lp - 1 : S - 1], completion_ids, temperature, info, n, chunk, mask
         )
     if _runs_whole(model):
-        cache = kv_cache(info, P, S)  # the layout the sampler decodes with
+        cache = kv_cache(info, P, S, model=model)  # the layout the sampler decodes with
         p_hidden, cache = trunk(model, prompt_ids, p_positions, cache, p_mask)
         c_hidden, _ = trunk(model, completion_ids, positions, repeat_rows(cache, group), c_mask)
     else:

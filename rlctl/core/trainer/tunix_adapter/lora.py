@@ -43,6 +43,14 @@ def check_lora(family: str, training: Any, devices: int = 1) -> None:
             hint="remove training.lora_rank to train all parameters, or use a model of "
             f"type {', '.join(families.with_lora())}",
         )
+    paths = dict(families.family(family).lora_paths)
+    absent = [t for t in training.lora_target_modules or () if t not in paths]
+    if absent:
+        raise ConfigError(
+            f"training.lora_target_modules: {', '.join(absent)}: not a projection of "
+            f"{family} models",
+            hint=f"its projections: {', '.join(paths)}",
+        )
 
 
 def module_regex(family: str, targets: list[str]) -> str:

@@ -79,7 +79,7 @@ def load_model(
     try:
         if trainer_folder:
             model = _restore_trainer_folder(folder, fam, config, jdtype, mesh)
-        elif fam.layout.attention == "per_layer":
+        elif fam.layout.by_layer:
             model = _load_by_layout(folder, fam, config, jdtype, mesh)
         else:
             params_mod = tunix_module(fam, fam.safetensors_loader)
@@ -126,13 +126,13 @@ def abstract_model(
     (LoRA's adapters, the optimizer: they need the model's arrays, which exist only
     inside the trace) and its result, a tuple whose first item is the model (with its
     adapters), is returned in place of the model."""
-    family = str(c.get("model_type"))
-    if family not in families.FAMILIES:
+    found = families.find(c.get("model_type"))
+    if found is None:
         raise ConfigError(
-            f"model type {family!r} is not supported by the trainer",
+            f"model type {str(c.get('model_type'))!r} is not supported by the trainer",
             hint=f"use one of: {', '.join(sorted(families.FAMILIES))}",
         )
-    fam = families.family(family)
+    fam, family = found, found.model_type
     config = build_config(fam, c)
     jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
     if hasattr(config, "param_dtype"):
