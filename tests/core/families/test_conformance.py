@@ -354,6 +354,41 @@ def test_it_converts_trains_two_steps_and_exports_transformers_logits(tmp_path, 
     converts_trains_and_exports(tmp_path, written(tmp_path, name))
 
 
+# the families #52 added: the acceptance's 32 greedy tokens and GSPO run for them
+NEWEST = ("gemma4_text", "qwen3_5_text")
+
+
+@pytest.mark.trainer
+@pytest.mark.parametrize("name", NEWEST)
+def test_the_samplers_32_greedy_tokens_are_transformers_generate(tmp_path, name):
+    """32 tokens from rlctl's sampler (its own cache: Gemma 4's shared layers and
+    sliding rings, Qwen3.5's recurrent states) equal transformers' ``generate``, two
+    prompts in one batch, one left-padded further."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from rlctl.core.trainer.model.tokenizer import ChatTokenizer
+    from rlctl.core.trainer.rollout.sampler import Sampler, left_pad
+    from tests.core.checkpoints.test_transformers_parity import PROMPT, hf_greedy, hf_model
+
+    src = written(tmp_path, name)
+    model, info = ta.load_model(src)
+    tok = ChatTokenizer(src)
+    ids = tok.encode(PROMPT)
+    sampler = Sampler(model, info, pad_id=tok.pad_id(), eos_ids=[], max_new_tokens=32)
+    out = sampler(left_pad([ids, ids[3:]], 48, tok.pad_id()), group=2, seed=0, temperature=0.0)
+    hf = hf_model(src)
+    want = hf_greedy(hf, ids, 32), hf_greedy(hf, ids[3:], 32)
+    got = [[int(t) for t in row] for row in np.asarray(out.tokens)]
+    assert got == [want[0], want[0], want[1], want[1]]
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NEWEST)
+def test_gspo_trains_two_steps_and_exports_transformers_logits(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    converts_trains_and_exports(tmp_path, written(tmp_path, name), algorithm="gspo")
+
+
 def converts_trains_and_exports(
     tmp_path: Path, src: Path, *extra: str, compare: bool = True, algorithm: str = "grpo"
 ) -> Path:
