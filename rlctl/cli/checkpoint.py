@@ -120,6 +120,11 @@ def checkpoint_convert(
         f"{result.tensors} tensors, {human_bytes(result.bytes)} in {result.seconds:.1f} s "
         f"({human_bytes(rate)}/s), peak RSS {human_bytes(result.peak_rss_bytes)}"
         + (f", {result.resumed} already done by an earlier run" if result.resumed else "")
+        + (
+            f"; {result.kept} tensors outside the text model (vision tower) carried unchanged"
+            if result.kept
+            else ""
+        )
         + ("; verified" if result.verified else "")
     )
     out.result(result.to_dict(), human)

@@ -52,6 +52,8 @@ class ConvertResult:
     resumed: int = 0  # tensors a previous, interrupted run had already written
     skipped: list[str] = field(default_factory=list)  # source tensors not in the model
     verified: bool | None = None
+    # a multimodal checkpoint's tensors outside its text model (kept.py), carried along
+    kept: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -173,6 +175,7 @@ def convert(
         resumed=resumed,
         skipped=source.skipped,
         verified=True if verify else None,
+        kept=len(source.kept.names) if source.kept is not None else 0,
     )
 
 

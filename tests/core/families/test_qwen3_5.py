@@ -161,8 +161,9 @@ def multimodal(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("q35mm")
     src = write_multimodal(tmp / "src", shrunk(published("qwen3.5-0.8b-base"), layers=4))
-    convert(str(src), str(tmp / "trainer"), to="trainer")
-    convert(str(tmp / "trainer"), str(tmp / "back"), to="hf", verify=True)
+    there = convert(str(src), str(tmp / "trainer"), to="trainer")
+    back = convert(str(tmp / "trainer"), str(tmp / "back"), to="hf", verify=True)
+    assert there.kept == back.kept > 0 and there.skipped == []  # said, not dropped
     return src, tmp / "trainer", tmp / "back"
 
 
