@@ -428,3 +428,16 @@ def test_the_familys_mapping_builds_its_config():
     assert (config.rope_theta, config.rotary_dim, config.use_tied_embedding) == (5e6, 8, True)
     assert dataclasses.replace(config, chunk_size=8) != config
     hash(config)
+
+
+@pytest.mark.parametrize("c", [1, 4, 48, 64])
+def test_the_chunks_inverse_is_by_matmuls_and_exact(c):
+    """``(I + a)^-1`` of a strictly lower ``a`` as the chunked rule builds it (entries up
+    to 1: l2-normed keys, beta and decay at most 1), without a triangular solve (jaxlib's
+    CPU solve deadlocked two concurrent solves on a 2-thread pool)."""
+    rng = np.random.default_rng(c)
+    a = np.tril(rng.uniform(-1, 1, (3, c, c)), -1).astype(np.float32)
+    inv = np.asarray(deltanet.unit_lower_inverse(jnp.asarray(a)))
+    eye = np.broadcast_to(np.eye(c, dtype=np.float32), a.shape)
+    want = np.linalg.inv((eye + a).astype(np.float64))
+    np.testing.assert_allclose(inv, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
