@@ -382,6 +382,26 @@ def test_the_samplers_32_greedy_tokens_are_transformers_generate(tmp_path, name)
 
 
 @pytest.mark.trainer
+@pytest.mark.parametrize("name", NEWEST)
+def test_their_logits_are_transformers_to_1e_5(tmp_path, name):
+    """float32 logits of the trainer's model equal transformers' to 1e-5 (relative
+    where they are large: Gemma 4's soft-capped logits reach 30)."""
+    from rlctl.core.trainer import tunix_adapter as ta
+    from tests.core.checkpoints.test_transformers_parity import (
+        hf_logits,
+        hf_model,
+        jax_logits,
+        prompt_ids,
+    )
+
+    src = written(tmp_path, name)
+    model, _ = ta.load_model(src)
+    ids = prompt_ids(src)
+    ours, theirs = jax_logits(model, ids), hf_logits(hf_model(src), ids)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.trainer
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NEWEST)
 def test_gspo_trains_two_steps_and_exports_transformers_logits(tmp_path, monkeypatch, name):
