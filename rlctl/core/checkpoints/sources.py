@@ -165,7 +165,7 @@ class TrainerSource(Source):
         return self._cached[1]
 
     def shape_dtype(self, name: str) -> tuple[tuple[int, ...], str]:
-        if self.kept is not None and name in self.kept.index:
+        if self.kept is not None and self.is_kept(name):
             return self.kept.shape_dtype(name)
         if name not in self._meta:
             _, dtype = self.reader.shape_dtype(self.by_hf[name].key)
@@ -200,7 +200,7 @@ class TrainerSource(Source):
         return out
 
     def read(self, name: str) -> np.ndarray:
-        if self.kept is not None and name in self.kept.index:
+        if self.kept is not None and self.is_kept(name):
             return self.kept.read(name)
         rule = self.by_hf[name]
         if rule.kind == "t" and rule.t_view is not None:

@@ -168,5 +168,4 @@ class Family:
 
     def tensor_prefix(self, c: dict[str, Any]) -> str:
         """Where config.json ``c``'s text-model tensors are named from."""
-        assert self.wrapper is not None or not self.wraps(c)
         return self.wrapper.prefix if self.wrapper is not None and self.wraps(c) else "model."

@@ -202,6 +202,11 @@ def test_lora_on_a_family_without_adapters_leaves_no_run(tmp_path):
         (("training.lora_alpha=4",), "needs training.lora_rank"),
         (("training.lora_rank=4", 'training.lora_target_modules=["qq_proj"]'), "lora_target"),
         (("training.lora_rank=0",), "lora_rank"),
+        # Qwen3.5's linear-attention projection: a Llama has none
+        (
+            ("training.lora_rank=4", 'training.lora_target_modules=["in_proj_qkv"]'),
+            "in_proj_qkv: not a projection of llama models",
+        ),
     ],
 )
 def test_a_bad_lora_config_is_one_line_and_writes_nothing(tiny_model_dir, tmp_path, sets, says):
