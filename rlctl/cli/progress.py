@@ -109,11 +109,15 @@ class TrainProgress:
         assert self._bar is not None
         eta = self._lines.eta(step)
         total = self._lines.total
-        from rlctl.core.runs.headline import step_parts
+        from rlctl.core.runs.headline import pipeline_parts, step_parts
 
-        self._info = (
-            f"{'  '.join(step_parts(m))}  loss {m.get('loss', 0):+.4f}  "
-            f"{m.get('step_seconds', 0):.1f}s/step"
+        self._info = "  ".join(
+            [
+                *step_parts(m),
+                f"loss {m.get('loss', 0):+.4f}",
+                f"{m.get('step_seconds', 0):.1f}s/step",
+                *pipeline_parts(m),
+            ]
         )
         self._bar.update(
             self._task,

@@ -227,6 +227,8 @@ def _run_view(r: RunInfo) -> str:
             f"  precision   {r.precision} matmuls"
             + (f" (sampling {sampling})" if sampling and sampling != r.precision else "")
         )
+    if r.rollout:
+        lines.append(f"  rollout     {r.rollout}")
     if r.compiles:
         lines.append("  compiled    " + _compiles(r.compiles))
     if r.peak_device_bytes is not None:
@@ -246,6 +248,10 @@ def _run_view(r: RunInfo) -> str:
             + "  "
             + "  ".join(f"{k}={_fmt(m.get(k))}" for k in keys)
         )
+        from rlctl.core.runs.headline import pipeline_parts
+
+        if pipeline := pipeline_parts(m):
+            lines.append("  pipeline    " + "  ".join(pipeline))
     for which, e in r.eval.present():
         from rlctl.core.runs.headline import eval_parts
 

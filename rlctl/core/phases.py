@@ -92,6 +92,10 @@ class StatusUpdate(BaseModel):
     engine: str | None = None  # what samples the completions: vanilla or vllm
     precision: str | None = None  # what the update's matmuls read: float32 or bfloat16
     sampling_precision: str | None = None  # what the sampler's read (None: vLLM samples)
+    # a pipelined run's placement (rollout.placement=split or max_staleness >= 1):
+    # "split: generator on 1 cpu device [1], learner on 1 cpu device [0]; at most 1
+    # version behind"; None for a colocated synchronous run
+    rollout: str | None = None
     # each of the run's programs ("step", "sample_groups", ...) -> seconds its
     # compilations took this attempt, summed (tracing and lowering included; a cache
     # load's time where it was loaded)

@@ -102,3 +102,35 @@ def test_an_update_too_big_for_what_is_left_is_refused_with_recomputation():
     assert report.checked and not report.fits and report.reason == "update", report
     fix = api.fit_fix(report, spec, acc, 1)
     assert "--set training.remat=true" in fix and "--lora-rank 16" in fix
+
+
+def _two_h200():
+    eight = compile_target(lookup("a3-ultragpu-8g"), 1)
+    return eight.model_copy(update={"devices": 2, "per_host": 2, "label": "two H200s"})
+
+
+@pytest.mark.parametrize("target", ["v6e-8", "two H200s"])
+def test_a_split_run_compiles_its_update_and_rollout_on_meshes_of_their_own(target, tiny_config):
+    """rollout.placement=split (issue 54): the update on the learner's half, FSDP over it
+    alone (twice the state per chip of the whole slice's), the rollout on the generator's
+    half with a whole copy of the weights per device and a second version beside it
+    (max_staleness=1); the eval stays on the learner."""
+    t = _two_h200() if target == "two H200s" else compile_target(lookup(target), 1)
+    rollout = {**SPEC["rollout"], "placement": "split", "max_staleness": 1}
+    split = check(RunSpec(**{**SPEC, "rollout": rollout}), tiny_config, t)
+    whole = check(RunSpec(**SPEC), tiny_config, t)
+    assert split.checked and split.fits, split
+    assert [p.name for p in split.programs] == ["update", "rollout", "eval"]
+    assert all(p.cpu_only == [] for p in split.programs), split.programs
+    half = t.devices // 2
+    assert any(
+        n.startswith(f"split: the update and the eval on {half} ") and f"the other {half}" in n
+        for n in split.notes
+    ), split.notes
+    # the learner's shards: twice the whole slice's on half the chips (up to padding)
+    assert 1.6 < split.state / whole.state <= 2.05, (split.state, whole.state)
+    # the rollout's device holds whole weights (its argument) and one more version
+    rollout_p, update_p = split.program("rollout"), split.program("update")
+    assert rollout_p is not None and update_p is not None
+    assert rollout_p.arguments > update_p.arguments / 4
+    assert rollout_p.peak >= rollout_p.arguments * 2 - 1024

@@ -252,6 +252,40 @@ class TestTrainOnCluster:
             assert "Traceback" not in r.stderr
         assert kube.mutations() == [] and _store_text(clients) == ""
 
+    def test_a_split_rollout_across_hosts_is_refused_before_anything(self, cli, kube, clients):
+        """A split runs in one process for now (issue 54): two v6e-16 slices are eight
+        JobSet processes, so the pods' trainer would refuse it after the slices were
+        paid for; the plan refuses it first, naming what does run."""
+        for extra in ([], ["--dry-run"]):
+            r = _submit(cli, "--set", "rollout.placement=split", *extra)
+            assert r.exit_code == 2, r.stderr
+            assert "rollout.placement=split runs in one process for now; 8 hosts" in r.stderr
+            assert "--set rollout.placement=colocated" in r.stderr
+            assert "Traceback" not in r.stderr
+        assert kube.mutations() == [] and _store_text(clients) == ""
+
+    @pytest.mark.parametrize(
+        ("backend", "sets", "line"),
+        [
+            (
+                "jobset",
+                ["rollout.max_staleness=1"],
+                "rollout: colocated, at most 1 version(s) behind",
+            ),
+            (
+                "pathways",  # one controller over the 32 chips
+                ["rollout.placement=split", "rollout.max_staleness=2", "rollout.devices=8"],
+                "rollout: split, the generator on 8 of the 32 devices and the learner on 24, "
+                "at most 2 version(s) behind",
+            ),
+        ],
+    )
+    def test_the_plan_says_how_a_pipelined_rollout_is_placed(self, cli, backend, sets, line):
+        extra = [x for s in sets for x in ("--set", s)]
+        r = _submit(cli, "--backend", backend, "--dry-run", *extra)
+        assert r.exit_code == 0, r.stderr
+        assert line in r.stderr
+
     def test_submit_creates_exactly_the_run_objects_and_writes_the_store(self, cli, kube, clients):
         r = _submit(cli, "-o", "json")
         assert r.exit_code == 0, r.stderr

@@ -223,6 +223,48 @@ class RolloutSpec(Spec):
             "model.compute_dtype's"
         ),
     ] = "auto"
+    # Generation and learning at once (issue 54; docs/async.md): Tunix's RLCluster
+    # role-to-mesh and MaxText RL's trainer/sampler device split are the anchors.
+    placement: Annotated[
+        Literal["colocated", "split"],
+        Field(
+            description="where the rollout samples: colocated (on the learner's devices, "
+            "one after the other) or split (on its own devices, rollout.devices of them, "
+            "the learner on the rest)"
+        ),
+    ] = "colocated"
+    devices: Annotated[
+        float,
+        Field(
+            gt=0,
+            description="with placement=split, the generator's devices: a count (1, 2, ...) "
+            "or a fraction of the run's devices (0.5); the learner takes the rest",
+        ),
+    ] = 0.5
+    max_staleness: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=8,
+            description="how many policy versions a rollout may lag the learner: 0 is "
+            "synchronous; k >= 1 samples the next batches while the learner updates "
+            "(each batch from the policy of k steps before)",
+        ),
+    ] = 0
+
+    @field_validator("devices")
+    @classmethod
+    def _count_or_fraction(cls, v: float) -> float:
+        if v >= 1 and v != int(v):
+            raise ValueError(
+                "a count of devices (1, 2, ...) or a fraction of the run's below 1 (0.5)"
+            )
+        return v
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a generator of its own samples (split, or rollouts running ahead)."""
+        return self.placement == "split" or self.max_staleness > 0
 
 
 # LoRA: the projections that can carry adapters (Hugging Face names, as PEFT's

@@ -343,6 +343,7 @@ def submit(
     report, notes = check_placement(objs, target.pools, target.unmodelled, target.name, region, acc)
     engine = cluster_engine(spec.rollout.engine, shape.kind, image)
     notes = [f"rollout engine: {engine.why}", *notes]
+    notes += pipelined_notes(spec, shape, chosen.name, engine.name)
     # device memory: the run's programs compiled for the accelerator (not here)
     from rlctl.core.clients import EmptyProject
 
@@ -368,6 +369,42 @@ def submit(
     return out.model_copy(
         update={**where, "placements": report.placements, "notes": notes, "device_fit": fit}
     )
+
+
+def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: str, engine: str) -> list[str]:
+    """A pipelined run (rollout.placement=split or max_staleness >= 1) on a cluster:
+    refused before anything is applied where the pods' trainer would refuse it after
+    the accelerators were paid for, else the plan's line on how it is placed.
+
+    A split runs in one process: one host, or Pathways' single controller over every
+    host. Pod groups of their own for the generator (a second replicated job, a second
+    Ray worker group) are not built yet (docs/async.md)."""
+    r = spec.rollout
+    if not r.pipelined:
+        return []
+    if engine not in ("vanilla", "auto"):
+        raise ConfigError(
+            "rollout.placement=split and rollout.max_staleness run rlctl's own sampler "
+            f"for now, and this run's pods would pick rollout.engine={engine}",
+            hint="--set rollout.engine=vanilla (docs/async.md)",
+        )
+    if r.placement != "split":
+        return [f"rollout: colocated, at most {r.max_staleness} version(s) behind"]
+    if shape.total_hosts > 1 and backend != "pathways":
+        raise ConfigError(
+            f"rollout.placement=split runs in one process for now; {shape.total_hosts} "
+            f"hosts are {shape.total_hosts} processes on the {backend} backend",
+            hint="--set rollout.placement=colocated (max_staleness works there too), "
+            "one host (-a 'TYPE x1' of a single-host type), or --backend pathways",
+        )
+    from rlctl.core.trainer.api import rollout_share
+
+    chips = shape.chips_per_host * shape.total_hosts
+    learner, generator = rollout_share(chips, r.devices)
+    return [
+        f"rollout: split, the generator on {generator} of the {chips} devices and the "
+        f"learner on {learner}, at most {r.max_staleness} version(s) behind"
+    ]
 
 
 # --- an existing run ------------------------------------------------------------------

@@ -62,6 +62,23 @@ def step_parts(metrics: Mapping[str, Any]) -> list[str]:
     return parts
 
 
+def pipeline_parts(metrics: Mapping[str, Any]) -> list[str]:
+    """A pipelined run's step (rollout.placement=split or max_staleness >= 1): the
+    versions its batch lagged, each half's busy share, the weight push's seconds;
+    nothing for any other run."""
+    if "staleness" not in metrics:
+        return []
+    parts = [f"stale {metrics['staleness']}"]
+    for key, word in (("generator_busy", "gen"), ("learner_busy", "learn")):
+        if isinstance(metrics.get(key), (int, float)):
+            parts.append(f"{word} {metrics[key]:.0%}")
+    if isinstance(metrics.get("weight_push_seconds"), (int, float)):
+        parts.append(f"push {metrics['weight_push_seconds']:.2f}s")
+    if metrics.get("dropped_samples"):
+        parts.append(f"dropped {metrics['dropped_samples']}")
+    return parts
+
+
 def eval_parts(record: Mapping[str, Any]) -> list[str]:
     """An eval's numbers in the same order: accuracy and format for a run that scores
     with ``correct``; else the reward total and each reward."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlctl.core.runs.headline import eval_parts, step_parts
+from rlctl.core.runs.headline import eval_parts, pipeline_parts, step_parts
 from rlctl.core.trainer.api import parse_phase
 
 PACE_WINDOW = 10  # steady-state pace: the mean of this many recent steps
@@ -34,6 +34,7 @@ def step_line(step: int, total: int, metrics: dict[str, Any], eta_seconds: float
         *step_parts(metrics),
         f"loss {metrics.get('loss', 0):+.4f}",
         f"{metrics.get('step_seconds', 0):.1f} s/step",
+        *pipeline_parts(metrics),
     ]
     if eta_seconds is not None:
         parts.append(f"eta {duration(eta_seconds)}")

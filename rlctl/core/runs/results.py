@@ -76,6 +76,7 @@ class RunInfo(BaseModel):
     engine: str | None = None  # the rollout engine (rollout.engine resolved)
     precision: str | None = None  # what the update's matmuls read (model.compute_dtype)
     sampling_precision: str | None = None  # the sampler's (rollout.compute_dtype resolved)
+    rollout: str | None = None  # a pipelined run's placement and staleness bound
     # program -> seconds its compilations took this attempt, summed ("step": the update,
     # "sample_groups": the sampler), as the trainer recorded them
     compiles: dict[str, float] | None = None

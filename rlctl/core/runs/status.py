@@ -279,6 +279,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         engine=_str(status.get("engine")),
         precision=_str(status.get("precision")),
         sampling_precision=_str(status.get("sampling_precision")),
+        rollout=_str(status.get("rollout")),
         compiles=_seconds(status.get("compiles")),
         last_save=status.get("last_save") if isinstance(status.get("last_save"), dict) else None,
         peak_device_bytes=_int(status.get("peak_device_bytes")),

@@ -171,6 +171,11 @@ def train(
     baseline and final evals. ``on_status``: what status.json should now say (process
     0's; the others get a no-op). ``watch``: a hook around each rollout, update,
     checkpoint save and eval (``Watch``; a benchmark's)."""
+    import os
+
+    from rlctl.core.trainer.rollout.placement import give_host_devices
+
+    give_host_devices(spec.rollout, os.environ)  # a CPU's second device, for a split run
     from rlctl.core.trainer.run.loop import run_trainer
 
     return run_trainer(spec, run, progress, on_status, topology, recover, watch)
@@ -197,3 +202,12 @@ def source_config(source: str) -> tuple[dict[str, Any] | None, str | None]:
     from rlctl.core.trainer.model.models import source_config as read
 
     return read(source)
+
+
+def rollout_share(devices: int, asked: float) -> tuple[int, int]:
+    """(learner's, generator's) devices of a ``rollout.placement=split`` run over
+    ``devices`` (``rollout/placement.py``): the plan says it, and refuses a share that
+    leaves either side none, before anything is applied."""
+    from rlctl.core.trainer.rollout.placement import share
+
+    return share(devices, asked)

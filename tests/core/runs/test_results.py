@@ -70,6 +70,7 @@ class TestDumps:
             "engine",
             "precision",
             "sampling_precision",
+            "rollout",
             "compiles",
             "last_save",
             "peak_device_bytes",

@@ -26,6 +26,7 @@ memory goes with the process, and libtpu's start-up chatter stays in its stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,16 @@ class Placed:
     row: Any  # the target's row of the numerics table
     precision: Any  # model.precision.Precision
     replicated: Any  # a sharding that puts a whole array on every device
+    # rollout.placement=split: the generator's devices (``devices`` are the learner's)
+    generator: list[Any] = dataclasses.field(default_factory=list)
+
+    def generator_sharding(self) -> Any:
+        """A whole array on every generator device (the push's copy of the weights)."""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+        if len(self.generator) == 1:
+            return SingleDeviceSharding(self.generator[0])
+        return NamedSharding(Mesh(self.generator, ("generator",)), PartitionSpec())
 
 
 def place(
@@ -73,6 +84,12 @@ def place(
     from rlctl.core.trainer.update.step import make_optimizer
 
     devices = targets.devices(target)
+    generator: list[Any] = []
+    if spec.rollout.placement == "split":  # the learner first, as the trainer places it
+        from rlctl.core.trainer.rollout.placement import share
+
+        learner, _ = share(len(devices), spec.rollout.devices)
+        devices, generator = devices[:learner], devices[learner:]
     mesh = distributed.make_mesh(devices)
     prec = choose(
         spec.model.compute_dtype,
@@ -123,6 +140,7 @@ def place(
         row=numerics.TABLE[target.kind],
         precision=prec,
         replicated=NamedSharding(mesh, P()) if mesh is not None else one,
+        generator=generator,
     )
 
 
@@ -211,9 +229,14 @@ def check(
         whole = mesh is not None and _whole_weights(
             spec, devices, tree_bytes(nnx.state(model, nnx.Param)), target
         )
+        # a pipelined run's generator reads copies of the weights pushed by version: up
+        # to max_staleness of them besides the one it samples from
+        k = spec.rollout.max_staleness if spec.rollout.pipelined else 0
+        split = bool(placed.generator)
         for name, rows_, group in _sampler_calls(spec, row.prefill_once_per_group):
             say(f"compiling the {name} for {target.label}")
             t0 = time.perf_counter()
+            on_generator = split and name == "rollout"  # the eval samples on the learner
             sampled = _sampler_lowered(
                 model,
                 info,
@@ -223,12 +246,22 @@ def check(
                 rows_,
                 group,
                 prompt_len,
-                replicated,
-                whole,
+                placed.generator_sharding() if on_generator else replicated,
+                whole or on_generator,
             ).compile()
-            # its weights are the model's own buffers, or a whole copy beside them
-            extra = resident if whole else resident - weights_bytes
+            if on_generator:  # nothing of the learner's there: the copies it holds
+                extra = k * tree_bytes(nnx.state(model))
+            elif name == "rollout" and k:  # colocated: its copies beside the learner's state
+                extra = resident + k * device_bytes(nnx.state(model))
+            else:  # its weights are the model's own buffers, or a whole copy beside them
+                extra = resident if whole else resident - weights_bytes
             report.programs.append(program_fit(name, sampled, time.perf_counter() - t0, extra))
+        if split:
+            report.notes.append(
+                f"split: the update and the eval on {len(devices)} {report.unit}(s), the "
+                f"rollout on the other {len(placed.generator)} with a whole copy of the "
+                f"weights on each (up to {k + 1} version(s))"
+            )
     report.compile_seconds = round(sum(p.compile_seconds for p in report.programs), 1)
     worst = max(report.programs, key=lambda p: p.peak)
     report.peak = worst.peak

@@ -375,7 +375,12 @@ class Sampler:
 
     def sync(self, model: nnx.Module) -> None:
         """Take the policy's current weights (no copy on one device, no recompile)."""
-        self.graphdef, state = nnx.split(model)
+        self.load(*nnx.split(model))
+
+    def load(self, graphdef: Any, state: Any) -> None:
+        """Take weights given as ``nnx.split`` gives them: a pipelined run's generator
+        loads a pushed version this way (``generator.Generator.use``)."""
+        self.graphdef = graphdef
         self.state = (
             state if self.replicate_over is None else ta.whole_weights(state, self.replicate_over)
         )

@@ -62,6 +62,9 @@ class Trainer:
         recover: bool = False,
         watch: Watch | None = None,
     ):
+        import jax
+
+        from rlctl.core.trainer.rollout.placement import place
         from rlctl.core.trainer.runtime.distributed import current, make_mesh
 
         self.spec = spec
@@ -69,7 +72,11 @@ class Trainer:
         self.emit = progress or (lambda event: None)
         self.topo = topology or current()
         self.writer = self.topo.is_writer
-        self.mesh = make_mesh()  # None on one device
+        # which devices learn and which generate (rollout.placement): all of them learn
+        # unless the rollout is split off onto devices of its own
+        self.placement = place(spec.rollout, jax.devices(), self.topo.multi_process)
+        self.mesh = make_mesh(self.placement.learner)  # None on one device
+        self.pipelined: Any = None  # a pipelined run's steps (pipelined.Pipelined)
         self.recover = recover  # resume --recover: try the checkpoints set aside
         self.watch = watch or _unwatched
         from rlctl.core.trainer.runtime.memory import DevicePeak
@@ -95,6 +102,14 @@ class Trainer:
         )
         self.engine.check(s.training.lora_rank)
         self._say(f"rollout engine: {self.engine.why}")
+        if s.rollout.pipelined:
+            if self.engine.name != "vanilla":
+                raise ConfigError(
+                    "rollout.placement=split and rollout.max_staleness run rlctl's own "
+                    f"sampler for now, not rollout.engine={self.engine.name}",
+                    hint="--set rollout.engine=vanilla (docs/async.md)",
+                )
+            self._say(f"rollout: {self._rollout_status()['rollout']}")
         from rlctl.core.trainer.model.precision import choose
 
         self.precision = choose(
@@ -152,6 +167,31 @@ class Trainer:
             ),
         )
         self.rollout = Rollout(s.rollout, self.tokenizer, sampler, s.prompt)
+        self.generator = None
+        if s.rollout.pipelined:  # its own sampler, reading the versions pushed to it
+            from rlctl.core.trainer.rollout.generator import Generator
+
+            self.generator = Generator(
+                engines.start(
+                    self.engine,
+                    engines.EngineSetup(
+                        spec=s,
+                        model=self.model,
+                        folder=folder,
+                        tokenizer=self.tokenizer,
+                        info=self.info,
+                        # split: the push already makes one whole copy per device
+                        replicate_over=None
+                        if self.placement.split
+                        else sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
+                        sampling_dtype=self.precision.sampling,
+                        numerics=self.numerics,
+                        say=self._say,
+                        emit=self.emit,
+                    ),
+                ),
+                self.placement,
+            )
 
     def create_data(self) -> None:
         s = self.spec
@@ -280,6 +320,13 @@ class Trainer:
             topology=self.topo,
             numerics=self.numerics,
         )
+
+    def _rollout_status(self) -> dict[str, Any]:
+        """status.json's ``rollout`` for a pipelined run (nothing for another)."""
+        r = self.spec.rollout
+        if not r.pipelined:
+            return {}
+        return {"rollout": f"{self.placement.describe()}; at most {r.max_staleness} behind"}
 
     def _latest(self) -> int | None:
         """The latest checkpoint saved or restored (None before ``train`` opened them:
@@ -470,6 +517,11 @@ class Trainer:
                 self.emit(phase(Stage.RESTORING, f"restoring checkpoint {self.ckpt.latest}"))
             start = self.ckpt.restore_latest(self.model, self.optimizer)
             self.metrics.truncate_after(start)
+            if self.generator is not None and start < s.training.steps:
+                from rlctl.core.trainer.run.pipelined import Pipelined
+
+                # the restored policy is version ``start``: what was in flight is gone
+                self.pipelined = Pipelined(self, self.generator, start)
             if start:
                 self.emit({"event": "message", "message": f"resumed from checkpoint {start}"})
             self.emit(
@@ -490,6 +542,7 @@ class Trainer:
                     engine=self.engine.name,
                     precision=self.info.compute_dtype,
                     sampling_precision=self.rollout.sampler.sampling_dtype,
+                    **self._rollout_status(),
                 )
             )
             # One process only: a multi-host run's processes would have to agree on
@@ -504,11 +557,13 @@ class Trainer:
                         f"step {start + 1}: compiling and running (the first step is slower)",
                     )
                 )
+            if self.pipelined is not None:
+                self.pipelined.begin()
             for step in range(start, s.training.steps):
                 with stops.deferred(safe):  # a first Ctrl-C waits for a safe point
                     compiling = sum(self.compiles.seconds.values())
                     try:
-                        row = self.step(step).row()
+                        row = (self.pipelined or self).step(step).row()
                     except stops.Abandoned:
                         self._stop(step, on_status)
                     self.compiles.warm()  # the run's programs exist: later compiles are news
@@ -558,6 +613,8 @@ class Trainer:
                 on_status(StatusUpdate(latest_checkpoint=saved, last_save=self.last_save))
             return {"baseline": baseline, "final": final}
         finally:
+            if self.pipelined is not None:
+                self.pipelined.close()  # the generator's thread, before anything it reads
             self.metrics.close()
             self.ckpt.close()
 

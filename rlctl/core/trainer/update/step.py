@@ -80,7 +80,8 @@ def micro_batches(batch: Batch, size: int, group: int) -> tuple[Batch, int]:
 def batch_shape(spec: RunSpec, prompt_len: int, ref: bool, sharding: Any = None) -> Batch:
     """The ``Batch`` every step of ``spec`` gives the update, as ``jax.ShapeDtypeStruct``:
     its prompts ``prompt_len`` wide, the reference's log-probs when ``ref``, the rollout
-    policy's when the run iterates on a batch (``Update.apply`` adds both). ``sharding``:
+    policy's when the run iterates on a batch (``Update.apply`` adds both) or samples
+    ahead of its learner (``rollout.max_staleness``: its generator's). ``sharding``:
     where its arrays are (the fit check's compile-only devices)."""
     import jax
 
@@ -100,7 +101,7 @@ def batch_shape(spec: RunSpec, prompt_len: int, ref: bool, sharding: Any = None)
         mask=shape(rows, n),
         advantages=shape(rows, dtype=np.float32),
         ref_logps=logps if ref else None,
-        old_logps=logps if iterations > 1 else None,
+        old_logps=logps if iterations > 1 or r.max_staleness > 0 else None,
     )
 
 
@@ -715,7 +716,9 @@ class Update:
                     batch,
                     ref_logps=self.logps(model, batch.prompt_ids, batch.completion_ids, base=True),
                 )
-            if iterations > 1:  # the rollout policy, frozen for all iterations
+            # the rollout policy, frozen for all iterations (a pipelined run's batch
+            # brings its generator's: the policy that sampled it, some versions back)
+            if iterations > 1 and batch.old_logps is None:
                 batch = dataclasses.replace(
                     batch, old_logps=self.logps(model, batch.prompt_ids, batch.completion_ids)
                 )
@@ -772,6 +775,16 @@ class StepMetrics:
     weight_push_seconds: float | None = None
     # the device allocator's peak so far (memory.DevicePeak); absent on a CPU
     peak_device_bytes: int | None = None
+    # a pipelined run's (rollout.placement=split or max_staleness >= 1; absent
+    # otherwise): the policy versions the batch lagged, the trajectories dropped for
+    # age and the generator's restarts so far, each half's busy fraction of the step,
+    # and the bytes of the weight push (weight_push_seconds: its seconds)
+    staleness: int | None = None
+    dropped_samples: int | None = None
+    generator_restarts: int | None = None
+    generator_busy: float | None = None
+    learner_busy: float | None = None
+    weight_push_bytes: int | None = None
 
     @classmethod
     def measure(
@@ -787,6 +800,7 @@ class StepMetrics:
         engine_logp_diff: float | None = None,
         weight_push_seconds: float | None = None,
         peak_device_bytes: int | None = None,
+        **pipeline: Any,
     ) -> StepMetrics:
         comp_tokens = int(mask.sum())
         rewards = scores.reward
@@ -814,14 +828,29 @@ class StepMetrics:
                 None if weight_push_seconds is None else round(weight_push_seconds, 3)
             ),
             peak_device_bytes=peak_device_bytes,
+            **pipeline,
         )
 
     def row(self) -> dict[str, Any]:
         """The metrics.jsonl row, and the ``metrics`` of the progress ``step`` event."""
         row = dataclasses.asdict(self)
         means = row.pop("reward_means")
-        for key in ("engine_logp_diff", "weight_push_seconds", "peak_device_bytes"):
+        for key in _OPTIONAL:
             if row[key] is None:
                 del row[key]
         row.update({f"rewards/{name}/mean": mean for name, mean in means.items()})
         return row
+
+
+# the row's keys present only where they apply (an engine's, a device's, a pipeline's)
+_OPTIONAL = (
+    "engine_logp_diff",
+    "weight_push_seconds",
+    "peak_device_bytes",
+    "staleness",
+    "dropped_samples",
+    "generator_restarts",
+    "generator_busy",
+    "learner_busy",
+    "weight_push_bytes",
+)

@@ -1,0 +1,150 @@
+"""Pipelined runs end to end on the tiny model (issue 54): the generator on its own CPU
+device (``rollout.placement=split``: the CPU's second host device, which the trainer
+asks XLA for itself) or colocated, sampling up to ``rollout.max_staleness`` versions
+behind the learner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.core.trainer.test_train import in_process, metrics, rlctl, tiny_args
+
+pytest.importorskip("tunix")
+pytestmark = pytest.mark.trainer
+
+# the row's keys only a pipelined run has (update/step.py's StepMetrics)
+PIPELINE = {
+    "staleness",
+    "dropped_samples",
+    "generator_restarts",
+    "generator_busy",
+    "learner_busy",
+    "weight_push_seconds",
+    "weight_push_bytes",
+}
+SPLIT = ("--set", "rollout.placement=split")
+STALE = ("--set", "rollout.max_staleness=1")
+COMMON = ("--steps", "4", "--set", "model.compute_dtype=float32", "--set", "checkpoint.interval=2")
+
+
+def learned(run) -> list[dict]:
+    """A run's rows without timings and the pipeline's own figures."""
+    return [{k: v for k, v in r.items() if k not in PIPELINE} for r in metrics(run)]
+
+
+def in_subprocess(model, root, name: str, *extra: str) -> None:
+    """A run in a process of its own: JAX there starts with the host devices the split
+    asks for (this process's JAX has one device already)."""
+    r = rlctl(*tiny_args(model, root, name, "grpo", *COMMON, *extra))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir, tmp_path_factory):
+    """The synchronous run, and split runs with staleness 0 and 1, once for the module."""
+    root = tmp_path_factory.mktemp("async")
+    in_subprocess(tiny_model_dir, root, "sync")
+    in_subprocess(tiny_model_dir, root, "split0", *SPLIT)
+    in_subprocess(tiny_model_dir, root, "split1", *SPLIT, *STALE)
+    return root
+
+
+def test_split_with_staleness_zero_is_the_synchronous_run_exactly(runs):
+    """Every figure of every step equal, not close: the same rollouts, rewards, losses
+    and gradient norms, the generator sampling on device 1 what the learner's device
+    would have."""
+    sync, split = learned(runs / "sync"), learned(runs / "split0")
+    assert len(sync) == 4
+    for a, b in zip(sync, split, strict=True):
+        for key in a:
+            assert a[key] == b[key], (a["step"], key, a[key], b[key])
+    rows = metrics(runs / "split0")
+    assert [r["staleness"] for r in rows] == [0, 0, 0, 0]
+    # a push after every update but the last (nothing samples from the final version)
+    assert [r.get("weight_push_bytes", 0) > 0 for r in rows] == [True, True, True, False]
+    status = json.loads((runs / "split0" / "status.json").read_text())
+    assert status["devices"] == 2
+    placed = "split: generator on 1 cpu device [1], learner on 1 cpu device [0]"
+    assert status["rollout"] == f"{placed}; at most 0 behind"
+    log = (runs / "split0" / "train.log").read_text()
+    assert placed in log
+    assert "stale 0  gen " in log  # each step line says it
+
+
+def test_status_shows_the_placement_and_the_last_steps_pipeline(runs):
+    shown = rlctl("status", "split1", "--runs-dir", str(runs))
+    assert shown.returncode == 0, shown.stderr
+    assert "rollout     split: generator on 1 cpu device [1]" in shown.stdout
+    assert "pipeline    stale 1  gen " in shown.stdout
+    as_json = json.loads(rlctl("status", "split1", "--runs-dir", str(runs), "-o", "json").stdout)
+    assert as_json["rollout"].endswith("at most 1 behind")
+    assert as_json["latest_metrics"]["staleness"] == 1
+
+
+def test_staleness_one_samples_each_step_from_the_policy_before(runs):
+    rows = metrics(runs / "split1")
+    assert [r["staleness"] for r in rows] == [0, 1, 1, 1]
+    assert all(r["dropped_samples"] == 0 for r in rows)
+    sync = learned(runs / "sync")
+    # the first step's batch is the synchronous one's (version 0 either way) ...
+    assert learned(runs / "split1")[0]["reward_mean"] == sync[0]["reward_mean"]
+    # ... the later ones come from an older policy, so the rollouts differ
+    assert [r["reward_mean"] for r in rows[1:]] != [r["reward_mean"] for r in sync[1:]]
+    # the ratio to the generator's log-probs is not 1 once the learner moved on
+    assert any(r["clip_fraction"] > 0 for r in rows[1:])
+    # pushes until the last step that samples from a new version (step 2 of 4 needs 1,
+    # step 3 needs 2; 3 is never sampled from)
+    assert [("weight_push_seconds" in r) for r in rows] == [True, True, False, False]
+
+
+def test_colocated_staleness_one_learns_exactly_as_split_does(runs, tiny_model_dir, tmp_path):
+    """Which version samples each step is fixed, not raced: the placement does not
+    change a figure (one device here, in this process)."""
+    colocated = in_process(tiny_model_dir, tmp_path, "colocated1", "grpo", *COMMON, *STALE)
+    drop = PIPELINE
+    assert [{k: v for k, v in r.items() if k not in drop} for r in colocated] == learned(
+        runs / "split1"
+    )
+
+
+def test_resume_restores_the_version_and_drops_what_was_in_flight(runs, tmp_path):
+    """Steps 1-4 as the uninterrupted run; resumed to 6, step 5 is sampled from the
+    restored version 4 (what was in flight at the stop is not kept), step 6 from 4."""
+    import shutil
+
+    shutil.copytree(runs / "split1", tmp_path / "split1")
+    r = rlctl("resume", "split1", "--runs-dir", str(tmp_path), "--steps", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = metrics(tmp_path / "split1")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["staleness"] for r in rows] == [0, 1, 1, 1, 0, 1]
+    assert rows[:4] == metrics(runs / "split1")
+
+
+def test_a_split_run_is_refused_where_it_cannot_split(tiny_model_dir, tmp_path):
+    """This process's JAX started with one CPU device: one line, with the fix."""
+    from typer.testing import CliRunner
+
+    from rlctl.cli.app import app
+
+    result = CliRunner().invoke(app, tiny_args(tiny_model_dir, tmp_path, "one", "grpo", *SPLIT))
+    assert result.exit_code != 0
+    assert "needs at least 2 devices; this run has 1" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_vllm_engine_is_refused_for_a_pipelined_run(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from rlctl.cli.app import app
+
+    args = tiny_args(
+        tiny_model_dir, tmp_path, "vllm", "grpo", *STALE, "--set", "rollout.engine=vllm"
+    )
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert "rollout.engine=vanilla" in result.output or "vLLM" in result.output
