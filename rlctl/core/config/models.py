@@ -226,11 +226,12 @@ class RolloutSpec(Spec):
     # Generation and learning at once (issue 54; docs/async.md): Tunix's RLCluster
     # role-to-mesh and MaxText RL's trainer/sampler device split are the anchors.
     placement: Annotated[
-        Literal["colocated", "split"],
+        Literal["colocated", "split", "process"],
         Field(
             description="where the rollout samples: colocated (on the learner's devices, "
-            "one after the other) or split (on its own devices, rollout.devices of them, "
-            "the learner on the rest)"
+            "one after the other), split (on its own devices, rollout.devices of them, "
+            "the learner on the rest) or process (a generator process of its own, "
+            "weights and trajectories through the run store)"
         ),
     ] = "colocated"
     devices: Annotated[
@@ -263,8 +264,9 @@ class RolloutSpec(Spec):
 
     @property
     def pipelined(self) -> bool:
-        """Whether a generator of its own samples (split, or rollouts running ahead)."""
-        return self.placement == "split" or self.max_staleness > 0
+        """Whether a generator of its own samples (split, a process, or rollouts
+        running ahead)."""
+        return self.placement != "colocated" or self.max_staleness > 0
 
 
 # LoRA: the projections that can carry adapters (Hugging Face names, as PEFT's

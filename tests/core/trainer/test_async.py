@@ -148,3 +148,64 @@ def test_the_vllm_engine_is_refused_for_a_pipelined_run(tiny_model_dir, tmp_path
     assert result.exit_code != 0
     assert "Traceback" not in result.output
     assert "rollout.engine=vanilla" in result.output or "vLLM" in result.output
+
+
+# --- a generator process of its own (rollout.placement=process) -----------------------
+PROCESS = ("--set", "rollout.placement=process")
+
+
+def test_a_generator_process_with_staleness_zero_is_the_synchronous_run_exactly(
+    runs, tiny_model_dir, tmp_path
+):
+    """Weights and trajectories through the run store: every figure equal to the
+    synchronous run's, and nothing of the exchange left behind."""
+    in_subprocess(tiny_model_dir, tmp_path, "process0", *PROCESS)
+    assert learned(tmp_path / "process0") == learned(runs / "sync")
+    assert not (tmp_path / "process0" / "pipeline").exists()
+    log = (tmp_path / "process0" / "generator.log").read_text()
+    assert "generator: ready (pid " in log
+    status = json.loads((tmp_path / "process0" / "status.json").read_text())
+    assert status["rollout"].startswith("process: generator in a process of its own")
+
+
+def test_a_killed_generator_process_is_restarted_and_the_run_learns_as_if_it_was_not(
+    runs, tiny_model_dir, tmp_path
+):
+    """SIGKILL to the generator mid-run: the learner starts another, which samples the
+    step again from the version the request names; every figure is the split run's."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.core.trainer.test_train import REPO
+
+    args = tiny_args(tiny_model_dir, tmp_path, "killed", "grpo", *COMMON, *PROCESS, *STALE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlctl", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log, metrics_file = tmp_path / "killed" / "generator.log", tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.time() + 300
+    pid = None
+    while time.time() < deadline and proc.poll() is None:
+        found = re.search(r"ready \(pid (\d+)\)", log.read_text()) if log.is_file() else None
+        if found and metrics_file.is_file() and metrics_file.read_text().strip():
+            pid = int(found.group(1))
+            break
+        time.sleep(0.02)
+    assert pid is not None, "the generator never became ready"
+    os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert "restarting it (1 of 2)" in err and "Traceback" not in err
+    assert learned(tmp_path / "killed") == learned(runs / "split1")
+    rows = metrics(tmp_path / "killed")
+    assert rows[-1]["generator_restarts"] == 1
+    assert len(re.findall(r"ready \(pid", log.read_text())) == 2

@@ -48,8 +48,14 @@ class Placement:
     learner: tuple[Any, ...]
     generator: tuple[Any, ...]
     split: bool
+    process: bool = False  # the generator is a process of its own (rollout.placement)
 
     def describe(self) -> str:
+        if self.process:
+            return (
+                "process: generator in a process of its own, learner on "
+                f"{_devices(self.learner)}"
+            )
         if not self.split:
             return f"colocated: generator and learner share {_devices(self.learner)}"
         return (
@@ -64,6 +70,8 @@ def place(spec: RolloutSpec, devices: Sequence[Any], multi_process: bool) -> Pla
     devices = tuple(devices)
     if spec.placement == "colocated":
         return Placement(devices, devices, split=False)
+    if spec.placement == "process":  # the generator's devices are its own process's
+        return Placement(devices, (), split=False, process=True)
     if multi_process:
         raise ConfigError(
             "rollout.placement=split runs in one process for now; this run has several",

@@ -167,8 +167,10 @@ class Trainer:
             ),
         )
         self.rollout = Rollout(s.rollout, self.tokenizer, sampler, s.prompt)
-        self.generator = None
-        if s.rollout.pipelined:  # its own sampler, reading the versions pushed to it
+        self.generator: Any = None
+        if self.placement.process:  # started with the pipeline (run/generate.py)
+            pass
+        elif s.rollout.pipelined:  # its own sampler, reading the versions pushed to it
             from rlctl.core.trainer.rollout.generator import Generator
 
             self.generator = Generator(
@@ -517,6 +519,19 @@ class Trainer:
                 self.emit(phase(Stage.RESTORING, f"restoring checkpoint {self.ckpt.latest}"))
             start = self.ckpt.restore_latest(self.model, self.optimizer)
             self.metrics.truncate_after(start)
+            if self.placement.process and start < s.training.steps:
+                from rlctl.core.trainer.rollout.generator_process import GeneratorProcess
+
+                if "://" in self.run.uri:
+                    raise ConfigError(
+                        "rollout.placement=process runs on a local run store for now; "
+                        f"this run's is {self.run.uri}",
+                        hint="--set rollout.placement=split (one process) or colocated",
+                    )
+                from pathlib import Path
+
+                root = str(Path(self.run.uri).parent)  # the store the generator opens
+                self.generator = GeneratorProcess(self.run, root, s.rollout.max_staleness)
             if self.generator is not None and start < s.training.steps:
                 from rlctl.core.trainer.run.pipelined import Pipelined
 

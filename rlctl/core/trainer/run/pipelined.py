@@ -49,9 +49,11 @@ class Trajectory:
 class Pipelined:
     """The generator's side (``produce``) and the learner's (``step``) of one run."""
 
-    def __init__(self, trainer: Any, generator: Generator, start: int) -> None:
+    def __init__(self, trainer: Any, generator: Any, start: int) -> None:
         """``trainer``: the run's ``loop.Trainer`` (its model, optimizer, update, data
-        and rewards; typed loosely, as loop.py imports this module)."""
+        and rewards; typed loosely, as loop.py imports this module). ``generator``:
+        the weights' other home, a ``generator.Generator`` in this process or a
+        ``generator_process.GeneratorProcess``, which samples there too."""
         self.t = trainer
         self.spec = trainer.spec
         self.generator = generator
@@ -59,7 +61,9 @@ class Pipelined:
         self.iterations = self.spec.training.num_iterations or 1  # validated: always set
         # the generator renders and samples as the learner's rollout does, on its sampler
         self.rollout = copy.copy(trainer.rollout)
-        self.rollout.sampler = generator.sampler
+        self.remote = not isinstance(generator, Generator)
+        if not self.remote:
+            self.rollout.sampler = generator.sampler
         steps = self.spec.training.steps
         self.last_needed = steps - 1 - self.lag  # no step samples a later version
         self.pushed: Push | None = None
@@ -73,6 +77,8 @@ class Pipelined:
 
     def close(self) -> None:
         self.pipeline.close()
+        if self.remote:
+            self.generator.close()
 
     def push(self, version: int) -> None:
         """Version ``version`` to the generator, when a later step samples from it."""
@@ -84,6 +90,33 @@ class Pipelined:
 
     # --- the generator's thread ----------------------------------------------------
     def produce(self, step: int, version: int) -> Trajectory:
+        out, scores = (
+            self._received(step, version) if self.remote else self._sampled(step, version)
+        )
+        batch = self.rollout.batch(out, scores)
+        if self.lag:  # the behaviour policy's log-probs: the ratio's denominator
+            batch = dataclasses.replace(batch, old_logps=out.logps)
+        return Trajectory(out, scores, batch)
+
+    def _received(self, step: int, version: int) -> tuple[Samples, Scores]:
+        """Sampled and scored by the generator process (``run/generate.py``)."""
+        import json
+
+        a = self.generator.sample(step, version)
+        out = Samples(
+            text=[],
+            tokens=[],
+            prompt_ids=a["prompt_ids"],
+            completion_ids=a["completion_ids"],
+            lengths=a["lengths"],
+            logps=a["logps"],
+        )
+        scores = Scores(
+            a["reward"], a["correct"], a["formatted"], json.loads(str(a["reward_means"]))
+        )
+        return out, scores
+
+    def _sampled(self, step: int, version: int) -> tuple[Samples, Scores]:
         s = self.spec
         problems = self.t.source.batch(step, s.training.prompts_per_step)
         prompts, width = self.rollout.render(problems)
@@ -99,10 +132,7 @@ class Pipelined:
                 hint=f"fix the reward, then "
                 f"{finite.resume_hint(self.t.run.name, self.t._latest())}",
             ) from e
-        batch = self.rollout.batch(out, scores)
-        if self.lag:  # the behaviour policy's log-probs: the ratio's denominator
-            batch = dataclasses.replace(batch, old_logps=out.logps)
-        return Trajectory(out, scores, batch)
+        return out, scores
 
     # --- the learner's ---------------------------------------------------------------
     def step(self, step: int) -> StepMetrics:
@@ -132,7 +162,7 @@ class Pipelined:
             weight_push_seconds=pushed.seconds if pushed else None,
             weight_push_bytes=pushed.bytes if pushed else None,
             staleness=figures.staleness,
-            dropped_samples=figures.dropped * len(traj.out.text),
+            dropped_samples=figures.dropped * traj.batch.mask.shape[0],
             generator_restarts=figures.restarts,
             generator_busy=figures.generator_busy,
             learner_busy=figures.learner_busy,

@@ -1,0 +1,120 @@
+"""The learner's handle on a generator in a process of its own (``rollout.placement=process``).
+
+The learner starts it (``python -m rlctl.core.trainer.run.generate``), writes each
+policy version's weights and each step's request through the run store
+(``exchange.Exchange``), and waits for the trajectory. A generator process that exits
+(killed, out of memory) is started again by the next request, which the pipeline
+retries (``run/pipeline.py``): the learner does not stop, and since the request names
+the version and the seed is the step's, the trajectory is the one the dead process
+would have made.
+
+Its output goes to the run's ``generator.log``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlctl.core.errors import ConfigError
+from rlctl.core.store.base import RunDir
+from rlctl.core.trainer.rollout.exchange import Exchange, flat_state
+from rlctl.core.trainer.rollout.generator import Push
+
+LOG = "generator.log"
+POLL = 0.02  # seconds between looks for a trajectory
+
+
+class GeneratorProcess:
+    """Starts, feeds and restarts the generator process of one run."""
+
+    def __init__(self, run: RunDir, root: str, lag: int) -> None:
+        self.run = run
+        self.root = root  # the run store's root, as the generator opens it
+        self.lag = lag
+        self.exchange = Exchange(run)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.attempts = itertools.count()
+        self.log = Path(run.staging_dir()) / LOG
+        self.exchange.begin(uuid.uuid4().hex)
+
+    def spawn(self) -> None:
+        """The generator process, started (again)."""
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "rlctl.core.trainer.run.generate",
+                    "--root",
+                    self.root,
+                    "--name",
+                    self.run.name,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def push(self, version: int, model: Any) -> Push:
+        """Version ``version``'s weights where the generator reads them."""
+        from flax import nnx
+
+        t0 = time.perf_counter()
+        size = self.exchange.put_weights(version, flat_state(nnx.state(model)))
+        # older than any step still to be sampled (from version - lag on) or redone
+        self.exchange.drop_weights(below=version - self.lag)
+        return Push(version, size, time.perf_counter() - t0)
+
+    def sample(self, step: int, version: int) -> dict[str, np.ndarray]:
+        """Step ``step`` sampled and scored by version ``version``, in the generator."""
+        if not self.alive():
+            self.spawn()
+        attempt = next(self.attempts)
+        self.exchange.request(step, version, attempt)
+        while True:
+            arrays, error = self.exchange.result(step, attempt)
+            if arrays is not None:
+                return arrays
+            if error is not None:
+                raise ConfigError(error["message"], hint=error.get("hint"))
+            if not self.alive():
+                assert self.proc is not None
+                raise RuntimeError(
+                    f"the generator process exited with code {self.proc.returncode} "
+                    f"({self._last_line()}; its log: {self.log})"
+                )
+            time.sleep(POLL)
+
+    def close(self) -> None:
+        """Tell it to stop, make sure it did, and remove what they exchanged (nothing
+        of it is needed again: a resume starts a new attempt)."""
+        import shutil
+
+        self.exchange.stop()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.exchange.root, ignore_errors=True)
+
+    def _last_line(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no log"
+        return lines[-1][:200] if lines else "an empty log"
