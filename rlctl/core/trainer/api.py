@@ -171,11 +171,12 @@ def train(
     baseline and final evals. ``on_status``: what status.json should now say (process
     0's; the others get a no-op). ``watch``: a hook around each rollout, update,
     checkpoint save and eval (``Watch``; a benchmark's)."""
-    import os
+    from rlctl.core.trainer.rollout.placement import host_devices
 
-    from rlctl.core.trainer.rollout.placement import give_host_devices
+    with host_devices(spec.rollout):  # a CPU's second device, for a split run
+        import jax
 
-    give_host_devices(spec.rollout, os.environ)  # a CPU's second device, for a split run
+        jax.devices()  # the backends start now, with them
     from rlctl.core.trainer.run.loop import run_trainer
 
     return run_trainer(spec, run, progress, on_status, topology, recover, watch)

@@ -197,3 +197,20 @@ def test_a_split_run_on_a_cpu_gets_its_host_devices_unless_it_named_them():
     assert named["XLA_FLAGS"] == f"{HOST_DEVICES_FLAG}=8"
     assert not give_host_devices(RolloutSpec(max_staleness=1), env := {})
     assert env == {}
+
+
+def test_the_host_device_count_is_given_only_while_the_backends_start(monkeypatch):
+    """A process that trains in-process (a test, a notebook) must not pass the count on
+    to the processes it starts afterwards (test_compiles' runs saw two devices)."""
+    import os
+
+    from rlctl.core.trainer.rollout.placement import host_devices
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_foo=1")
+    with host_devices(RolloutSpec(placement="split")):
+        assert os.environ["XLA_FLAGS"] == f"--xla_cpu_foo=1 {HOST_DEVICES_FLAG}=2"
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_foo=1"
+    monkeypatch.delenv("XLA_FLAGS")
+    with host_devices(RolloutSpec(placement="split")):
+        assert HOST_DEVICES_FLAG in os.environ["XLA_FLAGS"]
+    assert "XLA_FLAGS" not in os.environ

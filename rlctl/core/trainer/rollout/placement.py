@@ -12,7 +12,9 @@ to this process's devices.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+import os
+from collections.abc import Iterator, MutableMapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,3 +102,20 @@ def give_host_devices(spec: RolloutSpec, env: MutableMapping[str, str]) -> bool:
     count = 1 + (int(spec.devices) if spec.devices >= 1 else 1)
     env["XLA_FLAGS"] = f"{flags} {HOST_DEVICES_FLAG}={count}".strip()
     return True
+
+
+@contextmanager
+def host_devices(spec: RolloutSpec) -> Iterator[None]:
+    """``give_host_devices`` on this process's environment for as long as the JAX
+    backends take to start in it, then the environment as it was: the processes this
+    one starts later (the fit check's, a test's next run) inherit no device count."""
+    before = os.environ.get("XLA_FLAGS")
+    added = give_host_devices(spec, os.environ)
+    try:
+        yield
+    finally:
+        if added:
+            if before is None:
+                os.environ.pop("XLA_FLAGS", None)
+            else:
+                os.environ["XLA_FLAGS"] = before
