@@ -262,6 +262,10 @@ class TestTrainOnCluster:
             assert "rollout.placement=split runs in one process for now; 8 hosts" in r.stderr
             assert "--set rollout.placement=colocated" in r.stderr
             assert "Traceback" not in r.stderr
+            # a generator process of its own has no pods of its own yet
+            r = _submit(cli, "--set", "rollout.placement=process", *extra)
+            assert r.exit_code == 2, r.stderr
+            assert "rollout.placement=process runs on this machine for now" in r.stderr
         assert kube.mutations() == [] and _store_text(clients) == ""
 
     @pytest.mark.parametrize(

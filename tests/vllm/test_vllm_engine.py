@@ -221,3 +221,36 @@ def test_a_tied_heads_push_reaches_the_logits(tmp_path):
         diff()
     engine.sync(model)
     assert diff() < 1e-3
+
+
+def test_vllm_in_a_generator_process_of_its_own_samples_what_the_synchronous_run_does(
+    model_dir, tmp_path
+):
+    """rollout.placement=process (issue 54): vLLM samples in the generator process, the
+    JAX learner updates in this one, weights and trajectories through the run store.
+    With max_staleness=0 every figure is the synchronous vLLM run's; with 1 the run
+    samples each step from the version before and the agreement check holds there."""
+    common = ("--steps", "3", "--set", "rollout.placement=process")
+    sync = rlctl(*args(model_dir, tmp_path, "sync", "--steps", "3"))
+    assert sync.returncode == 0, sync.stderr
+    process = rlctl(*args(model_dir, tmp_path, "process", *common))
+    assert process.returncode == 0, process.stderr[-3000:]
+    generator_log = (tmp_path / "process" / "generator.log").read_text()
+    assert "generator: rollout engine: rollout.engine=vllm (vLLM" in generator_log
+    from rlctl.core.trainer.rollout.vllm_engine import AGREEMENT_TOLERANCE
+
+    pipeline = {"staleness", "dropped_samples", "generator_restarts", "generator_busy"}
+    pipeline |= {"learner_busy", "weight_push_bytes"}
+
+    def strip(rs: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in TIMING | pipeline} for r in rs]
+
+    got = rows(tmp_path / "process")
+    assert all(0 <= r["engine_logp_diff"] <= AGREEMENT_TOLERANCE for r in got), got
+    assert strip(got) == strip(rows(tmp_path / "sync"))
+
+    stale = rlctl(*args(model_dir, tmp_path, "stale1", *common, "--set", "rollout.max_staleness=1"))
+    assert stale.returncode == 0, stale.stderr[-3000:]
+    got = rows(tmp_path / "stale1")
+    assert [r["staleness"] for r in got] == [0, 1, 1]
+    assert all(0 <= r["engine_logp_diff"] <= AGREEMENT_TOLERANCE for r in got), got

@@ -382,6 +382,13 @@ def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: str, engine: str)
     r = spec.rollout
     if not r.pipelined:
         return []
+    if r.placement == "process":
+        raise ConfigError(
+            "rollout.placement=process runs on this machine for now: a generator's pods "
+            "of their own (a second replicated job, a second Ray worker group) are not "
+            "built yet",
+            hint="--set rollout.placement=split on one host, or colocated (docs/async.md)",
+        )
     if engine not in ("vanilla", "auto"):
         raise ConfigError(
             "rollout.placement=split and rollout.max_staleness run rlctl's own sampler "

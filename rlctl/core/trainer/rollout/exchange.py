@@ -14,7 +14,8 @@ Layout under the run's ``pipeline/`` folder::
     plan.json                       the attempt's id: a generator of another attempt stops
     weights/<v>.safetensors         the policy's state after v updates (flat nnx paths)
     requests/<j>-<a>.json           {step, version, attempt}: sample step j from version v
-    trajectories/<j>-<a>.npz        what the generator sampled and scored for it
+    trajectories/<j>-<a>.safetensors  what the generator sampled and scored for it (its
+                                    JSON figures in the file's metadata)
     trajectories/<j>-<a>.error.json a reward's error (a ConfigError), said by the learner
 
 A local run store only, for now: a ``gs://`` one would go through ``RunDir.push`` and
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,15 @@ import numpy as np
 from rlctl.core.store.base import RunDir
 
 PIPELINE = "pipeline"
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One step as the generator sends it: its arrays (the samples and their scores)
+    and its JSON figures (each reward's mean, the engine's checks)."""
+
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any]
 
 
 def _atomic(path: Path, write: Any) -> None:
@@ -80,19 +91,22 @@ class Exchange:
             ),
         )
 
-    def result(self, step: int, attempt: int) -> tuple[dict[str, np.ndarray] | None, dict | None]:
-        """(the trajectory's arrays, None), (None, the error it said), or (None, None)."""
+    def result(self, step: int, attempt: int) -> tuple[Trajectory | None, dict | None]:
+        """(the trajectory, None), (None, the error it said), or (None, None) yet."""
+        from safetensors import safe_open
+
         base = self.root / "trajectories" / f"{step}-{attempt}"
         error = base.with_name(base.name + ".error.json")
         if error.is_file():
             return None, json.loads(error.read_text())
-        npz = base.with_name(base.name + ".npz")
-        if not npz.is_file():
+        path = base.with_name(base.name + ".safetensors")
+        if not path.is_file():
             return None, None
-        with np.load(npz) as z:
-            arrays = {k: z[k] for k in z.files}
-        npz.unlink(missing_ok=True)  # taken: the learner keeps it in memory
-        return arrays, None
+        with safe_open(str(path), framework="numpy") as f:
+            arrays = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - not a dict
+            meta = {k: json.loads(v) for k, v in (f.metadata() or {}).items()}
+        path.unlink(missing_ok=True)  # taken: the learner keeps it in memory
+        return Trajectory(arrays, meta), None
 
     def stop(self) -> None:
         _atomic(self.root / "stop", lambda p: p.write_text(""))
@@ -112,9 +126,10 @@ class Exchange:
         for f in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             r = json.loads(f.read_text())
             done = self.root / "trajectories" / f"{r['step']}-{r['attempt']}"
-            if not done.with_name(done.name + ".npz").exists() and not done.with_name(
-                done.name + ".error.json"
-            ).exists():
+            if (
+                not done.with_name(done.name + ".npz").exists()
+                and not done.with_name(done.name + ".error.json").exists()
+            ):
                 out.append(r)
         return sorted(out, key=lambda r: (r["step"], r["attempt"]))
 
@@ -124,9 +139,15 @@ class Exchange:
         f = self.root / "weights" / f"{version}.safetensors"
         return load_file(f) if f.is_file() else None
 
-    def answer(self, request: dict[str, int], arrays: dict[str, np.ndarray]) -> None:
-        name = f"{request['step']}-{request['attempt']}.npz"
-        _atomic(self.root / "trajectories" / name, lambda p: _savez(p, arrays))
+    def answer(self, request: dict[str, int], trajectory: Trajectory) -> None:
+        from safetensors.numpy import save_file
+
+        name = f"{request['step']}-{request['attempt']}.safetensors"
+        meta = {k: json.dumps(v) for k, v in trajectory.meta.items()}
+        _atomic(
+            self.root / "trajectories" / name,
+            lambda p: save_file(trajectory.arrays, str(p), metadata=meta),
+        )
         (self.root / "requests" / f"{request['step']}-{request['attempt']}.json").unlink(
             missing_ok=True
         )
@@ -137,11 +158,6 @@ class Exchange:
             self.root / "trajectories" / name,
             lambda p: p.write_text(json.dumps({"message": message, "hint": hint})),
         )
-
-
-def _savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    with open(path, "wb") as f:  # np.savez on a name would append ".npz"
-        np.savez(f, **arrays)
 
 
 def flat_state(state: Any) -> dict[str, np.ndarray]:

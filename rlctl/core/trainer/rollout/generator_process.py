@@ -22,11 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rlctl.core.errors import ConfigError
 from rlctl.core.store.base import RunDir
-from rlctl.core.trainer.rollout.exchange import Exchange, flat_state
+from rlctl.core.trainer.rollout.exchange import Exchange, Trajectory, flat_state
 from rlctl.core.trainer.rollout.generator import Push
 
 LOG = "generator.log"
@@ -78,16 +76,16 @@ class GeneratorProcess:
         self.exchange.drop_weights(below=version - self.lag)
         return Push(version, size, time.perf_counter() - t0)
 
-    def sample(self, step: int, version: int) -> dict[str, np.ndarray]:
+    def sample(self, step: int, version: int) -> Trajectory:
         """Step ``step`` sampled and scored by version ``version``, in the generator."""
         if not self.alive():
             self.spawn()
         attempt = next(self.attempts)
         self.exchange.request(step, version, attempt)
         while True:
-            arrays, error = self.exchange.result(step, attempt)
-            if arrays is not None:
-                return arrays
+            got, error = self.exchange.result(step, attempt)
+            if got is not None:
+                return got
             if error is not None:
                 raise ConfigError(error["message"], hint=error.get("hint"))
             if not self.alive():

@@ -55,8 +55,7 @@ class Placement:
     def describe(self) -> str:
         if self.process:
             return (
-                "process: generator in a process of its own, learner on "
-                f"{_devices(self.learner)}"
+                f"process: generator in a process of its own, learner on {_devices(self.learner)}"
             )
         if not self.split:
             return f"colocated: generator and learner share {_devices(self.learner)}"

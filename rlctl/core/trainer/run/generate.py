@@ -17,13 +17,14 @@ the learner is gone.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any
 
 import numpy as np
+
+from rlctl.core.trainer.rollout.exchange import Trajectory
 
 POLL = 0.02  # seconds between looks for a request
 
@@ -53,7 +54,7 @@ def setup(root: str, name: str) -> Any:
     return trainer
 
 
-def sample(trainer: Any, step: int) -> dict[str, np.ndarray]:
+def sample(trainer: Any, step: int) -> Trajectory:
     """Step ``step``'s batch sampled and scored by the weights the trainer holds, as
     the arrays the learner rebuilds it from."""
     from rlctl.core.trainer.rollout.rollout import score, step_seed
@@ -64,7 +65,12 @@ def sample(trainer: Any, step: int) -> dict[str, np.ndarray]:
     out = trainer.rollout.sample(prompts, width, seed=step_seed(s.training.seed, step, 4))
     group = [p for p in problems for _ in range(s.rollout.num_generations)]
     scores = score(trainer.reward_fns, out.text, group, out.tokens, trainer._say)
-    return {
+    # what the engine checks of its samples (vLLM: that it sampled the version it was
+    # given, against the trainer's log-probs of the same weights, here)
+    engine = trainer.rollout.sampler.checks(
+        trainer.model, out.prompt_ids, out.completion_ids, out.logps, out.mask(), step + 1
+    )
+    arrays = {
         "prompt_ids": out.prompt_ids,
         "completion_ids": out.completion_ids,
         "lengths": out.lengths,
@@ -72,8 +78,11 @@ def sample(trainer: Any, step: int) -> dict[str, np.ndarray]:
         "reward": scores.reward,
         "correct": scores.correct,
         "formatted": scores.formatted,
-        "reward_means": np.array(json.dumps(scores.reward_means)),
     }
+    return Trajectory(
+        {k: np.ascontiguousarray(v) for k, v in arrays.items()},
+        {"reward_means": scores.reward_means, "engine": engine},
+    )
 
 
 def serve(trainer: Any, parent: int) -> int:
@@ -97,11 +106,11 @@ def serve(trainer: Any, parent: int) -> int:
                 trainer.rollout.sync(trainer.model)
                 loaded = version
             try:
-                arrays = sample(trainer, request["step"])
+                trajectory = sample(trainer, request["step"])
             except ConfigError as e:
                 exchange.refuse(request, e.message, e.hint)
                 continue
-            exchange.answer(request, arrays)
+            exchange.answer(request, trajectory)
         if not pending:
             time.sleep(POLL)
 

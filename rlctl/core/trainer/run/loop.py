@@ -103,11 +103,14 @@ class Trainer:
         self.engine.check(s.training.lora_rank)
         self._say(f"rollout engine: {self.engine.why}")
         if s.rollout.pipelined:
-            if self.engine.name != "vanilla":
+            # vLLM samples in a generator process of its own (it takes each pushed
+            # version there as it takes the policy's in a synchronous run)
+            if self.engine.name != "vanilla" and s.rollout.placement != "process":
                 raise ConfigError(
-                    "rollout.placement=split and rollout.max_staleness run rlctl's own "
-                    f"sampler for now, not rollout.engine={self.engine.name}",
-                    hint="--set rollout.engine=vanilla (docs/async.md)",
+                    f"rollout.engine={self.engine.name} samples in a generator process of "
+                    f"its own: rollout.placement={s.rollout.placement} runs rlctl's sampler",
+                    hint="--set rollout.placement=process, or --set rollout.engine=vanilla "
+                    "(docs/async.md)",
                 )
             self._say(f"rollout: {self._rollout_status()['rollout']}")
         from rlctl.core.trainer.model.precision import choose

@@ -44,6 +44,7 @@ class Trajectory:
     out: Samples
     scores: Scores
     batch: Batch
+    engine: dict[str, float] = dataclasses.field(default_factory=dict)  # its checks
 
 
 class Pipelined:
@@ -90,19 +91,20 @@ class Pipelined:
 
     # --- the generator's thread ----------------------------------------------------
     def produce(self, step: int, version: int) -> Trajectory:
-        out, scores = (
-            self._received(step, version) if self.remote else self._sampled(step, version)
-        )
+        engine: dict[str, float] = {}
+        if self.remote:
+            out, scores, engine = self._received(step, version)
+        else:
+            out, scores = self._sampled(step, version)
         batch = self.rollout.batch(out, scores)
         if self.lag:  # the behaviour policy's log-probs: the ratio's denominator
             batch = dataclasses.replace(batch, old_logps=out.logps)
-        return Trajectory(out, scores, batch)
+        return Trajectory(out, scores, batch, engine)
 
-    def _received(self, step: int, version: int) -> tuple[Samples, Scores]:
+    def _received(self, step: int, version: int) -> tuple[Samples, Scores, dict[str, float]]:
         """Sampled and scored by the generator process (``run/generate.py``)."""
-        import json
-
-        a = self.generator.sample(step, version)
+        got = self.generator.sample(step, version)
+        a = got.arrays
         out = Samples(
             text=[],
             tokens=[],
@@ -111,10 +113,8 @@ class Pipelined:
             lengths=a["lengths"],
             logps=a["logps"],
         )
-        scores = Scores(
-            a["reward"], a["correct"], a["formatted"], json.loads(str(a["reward_means"]))
-        )
-        return out, scores
+        scores = Scores(a["reward"], a["correct"], a["formatted"], got.meta["reward_means"])
+        return out, scores, got.meta["engine"]
 
     def _sampled(self, step: int, version: int) -> tuple[Samples, Scores]:
         s = self.spec
@@ -159,6 +159,7 @@ class Pipelined:
             elapsed=time.perf_counter() - t0,
             rollout_seconds=got.seconds,
             peak_device_bytes=self.t.device_peak.read(),
+            engine_logp_diff=traj.engine.get("engine_logp_diff"),
             weight_push_seconds=pushed.seconds if pushed else None,
             weight_push_bytes=pushed.bytes if pushed else None,
             staleness=figures.staleness,
