@@ -209,3 +209,8 @@ def test_a_killed_generator_process_is_restarted_and_the_run_learns_as_if_it_was
     rows = metrics(tmp_path / "killed")
     assert rows[-1]["generator_restarts"] == 1
     assert len(re.findall(r"ready \(pid", log.read_text())) == 2
+    # resumed to 6: a new exchange, steps 5 and 6 from the restored version 4
+    r = rlctl("resume", "killed", "--runs-dir", str(tmp_path), "--steps", "6")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [x["staleness"] for x in metrics(tmp_path / "killed")] == [0, 1, 1, 1, 0, 1]
+    assert not (tmp_path / "killed" / "pipeline").exists()
