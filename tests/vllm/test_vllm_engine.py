@@ -98,14 +98,24 @@ def rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_trains_resumes_after_sigkill_and_agrees_every_step(model_dir, tmp_path):
-    common = ("--steps", "3", "--set", "checkpoint.interval=1")
-    whole = rlctl(*args(model_dir, tmp_path, "whole", *common))
-    assert whole.returncode == 0, whole.stderr
-    assert "rollout engine: rollout.engine=vllm (vLLM" in whole.stderr
-    status = json.loads((tmp_path / "whole" / "status.json").read_text())
+COMMON = ("--steps", "3", "--set", "checkpoint.interval=1")
+
+
+@pytest.fixture(scope="module")
+def whole(model_dir, tmp_path_factory) -> Path:
+    """The synchronous vLLM run, once for the module: three steps, a checkpoint each."""
+    root = tmp_path_factory.mktemp("whole")
+    r = rlctl(*args(model_dir, root, "whole", *COMMON))
+    assert r.returncode == 0, r.stderr
+    assert "rollout engine: rollout.engine=vllm (vLLM" in r.stderr
+    return root / "whole"
+
+
+def test_trains_resumes_after_sigkill_and_agrees_every_step(model_dir, whole, tmp_path):
+    common = COMMON
+    status = json.loads((whole / "status.json").read_text())
     assert status["engine"] == "vllm" and status["phase"] == "completed"
-    done = rows(tmp_path / "whole")
+    done = rows(whole)
     assert [r["step"] for r in done] == [1, 2, 3]
     from rlctl.core.trainer.rollout.vllm_engine import AGREEMENT_TOLERANCE
 
@@ -224,15 +234,13 @@ def test_a_tied_heads_push_reaches_the_logits(tmp_path):
 
 
 def test_vllm_in_a_generator_process_of_its_own_samples_what_the_synchronous_run_does(
-    model_dir, tmp_path
+    model_dir, whole, tmp_path
 ):
     """rollout.placement=process (issue 54): vLLM samples in the generator process, the
     JAX learner updates in this one, weights and trajectories through the run store.
     With max_staleness=0 every figure is the synchronous vLLM run's; with 1 the run
     samples each step from the version before and the agreement check holds there."""
-    common = ("--steps", "3", "--set", "rollout.placement=process")
-    sync = rlctl(*args(model_dir, tmp_path, "sync", "--steps", "3"))
-    assert sync.returncode == 0, sync.stderr
+    common = (*COMMON, "--set", "rollout.placement=process")
     process = rlctl(*args(model_dir, tmp_path, "process", *common))
     assert process.returncode == 0, process.stderr[-3000:]
     generator_log = (tmp_path / "process" / "generator.log").read_text()
@@ -247,7 +255,7 @@ def test_vllm_in_a_generator_process_of_its_own_samples_what_the_synchronous_run
 
     got = rows(tmp_path / "process")
     assert all(0 <= r["engine_logp_diff"] <= AGREEMENT_TOLERANCE for r in got), got
-    assert strip(got) == strip(rows(tmp_path / "sync"))
+    assert strip(got) == strip(rows(whole))
 
     stale = rlctl(*args(model_dir, tmp_path, "stale1", *common, "--set", "rollout.max_staleness=1"))
     assert stale.returncode == 0, stale.stderr[-3000:]

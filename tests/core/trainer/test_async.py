@@ -110,20 +110,6 @@ def test_colocated_staleness_one_learns_exactly_as_split_does(runs, tiny_model_d
     )
 
 
-def test_resume_restores_the_version_and_drops_what_was_in_flight(runs, tmp_path):
-    """Steps 1-4 as the uninterrupted run; resumed to 6, step 5 is sampled from the
-    restored version 4 (what was in flight at the stop is not kept), step 6 from 4."""
-    import shutil
-
-    shutil.copytree(runs / "split1", tmp_path / "split1")
-    r = rlctl("resume", "split1", "--runs-dir", str(tmp_path), "--steps", "6")
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = metrics(tmp_path / "split1")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert [r["staleness"] for r in rows] == [0, 1, 1, 1, 0, 1]
-    assert rows[:4] == metrics(runs / "split1")
-
-
 def test_a_split_run_is_refused_where_it_cannot_split(tiny_model_dir, tmp_path):
     """This process's JAX started with one CPU device: one line, with the fix."""
     from typer.testing import CliRunner
@@ -172,7 +158,8 @@ def test_a_killed_generator_process_is_restarted_and_the_run_learns_as_if_it_was
     runs, tiny_model_dir, tmp_path
 ):
     """SIGKILL to the generator mid-run: the learner starts another, which samples the
-    step again from the version the request names; every figure is the split run's."""
+    step again from the version the request names; every figure is the split run's.
+    Then resume restores the policy version and drops what was in flight."""
     import os
     import re
     import signal
