@@ -112,6 +112,12 @@ class Trainer:
                     hint="--set rollout.placement=process, or --set rollout.engine=vanilla "
                     "(docs/async.md)",
                 )
+            if self.placement.process and "://" in self.run.uri:
+                raise ConfigError(
+                    "rollout.placement=process runs on a local run store for now; "
+                    f"this run's is {self.run.uri}",
+                    hint="--set rollout.placement=split (one process) or colocated",
+                )
             self._say(f"rollout: {self._rollout_status()['rollout']}")
         from rlctl.core.trainer.model.precision import choose
 
@@ -170,33 +176,54 @@ class Trainer:
             ),
         )
         self.rollout = Rollout(s.rollout, self.tokenizer, sampler, s.prompt)
-        self.generator: Any = None
-        if self.placement.process:  # started with the pipeline (run/generate.py)
-            pass
-        elif s.rollout.pipelined:  # its own sampler, reading the versions pushed to it
-            from rlctl.core.trainer.rollout.generator import Generator
+        self.generator = self._generator(folder)
 
-            self.generator = Generator(
-                engines.start(
-                    self.engine,
-                    engines.EngineSetup(
-                        spec=s,
-                        model=self.model,
-                        folder=folder,
-                        tokenizer=self.tokenizer,
-                        info=self.info,
-                        # split: the push already makes one whole copy per device
-                        replicate_over=None
-                        if self.placement.split
-                        else sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
-                        sampling_dtype=self.precision.sampling,
-                        numerics=self.numerics,
-                        say=self._say,
-                        emit=self.emit,
-                    ),
-                ),
-                self.placement,
-            )
+    def _generator(self, folder: Any) -> Any:
+        """A pipelined run's generator in this process: its own sampler, reading the
+        versions pushed to it (``rollout/generator.py``). None for a synchronous run,
+        and for a generator process, which starts with the pipeline (``_pipelined``)."""
+        from rlctl.core.trainer.rollout import engines
+
+        s = self.spec
+        if not s.rollout.pipelined or self.placement.process:
+            return None
+        from rlctl.core.trainer.rollout.generator import Generator
+
+        setup = engines.EngineSetup(
+            spec=s,
+            model=self.model,
+            folder=folder,
+            tokenizer=self.tokenizer,
+            info=self.info,
+            # split: the push already makes one whole copy per generator device
+            replicate_over=None
+            if self.placement.split
+            else sampler_mesh(s.rollout, self.mesh, self.topo, self.model),
+            sampling_dtype=self.precision.sampling,
+            numerics=self.numerics,
+            say=self._say,
+            emit=self.emit,
+        )
+        return Generator(engines.start(self.engine, setup), self.placement)
+
+    def _pipelined(self, start: int) -> Any:
+        """A pipelined run's steps from ``start`` (``run/pipelined.py``), the restored
+        policy as version ``start`` (what was in flight before is gone); None for a
+        synchronous run or one with no step left."""
+        s = self.spec
+        if not s.rollout.pipelined or start >= s.training.steps:
+            return None
+        generator = self.generator
+        if self.placement.process:
+            from pathlib import Path
+
+            from rlctl.core.trainer.rollout.generator_process import GeneratorProcess
+
+            root = str(Path(self.run.uri).parent)  # the store the generator opens
+            generator = GeneratorProcess(self.run, root, s.rollout.max_staleness)
+        from rlctl.core.trainer.run.pipelined import Pipelined
+
+        return Pipelined(self, generator, start)
 
     def create_data(self) -> None:
         s = self.spec
@@ -522,24 +549,7 @@ class Trainer:
                 self.emit(phase(Stage.RESTORING, f"restoring checkpoint {self.ckpt.latest}"))
             start = self.ckpt.restore_latest(self.model, self.optimizer)
             self.metrics.truncate_after(start)
-            if self.placement.process and start < s.training.steps:
-                from rlctl.core.trainer.rollout.generator_process import GeneratorProcess
-
-                if "://" in self.run.uri:
-                    raise ConfigError(
-                        "rollout.placement=process runs on a local run store for now; "
-                        f"this run's is {self.run.uri}",
-                        hint="--set rollout.placement=split (one process) or colocated",
-                    )
-                from pathlib import Path
-
-                root = str(Path(self.run.uri).parent)  # the store the generator opens
-                self.generator = GeneratorProcess(self.run, root, s.rollout.max_staleness)
-            if self.generator is not None and start < s.training.steps:
-                from rlctl.core.trainer.run.pipelined import Pipelined
-
-                # the restored policy is version ``start``: what was in flight is gone
-                self.pipelined = Pipelined(self, self.generator, start)
+            self.pipelined = self._pipelined(start)
             if start:
                 self.emit({"event": "message", "message": f"resumed from checkpoint {start}"})
             self.emit(
