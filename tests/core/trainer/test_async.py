@@ -46,7 +46,7 @@ def in_subprocess(model, root, name: str, *extra: str) -> None:
 def runs(tiny_model_dir, tmp_path_factory):
     """The synchronous run, and split runs with staleness 0 and 1, once for the module."""
     root = tmp_path_factory.mktemp("async")
-    in_subprocess(tiny_model_dir, root, "sync")
+    in_process(tiny_model_dir, root, "sync", "grpo", *COMMON)  # one device: no process needed
     in_subprocess(tiny_model_dir, root, "split0", *SPLIT)
     in_subprocess(tiny_model_dir, root, "split1", *SPLIT, *STALE)
     return root
