@@ -35,7 +35,6 @@ class Generator:
     """Versions of the policy on the generator's devices, and the sampler reading them."""
 
     def __init__(self, sampler: Any, placement: Placement) -> None:
-        import jax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
         self.sampler = sampler  # rlctl's JAX sampler (sampler.Sampler), its own instance
@@ -51,25 +50,19 @@ class Generator:
                 if len(devices) == 1
                 else NamedSharding(Mesh(list(devices), ("generator",)), PartitionSpec())
             )
-        self._jax = jax
 
     def push(self, version: int, model: Any) -> Push:
         """A copy of ``model``'s weights as version ``version``, on the generator's
         devices, complete when this returns (the next update may donate the source)."""
+        import jax
         from flax import nnx
 
-        jax = self._jax
+        from rlctl.core.trainer.checkpoint.checkpoint_memory import device_copy
+
         t0 = time.perf_counter()
         graphdef, state = nnx.split(model)
-        if self.target is None:  # a copy where each array is (checkpoint_memory.device_copy)
-            copies = jax.tree.map(
-                lambda x: (
-                    jax.device_put(x, x.sharding, may_alias=False)
-                    if isinstance(x, jax.Array)
-                    else x
-                ),
-                state,
-            )
+        if self.target is None:  # a copy where each array is: the update donates it
+            copies = jax.tree.map(device_copy, state)
         else:
             copies = jax.device_put(state, self.target, may_alias=False)
         jax.block_until_ready(copies)
@@ -89,8 +82,3 @@ class Generator:
                 del self.versions[old]
             graphdef = self.graphdef
         self.sampler.load(graphdef, state)
-
-    def held(self) -> int:
-        """How many versions the generator's devices hold now."""
-        with self.lock:
-            return len(self.versions)
