@@ -343,7 +343,7 @@ def submit(
     report, notes = check_placement(objs, target.pools, target.unmodelled, target.name, region, acc)
     engine = cluster_engine(spec.rollout.engine, shape.kind, image)
     notes = [f"rollout engine: {engine.why}", *notes]
-    notes += pipelined_notes(spec, shape, chosen.name, engine.name)
+    notes += pipelined_notes(spec, shape, chosen, engine.name)
     # device memory: the run's programs compiled for the accelerator (not here)
     from rlctl.core.clients import EmptyProject
 
@@ -371,7 +371,7 @@ def submit(
     )
 
 
-def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: str, engine: str) -> list[str]:
+def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: Backend, engine: str) -> list[str]:
     """A pipelined run (rollout.placement=split or max_staleness >= 1) on a cluster:
     refused before anything is applied where the pods' trainer would refuse it after
     the accelerators were paid for, else the plan's line on how it is placed.
@@ -397,10 +397,10 @@ def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: str, engine: str)
         )
     if r.placement != "split":
         return [f"rollout: colocated, at most {r.max_staleness} version(s) behind"]
-    if shape.total_hosts > 1 and backend != "pathways":
+    if shape.total_hosts > 1 and not backend.single_controller:
         raise ConfigError(
             f"rollout.placement=split runs in one process for now; {shape.total_hosts} "
-            f"hosts are {shape.total_hosts} processes on the {backend} backend",
+            f"hosts are {shape.total_hosts} processes on the {backend.name} backend",
             hint="--set rollout.placement=colocated (max_staleness works there too), "
             "one host (-a 'TYPE x1' of a single-host type), or --backend pathways",
         )

@@ -91,6 +91,9 @@ class Backend(ABC):
     # GKE add-on (then ``crd_fix`` says how to turn it on)
     controllers: tuple[Controller, ...] = ()
     tpu_only: bool = False
+    # One process drives every host (Pathways' single controller), so what runs in one
+    # process (rollout.placement=split) may span hosts.
+    single_controller: bool = False
     # Its pod templates take the run's DRANET ResourceClaimTemplate (when the cluster has
     # DCN networks). A PathwaysJob's controller builds its worker pods itself.
     dcn_claim: bool = True

@@ -160,6 +160,7 @@ class PathwaysBackend(Backend):
     crd_schema = "pathwaysjob-pathways-job.pathways.domain-v1.json"
     controllers = (JOBSET_CONTROLLER, PATHWAYS_CONTROLLER)  # it becomes a JobSet
     tpu_only = True
+    single_controller = True
     dcn_claim = False  # its controller builds the worker pods itself
 
     def pod_groups(
