@@ -18,9 +18,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
-# rlctl's TPU node pools run one thread per core (`gcloud container node-pools create
-# ... --threads-per-core=1`), which halves the vCPUs a host reports.
+# rlctl's v6e node pools run one thread per core (`gcloud container node-pools create
+# ... --threads-per-core=1`), which halves the vCPUs a host reports. Only v6e: that is
+# where seed 001 sets it; on the other TPU generations whether GKE accepts it is
+# unverified, so their pools keep the machine's default (issue 55 point 3).
 TPU_THREADS_PER_CORE = 1
+ONE_THREAD_PER_CORE_FAMILIES = frozenset({"v6e"})
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 GPU_ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
@@ -64,6 +67,11 @@ class AcceleratorKind(ABC):
     # several of it join one job only when each is multi-host (GKE Multislice)
     multislice_needs_multi_host: bool = False
     resizable: bool = False  # its pools are resized in place (not a fixed slice)
+
+    def threads(self, acc: Slice) -> int | None:
+        """Threads per core of the pools rlctl makes for ``acc`` (None: the machine's
+        default)."""
+        return self.threads_per_core
 
     @abstractmethod
     def chips(self, acc: Slice) -> int:
@@ -133,6 +141,9 @@ class Tpu(AcceleratorKind):
     needs_topology = True
     multislice_needs_multi_host = True
 
+    def threads(self, acc: Slice) -> int | None:
+        return TPU_THREADS_PER_CORE if acc.family in ONE_THREAD_PER_CORE_FAMILIES else None
+
     def chips(self, acc: Slice) -> int:
         return acc.chips_per_host * acc.hosts
 
@@ -168,7 +179,8 @@ class Tpu(AcceleratorKind):
         return pools
 
     def pool_config(self, acc: Slice) -> dict[str, Any]:
-        return {"advanced_machine_features": {"threads_per_core": TPU_THREADS_PER_CORE}}
+        threads = self.threads(acc)
+        return {"advanced_machine_features": {"threads_per_core": threads}} if threads else {}
 
     def pool_extras(self, acc: Slice) -> dict[str, Any]:
         if not self.multi_host(acc):
@@ -179,7 +191,7 @@ class Tpu(AcceleratorKind):
         return {
             "topology": acc.topology,
             "chips": self.chips(acc),
-            "threads_per_core": TPU_THREADS_PER_CORE,
+            "threads_per_core": self.threads(acc),
         }
 
     def price_key(self, acc: Slice) -> tuple[str, str, int]:

@@ -37,7 +37,7 @@ from rlctl.core.plan import Action, Change, CostEstimate, Plan
 CPU_POOL = "cpu"
 # The seeds' TPU pools: full access scope (the pods reach GCS and Pathways' storage
 # through Workload Identity; the node's own scope must not be the narrower default)
-# and one thread per core, as `gcloud ... node-pools create --threads-per-core=1`
+# and, on v6e, one thread per core, as `gcloud ... node-pools create --threads-per-core=1`
 # (config.nodes.TPU_THREADS_PER_CORE: it halves a host's vCPUs, which pods are sized by).
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 _EFFECTS = {

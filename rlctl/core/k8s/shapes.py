@@ -77,11 +77,11 @@ def slice_shape(acc: Accelerator, count: int, threads_per_core: int | None = -1)
     """The shape of ``count`` slices (TPU) or machines (GPU) of a catalog accelerator.
 
     ``threads_per_core``: of the pools that hold it, as GKE reports them; -1 = as
-    ``rlctl cluster create`` makes them (one thread per core on TPU hosts).
+    ``rlctl cluster create`` makes them (one thread per core on v6e hosts).
     """
     kind = acc.strategy
     if threads_per_core == -1:
-        threads_per_core = kind.threads_per_core
+        threads_per_core = kind.threads(acc)
     return SliceShape(
         kind=acc.kind,
         machine_type=acc.machine_type,
