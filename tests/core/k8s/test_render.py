@@ -208,6 +208,37 @@ class TestRay:
         }
 
 
+class TestSliceCoordinates:
+    """Issue 55 points 1, 4 and 5: the megascale coordinates only where several slices
+    meet, never baked into a Ray worker, and a finished RayJob lets its hosts go."""
+
+    @pytest.mark.parametrize("backend", ["jobset", "ray"])
+    def test_one_slice_gets_no_megascale_variable_or_port(self, backend, crds):
+        objs = render_workload(view(backend, "tpu", 1))
+        validate_manifests(objs, crds)
+        hosts = [p for p in pod_specs(objs[-1]) if "nodeSelector" in p]
+        assert hosts
+        for c in (c for p in hosts for c in p["containers"]):
+            assert not [k for k in env(c) if k.startswith("MEGASCALE_")], env(c)
+            assert not [p for p in c.get("ports", []) if p["name"] == "megascale"]
+
+    def test_ray_workers_carry_no_slice_count_of_their_own(self, crds):
+        """Ray Train's JAX backend sets the coordinates for the group it starts (ray
+        2.60.0, train/v2/jax/config.py): a baked MEGASCALE_NUM_SLICES=2 would outlive a
+        shrink to one slice."""
+        objs = render_workload(view("ray", "tpu", 2, min_slices=1))
+        (wg,) = objs[-1]["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        (c,) = wg["template"]["spec"]["containers"]
+        e = env(c)
+        assert e["MEGASCALE_PORT"] == "9915"
+        assert not {"MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID"} & set(e)
+
+    def test_a_finished_rayjob_keeps_no_hosts(self):
+        rj = render_workload(view("ray", "tpu", 2))[-1]
+        assert rj["spec"]["shutdownAfterJobFinishes"] is True
+        assert rj["spec"]["ttlSecondsAfterFinished"] == 0
+
+
 class TestValidatorIsStrict:
     @pytest.mark.parametrize(
         ("backend", "path", "bad"),

@@ -59,7 +59,7 @@ def _throwaway_key(path: Path) -> Path:
     return path
 
 
-def rendered_driver(spec, store) -> str:
+def rendered_driver(spec, store, max_restarts: int = 0) -> str:
     """ray_driver.py as ``submit`` renders it for a one-slice v6e-16 cluster."""
     from rlctl.core.k8s import backends
     from rlctl.core.runs.submit import ClusterOptions, render_run
@@ -73,8 +73,8 @@ def rendered_driver(spec, store) -> str:
             "model": spec.model.model_copy(update={"source": f"gs://{bucket}/models/tiny-llama"})
         }
     )
-    # no restarts: a failing worker fails the job at once instead of three more times
-    opts = ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=0)
+    # no restarts by default: a failing worker fails the job at once
+    opts = ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=max_restarts)
     objs = render_run(on_gcs, backends.get("ray"), v6e_16(1), store, opts)
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     (rj,) = [o for o in objs if o["kind"] == "RayJob"]
@@ -191,21 +191,76 @@ def test_rendered_ray_driver_trains_a_run_on_a_local_ray(
     print(f"driver took {took:.1f} s")
 
 
-def test_a_failing_pod_entry_fails_the_ray_job(gcs, gcs_server_url, tmp_path):
+def test_a_failing_pod_entry_fails_the_ray_job_at_once(gcs, gcs_server_url, tmp_path):
     """The pod entrypoint's non-zero exit (here: the run has no spec.yaml in the store)
-    fails the worker, so Ray counts a failure and the driver, hence the RayJob, fails
-    instead of reporting the run done."""
+    fails the worker, so the driver, hence the RayJob, fails instead of reporting the
+    run done; and since it is rlctl's own error (exit code 3, not found), Ray does not
+    retry it, though two restarts are allowed (the JobSet's podFailurePolicy does the
+    same: FailJob on 2, 3, 4)."""
     from rlctl.core.store import open_store
 
     _, bucket = gcs
     store = open_store(f"gs://{bucket}/runs")
-    driver = rendered_driver(tiny_spec("ray-missing", store.uri), store)  # never written
+    spec = tiny_spec("ray-missing", store.uri)  # never written
+    driver = rendered_driver(spec, store, max_restarts=2)
 
     r = run_driver(driver, tmp_path, gcs_server_url)
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-6000:]
-    assert "rlctl trainer (rlctl.core.runs.pod) exited with code" in out, out[-6000:]
-    assert "error: run 'ray-missing'" in out  # the pod entry's own one-line error
+    assert "rlctl trainer (rlctl.core.runs.pod) exited with code 3" in out, out[-6000:]
+    # the pod entry's own one-line error, once: the worker group was not started again
+    assert out.count("error: run 'ray-missing'") == 1, out[-6000:]
+    assert "not retried" in out
+
+
+def _driver_module(tmp_path: Path, slices: int):
+    """The rendered ray_driver.py of a ``slices`` x v6e-16 run, imported (not run)."""
+    import importlib.util
+
+    from rlctl.core.k8s import backends
+    from rlctl.core.k8s.render import make_view, render_workload
+    from tests.fakes.shapes import v6e_16
+
+    view = make_view(
+        run="r1",
+        backend="ray",
+        image="us-docker.pkg.dev/p/r/rlctl:1",
+        run_uri="gs://bkt/runs/r1",
+        shape=v6e_16(slices),
+        hf_secret="r1-hf-token",
+        min_slices=1,
+    )
+    objs = render_workload(view)
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert backends.get("ray").kind == objs[-1]["kind"]
+    path = tmp_path / "ray_driver.py"
+    path.write_text(cm["data"]["ray_driver.py"])
+    spec = importlib.util.spec_from_file_location("rendered_ray_driver", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_shrink_to_one_slice_drops_the_stale_slice_coordinates(tmp_path):
+    """After a preemption shrinks a two-slice run to one, Ray Train sets no megascale
+    variable for the new group (ray 2.60.0, train/v2/jax/config.py
+    ``_JaxBackend.on_start``: only when num_slices > 1), so the ones the worker still
+    has would make libtpu wait for the lost slice: the train loop drops them."""
+    driver = _driver_module(tmp_path, 2)
+    stale = {
+        "MEGASCALE_NUM_SLICES": "2",
+        "MEGASCALE_SLICE_ID": "1",
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.2",
+        "MEGASCALE_PORT": "9915",
+    }
+    one_slice = dict(stale)
+    assert sorted(driver.drop_stale_slices(one_slice, world_size=4)) == sorted(
+        ["MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS"]
+    )
+    assert one_slice == {"MEGASCALE_PORT": "9915"}
+    both = dict(stale)  # two slices: Ray's own fresh values, kept
+    assert driver.drop_stale_slices(both, world_size=8) == []
+    assert both == stale
 
 
 JOINED_BY_RAY = """
