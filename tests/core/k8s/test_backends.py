@@ -10,15 +10,12 @@ runs the same steps over every registered backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rlctl.core.errors import ConfigError
 from rlctl.core.k8s import backends
-from rlctl.core.k8s.admission import PodGroup, group
 from rlctl.core.k8s.apply import (
     apply_objects,
     delete_objects,
@@ -28,92 +25,33 @@ from rlctl.core.k8s.apply import (
     run_kinds,
     trainer_logs,
 )
-from rlctl.core.k8s.backends.base import Backend, condition_phase, run_selector
+from rlctl.core.k8s.backends.base import Backend
 from rlctl.core.k8s.render import make_view, render_workload
 from rlctl.core.k8s.validate import validate_manifests
-from rlctl.core.phases import Phase
 from tests.core.k8s.conftest import make_spec
 from tests.fakes.shapes import h100_8, v6e_16
 
-# The whole of the fourth backend: this template and ``JobBackend`` below.
-JOB_TEMPLATE = """\
-{#- A plain Indexed Job: one pod per host, every host runs the trainer. -#}
-{%- import "_macros.yaml.j2" as m -%}
-apiVersion: batch/v1
-kind: Job
-metadata:
-  {{ m.metadata(v, v.run) | indent(2) }}
-spec:
-  completionMode: Indexed
-  completions: {{ v.shape.total_hosts }}
-  parallelism: {{ v.shape.total_hosts }}
-  backoffLimit: {{ v.max_restarts }}
-  template:
-    metadata:
-      labels:
-        {{ m.labels(v) | indent(8) }}
-    spec:
-      serviceAccountName: {{ v.service_account | tojson }}
-      restartPolicy: Never
-      nodeSelector:
-        {{ m.node_selector(v) | indent(8) }}
-      containers:
-      - name: trainer
-        image: {{ v.image | tojson }}
-        command: {{ m.trainer_command(v) }}
-        env:
-        {{ m.trainer_env(v) | indent(8) }}
-        resources:
-          {{ m.accelerator_resources(v) | indent(10) }}
-        volumeMounts:
-        {{ m.mounts(v) | indent(8) }}
-      volumes:
-      {{ m.volumes(v) | indent(6) }}
-"""
+# The whole of the fourth backend: the Contributing part's template
+# (docs/contributing/templates/backend: the class and job.yaml.j2), as a contributor
+# copies it.
+TEMPLATE = Path(__file__).resolve().parents[3] / "docs" / "contributing" / "templates" / "backend"
 
 
-class JobBackend(Backend):
-    """A plain Indexed Job: one pod per host, its controller Kubernetes' own."""
+def _template_module():
+    import importlib.util
 
-    name = "job"
-    template = "job.yaml.j2"
-    api_version = "batch/v1"
-    kind = "Job"
-    help = "a plain Indexed Job"
-    tpu_only = True
-    dcn_claim = False
+    spec = importlib.util.spec_from_file_location("backend_template", TEMPLATE / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, template_dir: Path) -> None:
-        self.template_dir = template_dir
 
-    def pod_groups(
-        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
-    ) -> list[PodGroup]:
-        t = obj["spec"]["template"]
-        return [
-            group(
-                f"Job {obj['metadata']['name']}",
-                "trainer",
-                t.get("metadata") or {},
-                t["spec"],
-                pods=int(obj["spec"].get("parallelism", 1)),
-            )
-        ]
-
-    def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
-        return condition_phase(workload)
-
-    def pod_selectors(self, run: str) -> tuple[str, ...]:
-        return (run_selector(run),)
-
-    def embedded_templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-        return iter(())  # a core kind: kubernetes-validate checks its template itself
+JobBackend = _template_module().JobBackend
 
 
 @pytest.fixture()
-def job(tmp_path):
-    (tmp_path / "job.yaml.j2").write_text(JOB_TEMPLATE)
-    entry = backends.register(JobBackend(tmp_path))
+def job():
+    entry = backends.register(JobBackend())
     yield entry
     backends.unregister("job")
 
@@ -146,20 +84,19 @@ class TestRegistry:
             backends.get("x")
         assert not backends.is_backend("x") and not backends.is_backend(None)
 
-    def test_a_backend_that_forgets_a_piece_cannot_be_made(self, tmp_path):
+    def test_a_backend_that_forgets_a_piece_cannot_be_made(self):
         class NoPods(JobBackend):  # would leave the fit check with no pods to place
             pod_groups = Backend.pod_groups  # type: ignore[assignment]
 
         with pytest.raises(TypeError, match="abstract method '?pod_groups"):
-            NoPods(tmp_path)
+            NoPods()
 
     def test_a_name_is_registered_once(self, job):
         with pytest.raises(ValueError, match="already registered"):
             backends.register(job)
 
-    def test_unregistered_it_is_gone(self, tmp_path):
-        (tmp_path / "job.yaml.j2").write_text(JOB_TEMPLATE)
-        backends.register(JobBackend(tmp_path))
+    def test_unregistered_it_is_gone(self):
+        backends.register(JobBackend())
         backends.unregister("job")
         assert "job" not in backends.names()
         assert ("batch/v1", "Job") not in run_kinds()
