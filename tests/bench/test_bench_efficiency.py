@@ -8,6 +8,9 @@ import pytest
 
 from bench import bench_efficiency as be
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def figures(tiny_model_dir, tmp_path_factory):

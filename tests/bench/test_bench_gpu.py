@@ -189,6 +189,7 @@ class TestTheTrlSide:
         problem = bg.trl_problem(fake)
         assert problem and str(fake) in problem and "No module named 'trl'" in problem
 
+    @pytest.mark.slow
     def test_the_child_runs_on_the_device_torch_sees_and_its_steps_are_read(
         self, tmp_path, monkeypatch
     ):

@@ -7,6 +7,9 @@ import pytest
 
 from bench import bench_update as bu
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize(
     "against",

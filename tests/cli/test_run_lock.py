@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from typer.testing import CliRunner
 
 from rlctl.cli.app import app
@@ -13,6 +14,7 @@ from rlctl.core.store.base import SPEC, STATUS
 from rlctl.core.store.local import LocalRunStore
 
 
+@pytest.mark.slow
 def test_a_second_resume_of_a_held_run_is_refused_and_writes_nothing(tmp_path):
     run = LocalRunStore(tmp_path).run("r1")
     run.write_text(SPEC, "name: r1\nalgorithm: grpo\n")
@@ -27,6 +29,7 @@ def test_a_second_resume_of_a_held_run_is_refused_and_writes_nothing(tmp_path):
     assert (run.path / STATUS).read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_name_taken_while_starting_is_refused_before_any_write(tmp_path):
     run = LocalRunStore(tmp_path).run("dup")
     run.write_text(SPEC, "name: dup\n")

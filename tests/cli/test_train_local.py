@@ -13,6 +13,9 @@ import yaml
 
 from rlctl.cli.app import app
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("tunix")
 
 TINY = (

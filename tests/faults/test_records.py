@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.faults.conftest import one_error
@@ -18,6 +19,7 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_resume_steps_beyond_the_bound_is_one_line_and_changes_nothing(cli, store):
     before = _files(store)
     r = cli("resume", "ok", "--runs-dir", str(store), "--steps", "99999999999999999999")

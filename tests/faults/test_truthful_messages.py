@@ -169,6 +169,7 @@ class TestGcsStore:
         one_error(r, 7, f"cannot reach Cloud Storage at {url}", "connection refused")
         assert time.monotonic() - t < 10
 
+    @pytest.mark.slow
     def test_a_silent_endpoint_fails_within_10_s_naming_it(self, cli, command):
         with socket.socket() as silent:
             silent.bind(("127.0.0.1", 0))

@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tunix")

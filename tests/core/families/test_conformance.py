@@ -31,6 +31,9 @@ import pytest
 from rlctl.core import families
 from rlctl.core.errors import ConfigError
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 
 @dataclass(frozen=True)
 class Row:

@@ -162,6 +162,7 @@ def all_tensors(folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.slow
 def test_a_multimodal_checkpoint_round_trips_with_its_vision_tower(multimodal):
     src, trainer, back = multimodal
     before, after = all_tensors(src), all_tensors(back)

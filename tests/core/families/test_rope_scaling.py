@@ -76,6 +76,7 @@ def test_other_rope_types_are_one_clear_line(scaling, word):
     assert str(e.value).startswith("Llama config: ") and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_the_frequencies_are_transformers():
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -207,6 +208,7 @@ def test_it_trains_two_steps_and_exports_transformers_logits(scaled, tmp_path, m
     )
 
 
+@pytest.mark.slow
 def test_the_config_carries_the_scaling_into_the_programs_cache_key():
     pytest.importorskip("tunix")
     from rlctl.core.trainer.tunix_adapter.families import build_config

@@ -236,6 +236,14 @@ def start_beside(items: list[pytest.Item]) -> None:
     pool.shutdown(wait=False)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _started_beside(request):
+    """Under pytest-xdist, the PyPI runs start with this module's first test (the
+    conftest's collection hook leaves them to it there); a no-op once started."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        start_beside(request.session.items)
+
+
 def _result(name: str, acc: str) -> Any:
     beside = _BESIDE.pop((name, acc), None)
     return beside.result() if beside is not None else _JOBS[name](acc)

@@ -177,6 +177,7 @@ class TestDumps:
         assert "runs_dir" not in r.model_dump()
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_live_run_in_any_active_phase(tmp_path):
     """A run evaluating its baseline is as alive as a running one: a second process
     must not train it at the same time (resume used to check only 'running'). What

@@ -11,6 +11,9 @@ from rlctl.core.store.base import MANIFEST
 from rlctl.core.store.manifest import verify
 from rlctl.core.trainer.checkpoint.checkpointing import remove_partial
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 
 def test_only_the_temporary_folders_of_unfinished_saves_are_removed(tmp_path):
     (tmp_path / "2" / "default").mkdir(parents=True)

@@ -19,6 +19,9 @@ from rlctl.core.trainer.runtime.distributed import InitPlan, Topology, plan_from
 from tests.core.trainer.test_train import TIMING
 from tests.fakes.jax_processes import finish, new_run, start
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 
 class TestPlanFromEnv:
     def test_a_laptop_is_one_process(self):

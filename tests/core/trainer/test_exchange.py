@@ -65,6 +65,7 @@ def test_stop_is_seen_by_the_generator(exchange):
     assert exchange.stopped()
 
 
+@pytest.mark.slow
 def test_a_models_state_goes_through_the_flat_form_and_back():
     pytest.importorskip("flax")
     from flax import nnx

@@ -7,6 +7,9 @@ import math
 import numpy as np
 import pytest
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 

@@ -63,6 +63,7 @@ def test_describe_names_what_is_on():
     )
 
 
+@pytest.mark.slow
 def test_the_update_takes_no_cpu_compiler_options_in_an_accelerators_row():
     pytest.importorskip("jax")
     from rlctl.core.trainer.runtime.compiles import update_options

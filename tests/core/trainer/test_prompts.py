@@ -12,6 +12,9 @@ from rlctl.core.trainer.rollout.rollout import Scores
 from rlctl.core.trainer.run.evaluation import scalars
 from rlctl.core.trainer.update.step import StepMetrics
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 # what prompts.py built before the prompt was configurable: the default run learns with it
 OLD_DEFAULT = [
     {

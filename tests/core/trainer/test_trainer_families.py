@@ -14,6 +14,9 @@ import json
 import numpy as np
 import pytest
 
+# builds a model, compiles or trains: out of the fast loop (tests/test_marks.py)
+pytestmark = pytest.mark.slow
+
 jax = pytest.importorskip("jax")
 pytest.importorskip("tunix")
 
