@@ -81,7 +81,7 @@ def checkpoint_convert(
 
     Example: rlctl checkpoint-convert ./Qwen3-0.6B gs://BUCKET/models/qwen3 --to trainer
     """
-    from rlctl.core.checkpoints.convert import convert
+    from rlctl.core.checkpoints.convert import convert, target
     from rlctl.core.units import human_bytes
 
     out = make_output(ctx, output)
@@ -105,7 +105,7 @@ def checkpoint_convert(
         result = convert(
             src,
             dst,
-            to=to.lower(),  # type: ignore[arg-type]
+            to=target(to),
             step=step,
             dtype=None if dtype is None else dtype.lower(),
             verify=verify,

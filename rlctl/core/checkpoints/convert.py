@@ -30,6 +30,17 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.store.base import atomic_write
 
 Target = Literal["hf", "trainer", "peft"]
+_TARGETS: dict[str, Target] = {"hf": "hf", "trainer": "trainer", "peft": "peft"}
+
+
+def target(value: str) -> Target:
+    """``--to``'s value (any case) as a target, or the one line naming the three."""
+    found = _TARGETS.get(value.lower())
+    if found is None:
+        raise ConfigError(f"--to {value.lower()!r}: use hf, trainer or peft")
+    return found
+
+
 DTYPES = {"bf16": "bfloat16", "fp32": "float32", "bfloat16": "bfloat16", "float32": "float32"}
 PROGRESS = "rlctl-progress.json"  # trainer staging: the arrays already written
 # progress callback: (tensors done, tensors in all, bytes done, bytes in all)
@@ -253,8 +264,7 @@ def _to_hf(
                         f"{source.uri}: tensor {t.name!r} is {arr.dtype}"
                         f"{list(arr.shape)}, expected {t.dtype}{list(t.shape)}"
                     )
-                # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
-                f.write(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+                f.write(hf.byte_view(arr))
                 del arr
                 done_n += 1
                 done_b += t.nbytes
@@ -291,8 +301,7 @@ def _to_peft(
     with out.open("adapter_model.safetensors") as f:
         f.write(hf.shard_header(planned))
         for _, x in tensors:
-            # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
-            f.write(memoryview(x.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+            f.write(hf.byte_view(x))
     base, hub_id = lora.peft_base(str(source.record.get("base", {}).get("source") or ""))
     config = lora.peft_config(source.record, base)
     out.write_bytes("adapter_config.json", (json.dumps(config, indent=1) + "\n").encode())

@@ -55,6 +55,14 @@ _TO_NP = {
 _FROM_NP = {v: k for k, v in _TO_NP.items()}
 
 
+def byte_view(arr: np.ndarray) -> memoryview:
+    """The bytes of ``arr`` as a writable view, without a copy when it is contiguous
+    (what safetensors files are read into and written from). Any: numpy's stubs type
+    ndarray as a Buffer on Python >= 3.12 only."""
+    flat: Any = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return memoryview(flat)
+
+
 def np_dtype(name: str) -> np.dtype:
     """A numpy dtype by name; bfloat16 comes from ml_dtypes (installed with jax)."""
     if name == "bfloat16":
@@ -163,8 +171,7 @@ class SafetensorsReader:
         buf = np.empty((min(step, rows), cols), dtype)
         for r0 in range(0, rows, step):
             band = buf[: min(step, rows - r0)]
-            # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
-            view = memoryview(band.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+            view = byte_view(band)  # the band's own memory: read_into fills it
             self.place.read_into(info.file, info.start + r0 * row_bytes, view)
             yield r0, band
 
@@ -178,7 +185,7 @@ class SafetensorsReader:
                 hint=_REFETCH,
             )
         if arr.nbytes:
-            view = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as above
+            view = byte_view(arr)
             self.place.read_into(info.file, info.start, view)
         return arr
 

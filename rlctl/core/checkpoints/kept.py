@@ -93,6 +93,5 @@ def write(out: Output, kept: Kept, want: str | None = None) -> int:
             arr = kept.read(t.name)
             if str(arr.dtype) != t.dtype:
                 arr = arr.astype(hf.np_dtype(t.dtype))
-            # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
-            f.write(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+            f.write(hf.byte_view(arr))
     return sum(t.nbytes for t in planned)

@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from rlctl.core.checkpoints.hf import np_dtype
+from rlctl.core.checkpoints.hf import byte_view, np_dtype
 from rlctl.core.checkpoints.sources import Source
 from rlctl.core.errors import ConfigError
 
@@ -23,9 +23,7 @@ class VerifyError(ConfigError):
 
 
 def digest(arr: np.ndarray) -> str:
-    # numpy's stubs type ndarray as a Buffer on Python >= 3.12 only
-    flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    return hashlib.sha256(memoryview(flat)).hexdigest()  # type: ignore[arg-type]
+    return hashlib.sha256(byte_view(arr)).hexdigest()
 
 
 def verify_against(src: Source, dst: Source, dtype: str | None = None) -> int:

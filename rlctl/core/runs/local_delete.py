@@ -37,11 +37,12 @@ def _size(p: Path) -> tuple[int, int]:
     return files, total
 
 
-def _human(n: int) -> str:
+def _human(size: int) -> str:
+    n = float(size)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     raise AssertionError("unreachable")
 
 

@@ -173,9 +173,14 @@ def latest_checkpoint_step(run: RunDir) -> int | None:
 SET_ASIDE = re.compile(r"^([0-9]+)\.damaged(?:-[0-9]+)?$")  # checkpoints/<step>.damaged[-n]
 
 
+def set_aside_step(name: str) -> int:
+    """The step of a set-aside checkpoint's folder name (``12.damaged-1`` -> 12)."""
+    return int(name.split(".", 1)[0])
+
+
 def set_aside_checkpoints(run: RunDir) -> list[str]:
     """The run's damaged checkpoints that were set aside (``<step>.damaged[-n]``),
     newest step first. Each may still hold intact data: a run that has them is never
     started over from step 0 on its own."""
     names = [n for n in run.list(CHECKPOINTS) if SET_ASIDE.match(n)]
-    return sorted(names, key=lambda n: (-int(n.split(".")[0]), n))
+    return sorted(names, key=lambda n: (-set_aside_step(n), n))

@@ -46,7 +46,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlctl.core.errors import CloudError, ConfigError, ConflictError, NotFoundError, RunInUseError
 from rlctl.core.names import validate_name
@@ -729,4 +729,4 @@ class GcsRunStore:
             raise _translate(e, self.uri) from e
 
     def existing(self, name: str) -> GcsRunDir:
-        return existing_run(self, name)  # type: ignore[return-value]
+        return cast(GcsRunDir, existing_run(self, name))  # its own store's run()

@@ -8,7 +8,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rlctl.core.errors import (
     ConfigError,
@@ -274,4 +274,4 @@ class LocalRunStore:
         )
 
     def existing(self, name: str) -> LocalRunDir:
-        return existing_run(self, name)  # type: ignore[return-value]
+        return cast(LocalRunDir, existing_run(self, name))  # its own store's run()

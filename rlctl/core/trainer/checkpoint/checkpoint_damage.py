@@ -17,9 +17,9 @@ from rlctl.core.store.base import (
     CHECKPOINTS,
     MANIFEST,
     ORBAX_METADATA,
-    SET_ASIDE,
     RunDir,
     set_aside_checkpoints,
+    set_aside_step,
     step_number,
 )
 from rlctl.core.store.manifest import verify
@@ -76,7 +76,7 @@ def recover_candidates(run: RunDir) -> tuple[int, list[str]]:
     than it): what ``resume --recover`` may bring back, from a listing alone, so a
     resume with nothing to recover is refused before it writes anything."""
     newest = max(run.checkpoint_steps(), default=0)
-    newer = [n for n in set_aside_checkpoints(run) if int(SET_ASIDE.match(n).group(1)) > newest]  # type: ignore[union-attr]
+    newer = [n for n in set_aside_checkpoints(run) if set_aside_step(n) > newest]
     return newest, newer
 
 
@@ -84,7 +84,7 @@ def nothing_to_recover(run: RunDir, newest: int, refused: list[str]) -> Conflict
     """The one line of a ``--recover`` with nothing to bring back: the set-aside
     checkpoints it read and refused (their data does not match their manifest), or
     why it had none to read, and what helps instead."""
-    older = [n for n in set_aside_checkpoints(run) if int(SET_ASIDE.match(n).group(1)) <= newest]  # type: ignore[union-attr]
+    older = [n for n in set_aside_checkpoints(run) if set_aside_step(n) <= newest]
     what = "; ".join(refused) or (
         f"{', '.join(f'{CHECKPOINTS}/{n}' for n in older)} "
         f"{'is' if len(older) == 1 else 'are'} not newer than the intact "
@@ -159,7 +159,7 @@ class SetAside:
         newest, newer = recover_candidates(self.run)
         refused: list[str] = []
         for name in newer:
-            step = int(SET_ASIDE.match(name).group(1))  # type: ignore[union-attr]
+            step = set_aside_step(name)
             if step in self.recovered:
                 continue
             folder = Path(self.folder) / name

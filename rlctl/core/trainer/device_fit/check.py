@@ -36,7 +36,7 @@ from rlctl.core import families
 from rlctl.core.config.compile_targets import CompileTarget
 from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import OutOfMemoryError
-from rlctl.core.trainer.device_fit.report import DeviceFit, ProgramFit
+from rlctl.core.trainer.device_fit.report import DeviceFit, ProgramFit, ProgramName
 
 Say = Callable[[str], None]
 
@@ -266,12 +266,12 @@ def check(
     worst = max(report.programs, key=lambda p: p.peak)
     report.peak = worst.peak
     if report.peak > usable:
-        report.fits, report.reason = False, worst.name  # type: ignore[assignment]
+        report.fits, report.reason = False, worst.name
     return report
 
 
 def program_fit(
-    name: str, compiled: Any, seconds: float, resident_beside: int, micro: int | None = None
+    name: ProgramName, compiled: Any, seconds: float, resident_beside: int, micro: int | None = None
 ) -> ProgramFit:
     """A compiled program's figures on one device; ``resident_beside``: what stays on
     the device besides its arguments (the reference's weights beside the update, the
@@ -318,12 +318,14 @@ def _whole_weights(
     )
 
 
-def _sampler_calls(spec: RunSpec, prefill_once: bool) -> list[tuple[str, int, int]]:
+def _sampler_calls(spec: RunSpec, prefill_once: bool) -> list[tuple[ProgramName, int, int]]:
     """(name, prompt rows, group) of each sampler program a run compiles: the rollout's
     P x G completions (each row prefilled on an accelerator, as ``Sampler.__call__``
     lays them out) and the eval's greedy batch (none when the run has no eval)."""
     p, g = spec.training.prompts_per_step, spec.rollout.num_generations
-    calls = [("rollout", p, g) if prefill_once else ("rollout", p * g, 1)]
+    calls: list[tuple[ProgramName, int, int]] = [
+        ("rollout", p, g) if prefill_once else ("rollout", p * g, 1)
+    ]
     if spec.eval.size > 0:
         calls.append(("eval", spec.eval.batch_size, 1))
     return calls

@@ -14,12 +14,13 @@ from rlctl.core.units import human_bytes
 
 # what stops a run from fitting, when it does not
 Reason = Literal["state", "update", "rollout", "eval"]
+ProgramName = Literal["update", "rollout", "eval"]  # a program is a reason a run may not fit
 
 
 class ProgramFit(BaseModel):
     """One compiled program's device memory on one chip (XLA's memory analysis)."""
 
-    name: str  # "update", "rollout", "eval"
+    name: ProgramName
     arguments: int  # bytes of its inputs on one device (the state's shard among them)
     temporaries: int
     outputs: int  # not written over a donated input

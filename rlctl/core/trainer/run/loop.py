@@ -288,7 +288,7 @@ class Trainer:
         from rlctl.core.errors import OutOfMemoryError
         from rlctl.core.trainer.device_fit.check import program_fit
         from rlctl.core.trainer.device_fit.fixes import fix_for
-        from rlctl.core.trainer.device_fit.report import DeviceFit
+        from rlctl.core.trainer.device_fit.report import DeviceFit, ProgramName
         from rlctl.core.trainer.runtime import memory
         from rlctl.core.trainer.update.step import device_bytes
 
@@ -301,7 +301,9 @@ class Trainer:
         ref = device_bytes(nnx.state(self.ref_model)) if self.ref_model is not None else 0
         programs = [program_fit("update", update, 0.0, ref, size if size < self._rows() else None)]
         width = self.rollout.probe_len
-        calls = [("rollout", s.training.prompts_per_step, s.rollout.num_generations)]
+        calls: list[tuple[ProgramName, int, int]] = [
+            ("rollout", s.training.prompts_per_step, s.rollout.num_generations)
+        ]
         if s.eval.size:
             calls.append(("eval", s.eval.batch_size, 1))
         for name, prompts, group in calls:
@@ -323,7 +325,7 @@ class Trainer:
         report.peak = max(p.peak for p in programs)
         worst = max(programs, key=lambda p: p.peak)
         if report.peak > report.usable:
-            report.fits, report.reason = False, worst.name  # type: ignore[assignment]
+            report.fits, report.reason = False, worst.name
             raise OutOfMemoryError(
                 f"the run does not fit {report.target}: {report.amount}",
                 hint=fix_for(report, s),

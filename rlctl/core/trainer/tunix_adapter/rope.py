@@ -27,7 +27,10 @@ def scaling_of(config: Any) -> tuple[float, float, float, float] | None:
     ``families.decoder.LLAMA3_ROPE_FIELDS``, in that order), or None:
     ``families.build_config`` gives it to the configs of checkpoints that have one."""
     value = getattr(config, "rope_scaling", None)
-    return tuple(value) if value else None  # type: ignore[return-value]
+    if not value:
+        return None
+    factor, low, high, original = value  # the four, as the config holds them
+    return factor, low, high, original
 
 
 def timescales(head_dim: int, theta: float, scaling: tuple[float, ...]) -> np.ndarray:

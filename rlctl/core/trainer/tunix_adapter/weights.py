@@ -48,6 +48,16 @@ class ModelInfo:
         return families.family(self.family).capabilities
 
 
+def split_rest(node: Any, wanted: Any) -> tuple[Any, Any, Any]:
+    """``nnx.split(node, wanted, ...)``: the graph, the state ``wanted`` selects and the
+    rest. Any: flax types split's states as a variadic tuple (two filters, two states),
+    which mypy cannot unpack into three."""
+    from flax import nnx
+
+    parts: Any = nnx.split(node, wanted, ...)
+    return parts[0], parts[1], parts[2]
+
+
 def load_model(
     folder: str | Path, dtype: str = "float32", mesh: Any = None, compute_dtype: str = "float32"
 ) -> tuple[nnx.Module, ModelInfo]:
@@ -192,8 +202,7 @@ def _restore_trainer_folder(
     nnx.replace_by_pure_dict(params, _like_keys(restored, pure))
     if mesh is None:
         params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
-    # flax types split's states as a variadic tuple (two filters: two states)
-    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
+    graphdef, _, rest = split_rest(abstract, nnx.Param)
     rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
     return nnx.merge(graphdef, params, rest)
 
@@ -235,7 +244,7 @@ def _load_by_layout(folder: Path, fam: Family, config: Any, jdtype: Any, mesh: A
         return jax.device_put(value, shard) if shard is not None else value
 
     nnx.replace_by_pure_dict(params, fill(pure, (), shardings))
-    graphdef, _, rest = nnx.split(abstract, nnx.Param, ...)  # type: ignore[misc]
+    graphdef, _, rest = split_rest(abstract, nnx.Param)
     rest = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest)
     return nnx.merge(graphdef, params, rest)
 

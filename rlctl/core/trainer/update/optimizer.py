@@ -124,10 +124,11 @@ def clipped_adamw(
     ) -> tuple[Any, Any, Any]:
         clip_state, (adam, decay_state, lr_state) = state
         square_sums, step = _kernels()
-        treedef = jax.tree.structure(grads)
+        # Any: jaxlib's PyTreeDef has flatten_up_to and unflatten; the type stubs mypy
+        # reads here lack them
+        treedef: Any = jax.tree.structure(grads)
         groups = units(grads)
-        # jaxlib's PyTreeDef has flatten_up_to; the type stubs mypy reads here lack it
-        g = treedef.flatten_up_to(grads)  # type: ignore[attr-defined]
+        g = treedef.flatten_up_to(grads)
         if norm is None:
             sums: list[Any] = [None] * len(g)
             for u in groups:
@@ -140,8 +141,8 @@ def clipped_adamw(
         # model); behind the barrier each converts its own, fused away.
         if barrier:
             g = jax.lax.optimization_barrier(g)
-        mu, nu = (treedef.flatten_up_to(t) for t in (adam.mu, adam.nu))  # type: ignore[attr-defined]
-        p = treedef.flatten_up_to(params) if params is not None else mu  # type: ignore[attr-defined]
+        mu, nu = (treedef.flatten_up_to(t) for t in (adam.mu, adam.nu))
+        p = treedef.flatten_up_to(params) if params is not None else mu
         # multiplying by a scalar (not optax's select of a division) keeps each
         # gradient's use elementwise and cheap, so XLA fuses it instead of storing it
         scale = jnp.minimum(1.0, max_norm / norm)
@@ -169,14 +170,14 @@ def clipped_adamw(
             (
                 adam._replace(
                     count=count,
-                    mu=treedef.unflatten(new_mu),  # type: ignore[attr-defined]
-                    nu=treedef.unflatten(new_nu),  # type: ignore[attr-defined]
+                    mu=treedef.unflatten(new_mu),
+                    nu=treedef.unflatten(new_nu),
                 ),
                 decay_state,
                 lr_state,
             ),
         )
-        return treedef.unflatten(out), new_state, norm  # type: ignore[attr-defined]
+        return treedef.unflatten(out), new_state, norm
 
     def update(grads: Any, state: Any, params: Any = None) -> Any:
         updates, new_state, _ = run(grads, state, params, apply=False)

@@ -461,10 +461,10 @@ class Update:
         """((loss, aux), gradients) of ``model`` on ``batch`` in micro-batches of
         ``size``, without updating anything (for tests and benchmarks)."""
         import jax
-        from flax import nnx
 
-        # flax types split's states as a variadic tuple (two filters: two states)
-        mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]
+        from rlctl.core.trainer.tunix_adapter.weights import split_rest
+
+        mdef, params, rest = split_rest(model, self._wrt())
         fn = jax.jit(lambda p, r, b: self._loss_and_grads(p, mdef, r, b, size))
         return fn(params, rest, batch)
 
@@ -475,11 +475,12 @@ class Update:
         device computes its share of the sequences (``split_rows``)."""
         from flax import nnx
 
+        from rlctl.core.trainer.tunix_adapter.weights import split_rest
         from rlctl.core.trainer.update.optimizer import apply_step, global_norm
 
         def step(state, batch: Batch):
             model, optimizer = nnx.merge(graphdef, state)
-            mdef, params, rest = nnx.split(model, self._wrt(), ...)  # type: ignore[misc]  # as above
+            mdef, params, rest = split_rest(model, self._wrt())
             (loss, aux), grads, stacked_norm = self._grads_and_norm(
                 params, mdef, rest, batch, size, remat, mesh
             )
