@@ -89,6 +89,8 @@ def test_the_kind_template_is_a_kind_that_shapes_a_gpu_machine():
         "chips_per_host": 8,
     }
     assert kind.pool_sizes(acc, 2) == [2] and kind.threads(acc) is None
+    assert kind.node_labels(acc) == {"example.com/accelerator-type": "nvidia-h100-80gb"}
+    assert kind.resource == "example.com/accelerator" and kind.name == "myacc"
 
 
 @pytest.mark.parametrize(
