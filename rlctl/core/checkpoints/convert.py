@@ -129,8 +129,7 @@ def convert(
     want = None if dtype is None else DTYPES.get(dtype)
     if dtype is not None and want is None:
         raise ConfigError(f"--dtype {dtype!r}: use bf16 or fp32")
-    if to not in ("hf", "trainer", "peft"):
-        raise ConfigError(f"--to {to!r}: use hf, trainer or peft")
+    to = target(to)  # a library caller's value, checked as the CLI's is
     source = open_source(src, step, client, runs_dir)
     if to == "peft" and not isinstance(source, LoraSource):
         raise ConfigError(

@@ -60,7 +60,6 @@ class AcceleratorKind(ABC):
     unit: str  # what its count of chips is called: "chips", "GPUs"
     count_word: str  # what ``-a "TYPE xN"`` counts: "slice", "machine"
     count_field: str  # the SliceShape field N sets: num_slices, hosts_per_slice
-    threads_per_core: int | None  # of the pools rlctl makes (None: the machine's default)
     api: str | None = None  # the Google API its capacity needs besides Compute's
     libtpu: bool = False  # its pods run libtpu (its init args, XLA flags)
     needs_topology: bool = False  # its shape names a topology (4x4)
@@ -71,7 +70,7 @@ class AcceleratorKind(ABC):
     def threads(self, acc: Slice) -> int | None:
         """Threads per core of the pools rlctl makes for ``acc`` (None: the machine's
         default)."""
-        return self.threads_per_core
+        return None
 
     @abstractmethod
     def chips(self, acc: Slice) -> int:
@@ -135,7 +134,6 @@ class Tpu(AcceleratorKind):
     unit = "chips"
     count_word = "slice"
     count_field = "num_slices"
-    threads_per_core = TPU_THREADS_PER_CORE
     api = "tpu.googleapis.com"
     libtpu = True
     needs_topology = True
@@ -210,7 +208,6 @@ class Gpu(AcceleratorKind):
     unit = "GPUs"
     count_word = "machine"
     count_field = "hosts_per_slice"
-    threads_per_core = None
     resizable = True
 
     def chips(self, acc: Slice) -> int:

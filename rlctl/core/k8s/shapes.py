@@ -72,6 +72,12 @@ class SliceShape(BaseModel):
     def total_hosts(self) -> int:
         return self.hosts_per_slice * self.num_slices
 
+    @property
+    def megascale(self) -> bool:
+        """Several slices of a libtpu kind joined over DCN: what the megascale variables
+        and port are for (one slice is one ICI domain, with nothing to join)."""
+        return self.strategy.libtpu and self.num_slices > 1
+
 
 def slice_shape(acc: Accelerator, count: int, threads_per_core: int | None = -1) -> SliceShape:
     """The shape of ``count`` slices (TPU) or machines (GPU) of a catalog accelerator.
