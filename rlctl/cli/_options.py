@@ -7,13 +7,14 @@ env var come from one helper and only the help differs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
 
 from rlctl.cli._complete import backends as complete_backends
 from rlctl.cli._complete import cluster_names
+from rlctl.cli._groups import OptionGroup
 from rlctl.cli._output import Output
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.k8s import backends
@@ -51,6 +52,15 @@ SetOpt = Annotated[
 ]
 ProjectOpt = Annotated[str | None, typer.Option("--project", help="Google Cloud project id.")]
 RegionOpt = Annotated[str | None, typer.Option("--region", help="Region of the cluster.")]
+
+
+@dataclass(frozen=True)
+class Cloud(OptionGroup):
+    """The Google Cloud project and region a command calls (default: gcloud's own)."""
+
+    project: ProjectOpt = None
+    region: RegionOpt = None
+
 
 # --- cluster and network commands ----------------------------------------------------
 ClusterNameArg = Annotated[
@@ -110,6 +120,16 @@ def _backend_help() -> str:
     (``runs/cluster.py``), so a local run ignores --backend as before."""
     *first, last = [f"{b.name} ({b.help})" for b in backends.registered()]
     return f"Cluster workload: {', '.join(first)} or {last}."
+
+
+@dataclass(frozen=True)
+class RunWhere(OptionGroup):
+    """Where an existing run is: the options ``status``, ``logs``, ``resume`` and
+    ``delete run`` share, declared once."""
+
+    runs_dir: RootOpt = None
+    cluster: ClusterOpt = None
+    cloud: Cloud = field(default_factory=Cloud)
 
 
 BackendOpt = Annotated[

@@ -13,14 +13,12 @@ import typer
 
 from rlctl.cli._complete import run_names
 from rlctl.cli._errors import guarded
+from rlctl.cli._groups import grouped
 from rlctl.cli._options import (
-    ClusterOpt,
     DryRunOpt,
     ImageOpt,
     OutputOpt,
-    ProjectOpt,
-    RegionOpt,
-    RootOpt,
+    RunWhere,
     YesOpt,
     make_output,
 )
@@ -86,21 +84,20 @@ PurgeOpt = Annotated[
 ]
 
 
-def _where(
-    ctx: typer.Context,
-    runs_dir: str | None,
-    cluster: str | None,
-    project: str | None,
-    region: str | None,
-    run: str | None = None,
-) -> Where:
+def _where(ctx: typer.Context, at: RunWhere, run: str | None = None) -> Where:
     """The flags mapped to ``core/runs/where.py``, which decides local or cluster
     (``run``: also ask the store whether that run was trained on this machine)."""
     from rlctl.cli._infra import clients_for
     from rlctl.core.runs.where import locate
 
+    project, region = at.cloud.project, at.cloud.region
     return locate(
-        runs_dir, cluster, project, region, lambda: clients_for(ctx, project, region), run=run
+        at.runs_dir,
+        at.cluster,
+        project,
+        region,
+        lambda: clients_for(ctx, project, region),
+        run=run,
     )
 
 
@@ -303,13 +300,11 @@ def _dump(data: RunInfo | list[RunInfo]) -> Any:
 
 
 @guarded
+@grouped
 def status(
     ctx: typer.Context,
     run: OptRunArg = None,
-    runs_dir: RootOpt = None,
-    cluster: ClusterOpt = None,
-    project: ProjectOpt = None,
-    region: RegionOpt = None,
+    at: RunWhere = RunWhere(),
     watch: WatchOpt = False,
     interval: IntervalOpt = 5.0,
     plot: PlotOpt = None,
@@ -336,7 +331,7 @@ def status(
         )
     _check_name(run)
     plot_path = _plot_path(plot, run, watch)
-    where = _where(ctx, runs_dir, cluster, project, region)
+    where = _where(ctx, at)
 
     def fetch() -> tuple[Any, Any, bool]:
         """(data, renderable, finished)"""
@@ -430,13 +425,11 @@ def _watch_line(r: RunInfo) -> str:
 
 
 @guarded
+@grouped
 def resume(
     ctx: typer.Context,
     run: RunArg,
-    runs_dir: RootOpt = None,
-    cluster: ClusterOpt = None,
-    project: ProjectOpt = None,
-    region: RegionOpt = None,
+    at: RunWhere = RunWhere(),
     image: ImageOpt = None,
     recover: RecoverOpt = False,
     steps: ResumeStepsOpt = None,
@@ -457,7 +450,7 @@ def resume(
     """
     out = make_output(ctx, output, yes)
     _check_name(run)
-    where = _where(ctx, runs_dir, cluster, project, region, run)
+    where = _where(ctx, at, run)
     if where.trains_here:  # this process trains: its progress is shown live
         from rlctl.cli.progress import TrainProgress
 
@@ -478,13 +471,11 @@ def resume(
 
 
 @guarded
+@grouped
 def logs(
     ctx: typer.Context,
     run: RunArg,
-    runs_dir: RootOpt = None,
-    cluster: ClusterOpt = None,
-    project: ProjectOpt = None,
-    region: RegionOpt = None,
+    at: RunWhere = RunWhere(),
     follow: FollowOpt = False,
     tail: TailOpt = 100,
     interval: IntervalOpt = 2.0,
@@ -510,7 +501,7 @@ def logs(
     _check_name(run)
     if follow and out.json:
         raise ConfigError("-f is text output only", hint="drop -o json")
-    where = _where(ctx, runs_dir, cluster, project, region, run)
+    where = _where(ctx, at, run)
     if follow:
         following = where.follow(run, tail, interval)
         if following.note:
@@ -530,13 +521,11 @@ def logs(
 
 
 @guarded
+@grouped
 def delete_run(
     ctx: typer.Context,
     run: RunArg,
-    runs_dir: RootOpt = None,
-    cluster: ClusterOpt = None,
-    project: ProjectOpt = None,
-    region: RegionOpt = None,
+    at: RunWhere = RunWhere(),
     purge: PurgeOpt = False,
     output: OutputOpt = "table",
     yes: YesOpt = False,
@@ -556,5 +545,5 @@ def delete_run(
 
     out = make_output(ctx, output, yes)
     _check_name(run)
-    deletion = _where(ctx, runs_dir, cluster, project, region).plan_delete(run, purge)
+    deletion = _where(ctx, at).plan_delete(run, purge)
     run_plan(out, deletion.plan, dry_run, deletion.apply, deletion.done)

@@ -6,19 +6,20 @@ written to the cluster's gs:// run store and a JobSet/PathwaysJob/RayJob runs it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 import typer
 
 from rlctl.cli._complete import accelerators, run_spec_keys
 from rlctl.cli._errors import guarded
+from rlctl.cli._groups import OptionGroup, grouped
 from rlctl.cli._options import (
     BackendOpt,
+    Cloud,
     ConfigOpt,
     DryRunOpt,
     OutputOpt,
-    ProjectOpt,
-    RegionOpt,
     TrainClusterOpt,
     TrainImageOpt,
     TrainRootOpt,
@@ -44,11 +45,24 @@ _CLUSTER_EXAMPLES = {
     "gspo": "rlctl train gspo --cluster rl --backend pathways --image IMG --steps 200",
 }
 
-NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Run name (DNS-1035 label).")]
-StepsOpt = Annotated[int | None, typer.Option("--steps", help="Optimizer steps.")]
+
+@dataclass(frozen=True)
+class Sets:
+    """An option's ``Annotated`` mark: the run-spec field it sets (typer ignores it)."""
+
+    path: str
+
+
+NameOpt = Annotated[
+    str | None, typer.Option("--name", "-n", help="Run name (DNS-1035 label)."), Sets("name")
+]
+StepsOpt = Annotated[
+    int | None, typer.Option("--steps", help="Optimizer steps."), Sets("training.steps")
+]
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", help="smollm2-135m-instruct, a local HF folder, or a hub id."),
+    Sets("model.source"),
 ]
 DatasetOpt = Annotated[
     str | None,
@@ -58,6 +72,7 @@ DatasetOpt = Annotated[
         "(openai/gsm8k), or a Hugging Face hub dataset id OWNER/NAME (config: --set "
         "data.config=main; splits: data.split, data.eval_split).",
     ),
+    Sets("data.dataset"),
 ]
 DataPathOpt = Annotated[
     str | None,
@@ -68,14 +83,37 @@ DataPathOpt = Annotated[
         "columns (else name them: --set data.prompt_column=C --set "
         "data.answer_column=C); eval file: --set data.eval_path=F.",
     ),
+    Sets("data.path"),
 ]
-LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
-GenOpt = Annotated[int | None, typer.Option("--num-generations", "-G", help="Samples per prompt.")]
-PromptsOpt = Annotated[int | None, typer.Option("--prompts-per-step", help="Prompts per step.")]
-TokensOpt = Annotated[int | None, typer.Option("--max-new-tokens", help="Completion length cap.")]
-BetaOpt = Annotated[float | None, typer.Option("--beta", help="KL weight (0 = no reference).")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Training seed.")]
-EvalOpt = Annotated[int | None, typer.Option("--eval-size", help="Held-out prompts (0 = off).")]
+LrOpt = Annotated[
+    float | None, typer.Option("--lr", help="Learning rate."), Sets("training.learning_rate")
+]
+GenOpt = Annotated[
+    int | None,
+    typer.Option("--num-generations", "-G", help="Samples per prompt."),
+    Sets("rollout.num_generations"),
+]
+PromptsOpt = Annotated[
+    int | None,
+    typer.Option("--prompts-per-step", help="Prompts per step."),
+    Sets("training.prompts_per_step"),
+]
+TokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-new-tokens", help="Completion length cap."),
+    Sets("rollout.max_new_tokens"),
+]
+BetaOpt = Annotated[
+    float | None,
+    typer.Option("--beta", help="KL weight (0 = no reference)."),
+    Sets("training.beta"),
+]
+SeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Training seed."), Sets("training.seed")
+]
+EvalOpt = Annotated[
+    int | None, typer.Option("--eval-size", help="Held-out prompts (0 = off)."), Sets("eval.size")
+]
 AcceleratorOpt = Annotated[
     str | None,
     typer.Option(
@@ -133,6 +171,7 @@ RewardOpt = Annotated[
         "to weigh it (default 1, format 0.1), e.g. --reward my_rewards.py:length:0.5. "
         "Replaces the default correct + format.",
     ),
+    Sets("rewards"),
 ]
 LoraRankOpt = Annotated[
     int | None,
@@ -140,10 +179,12 @@ LoraRankOpt = Annotated[
         "--lora-rank",
         help="Train LoRA adapters of this rank instead of every weight (as TRL's peft_config r).",
     ),
+    Sets("training.lora_rank"),
 ]
 LoraAlphaOpt = Annotated[
     float | None,
     typer.Option("--lora-alpha", help="LoRA scale numerator (default 2 x --lora-rank)."),
+    Sets("training.lora_alpha"),
 ]
 TrainSetOpt = Annotated[
     list[str] | None,
@@ -154,26 +195,6 @@ TrainSetOpt = Annotated[
         "keys complete with TAB).",
     ),
 ]
-# the flag that sets each spec path, for --print-config's "where it came from"
-FLAG_OF = {
-    "name": "--name",
-    "training.steps": "--steps",
-    "model.source": "--model",
-    "data.dataset": "--dataset",
-    "data.path": "--data-path",
-    "training.learning_rate": "--lr",
-    "rollout.num_generations": "--num-generations",
-    "training.prompts_per_step": "--prompts-per-step",
-    "rollout.max_new_tokens": "--max-new-tokens",
-    "training.beta": "--beta",
-    "training.seed": "--seed",
-    "eval.size": "--eval-size",
-    "rewards": "--reward",
-    "training.lora_rank": "--lora-rank",
-    "training.lora_alpha": "--lora-alpha",
-    "output.root": "--runs-dir",
-}
-
 PrintOpt = Annotated[
     bool,
     typer.Option(
@@ -193,31 +214,101 @@ PrintPromptOpt = Annotated[
 ]
 
 
-def _run(
-    algorithm: str,
-    ctx: typer.Context,
-    config: str | None,
-    overrides: list[str] | None,
-    flags: dict[str, object],
-    print_config: bool,
-    output: str,
-    yes: bool,
-    where: Where,
-    backend: str,
-    image: str | None,
-    dry_run: bool,
-    resources: dict[str, Any] | None = None,
-    print_prompt: bool = False,
-) -> None:
+@dataclass(frozen=True)
+class SpecFlags(OptionGroup):
+    """The flags that each set one field of the run spec (``--set`` sets any of them).
+
+    The flag is the field's name with dashes (``data_path`` is ``--data-path``), so
+    ``--print-config`` names each value's source from this declaration alone.
+    """
+
+    name: NameOpt = None
+    steps: StepsOpt = None
+    model: ModelOpt = None
+    dataset: DatasetOpt = None
+    data_path: DataPathOpt = None
+    lr: LrOpt = None
+    num_generations: GenOpt = None
+    prompts_per_step: PromptsOpt = None
+    max_new_tokens: TokensOpt = None
+    beta: BetaOpt = None
+    seed: SeedOpt = None
+    eval_size: EvalOpt = None
+    reward: RewardOpt = None
+    lora_rank: LoraRankOpt = None
+    lora_alpha: LoraAlphaOpt = None
+
+    def values(self) -> dict[str, object]:
+        """Each spec path with its flag's value (None: not given)."""
+        got: dict[str, object] = {path: getattr(self, name) for name, path in _spec_paths()}
+        if self.reward:
+            from rlctl.core.runs.spec import reward_flag
+
+            got["rewards"] = [reward_flag(r) for r in self.reward]
+        return got
+
+
+def _spec_paths() -> list[tuple[str, str]]:
+    """(field, spec path) of each SpecFlags field, from its option's ``Sets``."""
+    hints = get_type_hints(SpecFlags, include_extras=True)
+    paths = []
+    for f in fields(SpecFlags):
+        (path,) = [m.path for m in hints[f.name].__metadata__ if isinstance(m, Sets)]
+        paths.append((f.name, path))
+    return paths
+
+
+# the flag that sets each spec path, for --print-config's "where it came from"
+FLAG_OF = {path: "--" + name.replace("_", "-") for name, path in _spec_paths()}
+FLAG_OF["output.root"] = "--runs-dir"
+
+
+@dataclass(frozen=True)
+class ClusterFlags(OptionGroup):
+    """Where and how a cluster run goes (each refused without --cluster)."""
+
+    cluster: TrainClusterOpt = None
+    backend: BackendOpt = "jobset"
+    image: TrainImageOpt = None
+    accelerator: AcceleratorOpt = None
+    dcn_networks: DcnNetworksOpt = None
+    min_slices: MinSlicesOpt = None
+    memory: HostMemoryOpt = None
+    cpu: HostCpuOpt = None
+    cloud: Cloud = field(default_factory=Cloud)
+
+    def resources(self) -> dict[str, Any]:
+        """What each accelerator host's pod asks (``core.runs.cluster.HostResources``)."""
+        return {"min_slices": self.min_slices, "memory": self.memory, "cpu": self.cpu}
+
+
+@dataclass(frozen=True)
+class TrainOptions(OptionGroup):
+    """Every option of ``train grpo|gspo``, typed, as the command receives them."""
+
+    config: ConfigOpt = None
+    set_: TrainSetOpt = None
+    spec: SpecFlags = field(default_factory=SpecFlags)
+    runs_dir: TrainRootOpt = None
+    on: ClusterFlags = field(default_factory=ClusterFlags)
+    print_config: PrintOpt = False
+    print_prompt: PrintPromptOpt = False
+    output: OutputOpt = "table"
+    yes: YesOpt = False
+    dry_run: DryRunOpt = False
+
+
+def _run(algorithm: str, ctx: typer.Context, opts: TrainOptions, where: Where) -> None:
     from rlctl.core.config.load import dump_yaml
     from rlctl.core.runs.spec import resolve_run_spec
     from rlctl.core.runs.where import Local
 
-    out = make_output(ctx, output, yes)
+    out = make_output(ctx, opts.output, opts.yes)
     local = isinstance(where, Local)
     # on a cluster the pods write to the cluster's gs:// store
-    flags = {**flags, "output.root": where.root if isinstance(where, Local) else None}
-    given = [f for f, v in (resources or {}).items() if v is not None]
+    flags = {**opts.spec.values(), "output.root": where.root if isinstance(where, Local) else None}
+    resources = opts.on.resources()
+    given = [f for f, v in resources.items() if v is not None]
     if given and local:
         from rlctl.core.errors import ConfigError
 
@@ -225,11 +316,11 @@ def _run(
             f"--{given[0].replace('_', '-')} is for cluster runs",
             hint="add --cluster NAME, or leave it out for a run on this machine",
         )
-    spec = resolve_run_spec(algorithm, config, overrides, flags)
-    if print_prompt:
+    spec = resolve_run_spec(algorithm, opts.config, opts.set_, flags)
+    if opts.print_prompt:
         _print_prompts(out, spec)
         return
-    if print_config or (dry_run and local):
+    if opts.print_config or (opts.dry_run and local):
         from rlctl.cli._sources import annotated_yaml
         from rlctl.core.config.load import env_overrides
         from rlctl.core.runs.spec import spec_sources
@@ -237,12 +328,12 @@ def _run(
         named = {k: FLAG_OF.get(k, k) for k, v in flags.items() if v is not None}
         if isinstance(where, Local) and where.root is None:
             named.pop("output.root", None)
-        sources = spec_sources(config, overrides, named, env_overrides())
+        sources = spec_sources(opts.config, opts.set_, named, env_overrides())
         out.result(spec.model_dump(mode="json"), annotated_yaml(dump_yaml(spec), sources))
         return
     if not isinstance(where, Local):
         _no_reward_files(spec)
-        _submit(out, spec, where, backend, image, dry_run, resources or {})
+        _submit(out, spec, where, opts.on.backend, opts.on.image, opts.dry_run, resources)
         return
     from rlctl.cli.progress import TrainProgress
     from rlctl.core.runs.local import train_local
@@ -354,120 +445,55 @@ def _submit(
 
 
 def _command(algorithm: str):
-    def command(
-        ctx: typer.Context,
-        config: ConfigOpt = None,
-        set_: TrainSetOpt = None,
-        name: NameOpt = None,
-        steps: StepsOpt = None,
-        model: ModelOpt = None,
-        dataset: DatasetOpt = None,
-        data_path: DataPathOpt = None,
-        lr: LrOpt = None,
-        num_generations: GenOpt = None,
-        prompts_per_step: PromptsOpt = None,
-        max_new_tokens: TokensOpt = None,
-        beta: BetaOpt = None,
-        seed: SeedOpt = None,
-        eval_size: EvalOpt = None,
-        reward: RewardOpt = None,
-        lora_rank: LoraRankOpt = None,
-        lora_alpha: LoraAlphaOpt = None,
-        runs_dir: TrainRootOpt = None,
-        cluster: TrainClusterOpt = None,
-        backend: BackendOpt = "jobset",
-        image: TrainImageOpt = None,
-        accelerator: AcceleratorOpt = None,
-        dcn_networks: DcnNetworksOpt = None,
-        min_slices: MinSlicesOpt = None,
-        memory: HostMemoryOpt = None,
-        cpu: HostCpuOpt = None,
-        project: ProjectOpt = None,
-        region: RegionOpt = None,
-        print_config: PrintOpt = False,
-        print_prompt: PrintPromptOpt = False,
-        output: OutputOpt = "table",
-        yes: YesOpt = False,
-        dry_run: DryRunOpt = False,
-    ) -> None:
-        flags: dict[str, object] = {
-            "name": name,
-            "training.steps": steps,
-            "model.source": model,
-            "data.dataset": dataset,
-            "data.path": data_path,
-            "training.learning_rate": lr,
-            "rollout.num_generations": num_generations,
-            "training.prompts_per_step": prompts_per_step,
-            "rollout.max_new_tokens": max_new_tokens,
-            "training.beta": beta,
-            "training.seed": seed,
-            "eval.size": eval_size,
-            "training.lora_rank": lora_rank,
-            "training.lora_alpha": lora_alpha,
-        }
-        if reward:
-            from rlctl.core.runs.spec import reward_flag
-
-            flags["rewards"] = [reward_flag(r) for r in reward]
-        if dcn_networks is not None and not cluster:
+    @grouped
+    def command(ctx: typer.Context, opts: TrainOptions) -> None:
+        on, cloud = opts.on, opts.on.cloud
+        if on.dcn_networks is not None and not on.cluster:
             from rlctl.core.errors import ConfigError
 
             raise ConfigError(
                 "--dcn-networks is for cluster runs",
                 hint="add --cluster NAME, or leave it out for a run on this machine",
             )
-        if cluster and not (print_config or print_prompt):
+        if on.cluster and not (opts.print_config or opts.print_prompt):
             from rlctl.core.errors import require_cloud
 
             require_cloud()  # before any work: exit 8 with the install line
         from rlctl.cli._infra import assumed_location, clients_for
         from rlctl.core.runs.where import locate_new
 
-        assumed = assumed_location(ctx, dry_run, None, project, region) if cluster else None
+        assumed = (
+            assumed_location(ctx, opts.dry_run, None, cloud.project, cloud.region)
+            if on.cluster
+            else None
+        )
         # no credentials: plan against the cluster 'cluster create' would make
-        if assumed and cluster:  # (assumed implies cluster; mypy needs it said)
+        if assumed and on.cluster:  # (assumed implies cluster; mypy needs it said)
             from rlctl.core.runs.cluster import assumed_cluster
 
-            project, region = assumed
+            cluster = on.cluster
             where = locate_new(
-                runs_dir,
+                opts.runs_dir,
                 cluster,
-                project,
-                region,
-                accelerator,
-                lambda: assumed_cluster(*assumed, cluster, accelerator, dcn_networks or 0),
+                *assumed,
+                on.accelerator,
+                lambda: assumed_cluster(*assumed, cluster, on.accelerator, on.dcn_networks or 0),
             )
         else:
-            if cluster and dcn_networks is not None:
-                make_output(ctx, output, yes).info(
-                    f"note: --dcn-networks {dcn_networks} is for a dry run without "
-                    f"credentials; cluster {cluster}'s node pools say how many it has"
+            if on.cluster and on.dcn_networks is not None:
+                make_output(ctx, opts.output, opts.yes).info(
+                    f"note: --dcn-networks {on.dcn_networks} is for a dry run without "
+                    f"credentials; cluster {on.cluster}'s node pools say how many it has"
                 )
             where = locate_new(
-                runs_dir,
-                cluster,
-                project,
-                region,
-                accelerator,
-                lambda: clients_for(ctx, project, region),
+                opts.runs_dir,
+                on.cluster,
+                cloud.project,
+                cloud.region,
+                on.accelerator,
+                lambda: clients_for(ctx, cloud.project, cloud.region),
             )
-        _run(
-            algorithm,
-            ctx,
-            config,
-            set_,
-            flags,
-            print_config,
-            output,
-            yes,
-            where,
-            backend,
-            image,
-            dry_run,
-            {"min_slices": min_slices, "memory": memory, "cpu": cpu},
-            print_prompt,
-        )
+        _run(algorithm, ctx, opts, where)
 
     command.__name__ = f"train_{algorithm}"
     command.__doc__ = (
