@@ -39,7 +39,7 @@ def _train(cli, *extra: str):
     return cli("train", "grpo", *WHERE, *extra)
 
 
-@pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
+@pytest.mark.parametrize("backend", ["jobset", "lws", "pathways", "ray"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_dry_run_on_a_cluster_as_cluster_create_makes_it_fits(cli, fake, shape, backend):
     seed_cluster(fake, "rl", [shape], dcn_networks=SHAPES[shape])

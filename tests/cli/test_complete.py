@@ -90,7 +90,12 @@ class TestValues:
         assert got and all(n.startswith("v6e-1") for n in got) and "v6e-16" in got
 
     def test_backends(self, tmp_path):
-        assert complete("rlctl train grpo --backend ", tmp_path) == ["jobset", "pathways", "ray"]
+        assert complete("rlctl train grpo --backend ", tmp_path) == [
+            "jobset",
+            "lws",
+            "pathways",
+            "ray",
+        ]
         assert complete("rlctl train grpo --backend pa", tmp_path) == ["pathways"]
 
     def test_set_keys_from_the_run_specs_schema(self, tmp_path):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from rlctl.core.k8s import backends
+
 REPO = Path(__file__).resolve().parents[2]
 ASSUMED = "no Google Cloud credentials: this plan assumes an empty project my-project in us-east5"
 # every socket refused in the subprocess: a dry run reaches nothing, not even the
@@ -91,7 +93,7 @@ def test_its_json_is_the_plan_with_the_assumption_as_its_first_note(home):
     }
 
 
-@pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
+@pytest.mark.parametrize("backend", ["jobset", "lws", "pathways", "ray"])
 def test_train_renders_and_places_on_the_cluster_create_would_make(home, backend):
     r, took = _rlctl(
         [
@@ -113,7 +115,7 @@ def test_train_renders_and_places_on_the_cluster_create_would_make(home, backend
     assert r.stderr.splitlines()[0].startswith(ASSUMED)
     assert "rlctl cluster create demo -a 'v6e-16 x2' --bucket my-project-demo-runs" in r.stderr
     kinds = [m["kind"] for m in json.loads(r.stdout)]
-    assert kinds[-1] == {"jobset": "JobSet", "pathways": "PathwaysJob", "ray": "RayJob"}[backend]
+    assert kinds[-1] == backends.get(backend).kind
     assert "-> v6e-16-0, v6e-16-1" in r.stderr  # the fit check, against the planned pools
     assert "run store gs://my-project-demo-runs/runs" in r.stderr
     assert took < 20

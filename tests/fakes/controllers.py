@@ -285,6 +285,54 @@ def _jobset_identities(js: dict[str, Any], uid: str, rng: random.Random) -> list
     return out
 
 
+def _lws_identities(lws: dict[str, Any], namespace: str) -> list[list[Identity]]:
+    """kubernetes-sigs/lws v0.10.0: leaders ``NAME-G`` of the leader StatefulSet
+    (``leaderworkerset_controller.go`` constructLeaderStatefulSetApplyConfiguration),
+    workers ``NAME-G-W``, W from 1, of each group's StatefulSet ``NAME-G`` (``pod_controller.go``
+    constructWorkerStatefulSetApplyConfiguration; none when size is 1). Labels: the
+    template's, ``name`` and ``worker-index`` (0 on leaders, from the StatefulSet template;
+    the workers' from their ordinal, ``pod_webhook.go`` Default), ``group-index`` and
+    ``group-key`` = sha1 of "NAMESPACE/LEADER" (``genGroupUniqueKey``); annotation ``size``
+    on every pod and ``leader-name`` on workers. One list per ``pod_groups`` group: all
+    pods when the leaders share the workers' template, else leaders then workers."""
+    import hashlib
+
+    name = lws["metadata"]["name"]
+    spec = lws.get("spec") or {}
+    lwt = spec.get("leaderWorkerTemplate") or {}
+    size = int(lwt.get("size", 1))
+    worker_labels, worker_ann = _meta(lwt.get("workerTemplate") or {})
+    leader_tmpl = lwt.get("leaderTemplate")
+    leader_labels, leader_ann = _meta(leader_tmpl) if leader_tmpl else (worker_labels, worker_ann)
+    p = "leaderworkerset.sigs.k8s.io/"
+    leaders, workers = [], []
+    for g in range(int(spec.get("replicas", 1))):
+        leader = f"{name}-{g}"
+        key = hashlib.sha1(f"{namespace}/{leader}".encode()).hexdigest()
+        common = {f"{p}name": name, f"{p}group-index": str(g), f"{p}group-key": key}
+        leaders.append(
+            Identity(
+                name=leader,
+                labels={**leader_labels, **common, f"{p}worker-index": "0"},
+                annotations={**leader_ann, f"{p}size": str(size)},
+            )
+        )
+        for w in range(1, size):
+            workers.append(
+                Identity(
+                    name=f"{leader}-{w}",
+                    labels={**worker_labels, **common, f"{p}worker-index": str(w)},
+                    annotations={**worker_ann, f"{p}size": str(size), f"{p}leader-name": leader},
+                )
+            )
+    if leader_tmpl is None or size == 1:  # one group: each leader followed by its workers
+        by_group = {ident["name"]: [ident] for ident in leaders}
+        for w in workers:
+            by_group[w["annotations"][f"{p}leader-name"]].append(w)
+        return [[i for pods in by_group.values() for i in pods]]
+    return [leaders, workers]
+
+
 def generic_identities(run: str, sizes: list[int]) -> list[list[Identity]]:
     """The pods of a workload kind none of the controllers above is emulated for, as a
     controller that copies the pod template's labels (batch/v1 Job, JobSet, KubeRay,
@@ -300,13 +348,16 @@ def generic_identities(run: str, sizes: list[int]) -> list[list[Identity]]:
 def pod_identities(
     obj: dict[str, Any], rng: random.Random, worker_vms: int = 1
 ) -> list[list[Identity]]:
-    """The pods of a JobSet, PathwaysJob or RayJob, one list per group in the order of
-    ``rlctl.core.k8s.backends.pod_groups`` (JobSet: its replicated jobs; Pathways: head,
-    workers; Ray: head, each worker group, submitter), each ``jobs`` x ``pods`` long."""
+    """The pods of a JobSet, LeaderWorkerSet, PathwaysJob or RayJob, one list per group
+    in the order of ``rlctl.core.k8s.backends.pod_groups`` (JobSet: its replicated jobs;
+    LWS: its groups; Pathways: head, workers; Ray: head, each worker group, submitter),
+    each ``jobs`` x ``pods`` long."""
     kind, md = obj["kind"], obj["metadata"]
     uid = md.get("uid") or "uid"
     if kind == "JobSet":
         return _jobset_identities(obj, uid, rng)
+    if kind == "LeaderWorkerSet":
+        return _lws_identities(obj, md.get("namespace") or "default")
     if kind == "PathwaysJob":
         worker = obj["spec"]["workers"][0]
         child = pathways_child_jobset(obj, {}, {}, int(worker.get("numSlices", 1)), worker_vms)

@@ -15,7 +15,7 @@ With ``FakeKube.nodes`` set (the cluster's node pools, ``nodes_of_cluster``), a
 workload that is created or applied becomes pods as the controllers rlctl relies on
 make and admit them (``rlctl.core.k8s.admission``: JobSet v0.12.0's exclusive
 placement, pathways-job v0.1.4's head sidecars and host network, KubeRay's probe
-injection for ``kuberay_version``, GKE's GCS FUSE sidecar; each cited there), named and
+injection for ``controller_versions``, GKE's GCS FUSE sidecar; each cited there), named and
 labelled as those controllers name and label them (``tests.fakes.controllers``), placed
 on the nodes as kube-scheduler's filters would (``rlctl.core.k8s.fit``). A pod that no
 node can take is stored Pending with an ``Unschedulable`` condition, as the scheduler
@@ -56,6 +56,7 @@ KINDS = {
     "jobsets": "JobSet",
     "rayjobs": "RayJob",
     "pathwaysjobs": "PathwaysJob",
+    "leaderworkersets": "LeaderWorkerSet",
     "resourceclaimtemplates": "ResourceClaimTemplate",
     "services": "Service",
     "namespaces": "Namespace",
@@ -95,7 +96,9 @@ class FakeKube:
         self.served_only = False
         self._crd_gets: dict[str, int] = {}
         self.nodes: list[Any] | None = None  # config.nodes.NodePool; None: no pods made
-        self.kuberay_version: tuple[int, ...] = (1, 5, 2)  # exec wget probes (pod.go)
+        # backend -> its controller's version to model (None: the backend's own default;
+        # KubeRay 1.5.2's exec wget probes, pod.go)
+        self.controller_versions: dict[str, tuple[int, ...]] = {}
         self.unschedulable: list[str] = []  # 'pod: reason' of pods left Pending
         # the random tails of generated pod names, repeatable from one test run to the next
         self.rng = random.Random(0)
@@ -183,7 +186,7 @@ class FakeKube:
         backend = backends.for_object(obj)
         if self.nodes is None or backend is None or obj.get("kind") != backend.kind:
             return
-        groups = backend.pod_groups(obj, self.kuberay_version)
+        groups = backend.pod_groups(obj, self.controller_versions.get(backend.name))
         report = check(groups, self.nodes)
         ns = obj["metadata"].get("namespace", "default")
         run = obj["metadata"]["name"]

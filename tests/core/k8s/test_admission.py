@@ -180,7 +180,7 @@ class TestKubeRayProbes:
         objs = render_workload(view("ray", "tpu", 2))
         rc = objs[-1]["spec"]["rayClusterSpec"]
         assert rc["rayVersion"] == "2.60.0"
-        groups = pod_groups(objs, kuberay_version=kuberay)
+        groups = pod_groups(objs, versions={"ray": kuberay})
         for g in groups:
             if g.role in ("ray-head", "ray-worker"):
                 c = g.pod["containers"][0]

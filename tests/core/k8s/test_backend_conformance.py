@@ -42,6 +42,7 @@ from tests.core.k8s.test_fit import cluster_pools
 # backend -> the roles of its pod groups, in order, for a 2-slice run
 ROWS: dict[str, tuple[str, ...]] = {
     "jobset": ("trainer",),
+    "lws": ("trainer",),
     "pathways": ("pathways-head", "pathways-worker"),
     "ray": ("ray-head", "ray-worker", "ray-submitter"),
 }

@@ -70,7 +70,7 @@ def view(backend: str = "job", **kw):
 
 class TestRegistry:
     def test_the_built_in_backends(self):
-        assert backends.names()[:3] == ("jobset", "pathways", "ray")
+        assert backends.names()[:4] == ("jobset", "lws", "pathways", "ray")
         ray = backends.get("ray")
         assert (ray.template, ray.workload_kind, ray.plural) == (
             "rayjob.yaml.j2",
@@ -80,7 +80,7 @@ class TestRegistry:
         assert backends.get("pathways").plural == "pathwaysjobs"
 
     def test_an_unknown_name_lists_the_known_ones(self):
-        with pytest.raises(ConfigError, match="must be one of jobset, pathways, ray, not 'x'"):
+        with pytest.raises(ConfigError, match="must be one of jobset, lws, pathways, ray, not 'x'"):
             backends.get("x")
         assert not backends.is_backend("x") and not backends.is_backend(None)
 
@@ -155,7 +155,7 @@ class TestAFourthBackend:
 
         assert is_cluster_run({"backend": "job"})
         spec = make_spec("r1")
-        with pytest.raises(ConfigError, match="jobset, pathways, ray, job, not 'nope'"):
+        with pytest.raises(ConfigError, match="jobset, lws, pathways, ray, job, not 'nope'"):
             submit(None, ClusterRef(), spec, "nope", "img")  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="no cluster given"):  # past the backend check
             submit(None, ClusterRef(), spec, "job", "img")  # type: ignore[arg-type]

@@ -151,7 +151,7 @@ class TestInstall:
 class TestRunChecks:
     def test_ready_cluster_has_nothing_missing(self, api, kube):
         kube.seed_ready()
-        for backend in ("jobset", "pathways", "ray"):
+        for backend in ("jobset", "pathways", "ray"):  # lws: no controller rlctl installs
             assert (
                 controllers.missing_for_run(api, "c", backends.get(backend), "default", "rlctl")
                 == []

@@ -68,7 +68,7 @@ GPUS = [a.name for a in catalog.all_types() if a.kind == "gpu"]
 
 
 class TestEverythingCatalogedFits:
-    @pytest.mark.parametrize("backend", ["jobset", "pathways", "ray"])
+    @pytest.mark.parametrize("backend", ["jobset", "lws", "pathways", "ray"])
     @pytest.mark.parametrize("accelerator", TPUS)
     def test_tpu(self, backend, accelerator):
         # with a bucket mounted: GKE's GCS FUSE sidecar rides along on every pod
@@ -84,7 +84,7 @@ class TestEverythingCatalogedFits:
             return
         assert report.fits, report.misfits
 
-    @pytest.mark.parametrize("backend", ["jobset", "ray"])
+    @pytest.mark.parametrize("backend", ["jobset", "lws", "ray"])
     @pytest.mark.parametrize("accelerator", GPUS)
     def test_gpu(self, backend, accelerator):
         report = check(

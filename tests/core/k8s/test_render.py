@@ -95,13 +95,15 @@ class TestEveryBackendValidates:
                 assert c["resources"]["requests"]
         if backend != "ray":  # the trainer entrypoint on the run (Ray: via the driver)
             c = pod_specs(workload)[0]["containers"][0]
-            assert c["command"] == [
-                "python",
-                "-m",
-                "rlctl.core.runs.pod",
-                "--run",
-                "gs://bkt/runs/r1",
-            ]
+            entry = ["python", "-m", "rlctl.core.runs.pod", "--run", "gs://bkt/runs/r1"]
+            if backend == "lws":  # a StatefulSet's pods restart always: a shell idles them
+                assert c["command"][:2] == ["/bin/sh", "-c"]
+                assert c["command"][2].startswith(
+                    'python -m rlctl.core.runs.pod --run "$RLCTL_RUN";'
+                )
+                assert env(c)["RLCTL_RUN"] == entry[-1]
+            else:
+                assert c["command"] == entry
 
 
 class TestJobSet:

@@ -1,6 +1,6 @@
 """The workload backends a cluster run can use (``rlctl train --backend``): one registry.
 
-Each backend is one folder here (``jobset/``, ``pathways/``, ``ray/``; every folder
+Each backend is one folder here (``jobset/``, ``lws/``, ``pathways/``, ``ray/``; every folder
 is registered, by name) whose ``BACKEND`` implements the protocol of ``base.py``: its
 template, CRD schema and controllers, the pods its controller makes (the fit check),
 its phase, how its pods and leading log are found, the core templates it embeds
@@ -14,7 +14,7 @@ outside the package is ``register``ed with its own ``template_dir``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rlctl.core.errors import ConfigError
@@ -94,19 +94,19 @@ def for_object(obj: dict[str, Any]) -> Backend | None:
 
 
 def pod_groups(
-    objs: Iterable[dict[str, Any]], kuberay_version: tuple[int, ...] = (1, 5, 2)
+    objs: Iterable[dict[str, Any]], versions: Mapping[str, tuple[int, ...]] | None = None
 ) -> list[PodGroup]:
     """Every pod the run's objects become, grouped (each workload's backend says which);
     objects that make no pods (ConfigMap, ServiceAccount, ...) are skipped.
 
-    ``kuberay_version``: which KubeRay's probe injection to apply (GKE's add-on does not
-    publish its version; 1.5.2, the last with exec probes only, is the stricter one).
+    ``versions``: backend name -> the version of its controller to model (each backend
+    assumes one where it is not given: ``Backend.pod_groups``).
     """
     out: list[PodGroup] = []
     for o in objs:
         b = for_object(o)
         if b is not None and o.get("kind") == b.kind:
-            out += b.pod_groups(o, kuberay_version)
+            out += b.pod_groups(o, (versions or {}).get(b.name))
     return out
 
 

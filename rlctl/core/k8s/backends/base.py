@@ -133,10 +133,11 @@ class Backend(ABC):
     # --- the protocol ----------------------------------------------------------------
     @abstractmethod
     def pod_groups(
-        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+        self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
     ) -> list[PodGroup]:
         """Every pod its controller makes of ``obj``, as admitted (the fit check).
-        ``kuberay_version``: the probe injection to model, for a KubeRay workload."""
+        ``controller_version``: the version of its controller to model where what that
+        makes differs by version (KubeRay's probes); None: the one the backend assumes."""
 
     @abstractmethod
     def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:

@@ -108,7 +108,7 @@ class JobSetBackend(Backend):
     controllers = (JOBSET_CONTROLLER,)
 
     def pod_groups(
-        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+        self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
     ) -> list[PodGroup]:
         return jobset_groups(obj)
 

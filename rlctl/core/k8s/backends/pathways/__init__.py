@@ -164,7 +164,7 @@ class PathwaysBackend(Backend):
     dcn_claim = False  # its controller builds the worker pods itself
 
     def pod_groups(
-        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+        self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
     ) -> list[PodGroup]:
         return jobset_groups(
             pathways_jobset(obj),

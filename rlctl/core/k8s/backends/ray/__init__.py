@@ -31,6 +31,7 @@ RAY_SUBMITTER = {
 # KubeRay: the first version that probes with httpGet (PR #4448, v1.6.0), and the Ray
 # version from which it does (a /api/healthz endpoint in the dashboard agent).
 KUBERAY_HTTP_PROBES = (1, 6, 0)
+KUBERAY_ASSUMED = (1, 5, 2)
 RAY_HTTP_PROBES = (2, 53, 0)
 RAY_AGENT_PORT = 52365
 RAY_DASHBOARD_PORT = 8265
@@ -187,9 +188,12 @@ class RayBackend(Backend):
         return (self.kind, "RayCluster")  # a RayCluster's templates validate the same way
 
     def pod_groups(
-        self, obj: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
+        self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
     ) -> list[PodGroup]:
-        return rayjob_groups(obj, kuberay_version)
+        """``controller_version``: the KubeRay whose probe injection to model (None: 1.5.2,
+        the last with exec probes only and so the stricter: GKE's add-on does not
+        publish its version)."""
+        return rayjob_groups(obj, controller_version or KUBERAY_ASSUMED)
 
     def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
         return rayjob_phase(workload)
