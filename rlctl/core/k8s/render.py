@@ -46,7 +46,9 @@ class EnvVar(BaseModel):
 
 
 class WorkloadView(BaseModel):
-    """Everything a template may use; built by ``submit`` from the spec and shape."""
+    """Everything every backend's template may use; built by ``submit`` from the spec and
+    shape. What one backend's templates need beside it (Ray's version, the Pathways head's
+    pool) is that backend's own (``Backend.view_fields``: ``b`` in its templates)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
@@ -60,7 +62,9 @@ class WorkloadView(BaseModel):
     hf_secret: str | None = Field(None, description="Secret holding the HF token, by name.")
     hf_secret_key: str = "token"
     max_restarts: int = Field(3, ge=0)
-    min_slices: int = Field(1, ge=1, description="Ray: fewest slices the job may shrink to.")
+    min_slices: int = Field(
+        1, ge=1, description="An elastic backend's fewest slices the job may shrink to."
+    )
     dcn_networks: list[str] = Field(default_factory=list)
     cpu: str = Field(
         "",
@@ -72,28 +76,11 @@ class WorkloadView(BaseModel):
         description="Per accelerator host pod, requested and limited; "
         "'' = from the catalog like cpu.",
     )
-    controller_cpu: str = Field(
-        "",
-        description="The trainer in Pathways' head pod; '' = "
-        "what a node of the Pathways pool leaves beside the "
-        "controller's sidecars.",
-    )
-    controller_memory: str = Field("", description="Likewise, requested and limited.")
     megascale_port: int = Field(
         9915,
         ge=1,
         le=65535,
-        description="libtpu's DCN port (the seeds' 9915; Ray's metrics export has 8080).",
-    )
-    metrics_export_port: int = Field(8080, ge=1, le=65535)
-    ray_version: str = Field(
-        default_factory=lambda: image_ray_version(),
-        description="RayJob rayVersion: the Ray the image pins.",
-    )
-    pathways_version: str = Field(
-        default_factory=lambda: image_pathways_version(),
-        description="PathwaysJob pathwaysVersion: the server "
-        "images' tag of the JAX the TPU image pins.",
+        description="libtpu's DCN port (the seeds' 9915; 8080 is taken by metrics exports).",
     )
     rollout_engine: str = Field(
         "vanilla",
@@ -152,15 +139,8 @@ class WorkloadView(BaseModel):
         allocatable after threads per core and GKE's reservations, less DaemonSets)."""
         if not isinstance(data, dict):
             return data
-        from rlctl.core.config.nodes import host_pod_resources, pathways_head_resources
+        from rlctl.core.config.nodes import host_pod_resources
 
-        if not (data.get("controller_cpu") and data.get("controller_memory")):
-            cpu, memory = pathways_head_resources()
-            data = {
-                **data,
-                "controller_cpu": data.get("controller_cpu") or cpu,
-                "controller_memory": data.get("controller_memory") or memory,
-            }
         if data.get("cpu") and data.get("memory"):
             return data
 
@@ -175,7 +155,7 @@ class WorkloadView(BaseModel):
         cpu, memory = found or ("8", "32Gi")
         return {**data, "cpu": data.get("cpu") or cpu, "memory": data.get("memory") or memory}
 
-    @field_validator("cpu", "memory", "controller_cpu", "controller_memory")
+    @field_validator("cpu", "memory")
     @classmethod
     def _quantity(cls, v: str) -> str:
         quantity(v)  # ValueError: "'lots' is not a Kubernetes quantity"
@@ -234,36 +214,6 @@ class WorkloadView(BaseModel):
         return f"{self.run}-dcn"
 
     @property
-    def pathways_pool(self) -> dict[str, Any]:
-        """Where the Pathways head goes: the pool ``cluster create`` makes for it, whose
-        taint only the head tolerates."""
-        from rlctl.core.config.nodes import NODEPOOL_LABEL, PATHWAYS_POOL, PATHWAYS_TAINT
-
-        return {
-            "selector": {NODEPOOL_LABEL: PATHWAYS_POOL},
-            "toleration": {
-                "key": PATHWAYS_TAINT.key,
-                "operator": "Equal",
-                "value": PATHWAYS_TAINT.value,
-                "effect": PATHWAYS_TAINT.effect,
-            },
-        }
-
-    @property
-    def ray_accelerator_type(self) -> str:
-        """Ray's name of the TPU generation (TPU-V6E, TPU-V5LITEPOD, TPU-V7X), from the
-        catalog: Ray places TPU workers only on nodes advertising exactly this type."""
-        from rlctl.core.config.catalog import ray_accelerator_type
-
-        found = ray_accelerator_type(self.shape.accelerator)
-        if found is None:
-            raise ConfigError(
-                f"no Ray accelerator type for {self.shape.accelerator!r}",
-                hint="the ray backend needs a TPU type from the catalog",
-            )
-        return found
-
-    @property
     def libtpu_init_args(self) -> str | None:
         """libtpu's flags: the generation's XLA flags from the catalog (the seed's, for
         v6e), then its DCN interfaces: the DRANET NICs (eth1.. one per DCN network, eth0
@@ -277,32 +227,6 @@ class WorkloadView(BaseModel):
             nics = [f"eth{i + 1}" for i in range(len(self.dcn_networks))]
             flags.append(f"--megascale_grpc_interface_prefixes={','.join([*nics, 'lo'])}")
         return " ".join(flags) or None
-
-
-def image_ray_version() -> str:
-    """The Ray version the cluster images pin (``ray[train]==X`` in rlctl/data/images.yaml)."""
-    from rlctl.core.image.context import pins
-
-    for image in pins().images.values():
-        for req in image.requirements:
-            m = re.fullmatch(r"ray(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
-            if m:
-                return m.group(2)
-    raise ConfigError("rlctl/data/images.yaml pins no ray version")
-
-
-def image_pathways_version() -> str:
-    """The Pathways server images' tag for the TPU image's JAX (``jax[tpu]==X`` in
-    rlctl/data/images.yaml): ``jax-X``, as Google publishes them
-    (us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0, ...). The proxy and
-    the client's JAX must be one release: the trainer's IFRT proxy client is that JAX."""
-    from rlctl.core.image.context import image_pins
-
-    for req in image_pins("tpu").requirements:
-        m = re.fullmatch(r"jax(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
-        if m:
-            return f"jax-{m.group(2)}"
-    raise ConfigError("rlctl/data/images.yaml pins no jax for the tpu image")
 
 
 def make_view(**fields: Any) -> WorkloadView:
@@ -351,7 +275,9 @@ def _render_yaml(template: str, **ctx: Any) -> dict[str, Any]:
 
 
 def render_text(template: str, view: WorkloadView) -> str:
-    return environment().get_template(template).render(v=view)
+    """A template of the view's backend: ``v`` the shared view, ``b`` what the backend adds
+    (``Backend.view_fields``)."""
+    return environment().get_template(template).render(v=view, b=view.backend.view_fields(view))
 
 
 def render_workload(view: WorkloadView) -> list[dict[str, Any]]:
@@ -370,5 +296,5 @@ def render_workload(view: WorkloadView) -> list[dict[str, Any]]:
         objs.append(_render_yaml("configmap.yaml.j2", v=view, extra_files=extra))
     if view.dcn_networks and backend.dcn_claim:
         objs.append(_render_yaml("resourceclaimtemplate.yaml.j2", v=view))
-    objs.append(_render_yaml(backend.template, v=view))
+    objs.append(_render_yaml(backend.template, v=view, b=backend.view_fields(view)))
     return objs

@@ -153,7 +153,7 @@ class TestRay:
         from rlctl.core.k8s.shapes import slice_shape
 
         v = view("ray", "tpu", 1, shape=slice_shape(catalog.lookup(acc), 1))
-        assert v.ray_accelerator_type == ray_type
+        assert v.backend.view_fields(v)["accelerator_type"] == ray_type
 
 
 STUB = {

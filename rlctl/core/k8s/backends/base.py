@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # both import pydantic: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.k8s.render import WorkloadView
     from rlctl.core.phases import Phase
 
 RUN_LABEL = "rlctl.dev/run"
@@ -152,6 +153,13 @@ class Backend(ABC):
     def embedded_templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         """(path, core object) for each pod/Job template embedded in ``obj``, which
         ``validate.py`` checks strictly beside the CRD schema."""
+
+    def view_fields(self, view: WorkloadView) -> Mapping[str, Any]:
+        """What its templates read beside the shared view, as ``b.NAME`` (Ray's version,
+        the Pathways head's pool and resources): data from the view, the catalog and the
+        image pins, never a cloud call. The shared view (``render.py``) holds nothing
+        that only one backend reads."""
+        return MappingProxyType({})
 
     def crd_fix(self, cluster: str, where: str) -> str:
         """Why its CRD is missing and the command that fixes it (a readiness line's

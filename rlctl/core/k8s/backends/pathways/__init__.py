@@ -20,7 +20,9 @@ name label.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from rlctl.core.k8s.backends.base import (
@@ -39,6 +41,7 @@ from rlctl.core.k8s.backends.jobset import (
 
 if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.k8s.render import WorkloadView
     from rlctl.core.phases import Phase
 
 PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
@@ -50,6 +53,37 @@ PATHWAYS_CONTROLLER = Controller(
     "PathwaysJob controller",
     after=("jobset",),  # it makes JobSets
 )
+
+
+def image_pathways_version() -> str:
+    """The Pathways server images' tag for the TPU image's JAX (``jax[tpu]==X`` in
+    rlctl/data/images.yaml): ``jax-X``, as Google publishes them
+    (us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0, ...). The proxy and
+    the client's JAX must be one release: the trainer's IFRT proxy client is that JAX."""
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.image.context import image_pins
+
+    for req in image_pins("tpu").requirements:
+        m = re.fullmatch(r"jax(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
+        if m:
+            return f"jax-{m.group(2)}"
+    raise ConfigError("rlctl/data/images.yaml pins no jax for the tpu image")
+
+
+def head_pool() -> dict[str, Any]:
+    """Where the Pathways head goes: the pool ``cluster create`` makes for it, whose
+    taint only the head tolerates."""
+    from rlctl.core.config.nodes import NODEPOOL_LABEL, PATHWAYS_POOL, PATHWAYS_TAINT
+
+    return {
+        "selector": {NODEPOOL_LABEL: PATHWAYS_POOL},
+        "toleration": {
+            "key": PATHWAYS_TAINT.key,
+            "operator": "Equal",
+            "value": PATHWAYS_TAINT.value,
+            "effect": PATHWAYS_TAINT.effect,
+        },
+    }
 
 
 def _chips_per_vm(machine_type: str) -> int:
@@ -176,6 +210,21 @@ class PathwaysBackend(Backend):
 
     def pod_selectors(self, run: str) -> tuple[str, ...]:
         return (run_selector(run), f"{JOBSET_NAME_LABEL}={run}")
+
+    def view_fields(self, view: WorkloadView) -> Mapping[str, Any]:
+        """The server images' tag, the head's pool, and the trainer's share of a node of it
+        (what a node of the pool offers beside the controller's sidecars)."""
+        from rlctl.core.config.nodes import pathways_head_resources
+
+        cpu, memory = pathways_head_resources()
+        return MappingProxyType(
+            {
+                "pathways_version": image_pathways_version(),
+                "pool": head_pool(),
+                "head_cpu": cpu,
+                "head_memory": memory,
+            }
+        )
 
     def embedded_templates(self, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         spec = obj.get("spec") or {}

@@ -21,6 +21,7 @@ from rlctl.core.k8s.backends.base import Backend, pod_template, run_selector
 
 if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.k8s.render import WorkloadView
     from rlctl.core.phases import Phase
 
 # KubeRay: the default submitter pod of K8sJobMode (common/job.go)
@@ -34,6 +35,38 @@ KUBERAY_HTTP_PROBES = (1, 6, 0)
 KUBERAY_ASSUMED = (1, 5, 2)
 RAY_HTTP_PROBES = (2, 53, 0)
 RAY_AGENT_PORT = 52365
+# where Ray exports its metrics (its default); libtpu's megascale port is therefore 9915
+RAY_METRICS_EXPORT_PORT = 8080
+
+
+def image_ray_version() -> str:
+    """The Ray version the cluster images pin (``ray[train]==X`` in rlctl/data/images.yaml)."""
+    from rlctl.core.errors import ConfigError
+    from rlctl.core.image.context import pins
+
+    for image in pins().images.values():
+        for req in image.requirements:
+            m = re.fullmatch(r"ray(\[[^\]]*\])?==([0-9.]+)", req.split("#")[0].strip())
+            if m:
+                return m.group(2)
+    raise ConfigError("rlctl/data/images.yaml pins no ray version")
+
+
+def ray_accelerator_type(gke_accelerator: str) -> str:
+    """Ray's name of the TPU generation (TPU-V6E, TPU-V5LITEPOD, TPU-V7X), from the
+    catalog: Ray places TPU workers only on nodes advertising exactly this type."""
+    from rlctl.core.config.catalog import ray_accelerator_type as of_catalog
+    from rlctl.core.errors import ConfigError
+
+    found = of_catalog(gke_accelerator)
+    if found is None:
+        raise ConfigError(
+            f"no Ray accelerator type for {gke_accelerator!r}",
+            hint="the ray backend needs a TPU type from the catalog",
+        )
+    return found
+
+
 RAY_DASHBOARD_PORT = 8265
 
 
@@ -212,6 +245,17 @@ class RayBackend(Backend):
             yield pod_template(
                 f"spec.rayClusterSpec.workerGroupSpecs[{i}].template", g.get("template") or {}
             )
+
+    def view_fields(self, view: WorkloadView) -> Mapping[str, Any]:
+        """rayVersion (the Ray the image pins), Ray's metrics export port and its name of
+        the TPU generation (on TPU slices)."""
+        fields: dict[str, Any] = {
+            "ray_version": image_ray_version(),
+            "metrics_export_port": RAY_METRICS_EXPORT_PORT,
+        }
+        if view.shape.kind == "tpu":
+            fields["accelerator_type"] = ray_accelerator_type(view.shape.accelerator)
+        return MappingProxyType(fields)
 
     def crd_fix(self, cluster: str, where: str) -> str:
         return (
