@@ -13,37 +13,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlctl.core.config.nodes import PATHWAYS_MACHINE_TYPE, PATHWAYS_POOL, NodePool
+from rlctl.core.config.nodes import NodePool
 from rlctl.core.errors import UnschedulableError
 from rlctl.core.k8s.admission import PodGroup
-from rlctl.core.k8s.backends import pod_groups
+from rlctl.core.k8s.backends import Backend, for_object
 from rlctl.core.k8s.fit import FitReport, Placement, check, selects
-
-_HOST_ROLES = ("trainer", "ray-worker", "pathways-worker")
 
 
 def _hint(
-    p: Placement, g: PodGroup, pools: list[NodePool], cluster: str, region: str, accelerator: str
+    p: Placement,
+    g: PodGroup,
+    backend: Backend,
+    pools: list[NodePool],
+    cluster: str,
+    region: str,
+    accelerator: str,
 ) -> str:
     mine = [x for x in pools if selects(g, x)] or pools
     create = f"rlctl cluster create {cluster} --region {region}"
-    if g.role == "pathways-head":
-        if p.reason == "selector":
-            return (
-                f"re-run '{create} -a {accelerator}' to add the '{PATHWAYS_POOL}' pool "
-                f"({PATHWAYS_MACHINE_TYPE}, 0 nodes until a head needs one)"
-            )
-        return (
-            f"the Pathways head needs a {PATHWAYS_MACHINE_TYPE} node (its controller "
-            "adds 24 CPU and 132 GB of sidecars); give it the pool "
-            f"'{PATHWAYS_POOL}' that '{create}' makes"
-        )
-    if g.role == "pathways-worker" and p.reason == "accelerator":
-        return (
-            "pathways-job v0.1.4 asks 4 TPU chips of every host (8 on -8t machines), "
-            f"more than {accelerator} hosts have: use --backend jobset or ray"
-        )
-    if g.role in _HOST_ROLES:
+    own = backend.misfit_hint(g.role, p.reason or "", create, accelerator)
+    if own is not None:  # a pod only its backend knows how to fix (the Pathways head)
+        return own
+    if g.requests.extended:  # an accelerator host's pod: --cpu and --memory size it
         if p.reason == "cpu":
             return f"pass --cpu {max(1, int(min(x.cpu for x in mine)))} (or leave --cpu out)"
         if p.reason == "memory":
@@ -91,12 +82,17 @@ def check_placement(
     Pools of machine types the catalog lacks are not modelled: with any of them a misfit
     is a note, not a refusal, since such a pool might take the pods.
     """
-    groups = pod_groups(objs)
-    report = check(groups, pools)
-    by_name = {g.name: g for g in groups}
+    owned = [
+        (g, b)
+        for o in objs
+        if (b := for_object(o)) is not None and o.get("kind") == b.kind
+        for g in b.pod_groups(o)
+    ]  # what backends.pod_groups returns, with the backend of each group
+    report = check([g for g, _ in owned], pools)
+    by_name = {g.name: (g, b) for g, b in owned}
     lines = [
         f"{p.group} ({p.pods} pod{'s' * (p.pods != 1)}): {p.detail}: "
-        + _hint(p, by_name[p.group], pools, cluster, region, accelerator)
+        + _hint(p, *by_name[p.group], pools, cluster, region, accelerator)
         for p in report.misfits
     ]
     notes: list[str] = []

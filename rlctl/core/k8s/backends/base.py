@@ -21,14 +21,25 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # both import pydantic: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
-    from rlctl.core.k8s.render import WorkloadView
+    from rlctl.core.k8s.shapes import SliceShape
     from rlctl.core.phases import Phase
 
 RUN_LABEL = "rlctl.dev/run"
+
+
+class View(Protocol):
+    """What a backend's hooks read of the run's ``render.WorkloadView`` (a protocol:
+    ``render.py`` imports the registry, so the registry cannot import it)."""
+
+    @property
+    def run(self) -> str: ...
+
+    @property
+    def shape(self) -> SliceShape: ...
 
 
 def run_selector(run: str) -> str:
@@ -154,12 +165,19 @@ class Backend(ABC):
         """(path, core object) for each pod/Job template embedded in ``obj``, which
         ``validate.py`` checks strictly beside the CRD schema."""
 
-    def view_fields(self, view: WorkloadView) -> Mapping[str, Any]:
+    def view_fields(self, view: View) -> Mapping[str, Any]:
         """What its templates read beside the shared view, as ``b.NAME`` (Ray's version,
         the Pathways head's pool and resources): data from the view, the catalog and the
         image pins, never a cloud call. The shared view (``render.py``) holds nothing
         that only one backend reads."""
         return MappingProxyType({})
+
+    def misfit_hint(self, role: str, reason: str, create: str, accelerator: str) -> str | None:
+        """The fix for one of its pod groups (``role``) that would stay Pending for
+        ``reason`` (``k8s/fit.py``'s), where the shared hints (``runs/placement.py``: an
+        accelerator host's --cpu/--memory, a pool to add) would be wrong; ``create`` is
+        this cluster's 'rlctl cluster create' command. None: the shared hint."""
+        return None
 
     def crd_fix(self, cluster: str, where: str) -> str:
         """Why its CRD is missing and the command that fixes it (a readiness line's

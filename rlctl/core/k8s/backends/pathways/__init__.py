@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rlctl.core.k8s.backends.base import (
     Backend,
     Controller,
+    View,
     condition_phase,
     pod_template,
     run_selector,
@@ -41,7 +42,6 @@ from rlctl.core.k8s.backends.jobset import (
 
 if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
-    from rlctl.core.k8s.render import WorkloadView
     from rlctl.core.phases import Phase
 
 PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
@@ -211,7 +211,29 @@ class PathwaysBackend(Backend):
     def pod_selectors(self, run: str) -> tuple[str, ...]:
         return (run_selector(run), f"{JOBSET_NAME_LABEL}={run}")
 
-    def view_fields(self, view: WorkloadView) -> Mapping[str, Any]:
+    def misfit_hint(self, role: str, reason: str, create: str, accelerator: str) -> str | None:
+        """The head goes to its own pool; the workers ask more chips than small hosts have."""
+        from rlctl.core.config.nodes import PATHWAYS_MACHINE_TYPE, PATHWAYS_POOL
+
+        if role == "pathways-head":
+            if reason == "selector":
+                return (
+                    f"re-run '{create} -a {accelerator}' to add the '{PATHWAYS_POOL}' pool "
+                    f"({PATHWAYS_MACHINE_TYPE}, 0 nodes until a head needs one)"
+                )
+            return (
+                f"the Pathways head needs a {PATHWAYS_MACHINE_TYPE} node (its controller "
+                "adds 24 CPU and 132 GB of sidecars); give it the pool "
+                f"'{PATHWAYS_POOL}' that '{create}' makes"
+            )
+        if role == "pathways-worker" and reason == "accelerator":
+            return (
+                "pathways-job v0.1.4 asks 4 TPU chips of every host (8 on -8t machines), "
+                f"more than {accelerator} hosts have: use --backend jobset or ray"
+            )
+        return None
+
+    def view_fields(self, view: View) -> Mapping[str, Any]:
         """The server images' tag, the head's pool, and the trainer's share of a node of it
         (what a node of the pool offers beside the controller's sidecars)."""
         from rlctl.core.config.nodes import pathways_head_resources

@@ -17,11 +17,10 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from rlctl.core.k8s.backends.base import Backend, pod_template, run_selector
+from rlctl.core.k8s.backends.base import Backend, View, pod_template, run_selector
 
 if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
-    from rlctl.core.k8s.render import WorkloadView
     from rlctl.core.phases import Phase
 
 # KubeRay: the default submitter pod of K8sJobMode (common/job.go)
@@ -246,7 +245,7 @@ class RayBackend(Backend):
                 f"spec.rayClusterSpec.workerGroupSpecs[{i}].template", g.get("template") or {}
             )
 
-    def view_fields(self, view: WorkloadView) -> Mapping[str, Any]:
+    def view_fields(self, view: View) -> Mapping[str, Any]:
         """rayVersion (the Ray the image pins), Ray's metrics export port and its name of
         the TPU generation (on TPU slices)."""
         fields: dict[str, Any] = {
