@@ -253,11 +253,13 @@ def describe(
 
     out = make_output(ctx, output, yes)
     name, project, region, clients = existing_cluster(ctx, name, config, project, region)
-    d = core.describe(clients, project, region, name)
+    from rlctl.core.k8s import backends
+
+    d = core.describe(clients, project, region, name, backends.cluster_needs())
+    addons = "  ".join(f"{k}={v}" for k, v in d["addons"].items())
     head = (
         f"{d['name']}  {d['location']}  {d['status']}  GKE {d['version']}\n"
-        f"  add-ons: Ray operator={d['addons']['ray_operator']}  "
-        f"GCS FUSE={d['addons']['gcs_fuse_csi_driver']}  dataplane v2={d['dataplane_v2']}  "
+        f"  add-ons: {addons}  dataplane v2={d['dataplane_v2']}  "
         f"multi-networking={d['multi_networking']}\n  workload pool: {d['workload_pool']}"
     )
     pools = make_table(

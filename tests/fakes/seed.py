@@ -75,19 +75,17 @@ def seed_cluster(
     from google.cloud import compute_v1, container_v1
 
     from rlctl.core.gcp import network
-    from rlctl.core.gcp.cluster import (
-        cluster_body,
-        desired_pools,
-        pathways_pool_body,
-        wants_pathways_pool,
-    )
+    from rlctl.core.gcp.cluster import cluster_body, desired_pools
+    from rlctl.core.gcp.pools import backend_pool_body, wanted_backend_pools
+    from rlctl.core.k8s import backends
 
     spec = infra_spec(cluster, accelerators, dcn_networks, fake.project, region)
-    body = cluster_body(spec)
+    needs = backends.cluster_needs()
+    body = cluster_body(spec, needs)
     body["node_pools"] = [
         *body.get("node_pools", []),
         *(b for *_, b in desired_pools(spec)),
-        *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else []),
+        *(backend_pool_body(spec, p) for p in wanted_backend_pools(spec, needs.pools)),
     ]
     doc = _rest(container_v1.Cluster(body))
     link = f"projects/{fake.project}/locations/{region}/clusters/{cluster}"

@@ -43,7 +43,6 @@ class Accelerator(BaseModel):
     # TPU fields
     family: str | None = None
     gke_accelerator: str | None = None
-    ray_accelerator_type: str | None = None  # Ray's name for the generation: TPU-V6E
     chips_per_host: int = 0
     hosts: int = 1
     topology: str | None = None
@@ -85,7 +84,6 @@ def _load() -> dict[str, Accelerator]:
                 kind="tpu",
                 family=family,
                 gke_accelerator=fam["gke_accelerator"],
-                ray_accelerator_type=fam["ray_accelerator_type"],
                 compile=fam.get("compile"),
                 **t,
             )
@@ -177,14 +175,6 @@ def libtpu_flags(gke_accelerator: str) -> list[str]:
         if fam["gke_accelerator"] == gke_accelerator:
             return list(fam.get("libtpu_flags") or [])
     return []
-
-
-def ray_accelerator_type(gke_accelerator: str) -> str | None:
-    """Ray's accelerator type of a GKE TPU accelerator label (tpu-v6e-slice -> TPU-V6E)."""
-    return next(
-        (a.ray_accelerator_type for a in _load().values() if a.gke_accelerator == gke_accelerator),
-        None,
-    )
 
 
 def multislice_refusal(acc: Accelerator, count: int) -> str | None:

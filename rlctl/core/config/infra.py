@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlctl.core.config.load import build, read_yaml
+from rlctl.core.config.pools import PoolRequest
 from rlctl.core.errors import ConfigError
 from rlctl.core.names import validate_name
 
@@ -173,23 +174,41 @@ class InfraSpec(Spec):
         "e2-standard-8"
     )
     cpu_nodes: Annotated[int, Field(ge=1, le=100, description="nodes in the CPU pool")] = 1
-    pathways_pool: Annotated[
-        bool,
+    pools: Annotated[
+        dict[str, bool],
         Field(
-            description="with TPU slices: a CPU pool for Pathways heads "
-            "(n2-standard-64, 0 nodes until a --backend pathways run asks for one)"
+            description="the CPU pools workload backends bring, by name (cluster create "
+            "--dry-run lists them; each autoscaled from 0 nodes): false leaves one out"
         ),
-    ] = True
+    ] = {}
 
-    def wants_pathways_pool(self) -> bool:
-        """A Standard cluster with TPU slices gets the Pathways head's pool (--backend
-        pathways runs on TPUs only); ``pathways_pool: false`` in the config leaves it out."""
+    @model_validator(mode="before")
+    @classmethod
+    def _pool_flags(cls, data: Any) -> Any:
+        """``NAME_pool: false`` (the older spelling: ``pathways_pool: false``) is
+        ``pools: {NAME: false}``."""
+        if not isinstance(data, dict):
+            return data
+        flags = {
+            k: v
+            for k, v in data.items()
+            if isinstance(k, str) and k.endswith("_pool") and isinstance(v, bool)
+        }
+        if not flags:
+            return data
+        rest = {k: v for k, v in data.items() if k not in flags}
+        pools = {**(rest.get("pools") or {}), **{k[: -len("_pool")]: v for k, v in flags.items()}}
+        return {**rest, "pools": pools}
+
+    def wants_pool(self, pool: PoolRequest) -> bool:
+        """A Standard cluster gets a backend's pool unless ``pools: {NAME: false}`` leaves
+        it out; a pool for TPU backends only comes with TPU slices."""
         from rlctl.core.config.catalog import lookup
 
         return (
             self.mode == "standard"
-            and self.pathways_pool
-            and any(lookup(s.type).kind == "tpu" for s in self.accelerators)
+            and self.pools.get(pool.name, True)
+            and (not pool.tpu_only or any(lookup(s.type).kind == "tpu" for s in self.accelerators))
         )
 
     @model_validator(mode="after")

@@ -46,25 +46,12 @@ from rlctl.core.units import quantity
 # 10% covers what these DaemonSets request on the machine types of the catalog.
 DAEMONSET_SHARE = 0.10
 
-# The CPU pool a Pathways head runs on. pathways-job v0.1.4 adds two sidecars to the head
-# pod that request 24 CPU and 132 GB between them (pathwaysjob_controller.go,
-# MakeResourceManagerContainer / MakeProxyContainer), beside the trainer: XPK makes a
-# pool `cpu-np` of n2-standard-64 for them (src/xpk/core/nodepool.py, 1..20 nodes).
-# rlctl's is tainted so that nothing else lands on it, and scales from 0 to 1 node, so
-# it costs nothing until a Pathways run asks for it (XPK keeps one node up).
-PATHWAYS_POOL = "pathways"
-PATHWAYS_MACHINE_TYPE = "n2-standard-64"
-PATHWAYS_MAX_NODES = 1
-# the limits pathways-job sets on its head's sidecars (requested alike), as it writes them
-PATHWAYS_SIDECARS = {
-    "pathways-rm": {"cpu": "8", "memory": "32000000000"},
-    "pathways-proxy": {"cpu": "16", "memory": "100000000000"},
-}
 # GKE's default requests of the GCS FUSE sidecar (GKE docs, "Configure resources for the
 # sidecar container")
 GCSFUSE_SIDECAR = {"cpu": "250m", "memory": "256Mi"}
 
-NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+from rlctl.core.config.pools import NODEPOOL_LABEL as NODEPOOL_LABEL  # noqa: E402
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
@@ -75,9 +62,6 @@ class Taint(BaseModel):
     key: str
     value: str = ""
     effect: str = "NoSchedule"
-
-
-PATHWAYS_TAINT = Taint(key="rlctl.dev/pool", value=PATHWAYS_POOL)
 
 
 class NodePool(BaseModel):
@@ -167,22 +151,19 @@ def host_pod_resources(machine_type: str, threads_per_core: int | None) -> tuple
     """(cpu, memory) quantities for the one trainer pod of an accelerator host: what a
     node offers pods, less room for GKE's GCS FUSE sidecar (added to a pod that mounts a
     bucket), in whole cores and GiB (None: a machine type the catalog lacks)."""
+    return pod_share(machine_type, threads_per_core, [])
+
+
+def pod_share(
+    machine_type: str, threads_per_core: int | None, sidecars: list[dict[str, str]]
+) -> tuple[str, str] | None:
+    """(cpu, memory) one pod's main container may ask of a node of ``machine_type``:
+    what the node offers pods, less ``sidecars`` (each {cpu, memory}) and GCS FUSE's."""
     m = machine(machine_type)
     if m is None:
         return None
     cpu, mem = pod_capacity(m, threads_per_core)
-    cpu -= quantity(GCSFUSE_SIDECAR["cpu"])
-    mem -= quantity(GCSFUSE_SIDECAR["memory"]) / 2**30
-    return str(max(1, int(cpu))), f"{max(1, int(mem))}Gi"
-
-
-def pathways_head_resources() -> tuple[str, str]:
-    """(cpu, memory) of the trainer container in a Pathways head pod: what a node of the
-    Pathways pool offers, less the controller's two sidecars and GCS FUSE's."""
-    m = machine(PATHWAYS_MACHINE_TYPE)
-    assert m is not None, "the Pathways machine type is in the catalog"
-    cpu, mem = pod_capacity(m, None)
-    for res in (*PATHWAYS_SIDECARS.values(), GCSFUSE_SIDECAR):
+    for res in (*sidecars, GCSFUSE_SIDECAR):
         cpu -= quantity(res["cpu"])
         mem -= quantity(res["memory"]) / 2**30
     return str(max(1, int(cpu))), f"{max(1, int(mem))}Gi"

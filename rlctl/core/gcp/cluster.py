@@ -17,29 +17,25 @@ from typing import Any
 
 from rlctl.core.config import prices
 from rlctl.core.config.catalog import Accelerator, all_types, lookup
-from rlctl.core.config.infra import DRANET_LABEL, MANAGED_BY, RLCTL, InfraSpec
-from rlctl.core.config.nodes import (
-    PATHWAYS_MACHINE_TYPE,
-    PATHWAYS_MAX_NODES,
-    PATHWAYS_POOL,
-    PATHWAYS_TAINT,
-    NodePool,
-    Taint,
-    node_pool,
-)
+from rlctl.core.config.infra import InfraSpec
+from rlctl.core.config.nodes import NodePool, Taint, node_pool
+from rlctl.core.config.pools import ClusterNeeds
 from rlctl.core.errors import AlreadyExistsError, ConfigError, ConflictError, NotFoundError
 from rlctl.core.gcp import known, network, preflight, project_iam, storage
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.errors import operation_error
 from rlctl.core.gcp.operations import Event, call, execute, wait_gke
+from rlctl.core.gcp.pools import (
+    CPU_POOL,
+    backend_pool_body,
+    cpu_pool_body,
+    desired_pools,
+    is_ours,
+    pool_changes,
+    wanted_backend_pools,
+)
 from rlctl.core.plan import Action, Change, CostEstimate, Plan
 
-CPU_POOL = "cpu"
-# The seeds' TPU pools: full access scope (the pods reach GCS and Pathways' storage
-# through Workload Identity; the node's own scope must not be the narrower default)
-# and, on v6e, one thread per core, as `gcloud ... node-pools create --threads-per-core=1`
-# (config.nodes.TPU_THREADS_PER_CORE: it halves a host's vCPUs, which pods are sized by).
-CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
 _EFFECTS = {
     "NO_SCHEDULE": "NoSchedule",
     "PREFER_NO_SCHEDULE": "PreferNoSchedule",
@@ -49,70 +45,6 @@ _CHANNELS = {"rapid": "RAPID", "regular": "REGULAR", "stable": "STABLE", "none":
 
 
 # --- desired state (pure) ---------------------------------------------------
-def _node_networks(spec: InfraSpec) -> list[dict[str, str]]:
-    return [
-        {"network": spec.network_name(i), "subnetwork": spec.subnet_name(i)}
-        for i in range(spec.dcn.count)
-    ]
-
-
-def _capacity_config(spec: InfraSpec) -> dict[str, Any]:
-    if spec.capacity.kind == "spot":
-        return {"spot": True}
-    if spec.capacity.kind == "reservation":
-        return {
-            "reservation_affinity": {
-                "consume_reservation_type": "SPECIFIC_RESERVATION",
-                "key": "compute.googleapis.com/reservation-name",
-                "values": [spec.capacity.reservation],
-            }
-        }
-    return {}
-
-
-def pool_name(acc: Accelerator, index: int) -> str:
-    return f"{acc.name}-{index}"
-
-
-def desired_pools(spec: InfraSpec) -> list[tuple[str, Accelerator, int, dict[str, Any]]]:
-    """(name, accelerator, nodes, NodePool body) for each accelerator pool.
-
-    One pool per TPU slice (multi-slice = several pools); GPUs get one pool of
-    ``count`` machines per entry.
-    """
-    out = []
-    idx: dict[str, int] = {}
-    for s in spec.accelerators:
-        acc = lookup(s.type)
-        for nodes in acc.strategy.pool_sizes(acc, s.count):
-            i = idx.get(acc.name, 0)
-            idx[acc.name] = i + 1
-            name = pool_name(acc, i)
-            config: dict[str, Any] = {
-                "machine_type": acc.machine_type,
-                "resource_labels": spec.labels,
-                "gvnic": {"enabled": True},
-                "workload_metadata_config": {"mode": "GKE_METADATA"},
-                **_capacity_config(spec),
-            }
-            if spec.dcn.count:
-                config["labels"] = {DRANET_LABEL: "true"}
-            config["oauth_scopes"] = [CLOUD_PLATFORM]
-            config.update(acc.strategy.pool_config(acc))  # TPU: threads; GPU: the GPUs
-            body: dict[str, Any] = {
-                "name": name,
-                "initial_node_count": nodes,
-                "locations": [spec.zone],
-                "config": config,
-                "management": {"auto_repair": True, "auto_upgrade": True},
-            }
-            body.update(acc.strategy.pool_extras(acc))  # a multi-host slice: its placement
-            if spec.dcn.count:
-                body["network_config"] = {"additional_node_network_configs": _node_networks(spec)}
-            out.append((name, acc, nodes, body))
-    return out
-
-
 # --- the accelerators of existing pools (pure; the inverse of desired_pools) --------
 @dataclass(frozen=True)
 class PoolSlices:
@@ -173,46 +105,6 @@ def slices_from_pools(pools: list[Any]) -> tuple[list[PoolSlices], list[str]]:
     return found, networks
 
 
-def cpu_pool_body(spec: InfraSpec) -> dict[str, Any]:
-    return {
-        "name": CPU_POOL,
-        "initial_node_count": spec.cpu_nodes,
-        "config": {
-            "machine_type": spec.cpu_machine_type,
-            "resource_labels": spec.labels,
-            "gvnic": {"enabled": True},
-            "workload_metadata_config": {"mode": "GKE_METADATA"},
-        },
-        "management": {"auto_repair": True, "auto_upgrade": True},
-    }
-
-
-def wants_pathways_pool(spec: InfraSpec) -> bool:
-    """Whether the cluster gets the Pathways head's pool (``InfraSpec.wants_pathways_pool``)."""
-    return spec.wants_pathways_pool()
-
-
-def pathways_pool_body(spec: InfraSpec) -> dict[str, Any]:
-    """The CPU pool of Pathways heads (config.nodes: XPK's cpu-np), empty until one asks:
-    the cluster autoscaler adds its node for a pending head and removes it when idle."""
-    return {
-        "name": PATHWAYS_POOL,
-        "initial_node_count": 0,
-        "config": {
-            "machine_type": PATHWAYS_MACHINE_TYPE,
-            "resource_labels": spec.labels,
-            "gvnic": {"enabled": True},
-            "workload_metadata_config": {"mode": "GKE_METADATA"},
-            "oauth_scopes": [CLOUD_PLATFORM],
-            "taints": [
-                {"key": PATHWAYS_TAINT.key, "value": PATHWAYS_TAINT.value, "effect": "NO_SCHEDULE"}
-            ],
-        },
-        "autoscaling": {"enabled": True, "min_node_count": 0, "max_node_count": PATHWAYS_MAX_NODES},
-        "management": {"auto_repair": True, "auto_upgrade": True},
-    }
-
-
 def node_pools_of(pools: list[Any]) -> tuple[list[NodePool], list[str]]:
     """The nodes of a cluster's node pools (``container_v1.NodePool``) as the scheduler
     sees them, and the names of pools whose machine type the catalog lacks (not modelled).
@@ -251,14 +143,22 @@ def node_pools_of(pools: list[Any]) -> tuple[list[NodePool], list[str]]:
     return out, unknown
 
 
-def cluster_body(spec: InfraSpec) -> dict[str, Any]:
+# the GKE add-on every rlctl cluster has (gs:// inputs mount through it), beside the
+# ones the backends need (ClusterNeeds.addons: addons_config field -> gcloud name)
+_ADDONS = {"gcs_fuse_csi_driver_config": "GcsFuseCsiDriver"}
+
+
+def _addons(needs: ClusterNeeds) -> dict[str, str]:
+    return {**needs.addons, **_ADDONS}
+
+
+def cluster_body(spec: InfraSpec, needs: ClusterNeeds = ClusterNeeds()) -> dict[str, Any]:
+    """The cluster's create request: the add-ons, dataplane v2, Workload Identity, the
+    release channel and (Standard) its CPU pool; the other pools are created after it."""
     body: dict[str, Any] = {
         "name": spec.cluster,
         "resource_labels": spec.cluster_labels,
-        "addons_config": {
-            "ray_operator_config": {"enabled": True},
-            "gcs_fuse_csi_driver_config": {"enabled": True},
-        },
+        "addons_config": {field: {"enabled": True} for field in _addons(needs)},
         "network_config": {
             "datapath_provider": "ADVANCED_DATAPATH",  # dataplane v2
             # Seed 001's cluster (as issue 24 reads it) leaves multi-networking off; rlctl
@@ -282,26 +182,16 @@ def cluster_body(spec: InfraSpec) -> dict[str, Any]:
     return body
 
 
-def _cluster_fields(spec: InfraSpec) -> dict[str, Any]:
+def _cluster_fields(spec: InfraSpec, needs: ClusterNeeds) -> dict[str, Any]:
     return {
         "location": spec.location,
         "mode": spec.mode,
         "version": spec.version or f"{spec.release_channel} channel default",
-        "addons": ["RayOperator", "GcsFuseCsiDriver"],
+        "addons": list(_addons(needs).values()),
         "dataplane": "v2",
         "workload_pool": spec.workload_pool,
         "multi_networking": spec.dcn.count > 0,
     }
-
-
-def _pool_fields(spec: InfraSpec, acc: Accelerator | None, nodes: int, machine: str) -> dict:
-    f: dict[str, Any] = {"machine_type": machine, "nodes": nodes}
-    if acc is not None:
-        f.update(accelerator=acc.name, zone=spec.zone, capacity=spec.capacity.kind)
-        f.update(acc.strategy.plan_fields(acc))
-        if spec.dcn.count:
-            f.update(additional_networks=spec.dcn.count, dranet=True)
-    return f
 
 
 # --- observe + plan -----------------------------------------------------------
@@ -310,16 +200,21 @@ def _parent(spec_or_project: Any, location: str) -> str:
     return f"projects/{project}/locations/{location}"
 
 
-def planned_cluster(clients: GcpClients, spec: InfraSpec, endpoint: str = "0.0.0.0") -> Any:
+def planned_cluster(
+    clients: GcpClients,
+    spec: InfraSpec,
+    needs: ClusterNeeds = ClusterNeeds(),
+    endpoint: str = "0.0.0.0",
+) -> Any:
     """The cluster ``cluster create`` makes of ``spec``, as GKE reports it once RUNNING:
-    its own request body with every pool it adds (``desired_pools``, the Pathways pool).
+    its own request body with every pool it adds (``desired_pools``, the backends' pools).
     What a dry run of ``train --cluster`` without credentials places its pods on."""
     ct = clients.container_types
-    body = cluster_body(spec)
+    body = cluster_body(spec, needs)
     body["node_pools"] = [
         *body.get("node_pools", []),
         *(b for *_, b in desired_pools(spec)),
-        *([pathways_pool_body(spec)] if wants_pathways_pool(spec) else []),
+        *(backend_pool_body(spec, p) for p in wanted_backend_pools(spec, needs.pools)),
     ]
     cur = ct.Cluster(body)
     cur.status = ct.Cluster.Status.RUNNING
@@ -342,24 +237,24 @@ def get_cluster(clients: GcpClients, project: str, location: str, name: str) -> 
         return None
 
 
-def _is_ours(labels: Any) -> bool:
-    return dict(labels or {}).get(MANAGED_BY) == RLCTL
-
-
 def project_number(clients: GcpClients, project: str) -> str:
     return str(
         call(clients, f"reading project {project}", clients.projects.get, project=project).id
     )
 
 
-def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change], list[str]]:
+def _cluster_changes(
+    clients: GcpClients, spec: InfraSpec, needs: ClusterNeeds
+) -> tuple[list[Change], list[str]]:
+    """The cluster's change (create, wait or keep, refused when not rlctl's) and its
+    pools' (``gcp/pools.py``), with notes on what rlctl leaves as it is."""
     notes: list[str] = []
     ckey = f"cluster/{spec.cluster}"
     subnets = [f"subnet/{spec.subnet_name(i)}" for i in range(spec.dcn.count)]
     cur = get_cluster(clients, spec.project, spec.location, spec.cluster)
     cost = prices.machine_hour(spec.cpu_machine_type, "on-demand")
     cpu_cost = None if cost is None else round(cost * spec.cpu_nodes, 2)
-    cfields = _cluster_fields(spec)
+    cfields = _cluster_fields(spec, needs)
     if spec.mode == "standard":
         cfields["default_pool"] = f"{CPU_POOL}: {spec.cpu_nodes} x {spec.cpu_machine_type}"
     out: list[Change] = []
@@ -371,13 +266,13 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
                 action="create",
                 fields=cfields,
                 depends_on=subnets,
-                body=cluster_body(spec),
+                body=cluster_body(spec, needs),
                 cost_per_hour=cpu_cost,
             )
         )
         have_pools: dict[str, Any] = {}
     else:
-        if not _is_ours(cur.resource_labels):
+        if not is_ours(cur.resource_labels):
             raise AlreadyExistsError(
                 f"cluster {spec.cluster!r} exists in {spec.location} and is not managed by rlctl",
                 hint="choose another cluster name",
@@ -404,103 +299,11 @@ def _cluster_changes(clients: GcpClients, spec: InfraSpec) -> tuple[list[Change]
                 cost_per_hour=cpu_cost,
             )
         )
-        if not cur.addons_config.ray_operator_config.enabled:
-            notes.append("cluster has the Ray operator add-on disabled; rlctl does not change it")
+        for field, addon in _addons(needs).items():
+            if not getattr(cur.addons_config, field).enabled:
+                notes.append(f"cluster has the {addon} add-on disabled; rlctl does not change it")
         have_pools = {p.name: p for p in cur.node_pools}
-    # accelerator pools
-    wanted = set()
-    for name, acc, nodes, body in desired_pools(spec) if spec.mode == "standard" else []:
-        wanted.add(name)
-        fields = _pool_fields(spec, acc, nodes, acc.machine_type)
-        c_cost = prices.pool_hour(acc, nodes, spec.capacity.kind)
-        have = have_pools.get(name)
-        base: dict[str, Any] = dict(
-            kind="nodepool",
-            name=name,
-            fields=fields,
-            cost_per_hour=c_cost,
-            depends_on=[ckey, *subnets],
-        )
-        if have is None:
-            out.append(Change(action="create", body=body, **base))
-            continue
-        if not _is_ours(have.config.resource_labels):
-            raise AlreadyExistsError(
-                f"node pool {name!r} exists and is not managed by rlctl",
-                hint="remove it or choose another cluster",
-            )
-        if have.config.machine_type != acc.machine_type or (
-            acc.multi_host and have.placement_policy.tpu_topology != acc.topology
-        ):
-            raise ConflictError(
-                f"node pool {name!r} is {have.config.machine_type} "
-                f"{have.placement_policy.tpu_topology or ''}, the spec wants {acc.machine_type} "
-                f"{acc.topology or ''}",
-                hint=f"delete the cluster's pool first, or keep the old accelerator "
-                f"(rlctl cluster describe {spec.cluster})",
-            )
-        st = have.status.name
-        if st == "ERROR":
-            raise ConflictError(
-                f"node pool {name!r} is in ERROR: {have.status_message}",
-                hint=f"delete the cluster (rlctl cluster delete {spec.cluster}) "
-                "or the pool, and re-run",
-            )
-        if st in ("PROVISIONING", "RECONCILING"):
-            out.append(Change(action="wait", **base))
-        elif have.initial_node_count != nodes and acc.strategy.resizable:
-            out.append(
-                Change(
-                    action="update",
-                    body={"node_count": nodes},
-                    diff={"nodes": (have.initial_node_count, nodes)},
-                    **base,
-                )
-            )
-        else:
-            out.append(Change(action="unchanged", **base))
-    if wants_pathways_pool(spec):
-        wanted.add(PATHWAYS_POOL)
-        have = have_pools.get(PATHWAYS_POOL)
-        hour = prices.machine_hour(PATHWAYS_MACHINE_TYPE)  # on-demand, as it is made
-        fields = {
-            "machine_type": PATHWAYS_MACHINE_TYPE,
-            "nodes": f"0..{PATHWAYS_MAX_NODES} (autoscaled)",
-            "for": "Pathways heads (--backend pathways)",
-            "taint": f"{PATHWAYS_TAINT.key}={PATHWAYS_TAINT.value}:NoSchedule",
-        }
-        if hour is not None:
-            fields["per_hour_while_used"] = round(hour, 2)
-        base = dict(
-            kind="nodepool", name=PATHWAYS_POOL, fields=fields, cost_per_hour=0.0, depends_on=[ckey]
-        )
-        if have is None:
-            out.append(Change(action="create", body=pathways_pool_body(spec), **base))
-        elif not _is_ours(have.config.resource_labels):
-            raise AlreadyExistsError(
-                f"node pool {PATHWAYS_POOL!r} exists and is not managed by rlctl",
-                hint="remove it, or set pathways_pool: false",
-            )
-        else:
-            st = have.status.name
-            out.append(
-                Change(
-                    action="wait" if st in ("PROVISIONING", "RECONCILING") else "unchanged", **base
-                )
-            )
-    for name, have in have_pools.items():
-        if name != CPU_POOL and name not in wanted and _is_ours(have.config.resource_labels):
-            out.append(
-                Change(
-                    kind="nodepool",
-                    name=name,
-                    action="delete",
-                    fields={
-                        "machine_type": have.config.machine_type,
-                        "nodes": have.initial_node_count,
-                    },
-                )
-            )
+    out += pool_changes(spec, needs.pools, have_pools, ckey, subnets)
     return out, notes
 
 
@@ -516,16 +319,19 @@ def _cost(spec: InfraSpec, changes: list[Change]) -> CostEstimate:
     )
 
 
-def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
-    """Pre-flight checks, then network + cluster + node pools + bucket/IAM vs what exists."""
-    checks = preflight.run(clients, spec)
+def plan_create(clients: GcpClients, spec: InfraSpec, needs: ClusterNeeds = ClusterNeeds()) -> Plan:
+    """Pre-flight checks, then network + cluster + node pools + bucket/IAM vs what exists.
+    ``needs``: the CPU pools and GKE add-ons the workload backends need (handed in by the
+    layer that knows them, ``runs/readiness.py``)."""
+    checks = preflight.run(clients, spec, needs.pools)
     changes = network.plan(clients, spec)
-    cluster_changes, notes = _cluster_changes(clients, spec)
+    cluster_changes, notes = _cluster_changes(clients, spec, needs)
     changes += cluster_changes
     notes += checks
     number = project_number(clients, spec.project)
     if spec.bucket.name:
-        changes += storage.plan(clients, spec, number, nodes_too=wants_pathways_pool(spec))
+        via_nodes = [p.bucket_via_nodes for p in wanted_backend_pools(spec, needs.pools)]
+        changes += storage.plan(clients, spec, number, [w for w in via_nodes if w])
     if spec.mode == "standard":  # the roles the nodes run with (new projects lack them)
         grants, grant_notes = project_iam.plan_grants(
             clients,
@@ -556,7 +362,7 @@ def plan_delete(
     cur = get_cluster(clients, project, region, cluster)
     ckey = f"cluster/{cluster}"
     if cur is not None:
-        if not _is_ours(cur.resource_labels):
+        if not is_ours(cur.resource_labels):
             raise AlreadyExistsError(
                 f"cluster {cluster!r} is not managed by rlctl; refusing to delete it",
                 hint="delete it with 'gcloud container clusters delete' if you mean to",
@@ -570,7 +376,7 @@ def plan_delete(
                     "machine_type": p.config.machine_type,
                     "nodes": p.initial_node_count,
                     "status": p.status.name,
-                    "managed_by_rlctl": _is_ours(p.config.resource_labels),
+                    "managed_by_rlctl": is_ours(p.config.resource_labels),
                 },
             )
             for p in cur.node_pools
@@ -761,7 +567,7 @@ def _pool_view(p: Any) -> dict[str, Any]:
         "nodes": p.initial_node_count,
         "locations": list(p.locations),
         "spot": bool(cfg.spot),
-        "managed_by_rlctl": _is_ours(cfg.resource_labels),
+        "managed_by_rlctl": is_ours(cfg.resource_labels),
     }
     if p.placement_policy.tpu_topology:
         v["topology"] = p.placement_policy.tpu_topology
@@ -773,7 +579,13 @@ def _pool_view(p: Any) -> dict[str, Any]:
     return v
 
 
-def describe(clients: GcpClients, project: str, location: str, name: str) -> dict[str, Any]:
+def describe(
+    clients: GcpClients,
+    project: str,
+    location: str,
+    name: str,
+    needs: ClusterNeeds = ClusterNeeds(),
+) -> dict[str, Any]:
     cur = get_cluster(clients, project, location, name)
     if cur is None:
         raise NotFoundError(
@@ -788,11 +600,11 @@ def describe(clients: GcpClients, project: str, location: str, name: str) -> dic
         "version": cur.current_master_version,
         "endpoint": cur.endpoint,
         "labels": dict(cur.resource_labels),
-        "managed_by_rlctl": _is_ours(cur.resource_labels),
+        "managed_by_rlctl": is_ours(cur.resource_labels),
         "autopilot": bool(cur.autopilot.enabled),
         "addons": {
-            "ray_operator": bool(cur.addons_config.ray_operator_config.enabled),
-            "gcs_fuse_csi_driver": bool(cur.addons_config.gcs_fuse_csi_driver_config.enabled),
+            field.removesuffix("_config"): bool(getattr(cur.addons_config, field).enabled)
+            for field in _addons(needs)
         },
         "dataplane_v2": cur.network_config.datapath_provider.name == "ADVANCED_DATAPATH",
         "multi_networking": bool(cur.network_config.enable_multi_networking),
@@ -816,7 +628,7 @@ def list_clusters(clients: GcpClients, project: str, location: str = "-") -> lis
             "status": c.status.name,
             "version": c.current_master_version,
             "node_pools": len(c.node_pools),
-            "managed_by_rlctl": _is_ours(c.resource_labels),
+            "managed_by_rlctl": is_ours(c.resource_labels),
         }
         for c in resp.clusters
     ]

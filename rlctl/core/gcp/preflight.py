@@ -8,9 +8,11 @@ from typing import Any
 
 from rlctl.core.config.catalog import lookup
 from rlctl.core.config.infra import InfraSpec
+from rlctl.core.config.pools import PoolRequest
 from rlctl.core.errors import ConfigError, NotFoundError, PreflightError, RlctlError
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import call
+from rlctl.core.gcp.pools import wanted_backend_pools
 from rlctl.core.gcp.storage import bucket_location
 from rlctl.core.names import validate_name
 
@@ -112,8 +114,8 @@ def require_apis(clients: GcpClients, project: str, apis: Sequence[str]) -> None
 
 
 # Compute Engine regional quota metrics (regions.get -> quotas[], with usage) of what the
-# node pools draw on: GPUs by type, TPU v5e ("TPU_LITE_PODSLICE_V5"), and the N2 vCPUs of
-# the Pathways head's n2-standard-64 (made when a --backend pathways run asks for it);
+# node pools draw on: GPUs by type, TPU v5e ("TPU_LITE_PODSLICE_V5"), and the vCPUs of
+# the backends' CPU pools (the Pathways head's n2-standard-64, made when such a run asks);
 # spot capacity has its PREEMPTIBLE_ twin for accelerators. A reservation needs no quota.
 GPU_QUOTA = {
     "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
@@ -130,22 +132,28 @@ CPU_QUOTA = {"n2": "N2_CPUS"}  # by machine family
 KIND_QUOTA = {"gpu": GPU_QUOTA, "tpu": TPU_QUOTA}
 
 
-def _pathways_vcpus(spec: InfraSpec) -> dict[str, float]:
-    """{quota metric: vCPUs} of the Pathways pool's largest size (its node is made on
-    demand, so nothing is drawn until a Pathways run asks; then all of it at once)."""
+def _cpu_metric(pool: PoolRequest) -> str | None:
+    """The regional vCPU quota a backend pool's machine family draws on (N2_CPUS)."""
+    return CPU_QUOTA.get(pool.machine_type.split("-")[0])
+
+
+def _pool_vcpus(spec: InfraSpec, pools: Sequence[PoolRequest]) -> dict[str, float]:
+    """{quota metric: vCPUs} of the backends' pools at their largest size (their nodes are
+    made on demand, so nothing is drawn until such a run asks; then all of it at once)."""
     from rlctl.core.config.catalog import machine
-    from rlctl.core.config.nodes import PATHWAYS_MACHINE_TYPE, PATHWAYS_MAX_NODES
 
-    m = machine(PATHWAYS_MACHINE_TYPE)
-    metric = CPU_QUOTA.get(PATHWAYS_MACHINE_TYPE.split("-")[0])
-    if not spec.wants_pathways_pool() or m is None or metric is None:
-        return {}
-    return {metric: float(m.vcpus * PATHWAYS_MAX_NODES)}
+    needs: dict[str, float] = {}
+    for pool in wanted_backend_pools(spec, pools):
+        m = machine(pool.machine_type)
+        metric = _cpu_metric(pool)
+        if m is not None and metric is not None:
+            needs[metric] = needs.get(metric, 0.0) + float(m.vcpus * pool.max_nodes)
+    return needs
 
 
-def _quota_needs(spec: InfraSpec) -> dict[str, float]:
+def _quota_needs(spec: InfraSpec, pools: Sequence[PoolRequest]) -> dict[str, float]:
     if spec.capacity.kind == "reservation":
-        return _pathways_vcpus(spec)
+        return _pool_vcpus(spec, pools)
     spot = "PREEMPTIBLE_" if spec.capacity.kind == "spot" else ""
     needs: dict[str, float] = {}
     for s in spec.accelerators:
@@ -153,11 +161,11 @@ def _quota_needs(spec: InfraSpec) -> dict[str, float]:
         metric = KIND_QUOTA[acc.kind].get(acc.strategy.quota_key(acc))
         if metric:
             needs[spot + metric] = needs.get(spot + metric, 0) + acc.chips * s.count
-    return {**needs, **_pathways_vcpus(spec)}
+    return {**needs, **_pool_vcpus(spec, pools)}
 
 
 def check_quota(
-    clients: GcpClients, spec: InfraSpec, enabled: set[str]
+    clients: GcpClients, spec: InfraSpec, enabled: set[str], pools: Sequence[PoolRequest] = ()
 ) -> tuple[list[str], list[str]]:
     """(failures, notes): the region's quota against what the pools need: Compute
     Engine's regional metrics (limit and usage), then the TPU generations Compute Engine
@@ -165,7 +173,7 @@ def check_quota(
     if "compute.googleapis.com" not in enabled or not spec.accelerators:
         return [], []
     out, notes = check_tpu_quota(clients, spec)
-    needs = _quota_needs(spec)
+    needs = _quota_needs(spec, pools)
     if not needs:
         return out, notes
     region = call(
@@ -182,16 +190,14 @@ def check_quota(
             continue
         free = q.limit - q.usage
         if free < need:
+            mine = [p for p in wanted_backend_pools(spec, pools) if _cpu_metric(p) == metric]
             what = (
-                "the Pathways head's node needs"
-                if metric in CPU_QUOTA.values()
+                f"the node pool{'s' * (len(mine) > 1)} for "
+                f"{' and '.join(p.purpose for p in mine)} need{'s' * (len(mine) == 1)}"
+                if mine
                 else "the node pools need"
             )
-            alt = (
-                " (or, if no run uses --backend pathways, '--set pathways_pool=false')"
-                if metric in CPU_QUOTA.values()
-                else ""
-            )
+            alt = "".join(f" (or, if no run needs it, '--set pools.{p.name}=false')" for p in mine)
             out.append(
                 f"quota {metric} in {spec.region} has {free:g} free (limit {q.limit:g}, "
                 f"{q.usage:g} in use); {what} {need:g}: ask for more with "
@@ -395,9 +401,9 @@ def check_bucket(clients: GcpClients, spec: InfraSpec, enabled: set[str]) -> lis
     return []
 
 
-def run(clients: GcpClients, spec: InfraSpec) -> list[str]:
+def run(clients: GcpClients, spec: InfraSpec, pools: Sequence[PoolRequest] = ()) -> list[str]:
     """All checks; raises ``PreflightError`` listing every failure. Reads only.
-    Returns notes: what could not be checked."""
+    Returns notes: what could not be checked. ``pools``: the backends' CPU pools."""
     lines = check_names(spec)
     notes: list[str] = []
     try:
@@ -406,7 +412,7 @@ def run(clients: GcpClients, spec: InfraSpec) -> list[str]:
         lines += check_accelerators(clients, spec, enabled)
         lines += check_version(clients, spec, enabled)
         lines += check_bucket(clients, spec, enabled)
-        quota_lines, notes = check_quota(clients, spec, enabled)
+        quota_lines, notes = check_quota(clients, spec, enabled, pools)
         lines += quota_lines
     except RlctlError:
         # no credentials, no access, no network: the pure checks' findings are what

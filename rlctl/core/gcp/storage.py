@@ -8,6 +8,8 @@ labels, for cluster runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlctl.core.config.infra import CLUSTER_LABEL, MANAGED_BY, RLCTL, InfraSpec
 from rlctl.core.errors import AlreadyExistsError, ConfigError
 from rlctl.core.gcp.api import GcpClients
@@ -61,24 +63,19 @@ def node_service_account(project_number: str) -> str:
     return f"serviceAccount:{project_number}-compute@developer.gserviceaccount.com"
 
 
-# pathways-job v0.1.4 runs its head and worker pods on the host network
-# (pathwaysjob_controller.go: HostNetwork: true), and GKE's Workload Identity does not
-# serve host-network pods (GKE docs, "Workload Identity Federation for GKE",
-# limitations): they reach the bucket (pathwaysDir, checkpoints) as the node's account.
-NODES_WHY = "Pathways pods run on the host network, outside Workload Identity"
-
-
 def plan(
-    clients: GcpClients, spec: InfraSpec, project_number: str, nodes_too: bool = False
+    clients: GcpClients, spec: InfraSpec, project_number: str, via_nodes: Sequence[str] = ()
 ) -> list[Change]:
-    """Bucket + binding(s), or nothing when the spec names no bucket. ``nodes_too``: also
-    bind the nodes' service account (a cluster that runs Pathways)."""
+    """Bucket + binding(s), or nothing when the spec names no bucket. ``via_nodes``: why
+    some pods reach the bucket as the nodes' service account (a backend whose pods run on
+    the host network, outside Workload Identity: ``PoolRequest.bucket_via_nodes``), which
+    is then bound too."""
     name = spec.bucket.name
     if not name:
         return []
     members: list[tuple[str, str, str | None]] = [(spec.principal(project_number), "", None)]
-    if nodes_too:
-        members.append((node_service_account(project_number), "/nodes", NODES_WHY))
+    if via_nodes:
+        members.append((node_service_account(project_number), "/nodes", "; ".join(via_nodes)))
     bucket = call(clients, f"reading bucket {name}", clients.storage.lookup_bucket, name)
     want = {"location": bucket_location(spec), "uniform_access": True}
     if bucket is None:

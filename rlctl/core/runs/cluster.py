@@ -199,7 +199,7 @@ def assumed_cluster(
         dcn=DcnSpec(count=dcn_networks),
     )
     clients = EmptyProject(project, region)
-    clients.clusters[cluster] = planned_cluster(clients, spec)
+    clients.clusters[cluster] = planned_cluster(clients, spec, backends.cluster_needs())
     clients.buckets[assumed_bucket(project, cluster)] = {MANAGED_BY: RLCTL, CLUSTER_LABEL: cluster}
     return clients
 

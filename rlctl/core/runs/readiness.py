@@ -26,7 +26,7 @@ from rlctl.core.errors import ConfigError, RlctlError
 from rlctl.core.gcp import cluster as gke
 from rlctl.core.gcp.api import GcpClients
 from rlctl.core.gcp.operations import Event
-from rlctl.core.k8s import controllers
+from rlctl.core.k8s import backends, controllers
 from rlctl.core.k8s.apply import KubeApi
 from rlctl.core.plan import Change, Plan
 
@@ -135,7 +135,7 @@ def plan_create(clients: GcpClients, spec: InfraSpec) -> Plan:
             hint="drop --autopilot (and mode: autopilot from the config); "
             "rlctl makes one node pool per slice",
         )
-    plan = gke.plan_create(clients, spec)
+    plan = gke.plan_create(clients, spec, backends.cluster_needs())
     cur = gke.get_cluster(clients, spec.project, spec.location, spec.cluster)
     api = _kube(clients, cur) if _running(cur) else None
     changes, notes = kube_changes(api, spec, [f"cluster/{spec.cluster}"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rlctl.core.config import catalog, nodes
+from rlctl.core.k8s.backends.pathways import HEAD_POOL, HEAD_SIDECARS, head_resources
 from tests.fakes.gcp_server import FakeGCP
 from tests.fakes.k8s import nodes_of_cluster
 from tests.fakes.seed import seed_cluster
@@ -75,9 +76,9 @@ class TestLabelsAndTaints:
 
     def test_the_pathways_pool_is_tainted_autoscaled_and_counted_at_its_maximum(self, gcp):
         pools = _pools(gcp, "v6e-16")
-        p = pools[nodes.PATHWAYS_POOL]
+        p = pools[HEAD_POOL.name]
         assert p.machine_type == "n2-standard-64" and p.autoscaled and p.nodes == 1
-        assert p.taints == [nodes.PATHWAYS_TAINT]
+        assert p.taints == [nodes.Taint(key="rlctl.dev/pool", value="pathways")]
         assert "pathways" not in _pools(gcp, "a3-highgpu-8g")  # GPUs: no Pathways
 
     def test_cpu_pool(self, gcp):
@@ -91,9 +92,9 @@ class TestLabelsAndTaints:
 def test_the_pathways_head_takes_what_its_node_leaves_beside_the_sidecars():
     from rlctl.core.units import quantity
 
-    cpu, mem = nodes.pathways_head_resources()
-    node = nodes.node_pool("p", nodes.PATHWAYS_MACHINE_TYPE, 1)
-    sidecars = [*nodes.PATHWAYS_SIDECARS.values(), nodes.GCSFUSE_SIDECAR]
+    cpu, mem = head_resources()
+    node = nodes.node_pool("p", HEAD_POOL.machine_type, 1)
+    sidecars = [*HEAD_SIDECARS.values(), nodes.GCSFUSE_SIDECAR]
     assert [s["cpu"] for s in sidecars] == ["8", "16", "250m"]  # pathways-job v0.1.4, GKE
     head = int(cpu) + sum(quantity(s["cpu"]) for s in sidecars)
     assert node.cpu - 1 <= head <= node.cpu

@@ -8,10 +8,14 @@ import pytest
 
 from rlctl.core.errors import PermissionDeniedError, QuotaExceededError
 from rlctl.core.gcp import cluster
+from rlctl.core.k8s import backends
+
+# the backends' CPU pools, as runs/readiness.py hands them to the plan (Pathways' head)
+POOLS = backends.cluster_needs()
 
 
 def create(clients, spec, events=None):
-    plan = cluster.plan_create(clients, spec)
+    plan = cluster.plan_create(clients, spec, POOLS)
     return plan, cluster.apply_plan(clients, plan, events)
 
 
@@ -187,12 +191,12 @@ class TestIdempotence:
         assert plan.counts() == {"unchanged": 14, "create": 1}  # 2 roles the nodes have
         pools = {np["name"] for np in fake.clusters[("us-central1", "rl")]["nodePools"]}
         assert pools == {"cpu", "pathways", "v6e-16-0", "v6e-16-1"}
-        assert cluster.plan_create(clients, spec).noop
+        assert cluster.plan_create(clients, spec, POOLS).noop
 
     def test_interrupted_while_cluster_provisioning_waits_on_rerun(self, fake, clients, spec):
         from rlctl.core.gcp import network
 
-        plan = cluster.plan_create(clients, spec)
+        plan = cluster.plan_create(clients, spec, POOLS)
         # simulate an apply killed right after the cluster create was accepted
         for c in plan.changes:
             if c.kind in ("network", "subnet", "firewall"):
@@ -204,11 +208,11 @@ class TestIdempotence:
                 next(c for c in plan.changes if c.kind == "cluster").body
             ),
         )
-        plan2 = cluster.plan_create(clients, spec)
+        plan2 = cluster.plan_create(clients, spec, POOLS)
         assert next(c for c in plan2.changes if c.kind == "cluster").action == "wait"
         cluster.apply_plan(clients, plan2)
         assert fake.clusters[("us-central1", "rl")]["status"] == "RUNNING"
-        assert cluster.plan_create(clients, spec).noop
+        assert cluster.plan_create(clients, spec, POOLS).noop
 
 
 class TestDelete:

@@ -177,15 +177,17 @@ class TestQuota:
     def test_the_pathways_heads_n2_vcpus(self, fake, clients, spec):
         """The Pathways pool's one n2-standard-64 is made when a Pathways run asks: 64 N2
         vCPUs of regional quota, or the head stays Pending while the slices wait."""
+        from rlctl.core.k8s import backends
+
         fake.quotas["us-central1"] = {"N2_CPUS": (24, 0)}
         with pytest.raises(PreflightError) as e:
-            cluster.plan_create(clients, spec)
+            cluster.plan_create(clients, spec, backends.cluster_needs())
         (line,) = e.value.lines
         assert "quota N2_CPUS in us-central1 has 24 free" in line
-        assert "the Pathways head's node needs 64" in line
-        assert "'--set pathways_pool=false'" in line
-        spec.pathways_pool = False
-        cluster.plan_create(clients, spec)  # no Pathways pool, no N2 vCPUs asked
+        assert "the node pool for Pathways heads (--backend pathways) needs 64" in line
+        assert "'--set pools.pathways=false'" in line
+        spec.pools = {"pathways": False}
+        cluster.plan_create(clients, spec, backends.cluster_needs())  # no pool, no N2 vCPUs
 
     def test_v5e_quota(self, fake, clients, spec):
         spec.accelerators = ["v5litepod-16 x2"]

@@ -12,8 +12,10 @@ import copy
 import pytest
 
 from rlctl.core.config import catalog, nodes
+from rlctl.core.k8s import backends
 from rlctl.core.k8s.backends import pod_groups
 from rlctl.core.k8s.backends.jobset import EXCLUSIVE_KEY
+from rlctl.core.k8s.backends.pathways import HEAD_POOL
 from rlctl.core.k8s.fit import check
 from rlctl.core.k8s.render import make_view, render_workload
 from rlctl.core.k8s.shapes import slice_shape
@@ -42,14 +44,11 @@ def cluster_pools(
             )
             for i in range(count)
         ]
-        if pathways:
-            pw = nodes.node_pool(
-                nodes.PATHWAYS_POOL,
-                nodes.PATHWAYS_MACHINE_TYPE,
-                nodes.PATHWAYS_MAX_NODES,
-                autoscaled=True,
-            )
-            out.append(pw.model_copy(update={"taints": [nodes.PATHWAYS_TAINT]}))
+        if pathways:  # every backend's own pool (the Pathways head's), as it declares it
+            for p in backends.node_pools():
+                pw = nodes.node_pool(p.name, p.machine_type, p.max_nodes, autoscaled=True)
+                key, value = p.taint
+                out.append(pw.model_copy(update={"taints": [nodes.Taint(key=key, value=value)]}))
     else:
         out.append(nodes.node_pool(f"{acc.name}-0", acc.machine_type, count, accelerator=acc))
     return out
@@ -129,8 +128,9 @@ class TestRefusals:
         """Issue 24 point 4: the head carries 24 CPU and 132 GB of sidecars; a cluster
         whose only CPU pool is an e2-standard-8 cannot take it."""
         objs = objs_for("pathways", "v6e-16", 2)
-        small = nodes.node_pool(nodes.PATHWAYS_POOL, "e2-standard-8", 1)
-        small = small.model_copy(update={"taints": [nodes.PATHWAYS_TAINT]})
+        key, value = HEAD_POOL.taint
+        small = nodes.node_pool(HEAD_POOL.name, "e2-standard-8", 1)
+        small = small.model_copy(update={"taints": [nodes.Taint(key=key, value=value)]})
         pools = [*cluster_pools("v6e-16", 2, pathways=False), small]
         (bad,) = check(pod_groups(objs), pools).misfits
         assert bad.role == "pathways-head" and bad.reason == "cpu"

@@ -97,7 +97,7 @@ class TestEveryBackendValidates:
             c = pod_specs(workload)[0]["containers"][0]
             entry = ["python", "-m", "rlctl.core.runs.pod", "--run", "gs://bkt/runs/r1"]
             if backend == "lws":  # a StatefulSet's pods restart always: a shell idles them
-                assert c["command"][:2] == ["/bin/sh", "-c"]
+                assert c["command"][:2] == ["sh", "-c"]
                 assert c["command"][2].startswith(
                     'python -m rlctl.core.runs.pod --run "$RLCTL_RUN";'
                 )

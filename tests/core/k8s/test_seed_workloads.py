@@ -274,6 +274,8 @@ class TestPathways:
         assert len(names) == len(set(names))
 
     def test_head_pod_fits_the_pathways_pool_and_not_the_default_cpu_pool(self):
+        from rlctl.core.k8s.backends.pathways import HEAD_POOL
+
         """The head as pathways-job v0.1.4 admits it: the trainer plus the resource
         manager (8 CPU, 32 GB) and proxy (16 CPU, 100 GB) sidecars (issue 24 point 4:
         c255c2d checked the trainer container alone against e2-standard-8)."""
@@ -283,11 +285,11 @@ class TestPathways:
         (head, _workers) = pod_groups(objs)
         assert head.role == "pathways-head" and head.host_network
         cpu_pool = nodes.node_pool("cpu", "e2-standard-8", 1)
-        pw_pool = nodes.node_pool(nodes.PATHWAYS_POOL, nodes.PATHWAYS_MACHINE_TYPE, 1)
+        pw_pool = nodes.node_pool(HEAD_POOL.name, HEAD_POOL.machine_type, 1)
         assert head.requests.cpu > cpu_pool.cpu
         assert head.requests.cpu <= pw_pool.cpu
         assert head.requests.memory <= pw_pool.memory_gib * 2**30
-        assert head.node_selector == {"cloud.google.com/gke-nodepool": nodes.PATHWAYS_POOL}
+        assert head.node_selector == {"cloud.google.com/gke-nodepool": HEAD_POOL.name}
 
     def test_worker_pods_count_for_the_run(self, api, kube):
         """Its controller builds the worker pods from a JobSet named after the run; they

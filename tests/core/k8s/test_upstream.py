@@ -126,12 +126,12 @@ def _pathways(annotations=None, template_meta=None, machine="ct6e-standard-4t", 
 
 class TestPathwaysJob:
     def test_the_sidecars_limits_are_the_controllers(self):
-        from rlctl.core.config.nodes import PATHWAYS_SIDECARS
+        from rlctl.core.k8s.backends.pathways import HEAD_SIDECARS
 
         for name, line in (("pathways-rm", PW_RM_605), ("pathways-proxy", PW_PROXY_647)):
             cpu, memory = _quantities(line)
-            assert quantity(PATHWAYS_SIDECARS[name]["cpu"]) == cpu
-            assert quantity(PATHWAYS_SIDECARS[name]["memory"]) == memory
+            assert quantity(HEAD_SIDECARS[name]["cpu"]) == cpu
+            assert quantity(HEAD_SIDECARS[name]["memory"]) == memory
         head = pathways_backend.pathways_jobset(_pathways())["spec"]["replicatedJobs"][0]
         side = {
             c["name"]: c["resources"]["limits"]

@@ -21,16 +21,19 @@ from rlctl.core.errors import ConfigError
 from rlctl.core.k8s.backends.base import Backend, Controller
 
 if TYPE_CHECKING:  # pydantic: the CLI reads the registry for --help, which stays instant
+    from rlctl.core.config.pools import ClusterNeeds, PoolRequest
     from rlctl.core.k8s.admission import PodGroup
 
 __all__ = [
     "Backend",
     "Controller",
     "by_kind",
+    "cluster_needs",
     "for_object",
     "get",
     "is_backend",
     "names",
+    "node_pools",
     "pod_groups",
     "register",
     "registered",
@@ -108,6 +111,29 @@ def pod_groups(
         if b is not None and o.get("kind") == b.kind:
             out += b.pod_groups(o, (versions or {}).get(b.name))
     return out
+
+
+def node_pools() -> tuple[PoolRequest, ...]:
+    """The CPU pools every registered backend brings (``cluster create`` makes each once
+    a cluster may run that backend: ``InfraSpec.wants_pool``)."""
+    seen: dict[str, PoolRequest] = {}
+    for b in _REGISTRY.values():
+        for p in b.node_pools:
+            seen.setdefault(p.name, p)
+    return tuple(seen.values())
+
+
+def cluster_needs() -> ClusterNeeds:
+    """What the registered backends need of a cluster: their pools and GKE add-ons,
+    handed to the cluster plan by ``runs/readiness.py`` (gcp/ knows no backend)."""
+    from types import MappingProxyType
+
+    from rlctl.core.config.pools import ClusterNeeds
+
+    addons: dict[str, str] = {}
+    for b in _REGISTRY.values():
+        addons.update(b.gke_addons)
+    return ClusterNeeds(pools=node_pools(), addons=MappingProxyType(addons))
 
 
 def template_source(name: str) -> tuple[str, str, Callable[[], bool]] | None:

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # both import pydantic: the CLI reads the registry for --help
+    from rlctl.core.config.pools import PoolRequest
     from rlctl.core.k8s.admission import PodGroup
     from rlctl.core.k8s.shapes import SliceShape
     from rlctl.core.phases import Phase
@@ -109,6 +110,12 @@ class Backend(ABC):
     # Its pod templates take the run's DRANET ResourceClaimTemplate (when the cluster has
     # DCN networks). A PathwaysJob's controller builds its worker pods itself.
     dcn_claim: bool = True
+    # The CPU pools its pods need beside the accelerator pools (the Pathways head's):
+    # 'cluster create' makes them, the quota check counts them, the fit check places on them.
+    node_pools: tuple[PoolRequest, ...] = ()
+    # GKE add-ons that serve its kind (addons_config field -> the add-on's gcloud name):
+    # 'cluster create' enables them with the cluster
+    gke_addons: Mapping[str, str] = MappingProxyType({})
     # Extra files for the run's ConfigMap (mounted at /etc/rlctl): file name -> template.
     config_files: Mapping[str, str] = MappingProxyType({})
     # the container whose log 'rlctl logs' shows when the run store has no train.log yet

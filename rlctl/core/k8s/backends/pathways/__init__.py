@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from rlctl.core.config.pools import PoolRequest
 from rlctl.core.k8s.backends.base import (
     Backend,
     Controller,
@@ -70,20 +71,38 @@ def image_pathways_version() -> str:
     raise ConfigError("rlctl/data/images.yaml pins no jax for the tpu image")
 
 
-def head_pool() -> dict[str, Any]:
-    """Where the Pathways head goes: the pool ``cluster create`` makes for it, whose
-    taint only the head tolerates."""
-    from rlctl.core.config.nodes import NODEPOOL_LABEL, PATHWAYS_POOL, PATHWAYS_TAINT
+# The CPU pool a Pathways head runs on. pathways-job v0.1.4 adds two sidecars to the head
+# pod that request 24 CPU and 132 GB between them (pathwaysjob_controller.go,
+# MakeResourceManagerContainer / MakeProxyContainer), beside the trainer: XPK makes a
+# pool `cpu-np` of n2-standard-64 for them (src/xpk/core/nodepool.py, 1..20 nodes).
+# rlctl's is tainted so that nothing else lands on it, and scales from 0 to 1 node, so
+# it costs nothing until a Pathways run asks for it (XPK keeps one node up).
+HEAD_POOL = PoolRequest(
+    name="pathways",
+    machine_type="n2-standard-64",
+    max_nodes=1,
+    purpose="Pathways heads (--backend pathways)",
+    # pathways-job v0.1.4 runs its head and worker pods on the host network
+    # (pathwaysjob_controller.go: HostNetwork: true), and GKE's Workload Identity does not
+    # serve host-network pods (GKE docs, "Workload Identity Federation for GKE",
+    # limitations): they reach the bucket (pathwaysDir, checkpoints) as the node's account
+    bucket_via_nodes="Pathways pods run on the host network, outside Workload Identity",
+)
+# the limits pathways-job sets on its head's sidecars (requested alike), as it writes them
+HEAD_SIDECARS = {
+    "pathways-rm": {"cpu": "8", "memory": "32000000000"},
+    "pathways-proxy": {"cpu": "16", "memory": "100000000000"},
+}
 
-    return {
-        "selector": {NODEPOOL_LABEL: PATHWAYS_POOL},
-        "toleration": {
-            "key": PATHWAYS_TAINT.key,
-            "operator": "Equal",
-            "value": PATHWAYS_TAINT.value,
-            "effect": PATHWAYS_TAINT.effect,
-        },
-    }
+
+def head_resources() -> tuple[str, str]:
+    """(cpu, memory) of the trainer container in a Pathways head pod: what a node of the
+    head's pool offers, less the controller's two sidecars and GCS FUSE's."""
+    from rlctl.core.config.nodes import pod_share
+
+    found = pod_share(HEAD_POOL.machine_type, None, list(HEAD_SIDECARS.values()))
+    assert found is not None, "the Pathways machine type is in the catalog"
+    return found
 
 
 def _chips_per_vm(machine_type: str) -> int:
@@ -108,8 +127,6 @@ def _tpu_label(machine_type: str) -> str:
 def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
     """The JobSet pathways-job v0.1.4 creates for a PathwaysJob (``createJobSet``),
     restricted to what placement and admission depend on."""
-    from rlctl.core.config.nodes import PATHWAYS_SIDECARS
-
     spec = pw["spec"]
     md = pw["metadata"]
     worker = spec["workers"][0]
@@ -121,7 +138,7 @@ def pathways_jobset(pw: dict[str, Any]) -> dict[str, Any]:
     head_spec = dict(user.get("spec") or {})
     sidecars = [
         {"name": n, "restartPolicy": "Always", "resources": {"limits": dict(limits)}}
-        for n, limits in PATHWAYS_SIDECARS.items()
+        for n, limits in HEAD_SIDECARS.items()
     ]
     head_spec.update(
         hostNetwork=True,
@@ -196,6 +213,7 @@ class PathwaysBackend(Backend):
     tpu_only = True
     single_controller = True
     dcn_claim = False  # its controller builds the worker pods itself
+    node_pools = (HEAD_POOL,)
 
     def pod_groups(
         self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
@@ -213,18 +231,17 @@ class PathwaysBackend(Backend):
 
     def misfit_hint(self, role: str, reason: str, create: str, accelerator: str) -> str | None:
         """The head goes to its own pool; the workers ask more chips than small hosts have."""
-        from rlctl.core.config.nodes import PATHWAYS_MACHINE_TYPE, PATHWAYS_POOL
-
+        pool, machine = HEAD_POOL.name, HEAD_POOL.machine_type
         if role == "pathways-head":
             if reason == "selector":
                 return (
-                    f"re-run '{create} -a {accelerator}' to add the '{PATHWAYS_POOL}' pool "
-                    f"({PATHWAYS_MACHINE_TYPE}, 0 nodes until a head needs one)"
+                    f"re-run '{create} -a {accelerator}' to add the '{pool}' pool "
+                    f"({machine}, 0 nodes until a head needs one)"
                 )
             return (
-                f"the Pathways head needs a {PATHWAYS_MACHINE_TYPE} node (its controller "
+                f"the Pathways head needs a {machine} node (its controller "
                 "adds 24 CPU and 132 GB of sidecars); give it the pool "
-                f"'{PATHWAYS_POOL}' that '{create}' makes"
+                f"'{pool}' that '{create}' makes"
             )
         if role == "pathways-worker" and reason == "accelerator":
             return (
@@ -236,13 +253,11 @@ class PathwaysBackend(Backend):
     def view_fields(self, view: View) -> Mapping[str, Any]:
         """The server images' tag, the head's pool, and the trainer's share of a node of it
         (what a node of the pool offers beside the controller's sidecars)."""
-        from rlctl.core.config.nodes import pathways_head_resources
-
-        cpu, memory = pathways_head_resources()
+        cpu, memory = head_resources()
         return MappingProxyType(
             {
                 "pathways_version": image_pathways_version(),
-                "pool": head_pool(),
+                "pool": {"selector": HEAD_POOL.selector, "toleration": HEAD_POOL.toleration},
                 "head_cpu": cpu,
                 "head_memory": memory,
             }

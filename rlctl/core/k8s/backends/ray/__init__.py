@@ -51,13 +51,25 @@ def image_ray_version() -> str:
     raise ConfigError("rlctl/data/images.yaml pins no ray version")
 
 
+# The name Ray gives each TPU generation of the catalog (ray.util.accelerators: TPU-V4,
+# TPU-V5P, TPU-V5LITEPOD, TPU-V6E, TPU-V7X), by GKE's accelerator label: Ray Train's
+# ScalingConfig(accelerator_type=...) must use it exactly, and Ray places TPU workers
+# only on nodes advertising it.
+RAY_TPU_TYPES = {
+    "tpu-v4-podslice": "TPU-V4",
+    "tpu-v5p-slice": "TPU-V5P",
+    "tpu-v5-lite-podslice": "TPU-V5LITEPOD",
+    "tpu-v6e-slice": "TPU-V6E",
+    "tpu7x": "TPU-V7X",
+}
+
+
 def ray_accelerator_type(gke_accelerator: str) -> str:
-    """Ray's name of the TPU generation (TPU-V6E, TPU-V5LITEPOD, TPU-V7X), from the
-    catalog: Ray places TPU workers only on nodes advertising exactly this type."""
-    from rlctl.core.config.catalog import ray_accelerator_type as of_catalog
+    """Ray's name of the TPU generation of a GKE accelerator label (tpu-v6e-slice ->
+    TPU-V6E)."""
     from rlctl.core.errors import ConfigError
 
-    found = of_catalog(gke_accelerator)
+    found = RAY_TPU_TYPES.get(gke_accelerator)
     if found is None:
         raise ConfigError(
             f"no Ray accelerator type for {gke_accelerator!r}",
@@ -211,6 +223,8 @@ class RayBackend(Backend):
     help = "a KubeRay RayJob, elastic over slices"
     crd_schema = "rayjob-ray.io-v1.json"
     config_files: Mapping[str, str] = MappingProxyType({"ray_driver.py": "ray_driver.py.j2"})
+    # KubeRay is GKE's own add-on, enabled with the cluster: rlctl installs no controller
+    gke_addons: Mapping[str, str] = MappingProxyType({"ray_operator_config": "RayOperator"})
     # the driver's output, the trainer's lines with it, goes to the submitter
     # ('ray job logs --follow', KubeRay's K8sJobMode), not to the head's log
     leader_container = "ray-job-submitter"
