@@ -26,7 +26,7 @@ def _quiet(fn: Callable[..., Suggestions]) -> Callable[..., Suggestions]:
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]  # fn's own signature, kept by wraps
         try:
             return fn(*args, **kwargs)
         except Exception:

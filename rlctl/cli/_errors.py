@@ -77,7 +77,7 @@ def guarded(fn: F) -> F:
             )
             raise typer.Exit(1) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # wraps keeps fn's signature: an F
 
 
 def _json_requested(argv: list[str]) -> bool:

@@ -8,7 +8,7 @@ env var come from one helper and only the help differs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -159,7 +159,7 @@ def make_output(ctx: typer.Context, output: str = "table", yes: bool = False) ->
     """Combine per-command flags with the root callback's settings."""
     from rlctl.core.errors import ConfigError
 
-    fmt = output.lower()
-    if fmt not in ("table", "json"):
+    if output.lower() not in ("table", "json"):
         raise ConfigError(f"--output must be 'table' or 'json', not {output!r}")
-    return Output(fmt, verbose=state(ctx).verbose, yes=yes)  # type: ignore[arg-type]
+    fmt: Literal["table", "json"] = "json" if output.lower() == "json" else "table"
+    return Output(fmt, verbose=state(ctx).verbose, yes=yes)

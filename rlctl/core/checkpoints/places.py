@@ -198,7 +198,7 @@ class Output(Protocol):
     @contextmanager
     def open(self, rel: str) -> Iterator[IO[bytes]]:
         """A writable stream; the file appears in staging only if the block succeeds."""
-        yield  # type: ignore[misc]
+        yield  # type: ignore[misc]  # abstract: subclasses yield a stream
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         with self.open(rel) as f:

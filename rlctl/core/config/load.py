@@ -141,7 +141,8 @@ def check_override_path(model: type[BaseModel], path: list[str]) -> None:
                 f"--set {'.'.join(path)}: {where} is a value, not a section",
                 hint=f"set it directly, e.g. --set {where}=VALUE",
             )
-        node = inner  # type: ignore[assignment]
+        assert isinstance(inner, type)  # a model: True and None returned or raised above
+        node = inner
 
 
 def build(model: type[M], base: dict[str, Any], overrides: list[str] | None = None) -> M:

@@ -138,7 +138,7 @@ class DataSpec(Spec):
             data["dataset"] = None
         if data.get("dataset") is None and not data.get("path"):
             data["dataset"] = GENERATED
-        alias = HUB_ALIASES.get(data.get("dataset"))  # type: ignore[arg-type]
+        alias = HUB_ALIASES.get(data.get("dataset"))  # type: ignore[arg-type]  # raw input: any value
         if alias and not data.get("path"):
             data.setdefault("config", alias[1])
             if not data.get("eval_path"):

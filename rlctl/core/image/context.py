@@ -268,7 +268,7 @@ def build_context(accelerator: str) -> BuildContext:
     with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6) as gz:
         gz.write(tar_bytes)
     return BuildContext(
-        accelerator=accelerator,  # type: ignore[arg-type]
+        accelerator=accelerator,  # type: ignore[arg-type]  # checked by the caller
         files=[n for n, _ in members],
         archive=packed.getvalue(),
         sha256=hashlib.sha256(tar_bytes).hexdigest(),

@@ -195,7 +195,7 @@ def assumed_cluster(
         project=project,
         region=region,
         cluster=cluster,
-        accelerators=[accelerator],  # type: ignore[list-item]
+        accelerators=[accelerator],  # type: ignore[list-item]  # parsed by SliceSpec
         dcn=DcnSpec(count=dcn_networks),
     )
     clients = EmptyProject(project, region)

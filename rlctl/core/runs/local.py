@@ -360,7 +360,7 @@ def _quiet_closed_loops() -> None:
         if not trainer.restore_noise(info):
             hook(info)
 
-    quiet.rlctl_quiet = True  # type: ignore[attr-defined]
+    quiet.rlctl_quiet = True  # type: ignore[attr-defined]  # a mark on a function
     sys.unraisablehook = quiet
 
 

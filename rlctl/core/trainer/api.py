@@ -117,7 +117,7 @@ def preflight(spec: RunSpec, emit: Progress) -> None:
         Rollout(
             spec.rollout,
             tokenizer,
-            sampler=None,  # type: ignore[arg-type]
+            sampler=None,  # type: ignore[arg-type]  # set by the caller before use
             prompt=spec.prompt,
         ).probe(prompts, complete=True)
     # one trial call of each reward, in its own form, on the data's first problem

@@ -215,7 +215,7 @@ def _number(r: Reward, value: object, allow_none: bool, where: str) -> float:
         number = math.nan
     else:
         try:
-            number = float(value)  # type: ignore[arg-type]
+            number = float(value)  # type: ignore[arg-type]  # a user reward's value
         except OverflowError:  # an int beyond any float: 10**400
             raise _out_of_range(r, value, where) from None
         except Exception as e:  # TypeError, ValueError, or whatever its __float__ raises
@@ -261,7 +261,7 @@ def _batched(r: Reward, samples: Sequence[Sample]) -> np.ndarray:
     except BaseException as e:  # SystemExit too: a reward that exits is named
         raise _failed(r, e, _where(samples, None)) from e
     try:  # as TRL reads it: iterated, one value per completion
-        items = None if isinstance(values, (str, bytes)) else list(values)  # type: ignore[call-overload]
+        items = None if isinstance(values, (str, bytes)) else list(values)  # type: ignore[call-overload]  # user code
     except Exception:  # not iterable (a float, a 0-d array), or its iteration raised
         items = None
     if items is None:

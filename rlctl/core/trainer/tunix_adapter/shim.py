@@ -80,5 +80,5 @@ def patch_llama3_rope_theta() -> None:
     if getattr(m.Attention.block, "_rlctl_patched", False):
         return
     UPSTREAM_LLAMA3_BLOCK = m.Attention.block
-    _llama3_block_with_rope_theta._rlctl_patched = True  # type: ignore[attr-defined]
+    _llama3_block_with_rope_theta._rlctl_patched = True  # type: ignore[attr-defined]  # a mark on a function
     m.Attention.block = _llama3_block_with_rope_theta

@@ -199,7 +199,7 @@ def _fused_type() -> Any:
     use: optax is imported lazily, as the trainer's heavy imports are)."""
     import optax
 
-    class Fused(optax.GradientTransformation):  # type: ignore[misc]
+    class Fused(optax.GradientTransformation):  # type: ignore[misc]  # optax is untyped here
         apply: Any
 
     return Fused
