@@ -243,67 +243,63 @@ def project_number(clients: GcpClients, project: str) -> str:
     )
 
 
+def _existing_cluster(spec: InfraSpec, cur: Any) -> Action:
+    """Wait for or keep an existing cluster; refuse one that is not rlctl's, being
+    deleted or in ERROR."""
+    if not is_ours(cur.resource_labels):
+        raise AlreadyExistsError(
+            f"cluster {spec.cluster!r} exists in {spec.location} and is not managed by rlctl",
+            hint="choose another cluster name",
+        )
+    status = cur.status.name
+    if status == "STOPPING":
+        raise ConflictError(
+            f"cluster {spec.cluster!r} is being deleted",
+            hint="wait for the deletion to finish, then re-run",
+        )
+    if status == "ERROR":
+        raise ConflictError(
+            f"cluster {spec.cluster!r} is in ERROR: {cur.status_message}",
+            hint=f"delete it (rlctl cluster delete {spec.cluster}) and re-run",
+        )
+    return "wait" if status in ("PROVISIONING", "RECONCILING") else "unchanged"
+
+
+def _cluster_change(spec: InfraSpec, cur: Any | None, needs: ClusterNeeds) -> Change:
+    """The cluster itself: created with its CPU pool (priced), or as it is."""
+    cost = prices.machine_hour(spec.cpu_machine_type, "on-demand")
+    base: dict[str, Any] = dict(
+        kind="cluster",
+        name=spec.cluster,
+        fields=_cluster_fields(spec, needs),
+        cost_per_hour=None if cost is None else round(cost * spec.cpu_nodes, 2),
+    )
+    if spec.mode == "standard":
+        base["fields"]["default_pool"] = f"{CPU_POOL}: {spec.cpu_nodes} x {spec.cpu_machine_type}"
+    if cur is None:
+        subnets = [f"subnet/{spec.subnet_name(i)}" for i in range(spec.dcn.count)]
+        return Change(action="create", depends_on=subnets, body=cluster_body(spec, needs), **base)
+    action = _existing_cluster(spec, cur)
+    base["fields"] = {**base["fields"], "status": cur.status.name}
+    base["fields"]["version"] = cur.current_master_version
+    return Change(action=action, **base)
+
+
 def _cluster_changes(
     clients: GcpClients, spec: InfraSpec, needs: ClusterNeeds
 ) -> tuple[list[Change], list[str]]:
-    """The cluster's change (create, wait or keep, refused when not rlctl's) and its
-    pools' (``gcp/pools.py``), with notes on what rlctl leaves as it is."""
-    notes: list[str] = []
-    ckey = f"cluster/{spec.cluster}"
-    subnets = [f"subnet/{spec.subnet_name(i)}" for i in range(spec.dcn.count)]
+    """The cluster's change and its pools' (``gcp/pools.py``), with notes on what rlctl
+    leaves as it is (an add-on turned off)."""
     cur = get_cluster(clients, spec.project, spec.location, spec.cluster)
-    cost = prices.machine_hour(spec.cpu_machine_type, "on-demand")
-    cpu_cost = None if cost is None else round(cost * spec.cpu_nodes, 2)
-    cfields = _cluster_fields(spec, needs)
-    if spec.mode == "standard":
-        cfields["default_pool"] = f"{CPU_POOL}: {spec.cpu_nodes} x {spec.cpu_machine_type}"
-    out: list[Change] = []
-    if cur is None:
-        out.append(
-            Change(
-                kind="cluster",
-                name=spec.cluster,
-                action="create",
-                fields=cfields,
-                depends_on=subnets,
-                body=cluster_body(spec, needs),
-                cost_per_hour=cpu_cost,
-            )
-        )
-        have_pools: dict[str, Any] = {}
-    else:
-        if not is_ours(cur.resource_labels):
-            raise AlreadyExistsError(
-                f"cluster {spec.cluster!r} exists in {spec.location} and is not managed by rlctl",
-                hint="choose another cluster name",
-            )
-        status = cur.status.name
-        if status in ("STOPPING",):
-            raise ConflictError(
-                f"cluster {spec.cluster!r} is being deleted",
-                hint="wait for the deletion to finish, then re-run",
-            )
-        if status == "ERROR":
-            raise ConflictError(
-                f"cluster {spec.cluster!r} is in ERROR: {cur.status_message}",
-                hint=f"delete it (rlctl cluster delete {spec.cluster}) and re-run",
-            )
-        action: Action = "wait" if status in ("PROVISIONING", "RECONCILING") else "unchanged"
-        cfields = {**cfields, "status": status, "version": cur.current_master_version}
-        out.append(
-            Change(
-                kind="cluster",
-                name=spec.cluster,
-                action=action,
-                fields=cfields,
-                cost_per_hour=cpu_cost,
-            )
-        )
-        for field, addon in _addons(needs).items():
-            if not getattr(cur.addons_config, field).enabled:
-                notes.append(f"cluster has the {addon} add-on disabled; rlctl does not change it")
-        have_pools = {p.name: p for p in cur.node_pools}
-    out += pool_changes(spec, needs.pools, have_pools, ckey, subnets)
+    out = [_cluster_change(spec, cur, needs)]
+    notes = [
+        f"cluster has the {addon} add-on disabled; rlctl does not change it"
+        for field, addon in _addons(needs).items()
+        if cur is not None and not getattr(cur.addons_config, field).enabled
+    ]
+    have_pools = {} if cur is None else {p.name: p for p in cur.node_pools}
+    subnets = [f"subnet/{spec.subnet_name(i)}" for i in range(spec.dcn.count)]
+    out += pool_changes(spec, needs.pools, have_pools, f"cluster/{spec.cluster}", subnets)
     return out, notes
 
 
