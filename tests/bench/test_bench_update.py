@@ -11,20 +11,11 @@ from bench import bench_update as bu
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize(
-    "against",
-    [
-        "jax-mlp-grad",
-        "ynn-reduce",
-        "whole-grid",
-        "whole-head",
-        "scan-layers",
-        "accelerator",
-        "float32",
-        "remat-all",
-        "no-remat",
-    ],
-)
+# The timing pipeline (turns, medians, ratio, JSON) is the same for every yardstick; how
+# each yardstick is compiled is test_the_yardsticks_are_compiled_without_what_they_measure's.
+# Two run here: one of the numerics table, and float32's own model info. All nine ran in
+# CI until 2026-11-30, 4-6 minutes of two cores for the same assertions.
+@pytest.mark.parametrize("against", ["jax-mlp-grad", "float32"])
 def test_the_two_updates_take_turns_and_the_ratio_is_their_medians(
     tiny_model_dir, tmp_path, against
 ):
