@@ -147,3 +147,16 @@ def test_every_type_ignore_says_why(tmp_path):
         )
         < 20
     )
+
+
+def test_measurements_live_in_the_docs_not_in_docstrings():
+    """A ratio measured by a bench (``0.94x``) belongs to docs/decisions/ with its date
+    and bench, where the code points; the numerics table's ``MEASURED`` is data, tested."""
+    found = [
+        f"{p.relative_to(REPO)}:{i + 1}"
+        for p in sorted((REPO / "rlctl").rglob("*.py"))
+        if p.name != "numerics.py"
+        for i, line in enumerate(p.read_text().splitlines())
+        if re.search(r"\b\d+\.\d+x\b", line)
+    ]
+    assert found == []

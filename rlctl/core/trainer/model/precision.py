@@ -9,17 +9,15 @@ docs and ``--help`` state is the rule the code runs (tests/core/trainer/test_pre
   moments, norms, softmax, the loss and the gradients' sums stay float32
   (tunix_adapter/mixed.py).
 * ``auto``, the update: ``bfloat16`` on a GPU or a TPU, ``float32`` on a CPU. On a
-  CPU with AVX512-BF16 (a Zen 4 EPYC) bfloat16 updates made the default run's step
-  0.75x, but over five seeds they learned less (held-out +0.24 against float32's
-  +0.31, every paired seed below, and so on 256 questions;
-  docs/mixed-precision.md): the default keeps what learns, and the first lines say how to trade.
-  Without those instructions (or AMX) a bfloat16 matmul is emulated, slower than
-  float32 (a Zen 3 EPYC: TRL's bf16 steps 14x its fp32 ones).
+  CPU with AVX512-BF16 bfloat16 updates were faster but learned less over five seeds
+  (docs/decisions/trainer.md, docs/mixed-precision.md): the default keeps what learns,
+  and the first lines say how to trade. Without those instructions (or AMX) a bfloat16
+  matmul is emulated, slower than float32.
 * ``auto``, the sampler: ``bfloat16`` wherever it is native (those CPUs too), unless
-  ``model.compute_dtype=float32`` was asked for; else the update's. On that Zen 4
-  the split (bfloat16 sampling, float32 updates) learned within five seeds' noise of
-  float32 (+0.29 against +0.31) where bfloat16 in both learned less
-  (docs/mixed-precision.md): sampling only chooses which completions the update sees, and the
+  ``model.compute_dtype=float32`` was asked for; else the update's. The split (bfloat16
+  sampling, float32 updates) learned within five seeds' noise of float32 where bfloat16
+  in both learned less (docs/decisions/trainer.md): sampling only chooses which
+  completions the update sees, and the
   update scores them in its own precision (the loss never reads the sampler's
   log-probs on the vanilla engine).
 * With ``rollout.engine=vllm``, ``model.dtype``: vLLM samples in it, and the

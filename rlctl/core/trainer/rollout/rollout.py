@@ -149,8 +149,8 @@ def sampler_mesh(spec: RolloutSpec, mesh: Any, topo: Topology, model: Any) -> An
     """The mesh to give the sampler whole weights on, or None to decode on the shards.
 
     Across processes, decoding on FSDP shards all-gathers every layer per token over
-    the host network (measured on CPU: rollout 3.9x faster on whole weights for two
-    processes); in one process, with fast local collectives, the shards were faster.
+    the host network, so whole weights are faster; in one process, with fast local
+    collectives, the shards were (docs/decisions/trainer.md).
     """
     mode = spec.sampler_weights
     if mesh is not None and (

@@ -311,9 +311,8 @@ def update_options(
 ) -> dict[str, str | bool] | None:
     """Compiler options of the update: on the CPU, YNNPACK runs its dots but not its
     reductions, which XLA's own loops fuse with their neighbours instead (jax 0.10's
-    default gives YNNPACK both). Measured on the default update, taking turns in one
-    process (bench/bench_update.py --against ynn-reduce, 2-core Zen 3 EPYC): 0.94x
-    the time. The sampler keeps the default: its vocabulary-wide reductions need
+    default gives YNNPACK both; the figure: docs/decisions/trainer.md). The sampler keeps
+    the default: its vocabulary-wide reductions need
     YNNPACK's threads. A user's own ``--xla_cpu_experimental_ynn_fusion_type`` in
     ``XLA_FLAGS`` wins. Only where ``numerics`` (the numerics table's row; this
     backend's when None) has ``xla_cpu_options``, and only on the CPU."""

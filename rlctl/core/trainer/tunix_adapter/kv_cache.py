@@ -69,8 +69,7 @@ def whole_weights(state: Any, mesh: Any) -> Any:
     """Every array of ``state`` replicated on every device of ``mesh`` (one all-gather).
 
     The sampler decodes on such a copy across processes: left FSDP-sharded, every
-    decoded token would all-gather every layer; measured on two CPU processes over
-    loopback, that made the rollout 3.9x slower (bench/bench_distributed.py).
+    decoded token would all-gather every layer (docs/decisions/trainer.md).
     """
     return _replicator(mesh)(state)
 

@@ -398,12 +398,10 @@ def _recomputed_pair(graphdef, how, state, xs, masks):
     Pitfall: ``jax.checkpoint`` did not save memory on XLA:CPU. Its recomputations
     depend only on the layer's inputs, so XLA scheduled all 30 of SmolLM2's in the
     forward pass, and every layer's activations were live again when the backward
-    pass began (measured: 1.13 GiB of temporaries against 1.18 without). Here the
-    recomputation reads the incoming gradient (a zero-weighted element of it), so
-    it cannot run before the backward pass reaches its layer: the default update
-    then needs 0.69 GiB for its whole batch instead of 1.32 GiB in micro-batches
-    of 4 (XLA's analysis, as bench/bench_update_memory.py reads it), at the same
-    speed on the 2-core CPU (bench/bench_train_step.py --against no-remat: 1.02x).
+    pass began. Here the recomputation reads the incoming gradient (a zero-weighted
+    element of it), so it cannot run before the backward pass reaches its layer: the
+    default update then fits its whole batch, at the same speed (the figures:
+    docs/decisions/trainer.md).
     """
     return _layer_pair(graphdef, how, state, xs, masks)
 

@@ -17,8 +17,8 @@ The arrays are stepped a unit at a time: a unit is one layer of a model whose la
 are a list (every array under one integer key) or one other array, and each unit's
 squared norm and its step are one nested ``jax.jit`` call, so units of one shape share
 one body. Why: a program held one AdamW expression per array, 42 operations each, so
-the update grew with depth by that alone (a 24-layer update 3.0x a 4-layer one in
-operations, with its layers scanned; issue #44). Now it holds one per kind of unit
+the update grew with depth by that alone (issue #44; docs/decisions/trainer.md). Now it
+holds one per kind of unit
 and a call per unit (tests/core/trainer/test_lowering.py). XLA inlines the calls when
 it compiles, so the compiled step is the same elementwise work; what no longer grows
 with depth is the program JAX traces and lowers and XLA reads.

@@ -356,8 +356,7 @@ class Update:
         each stacked gradient apart (``optimizer.layer_rows``), one reduction per row,
         and XLA's sibling fusion merges those into reductions of varying size, each a
         distinct kernel for the GPU compiler. Taken here it is one reduction per kind
-        of array. The default update for an H200: 193 distinct fusions -> 174, its
-        compile 1.10x -> 0.85x the reference's (bench/bench_compile.py, median of 5);
+        of array: fewer distinct fusions, a faster GPU compile (docs/decisions/trainer.md);
         the same float32 sum of squares added in another order."""
         import jax
         import jax.numpy as jnp

@@ -1,26 +1,20 @@
 """One decode step of a Llama-family model with its weights laid out for a few rows.
 
 Why: decoding 16 rows, every projection is a [16, D] x [D, F] product, and XLA:CPU
-(jax 0.10, YNNPACK or Eigen) runs that shape at 2-5 GB/s of weights, a tenth to a
-quarter of what the same weights stream at as a matrix-vector product. Taken
-weights first, [F, D] x [D, 16], with the activations kept as columns [D, B]
-through the layer, the 30 MLPs of SmolLM2 ran 2x faster on a 2-core Zen 3 EPYC.
+(jax 0.10, YNNPACK or Eigen) runs that shape at a fraction of the rate the same
+weights stream at as a matrix-vector product. So the weights come first, [F, D] x
+[D, 16], with the activations kept as columns [D, B] through the layer.
 Tunix's layers also keep the KV cache as [B, S, K, H] and transpose all of it for
 each attention (two copies of the cache per layer per token); here it is
 [B, K, S, H], and one query per row attends by products and sums, not batched dots.
 
-Measured on the default run's rollout (bench/bench_rollout.py --against
-tunix-decode, 6 steps, same sampler, same tokens): 1.38x faster (median 9.67 ->
-7.02 s), the greedy eval 1.24x; laying the weights out costs about 0.3 s per call
-(XLA:CPU transposes at about 1.6 GB/s), paid back after a few tokens.
+Laying the weights out is a copy per call, paid back after a few tokens (the rollout's
+and the eval's figures, and the layout's cost: docs/decisions/trainer.md).
 
 The prompt's slots are kept once per prompt, not once per row: the G rows of a group
 share them, so their G queries attend to one copy ([P, K, Lp, H], a product with the
-group's queries together), and each row keeps only its own completion's slots.
-Decoding the default run's 16 rows over a 112-token prompt, the cache read per token
-fell from 118 to 46 MB, 30 layers' attention alone from 21.8 to 10.5 ms per token, and
-a whole decode step from about 109 to 91 ms (bench/bench_efficiency.py --only rollout,
-before and after in turn; a 2-core Zen 3 EPYC).
+group's queries together), and each row keeps only its own completion's slots: less
+cache read per token (docs/decisions/trainer.md).
 
 Tried and left: YNNPACK off for this program (3x slower: the vocabulary-wide
 softmax and the reductions lose their threads); forcing every projection onto
@@ -80,8 +74,8 @@ def weights(model: Any, dtype: str = "float32") -> dict[str, Any]:
     for layer in model.layers:
         a, mlp = layer.attn, layer.mlp
         d = a.q_proj.w.shape[0]
-        # transposed, then joined along the rows (measured: 1.4x faster than the other
-        # way round; XLA:CPU transposes at about 1.6 GB/s, the copy's main cost)
+        # transposed, then joined along the rows (the faster way round, the copy's cost
+        # being the transpose: docs/decisions/trainer.md)
         qkv = [p.w[...].reshape(d, -1).T for p in (a.q_proj, a.k_proj, a.v_proj)]
         layers.append(
             {

@@ -4,13 +4,10 @@ gradient spelled out and every projection a ``mixed.mm`` in the run's compute dt
 Why the MLP's own gradient: differentiated by JAX, Tunix's MLP
 (``silu(x @ Wg) * (x @ Wu) @ Wd``) left XLA:CPU (jax 0.10) a backward pass whose SiLU
 derivative was fused with a transpose of its [tokens, F] result for the weight
-gradient's dot: written element by element in transposed order, that fusion took
-27 ms per layer for 768 x 1536 floats, a tenth of the default update's operation time
-(a per-op profile of the compiled update). Here the backward pass is the textbook
-one: each weight gradient is an einsum over the tokens of the layer's own [tokens, D]
-and [tokens, F] arrays, which XLA runs as dots without the transposed copy. Measured
-on 30 SmolLM2-sized MLPs (16 x 48 tokens, forward and backward, a 2-core Zen 3
-EPYC): 1.2x faster.
+gradient's dot, written element by element in transposed order. Here the backward
+pass is the textbook one: each weight gradient is an einsum over the tokens of the
+layer's own [tokens, D] and [tokens, F] arrays, which XLA runs as dots without the
+transposed copy (the figures: docs/decisions/trainer.md).
 
 Why the own attention block: its four projections are ``mixed.mm`` calls, so with a
 bfloat16 compute dtype they read bfloat16 and sum in float32 (Tunix's ``Einsum``
