@@ -376,6 +376,35 @@ class TestTrainOnCluster:
         r = _submit(cli)  # IMAGE is in Artifact Registry (us-docker.pkg.dev/p/r)
         assert r.exit_code == 2 and f"image {IMAGE} does not exist" in r.stderr
 
+    @pytest.mark.parametrize("dry_run", [True, False])
+    def test_a_pathways_server_tag_no_one_publishes_is_refused_with_the_newest(
+        self, cli, fake, kube, dry_run
+    ):
+        """#55 point 2: the PathwaysJob's pathwaysVersion is derived from the TPU image's
+        JAX; a tag Google has not published would fail every Pathways pod's pull after the
+        slices were paid for. Looked up in the public registry (the fake's Artifact
+        Registry answers for Google's project as the real one does)."""
+        from rlctl.core.k8s.backends.pathways import (
+            PROXY_IMAGE,
+            SERVER_IMAGE,
+            image_pathways_version,
+        )
+
+        tag = image_pathways_version()
+        for key, tags in fake.public_images.items():
+            if key[3] == "server":
+                tags.pop(tag)
+        r = _submit(cli, "--backend", "pathways", *(["--dry-run"] if dry_run else []))
+        assert r.exit_code == 2, r.stderr
+        (line,) = [x for x in r.stderr.splitlines() if SERVER_IMAGE in x]
+        assert f"image {SERVER_IMAGE}:{tag} (the Pathways server pathways-job runs)" in line
+        assert "does not exist in its registry; the newest tag there is jax-0.9.0" in line
+        assert "use another --backend (not pathways)" in line
+        assert PROXY_IMAGE not in r.stderr  # published: no line
+        assert kube.names("pathwaysjobs") == []  # nothing applied
+        r = _submit(cli, "--backend", "jobset", "--dry-run")  # pulls none of them
+        assert r.exit_code == 0, r.stderr
+
     def test_an_unknown_cluster_is_not_found(self, cli):
         r = cli("train", "grpo", "--cluster", "nope", *LOC, "--image", IMAGE, "--dry-run")
         assert r.exit_code == 3 and "cluster 'nope' not found" in r.stderr

@@ -47,6 +47,12 @@ DEFAULT_TPU_TYPES = ["v5litepod-16", "v6e-1", "v6e-4", "v6e-8", "v6e-16", "v6e-3
 MUTATING = ("POST", "PUT", "PATCH", "DELETE")
 
 
+def _pathways_tag() -> str:
+    from rlctl.core.k8s.backends.pathways import image_pathways_version
+
+    return image_pathways_version()
+
+
 @dataclass
 class Req:
     method: str
@@ -154,6 +160,20 @@ class FakeGCP:
         # Artifact Registry and Cloud Build
         self.repositories: dict[tuple[str, str], dict] = {}
         self.docker_images: dict[tuple[str, str, str], dict[str, str]] = {}  # -> {tag: digest}
+        # Other projects' public Docker repositories, read through the same API (a public
+        # Artifact Registry repository grants roles/artifactregistry.reader to allUsers, so
+        # any caller may get its tags and list its images): (project, location, repository,
+        # package) -> {tag: digest}. Seeded with Google's Pathways images, which pathways-job
+        # v0.1.4 pulls (pathwaysjob_controller.go DefaultPathwaysRMAndWorkerImage and
+        # DefaultPathwaysProxyImage), at the tag rlctl derives from its TPU image's JAX, as if
+        # published; the pre-flight's own test removes it (tests/cli/test_cluster_runs.py).
+        self.public_images: dict[tuple[str, str, str, str], dict[str, str]] = {
+            ("cloud-tpu-v2-images", "us", "pathways", pkg): {
+                _pathways_tag(): "sha256:" + "7" * 64,
+                "jax-0.9.0": "sha256:" + "6" * 64,
+            }
+            for pkg in ("server", "proxy_server")
+        }
         self.builds: dict[str, dict] = {}
         self._build_fault: tuple[int, str] | None = None
         self._server: ThreadingHTTPServer | None = None
@@ -737,7 +757,39 @@ class FakeGCP:
                 }
         return d
 
+    def _public_ar(self, r: Req, project: str, loc: str, rest: str) -> tuple[int, Any]:
+        """Another project's public repository: a tag's get and the images' list, as
+        Artifact Registry v1 answers them (packages/PKG/tags/TAG, dockerImages)."""
+        base = f"projects/{project}/locations/{loc}/repositories"
+        m = re.fullmatch(
+            r"/repositories/([^/]+)/(dockerImages|packages/([^/]+)/tags/([^/]+))", rest
+        )
+        repo = m and m.group(1)
+        mine = {k[3]: t for k, t in self.public_images.items() if k[:3] == (project, loc, repo)}
+        if not m or r.method != "GET" or not mine:
+            raise KeyError(f"{base}{rest}")
+        if m.group(2) == "dockerImages":
+            host = f"{loc}-docker.pkg.dev/{project}/{repo}"
+            return 200, {
+                "dockerImages": [
+                    {
+                        "name": f"{base}/{repo}/dockerImages/{pkg}@{digest}",
+                        "uri": f"{host}/{pkg}@{digest}",
+                        "tags": sorted(t for t, d in tags.items() if d == digest),
+                    }
+                    for pkg, tags in mine.items()
+                    for digest in sorted(set(tags.values()))
+                ]
+            }
+        pkg, tag = m.group(3).replace("%2F", "/"), m.group(4)
+        if tag not in mine.get(pkg, {}):
+            raise KeyError(f"{base}{rest}")
+        return 200, {"name": f"{base}{rest}"}
+
     def _ar(self, r: Req, loc: str, rest: str) -> tuple[int, Any]:
+        project = re.search(r"/projects/([^/]+)/", r.path)
+        if project and project.group(1) != self.project:
+            return self._public_ar(r, project.group(1), loc, rest)
         base = f"projects/{self.project}/locations/{loc}/repositories"
         if rest == "/repositories" and r.method == "POST":
             rid = r.query["repositoryId"][0]

@@ -103,6 +103,24 @@ def image_exists(clients: GcpClients, uri: str) -> bool | None:
     )
 
 
+def image_tags(clients: GcpClients, repository: str) -> list[str] | None:
+    """The tags of an Artifact Registry image (``LOC-docker.pkg.dev/P/REPO/PACKAGE``, no
+    tag), from its repository's docker images; None for other registries."""
+    m = _AR_URI.match(repository)
+    if m is None or m["tag"]:
+        return None
+    parent = f"projects/{m['project']}/locations/{m['location']}/repositories/{m['repository']}"
+    images = call(
+        clients,
+        f"listing the images of {repository}",
+        clients.artifactregistry.list_docker_images,
+        parent=parent,
+    )
+    return sorted(
+        {t for i in images for t in i.tags if i.uri.split("@")[0].endswith("/" + m["package"])}
+    )
+
+
 def _context_object(ctx: BuildContext) -> str:
     return f"{CONTEXT_PREFIX}/{ctx.accelerator}-{ctx.sha256}.tar.gz"
 

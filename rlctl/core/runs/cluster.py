@@ -252,6 +252,43 @@ def _image_lines(
     ]
 
 
+def _version_key(tag: str) -> tuple[int, ...] | None:
+    m = re.fullmatch(r"[a-z-]*?(\d+(?:\.\d+)*)", tag)
+    return None if m is None else tuple(int(x) for x in m.group(1).split("."))
+
+
+def newest_alike(tags: list[str], tag: str) -> str | None:
+    """The newest of ``tags`` spelt like ``tag`` (``jax-0.10.0`` for ``jax-0.10.2``)."""
+    prefix = re.sub(r"\d.*$", "", tag)
+    alike = [t for t in tags if t.startswith(prefix) and _version_key(t) is not None]
+    return max(alike, key=lambda t: _version_key(t) or ()) if alike else None
+
+
+def pulled_image_lines(clients: GcpClients, backend: Backend, shape: SliceShape) -> list[str]:
+    """One line per image the backend's controller pulls (``Backend.pulled_images``) that
+    its registry says does not exist, with the newest tag spelt alike that does. An image
+    that cannot be looked up from here (another registry, no access) is left to the pods."""
+    from rlctl.core.errors import RlctlError
+    from rlctl.core.gcp.image import image_exists, image_tags
+
+    out = []
+    for ref, what in backend.pulled_images(shape).items():
+        try:
+            if image_exists(clients, ref) is not False:
+                continue
+            repository, tag = ref.rsplit(":", 1)
+            newest = newest_alike(image_tags(clients, repository) or [], tag)
+        except RlctlError:
+            continue
+        out.append(
+            f"image {ref} ({what}) does not exist in its registry"
+            + (f"; the newest tag there is {newest}" if newest else "")
+            + f": every pod that pulls it would fail after the nodes were made; use another "
+            f"--backend (not {backend.name}), or an rlctl whose image pins a release with it"
+        )
+    return out
+
+
 def _ready_or_raise(
     api: KubeApi, target: ClusterTarget, backend: Backend, opts: ClusterOptions, lines: list[str]
 ) -> None:
@@ -348,6 +385,12 @@ def submit(
     from rlctl.core.clients import EmptyProject
 
     storage = None if isinstance(clients, EmptyProject) else clients.storage
+    if not isinstance(clients, EmptyProject):  # the images the backend's controller pulls
+        missing = pulled_image_lines(clients, chosen, shape)
+        if missing:
+            from rlctl.core.errors import PreflightError
+
+            raise PreflightError(missing)
     fit = device_fit.check(spec, acc, shape.count, engine.name, on_progress, storage)
     device_fit.refuse(fit)
     if dry_run:

@@ -179,6 +179,12 @@ class Backend(ABC):
         that only one backend reads."""
         return MappingProxyType({})
 
+    def pulled_images(self, shape: SliceShape) -> Mapping[str, str]:
+        """The images its controller pulls beside rlctl's own (reference -> what it is),
+        which the pre-flight looks up in their registry: a tag no one publishes fails
+        every pod's pull after the slices were paid for."""
+        return MappingProxyType({})
+
     def misfit_hint(self, role: str, reason: str, create: str, accelerator: str) -> str | None:
         """The fix for one of its pod groups (``role``) that would stay Pending for
         ``reason`` (``k8s/fit.py``'s), where the shared hints (``runs/placement.py``: an

@@ -43,9 +43,15 @@ from rlctl.core.k8s.backends.jobset import (
 
 if TYPE_CHECKING:  # pydantic, imported where used: the CLI reads the registry for --help
     from rlctl.core.k8s.admission import PodGroup
+    from rlctl.core.k8s.shapes import SliceShape
     from rlctl.core.phases import Phase
 
 PATHWAYS_HEAD_JOB = "pathways-head"  # pathways-job v0.1.4: the head's replicated job
+# the images pathways-job v0.1.4 runs its resource manager and workers, and its proxy, from
+# (pathwaysjob_controller.go DefaultPathwaysRMAndWorkerImage, DefaultPathwaysProxyImage;
+# MakeComponentImage tags them with spec.pathwaysVersion, or 'latest')
+SERVER_IMAGE = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server"
+PROXY_IMAGE = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server"
 PATHWAYS_CONTROLLER = Controller(
     "pathways-job",
     "v0.1.4",
@@ -249,6 +255,16 @@ class PathwaysBackend(Backend):
                 f"more than {accelerator} hosts have: use --backend jobset or ray"
             )
         return None
+
+    def pulled_images(self, shape: SliceShape) -> Mapping[str, str]:
+        """The Pathways server and proxy at the tag of the TPU image's JAX."""
+        tag = image_pathways_version()
+        return MappingProxyType(
+            {
+                f"{SERVER_IMAGE}:{tag}": "the Pathways server pathways-job runs",
+                f"{PROXY_IMAGE}:{tag}": "the Pathways proxy pathways-job runs",
+            }
+        )
 
     def view_fields(self, view: View) -> Mapping[str, Any]:
         """The server images' tag, the head's pool, and the trainer's share of a node of it
