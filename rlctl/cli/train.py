@@ -143,6 +143,22 @@ MinSlicesOpt = Annotated[
         "to (default: all of them).",
     ),
 ]
+QueueOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--queue",
+        help="Cluster runs: the Kueue LocalQueue of the namespace the workload waits in "
+        "for quota (label kueue.x-k8s.io/queue-name; Kueue installed on the cluster).",
+    ),
+]
+PriorityOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--priority",
+        help="Cluster runs: the Kueue WorkloadPriorityClass of the workload, by name "
+        "(e.g. high; label kueue.x-k8s.io/priority-class).",
+    ),
+]
 HostMemoryOpt = Annotated[
     str | None,
     typer.Option(
@@ -273,13 +289,21 @@ class ClusterFlags(OptionGroup):
     accelerator: AcceleratorOpt = None
     dcn_networks: DcnNetworksOpt = None
     min_slices: MinSlicesOpt = None
+    queue: QueueOpt = None
+    priority: PriorityOpt = None
     memory: HostMemoryOpt = None
     cpu: HostCpuOpt = None
     cloud: Cloud = field(default_factory=Cloud)
 
-    def resources(self) -> dict[str, Any]:
-        """What each accelerator host's pod asks (``core.runs.cluster.HostResources``)."""
-        return {"min_slices": self.min_slices, "memory": self.memory, "cpu": self.cpu}
+    def submit_options(self) -> dict[str, Any]:
+        """What each host's pod asks and where it queues (``core.runs.cluster.HostResources``)."""
+        return {
+            "min_slices": self.min_slices,
+            "memory": self.memory,
+            "cpu": self.cpu,
+            "queue": self.queue,
+            "priority": self.priority,
+        }
 
 
 @dataclass(frozen=True)
@@ -307,7 +331,7 @@ def _run(algorithm: str, ctx: typer.Context, opts: TrainOptions, where: Where) -
     local = isinstance(where, Local)
     # on a cluster the pods write to the cluster's gs:// store
     flags = {**opts.spec.values(), "output.root": where.root if isinstance(where, Local) else None}
-    resources = opts.on.resources()
+    resources = opts.on.submit_options()
     given = [f for f, v in resources.items() if v is not None]
     if given and local:
         from rlctl.core.errors import ConfigError

@@ -84,7 +84,7 @@ def test_train_takes_every_field_of_its_options_and_nothing_else(algorithm):
         if f.name not in ("spec", "on", "cloud")
     ]
     assert sorted(params) == sorted(declared)
-    assert len(declared) == 33  # the flags of the old 33-parameter closure, one by one
+    assert len(declared) == 35  # the old 33-parameter closure's flags, --queue, --priority
 
 
 def test_each_spec_flag_is_named_by_print_config_from_its_declaration():

@@ -29,6 +29,11 @@ from rlctl.core.units import quantity
 __all__ = ["RUN_LABEL", "WorkloadView", "make_view", "render_workload"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Kueue's labels on a job object (kueue pkg/controller/constants: QueueLabel,
+# WorkloadPriorityClassLabel)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
@@ -65,6 +70,10 @@ class WorkloadView(BaseModel):
     min_slices: int = Field(
         1, ge=1, description="An elastic backend's fewest slices the job may shrink to."
     )
+    queue: str | None = Field(
+        None, description="Kueue LocalQueue of the namespace the workload waits in."
+    )
+    priority: str | None = Field(None, description="Kueue WorkloadPriorityClass, by name.")
     dcn_networks: list[str] = Field(default_factory=list)
     cpu: str = Field(
         "",
@@ -113,6 +122,18 @@ class WorkloadView(BaseModel):
     @classmethod
     def _k8s_name(cls, v: str) -> str:
         return validate_name(v, "Kubernetes object", max_len=63)
+
+    @field_validator("queue", "priority")
+    @classmethod
+    def _kueue_name(cls, v: str | None) -> str | None:
+        """A LocalQueue's or a WorkloadPriorityClass's name: a DNS-1123 subdomain, and a
+        label value (at most 63 characters) where it is written."""
+        if v is not None and not (len(v) <= 63 and _SUBDOMAIN.fullmatch(v)):
+            raise ValueError(
+                f"{v!r} is not a Kueue object's name (lowercase letters, digits, '-' and "
+                "'.', starting and ending with a letter or digit, at most 63 characters)"
+            )
+        return v
 
     @field_validator("hf_secret")
     @classmethod
@@ -174,7 +195,23 @@ class WorkloadView(BaseModel):
             raise ValueError(f"the {self.backend.name} backend runs on TPU slices only")
         if self.min_slices > self.shape.num_slices:
             raise ValueError("min_slices is larger than the number of slices")
+        if (self.queue or self.priority) and not self.backend.queueable:
+            raise ValueError(
+                f"Kueue has no integration for the {self.backend.name} backend's "
+                f"{self.backend.kind}: drop --queue and --priority, or use another --backend"
+            )
         return self
+
+    @property
+    def queue_labels(self) -> dict[str, str]:
+        """What puts the workload in a Kueue queue, and its priority: labels on the job
+        object that Kueue's job integrations read."""
+        out = {}
+        if self.queue:
+            out[QUEUE_LABEL] = self.queue
+        if self.priority:
+            out[PRIORITY_LABEL] = self.priority
+        return out
 
     # derived names, one place
     @property

@@ -319,6 +319,8 @@ class HostResources(BaseModel):
     cpu: str | None = None
     memory: str | None = None
     min_slices: int | None = None
+    queue: str | None = None  # Kueue: the LocalQueue the workload waits in
+    priority: str | None = None  # Kueue: its WorkloadPriorityClass
 
 
 def submit(
@@ -365,6 +367,8 @@ def submit(
         cpu=res.cpu or "",
         memory=res.memory or "",
         min_slices=res.min_slices or 1,
+        queue=res.queue,
+        priority=res.priority,
     )
     where = {
         "cluster": target.name,
@@ -653,6 +657,8 @@ def resume(
         cpu=o.status.get("cpu") or "",
         memory=o.status.get("memory") or "",
         min_slices=min(int(o.status.get("min_slices") or 1), shape.num_slices),
+        queue=o.status.get("queue"),
+        priority=o.status.get("priority"),
     )
     from rlctl.core.runs.local import load_run_spec
 

@@ -53,6 +53,8 @@ class ClusterOptions(BaseModel):
     service_account: str = DEFAULT_KSA
     max_restarts: int = 3
     min_slices: int = 1
+    queue: str | None = None  # Kueue LocalQueue
+    priority: str | None = None  # Kueue WorkloadPriorityClass
     dcn_networks: list[str] = []
     cpu: str = ""  # '' = from the catalog (the machine type's allocatable)
     memory: str = ""
@@ -103,6 +105,8 @@ def build_view(
         hf_secret=hf_secret_name(spec.name) if with_hf_secret else None,
         max_restarts=opts.max_restarts,
         min_slices=opts.min_slices,
+        queue=opts.queue,
+        priority=opts.priority,
         dcn_networks=opts.dcn_networks,
         cpu=opts.cpu,
         memory=opts.memory,

@@ -340,3 +340,30 @@ def test_no_manifest_holds_the_token_value(crds, monkeypatch):
     for backend, kind, slices in CASES:
         objs = render_workload(view(backend, kind, slices))
         assert HF_SENTINEL not in json.dumps(objs)
+
+
+class TestKueue:
+    """--queue and --priority: Kueue's labels on the job object, on every backend whose
+    kind Kueue integrates (kueue pkg/controller/jobs: JobSet, RayJob, LeaderWorkerSet)."""
+
+    @pytest.mark.parametrize("backend", [b.name for b in backends.registered() if b.queueable])
+    def test_the_workload_carries_its_queue_and_priority(self, crds, backend):
+        objs = render_workload(view(backend, "tpu", 2, queue="team-a", priority="high"))
+        validate_manifests(objs, crds)
+        labels = objs[-1]["metadata"]["labels"]
+        assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert labels["kueue.x-k8s.io/priority-class"] == "high"
+        assert all("kueue.x-k8s.io/queue-name" not in o["metadata"]["labels"] for o in objs[:-1])
+
+    def test_none_without_the_flags(self):
+        objs = render_workload(view("jobset", "tpu", 2))
+        assert not [k for k in objs[-1]["metadata"]["labels"] if k.startswith("kueue")]
+
+    def test_a_kind_kueue_does_not_queue_is_one_line(self):
+        with pytest.raises(ConfigError, match="Kueue has no integration for the pathways"):
+            view("pathways", "tpu", 2, queue="team-a")
+
+    def test_a_bad_queue_name_is_one_line(self):
+        with pytest.raises(ConfigError, match="queue: Value error, 'Team_A' is not a Kueue"):
+            view("jobset", "tpu", 2, queue="Team_A")
+        assert view("jobset", "tpu", 2, queue="gpu.team-a").queue == "gpu.team-a"

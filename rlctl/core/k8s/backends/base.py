@@ -107,6 +107,9 @@ class Backend(ABC):
     # One process drives every host (Pathways' single controller), so what runs in one
     # process (rollout.placement=split) may span hosts.
     single_controller: bool = False
+    # Kueue has an integration for its kind (pkg/controller/jobs/): --queue and
+    # --priority put it in a LocalQueue
+    queueable: bool = True
     # Its pod templates take the run's DRANET ResourceClaimTemplate (when the cluster has
     # DCN networks). A PathwaysJob's controller builds its worker pods itself.
     dcn_claim: bool = True

@@ -218,6 +218,7 @@ class PathwaysBackend(Backend):
     controllers = (JOBSET_CONTROLLER, PATHWAYS_CONTROLLER)  # it becomes a JobSet
     tpu_only = True
     single_controller = True
+    queueable = False  # Kueue has no PathwaysJob integration (it queues the JobSet it makes?)
     dcn_claim = False  # its controller builds the worker pods itself
     node_pools = (HEAD_POOL,)
 
