@@ -594,6 +594,61 @@ class TestStatus:
         assert info["workload"]["phase"] == "pending"
         assert "google.com/tpu" in info["reason"]
 
+    @pytest.mark.parametrize("backend", ["jobset", "ray"])
+    def test_a_queued_run_over_its_quota_waits_with_kueues_reason(self, cli, kube, backend):
+        """#55 Kueue: the fake admits as Kueue v0.19.2 does (tests/fakes/kueue.py); the
+        run's 32 chips against a ClusterQueue of 16: suspended, no pod, and status says
+        why as Kueue's Workload does; with 64 it is admitted and runs."""
+        api = "kueue.x-k8s.io/v1beta2"
+
+        def queue(chips: int) -> None:
+            kube.put(
+                api, "localqueues", {"metadata": {"name": "team-a"}, "spec": {"clusterQueue": "cq"}}
+            )
+            kube.put(
+                api,
+                "clusterqueues",
+                {
+                    "metadata": {"name": "cq", "namespace": ""},
+                    "spec": {
+                        "resourceGroups": [
+                            {
+                                "coveredResources": ["google.com/tpu"],
+                                "flavors": [
+                                    {
+                                        "name": "v6e",
+                                        "resources": [
+                                            {"name": "google.com/tpu", "nominalQuota": chips}
+                                        ],
+                                    }
+                                ],
+                            }
+                        ]
+                    },
+                },
+            )
+
+        queue(16)
+        r = _submit(cli, "--backend", backend, "--queue", "team-a", "--priority", "high")
+        assert r.exit_code == 0, r.stderr
+        assert kube.pods_of(RUN) == []  # suspended by Kueue: no pod
+        r = cli("status", RUN, "--runs-dir", STORE, "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        info = json.loads(r.stdout)
+        assert info["workload"]["phase"] == "pending"
+        assert info["reason"].startswith(
+            "waiting in Kueue queue team-a: couldn't assign flavors to pod set "
+        )
+        assert (
+            "insufficient quota for google.com/tpu in flavor v6e, previously considered "
+            "podsets requests (0) + current podset request (32) > maximum capacity (16)"
+        ) in info["reason"]
+        assert cli("delete", "run", RUN, "--runs-dir", STORE, "--purge", "--yes").exit_code == 0
+        queue(64)
+        r = _submit(cli, "--backend", backend, "--queue", "team-a")
+        assert r.exit_code == 0, r.stderr
+        assert kube.pods_of(RUN)  # admitted: the controller made its pods
+
     def test_cluster_alone_finds_the_store_by_bucket_label(self, cli, kube):
         assert _submit(cli).exit_code == 0
         _pod(kube)

@@ -57,6 +57,9 @@ KINDS = {
     "rayjobs": "RayJob",
     "pathwaysjobs": "PathwaysJob",
     "leaderworkersets": "LeaderWorkerSet",
+    "workloads": "Workload",
+    "localqueues": "LocalQueue",
+    "clusterqueues": "ClusterQueue",
     "resourceclaimtemplates": "ResourceClaimTemplate",
     "services": "Service",
     "namespaces": "Namespace",
@@ -181,12 +184,21 @@ class FakeKube:
         CLUSTER-GROUP-worker-xxxxx and the submitter RUN-xxxxx."""
         from rlctl.core.k8s import backends
         from rlctl.core.k8s.fit import check
+        from tests.fakes import kueue
         from tests.fakes.controllers import generic_identities, pod_identities
 
         backend = backends.for_object(obj)
         if self.nodes is None or backend is None or obj.get("kind") != backend.kind:
             return
         groups = backend.pod_groups(obj, self.controller_versions.get(backend.name))
+        if (obj["metadata"].get("labels") or {}).get(kueue.QUEUE_LABEL):
+            if locked:  # Kueue suspends a queued job until it admits it (tests/fakes/kueue.py)
+                admitted = kueue.admit(self.objects, obj, groups)
+            else:
+                with self.lock:
+                    admitted = kueue.admit(self.objects, obj, groups)
+            if not admitted:
+                return
         report = check(groups, self.nodes)
         ns = obj["metadata"].get("namespace", "default")
         run = obj["metadata"]["name"]

@@ -19,7 +19,7 @@ from rlctl.core.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from rlctl.core.k8s import backends
+from rlctl.core.k8s import backends, kueue
 from rlctl.core.k8s.backends.base import RUN_LABEL, Backend, run_selector
 from rlctl.core.k8s.diagnose import Diagnosis, diagnose
 from rlctl.core.phases import Phase
@@ -41,6 +41,7 @@ PLURALS = {
     ("apps/v1", "Deployment"): "deployments",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("kueue.x-k8s.io/v1beta2", "Workload"): "workloads",  # read only: why a run waits
 }
 # Kinds that live outside any namespace (addressed without /namespaces/NS).
 CLUSTER_PLURALS = {
@@ -376,6 +377,16 @@ def describe_workload(api: KubeApi, run: str, backend: Backend | None = None) ->
                     last_lines[p["metadata"]["name"]] = line
     if workload is None and not pods:
         return Diagnosis(phase=Phase.ABSENT, reason="no workload on the cluster")
+    queue = kueue.queue_of(workload)
+    if queue and workload is not None:  # suspended by Kueue until it is admitted
+        waiting = kueue.waiting_reason(api.list(kueue.WORKLOAD_API, "Workload"), workload)
+        if waiting is not None:
+            found = diagnose(workload, pods, events, last_lines)
+            return Diagnosis(
+                phase=Phase.PENDING,
+                reason=f"waiting in Kueue queue {queue}: {waiting}",
+                pods=found.pods,
+            )
     return diagnose(workload, pods, events, last_lines)
 
 

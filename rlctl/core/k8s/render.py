@@ -22,6 +22,7 @@ from rlctl.core.config.infra import DEFAULT_KSA, DEFAULT_NAMESPACE
 from rlctl.core.errors import ConfigError
 from rlctl.core.k8s import backends
 from rlctl.core.k8s.backends.base import RUN_LABEL, Backend
+from rlctl.core.k8s.kueue import PRIORITY_LABEL, QUEUE_LABEL
 from rlctl.core.k8s.shapes import SliceShape
 from rlctl.core.names import validate_name
 from rlctl.core.units import quantity
@@ -29,10 +30,6 @@ from rlctl.core.units import quantity
 __all__ = ["RUN_LABEL", "WorkloadView", "make_view", "render_workload"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Kueue's labels on a job object (kueue pkg/controller/constants: QueueLabel,
-# WorkloadPriorityClassLabel)
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
