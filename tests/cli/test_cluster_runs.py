@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from rlctl.core.k8s import backends
 from tests.core.k8s.conftest import HF_SENTINEL, KUBE_TOKEN
 from tests.fakes.k8s import nodes_of_cluster
 
@@ -628,6 +629,9 @@ class TestStatus:
                 },
             )
 
+        r = _submit(cli, "--backend", backend, "--queue", "team-a")
+        assert r.exit_code == 2 and "the cluster has no Kueue LocalQueue team-a" in r.stderr
+        assert kube.names(backends.get(backend).plural) == []  # refused before anything
         queue(16)
         r = _submit(cli, "--backend", backend, "--queue", "team-a", "--priority", "high")
         assert r.exit_code == 0, r.stderr

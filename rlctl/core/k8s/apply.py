@@ -42,6 +42,7 @@ PLURALS = {
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("kueue.x-k8s.io/v1beta2", "Workload"): "workloads",  # read only: why a run waits
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): "localqueues",  # read only: is it there
 }
 # Kinds that live outside any namespace (addressed without /namespaces/NS).
 CLUSTER_PLURALS = {

@@ -25,6 +25,19 @@ def queue_of(job: dict[str, Any] | None) -> str | None:
     return (((job or {}).get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
 
 
+def missing_queue(local_queues: list[dict[str, Any]], queue: str, namespace: str) -> str | None:
+    """One line when the LocalQueue a run would wait in is not there: Kueue would keep
+    the job suspended for ever (``LocalQueue %s doesn't exist``)."""
+    if any((q.get("metadata") or {}).get("name") == queue for q in local_queues):
+        return None
+    return (
+        f"the cluster has no Kueue LocalQueue {queue} in namespace {namespace}, where the "
+        f"run would wait suspended for ever: pass one of 'kubectl get localqueues -n "
+        f"{namespace}', or leave --queue out (Kueue: kubectl apply --server-side -f "
+        "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml)"
+    )
+
+
 def _owned_by(workload: dict[str, Any], job: dict[str, Any]) -> bool:
     """The Workload's controller reference is this job (by UID: a job deleted and made
     again under its name is another owner)."""

@@ -411,7 +411,13 @@ def submit(
     registry = (preflight.REGISTRY_API,) if ".pkg.dev/" in image else ()
     preflight.require_apis(clients, project, (*preflight.TRAIN_APIS, *registry))
     api = kube_api(clients, target, opts.namespace)
-    _ready_or_raise(api, target, chosen, opts, _image_lines(clients, target, shape, image))
+    lines = _image_lines(clients, target, shape, image)
+    if opts.queue:
+        from rlctl.core.k8s import kueue
+
+        local = api.list(kueue.WORKLOAD_API, "LocalQueue")
+        lines += [x for x in [kueue.missing_queue(local, opts.queue, opts.namespace)] if x]
+    _ready_or_raise(api, target, chosen, opts, lines)
     out = submit_run(spec, chosen, shape, api, store, opts, hf_token=hf_token, record=record)
     return out.model_copy(
         update={**where, "placements": report.placements, "notes": notes, "device_fit": fit}
