@@ -662,6 +662,33 @@ class TestStatus:
         r = cli("status", "--cluster", "c", *LOC, "-o", "json")
         assert [x["name"] for x in json.loads(r.stdout)] == [RUN]
 
+    def test_a_finished_lws_run_says_its_pods_still_hold_the_nodes(self, cli, kube, clients):
+        """An LWS never finishes: once the run store says the run is over, status says its
+        pods (idling) keep their nodes until the run is deleted."""
+        kube.put(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            {
+                "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io", "namespace": ""},
+                "status": {"conditions": [{"type": "Established", "status": "True"}]},
+            },
+        )
+        r = _submit(cli, "--backend", "lws")
+        assert r.exit_code == 0, r.stderr
+        _pod(kube)
+        blob = clients.storage.bucket(BUCKET).blob(f"runs/{RUN}/status.json")
+        blob.upload_from_string(
+            json.dumps({**json.loads(blob.download_as_text()), "phase": "completed"})
+        )
+        r = cli("status", RUN, "--runs-dir", STORE, "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        info = json.loads(r.stdout)
+        assert info["phase"] == "completed" and info["workload"]["phase"] == "running"
+        assert info["reason"] == (
+            f"the run is over; its LeaderWorkerSet keeps its pods and their nodes until "
+            f"'rlctl delete run {RUN}'"
+        )
+
     def test_watch_refuses_json(self, cli):
         r = cli("status", RUN, "--runs-dir", STORE, "--watch", "-o", "json")
         assert r.exit_code == 2 and "table output only" in r.stderr

@@ -331,9 +331,13 @@ def describe_cluster_run(
         workload == Phase.RUNNING and phase in (Phase.PENDING, Phase.UNKNOWN)
     ):
         phase = workload
-    return ClusterRunInfo(
-        **{**dict(info), "phase": phase}, workload=state, reason=state.reason or None
-    )
+    reason = state.reason or None
+    if phase.finished and workload == Phase.RUNNING and backend and not backend.finishes:
+        reason = (  # an LWS's pods idle once the run is over: they still hold the nodes
+            f"the run is over; its {backend.kind} keeps its pods and their nodes until "
+            f"'rlctl delete run {name}'"
+        )
+    return ClusterRunInfo(**{**dict(info), "phase": phase}, workload=state, reason=reason)
 
 
 def plan_delete_run(

@@ -110,6 +110,9 @@ class Backend(ABC):
     # Kueue has an integration for its kind (pkg/controller/jobs/): --queue and
     # --priority put it in a LocalQueue
     queueable: bool = True
+    # Its workload object ends when the trainer does; False (a LeaderWorkerSet): it keeps
+    # its pods, and status says to delete the run once it is over
+    finishes: bool = True
     # Its pod templates take the run's DRANET ResourceClaimTemplate (when the cluster has
     # DCN networks). A PathwaysJob's controller builds its worker pods itself.
     dcn_claim: bool = True

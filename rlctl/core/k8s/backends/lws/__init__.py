@@ -60,6 +60,7 @@ class LeaderWorkerSetBackend(Backend):
     kind = "LeaderWorkerSet"
     help = "a LeaderWorkerSet, a leader and workers per slice, no controller installed"
     crd_schema = "leaderworkerset-leaderworkerset.x-k8s.io-v1.json"
+    finishes = False  # no terminal condition; its pods idle once the run is over
 
     def pod_groups(
         self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
