@@ -313,8 +313,10 @@ def _ready_or_raise(
 
 
 class HostResources(BaseModel):
-    """What one accelerator host's pod asks for, and how far an elastic run may shrink;
-    None = the default (the machine type's allocatable from the catalog; every slice)."""
+    """What one accelerator host's pod asks for, how far an elastic run may shrink, and
+    the Kueue queue and priority it waits with (the name is older than the last two);
+    None = the default (the machine type's allocatable from the catalog; every slice; no
+    queue). Recorded in the run's status, so ``resume`` submits the same."""
 
     cpu: str | None = None
     memory: str | None = None

@@ -218,7 +218,9 @@ class PathwaysBackend(Backend):
     controllers = (JOBSET_CONTROLLER, PATHWAYS_CONTROLLER)  # it becomes a JobSet
     tpu_only = True
     single_controller = True
-    queueable = False  # Kueue has no PathwaysJob integration (it queues the JobSet it makes?)
+    # Kueue v0.19.2 has no PathwaysJob integration (pkg/controller/jobs/jobs.go
+    # RegisterIntegrations); XPK queues the JobSets it submits itself
+    queueable = False
     dcn_claim = False  # its controller builds the worker pods itself
     node_pools = (HEAD_POOL,)
 
