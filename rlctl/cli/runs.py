@@ -48,6 +48,13 @@ FollowOpt = Annotated[
     ),
 ]
 TailOpt = Annotated[int, typer.Option("--tail", min=1, help="Lines to show first.")]
+GeneratorOpt = Annotated[
+    bool,
+    typer.Option(
+        "--generator",
+        help="The generator's log instead (rollout.placement=process: its process or pods).",
+    ),
+]
 RecoverOpt = Annotated[
     bool,
     typer.Option(
@@ -479,6 +486,7 @@ def logs(
     follow: FollowOpt = False,
     tail: TailOpt = 100,
     interval: IntervalOpt = 2.0,
+    generator: GeneratorOpt = False,
     output: OutputOpt = "table",
 ) -> None:
     """Print a run's log; -f keeps following until the run ends.
@@ -491,7 +499,8 @@ def logs(
     head; Ray: the job submitter). -f polls every --interval seconds and stops when the
     run (or its workload) has ended; Ctrl-C exits with 130. With -o json (not with -f):
     {"run": ..., "log": ..., "lines": [...]}, or {"run": ..., "pod": ..., "lines": [...]}
-    from a pod.
+    from a pod. --generator prints the generator's generator.log instead: a run with
+    rollout.placement=process samples in a process (on a cluster, pods) of its own.
 
     Example: rlctl logs my-first-run -f
     """
@@ -502,15 +511,18 @@ def logs(
     if follow and out.json:
         raise ConfigError("-f is text output only", hint="drop -o json")
     where = _where(ctx, at, run)
+    from rlctl.core.store.base import GENERATOR_LOG, LOG
+
+    log = GENERATOR_LOG if generator else LOG
     if follow:
-        following = where.follow(run, tail, interval)
+        following = where.follow(run, tail, interval, log)
         if following.note:
             out.info(following.note)
         for line in following.lines:
             out.line(line)
         out.info(following.end())
         return
-    got, note = where.tail(run, tail)
+    got, note = where.tail(run, tail, log)
     if note:
         out.info(note)
     if out.json:

@@ -97,3 +97,53 @@ def test_a_disabled_api_stops_a_submit_with_one_line(cli, fake, kube):
     r = _train(cli)
     assert r.exit_code == 2 and kube.mutations() == []
     assert "gcloud services enable storage.googleapis.com --project p" in r.stderr
+
+
+class TestGeneratorPods:
+    """rollout.placement=process on a cluster (issue 54): the generator in pods of its
+    own, one host of the accelerator; the learner on the other, one process for now."""
+
+    @pytest.mark.parametrize("shape", ["a3-highgpu-8g x2", "a3-highgpu-8g x3"])
+    def test_dry_run_renders_both_groups_and_places_them(self, cli, fake, shape):
+        seed_cluster(fake, "rl", [shape])
+        if shape.endswith("x3"):  # two of its three hosts: one learns, one generates
+            shape = "a3-highgpu-8g x2"
+            sets_a = ["-a", shape]
+        else:
+            sets_a = []
+        sets = ["--set", "rollout.placement=process", "--set", "rollout.max_staleness=1"]
+        r = _train(cli, *sets, *sets_a, "--dry-run", "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        objs = json.loads(r.stdout)
+        groups = pod_groups(objs)
+        assert [(g.role, g.total) for g in groups] == [("trainer", 1), ("generator", 1)]
+        assert check(groups, nodes_of_cluster(fake, "rl")).fits
+        acc = shape.split()[0]
+        assert (
+            f"rollout: process, the learner on one {acc} host and the generator on another "
+            "(the workload's generator pods)" in r.stderr
+        )
+        assert "generator: 1 pod" in r.stderr
+
+    def test_a_cluster_of_one_host_has_none_for_the_generator(self, cli, fake, kube):
+        seed_cluster(fake, "rl", ["a3-highgpu-8g x1"])
+        r = _train(cli, "--set", "rollout.placement=process")
+        assert r.exit_code == 2 and kube.mutations() == []
+        assert "needs a machine for the generator beside the learner's" in r.stderr
+        assert "a cluster of a3-highgpu-8g x2" in r.stderr and "Traceback" not in r.stderr
+
+    def test_a_learner_of_several_hosts_is_refused_with_the_shape_that_runs(self, cli, fake):
+        seed_cluster(fake, "rl", ["a3-highgpu-8g x3"])
+        r = _train(cli, "--set", "rollout.placement=process", "--dry-run")
+        assert r.exit_code == 2
+        assert "needs a learner of one process for now; a3-highgpu-8g x3 leaves 2" in r.stderr
+        assert "learner hosts" in r.stderr
+        assert "-a 'a3-highgpu-8g x2'" in r.stderr
+
+    @pytest.mark.parametrize("backend", ["lws", "ray"])
+    def test_a_backend_without_generator_pods_names_one_with_them(self, cli, fake, backend):
+        seed_cluster(fake, "rl", ["a3-highgpu-8g x2"])
+        r = _train(cli, "--backend", backend, "--set", "rollout.placement=process", "--dry-run")
+        assert r.exit_code == 2
+        assert f"which the {backend} backend does not render yet" in r.stderr
+        assert "--backend jobset" in r.stderr

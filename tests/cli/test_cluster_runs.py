@@ -263,10 +263,11 @@ class TestTrainOnCluster:
             assert "rollout.placement=split runs in one process for now; 8 hosts" in r.stderr
             assert "--set rollout.placement=colocated" in r.stderr
             assert "Traceback" not in r.stderr
-            # a generator process of its own has no pods of its own yet
+            # generator pods of their own need a slice of one host: not on a TPU cluster
             r = _submit(cli, "--set", "rollout.placement=process", *extra)
             assert r.exit_code == 2, r.stderr
-            assert "rollout.placement=process runs on this machine for now" in r.stderr
+            assert "needs a v6e-16 slice of one host of its own" in r.stderr
+            assert "or a GPU cluster" in r.stderr
         assert kube.mutations() == [] and _store_text(clients) == ""
 
     @pytest.mark.parametrize(
@@ -719,6 +720,33 @@ class TestLogs:
         r = cli("logs", RUN, "--runs-dir", STORE, "-f", "--tail", "3")
         assert r.exit_code == 0, r.stderr
         assert r.stdout.splitlines() == ["step 3", "step 4", "step 5"]
+
+    def test_the_generator_pods_log_from_the_run_store(self, cli, kube, clients):
+        """--generator: what a pipelined run's generator pods keep in the store
+        (rlctl.core.trainer.run.generate, as a pod writes it), tail, JSON and -f."""
+        from rlctl.core.store import open_store
+        from rlctl.core.trainer.run.generate import _Say
+
+        assert _submit(cli).exit_code == 0
+        r = cli("logs", RUN, "--runs-dir", STORE, "--generator")
+        assert r.exit_code == 3 and "has no generator.log" in r.stderr
+        assert "rollout.placement=process" in r.stderr and "Traceback" not in r.stderr
+        say = _Say()  # the generator pod's lines, kept in the gs:// store
+        say.keep(open_store(STORE, client=clients.storage).existing(RUN))
+        for line in ("ready (pid 7)", "step 1 sampled from version 0 in 2.1 s"):
+            say(line)
+        say.upload()
+        r = cli("logs", RUN, "--runs-dir", STORE, "--generator", "--tail", "1")
+        assert r.exit_code == 0, r.stderr
+        assert [x.split("  ", 1)[1] for x in r.stdout.splitlines()] == [
+            "step 1 sampled from version 0 in 2.1 s"
+        ]
+        r = cli("logs", RUN, "--runs-dir", STORE, "--generator", "-o", "json")
+        assert json.loads(r.stdout)["log"] == f"{STORE}/{RUN}/generator.log"
+        kube.objects[JOBSET]["status"] = {"conditions": [{"type": "Completed", "status": "True"}]}
+        r = cli("logs", RUN, "--runs-dir", STORE, "--generator", "-f")
+        assert r.exit_code == 0, r.stderr
+        assert len(r.stdout.splitlines()) == 2 and "ready (pid 7)" in r.stdout
 
     def test_follow_only_prints_new_lines(self):
         from rlctl.core.runs.cluster import _new_lines

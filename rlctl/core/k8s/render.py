@@ -95,6 +95,12 @@ class WorkloadView(BaseModel):
         "(runs/submit.py cluster_engine), shown on the workload.",
     )
     env: list[EnvVar] = Field(default_factory=list)
+    generator: bool = Field(
+        False,
+        description="A pipelined run's generator in pods of its own "
+        "(rollout.placement=process): one host of the run's accelerator beside the "
+        "learner's (shape), for a backend that has a generator group.",
+    )
     gcs_buckets: list[str] = Field(
         default_factory=list,
         description="Buckets mounted read-only at /gcs/BUCKET (GCS FUSE CSI) for gs:// inputs.",

@@ -51,13 +51,14 @@ from rlctl.core.runs.submit import (
     apply_delete_run,
     cluster_engine,
     describe_cluster_run,
+    learner_shape,
     plan_delete_run,
     render_run,
     resume_run,
     submit_run,
 )
 from rlctl.core.store import open_store
-from rlctl.core.store.base import RunDir, RunStore
+from rlctl.core.store.base import LOG, RunDir, RunStore
 
 RUNS_PREFIX = "runs"
 HF_TOKEN_ENV = "HF_TOKEN"
@@ -381,12 +382,13 @@ def submit(
     }
     # recorded for resume, which renders the workload again
     record = {**where, **res.model_dump(exclude_none=True)}
+    engine = cluster_engine(spec.rollout.engine, shape.kind, image)
+    # a pipelined run the pods' trainer would refuse is refused before anything renders
+    pipelined = pipelined_notes(spec, shape, chosen, engine.name, acc)
     objs = render_run(spec, chosen, shape, store, opts, with_hf_secret=bool(hf_token))
     # every pod has a node before anything is written or applied (UnschedulableError)
     report, notes = check_placement(objs, target.pools, target.unmodelled, target.name, region, acc)
-    engine = cluster_engine(spec.rollout.engine, shape.kind, image)
-    notes = [f"rollout engine: {engine.why}", *notes]
-    notes += pipelined_notes(spec, shape, chosen, engine.name)
+    notes = [f"rollout engine: {engine.why}", *notes, *pipelined]
     # device memory: the run's programs compiled for the accelerator (not here)
     from rlctl.core.clients import EmptyProject
 
@@ -397,7 +399,9 @@ def submit(
             from rlctl.core.errors import PreflightError
 
             raise PreflightError(missing)
-    fit = device_fit.check(spec, acc, shape.count, engine.name, on_progress, storage)
+    # the learner's hosts (a generator host of its own runs the same programs' rollout)
+    learner = learner_shape(spec, shape, acc)
+    fit = device_fit.check(spec, acc, learner.count, engine.name, on_progress, storage)
     device_fit.refuse(fit)
     if dry_run:
         return SubmitPreview(
@@ -426,29 +430,30 @@ def submit(
     )
 
 
-def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: Backend, engine: str) -> list[str]:
-    """A pipelined run (rollout.placement=split or max_staleness >= 1) on a cluster:
-    refused before anything is applied where the pods' trainer would refuse it after
-    the accelerators were paid for, else the plan's line on how it is placed.
+def pipelined_notes(
+    spec: RunSpec, shape: SliceShape, backend: Backend, engine: str, acc: str | None = None
+) -> list[str]:
+    """A pipelined run (rollout.placement=split|process or max_staleness >= 1) on a
+    cluster: refused before anything is applied where the pods' trainer would refuse it
+    after the accelerators were paid for, else the plan's line on how it is placed.
 
     A split runs in one process: one host, or Pathways' single controller over every
-    host. Pod groups of their own for the generator (a second replicated job, a second
-    Ray worker group) are not built yet (docs/async.md)."""
+    host. A generator process of its own (``placement=process``) runs in pods of its
+    own, for a backend that renders them (``Backend.generator_group``: a JobSet's second
+    replicated job): one host of the run's accelerator, the learner on the others, which
+    must be one process for now (docs/async.md). ``acc``: the accelerator's catalog
+    name, for the lines."""
     r = spec.rollout
     if not r.pipelined:
         return []
     if r.placement == "process":
-        raise ConfigError(
-            "rollout.placement=process runs on this machine for now: a generator's pods "
-            "of their own (a second replicated job, a second Ray worker group) are not "
-            "built yet",
-            hint="--set rollout.placement=split on one host, or colocated (docs/async.md)",
-        )
+        return [_generator_pods_line(spec, shape, backend, acc or shape.accelerator)]
     if engine not in ("vanilla", "auto"):
         raise ConfigError(
             "rollout.placement=split and rollout.max_staleness run rlctl's own sampler "
             f"for now, and this run's pods would pick rollout.engine={engine}",
-            hint="--set rollout.engine=vanilla (docs/async.md)",
+            hint="--set rollout.placement=process (vLLM in generator pods of their own), "
+            "or --set rollout.engine=vanilla (docs/async.md)",
         )
     if r.placement != "split":
         return [f"rollout: colocated, at most {r.max_staleness} version(s) behind"]
@@ -457,6 +462,7 @@ def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: Backend, engine: 
             f"rollout.placement=split runs in one process for now; {shape.total_hosts} "
             f"hosts are {shape.total_hosts} processes on the {backend.name} backend",
             hint="--set rollout.placement=colocated (max_staleness works there too), "
+            "--set rollout.placement=process (generator pods of their own), "
             "one host (-a 'TYPE x1' of a single-host type), or --backend pathways",
         )
     from rlctl.core.trainer.api import rollout_share
@@ -467,6 +473,33 @@ def pipelined_notes(spec: RunSpec, shape: SliceShape, backend: Backend, engine: 
         f"rollout: split, the generator on {generator} of the {chips} devices and the "
         f"learner on {learner}, at most {r.max_staleness} version(s) behind"
     ]
+
+
+def _generator_pods_line(spec: RunSpec, shape: SliceShape, backend: Backend, acc: str) -> str:
+    """The plan's line for generator pods of their own, or the refusal of a backend or
+    shape they cannot run on (learner_shape says which shapes split)."""
+    from rlctl.core.k8s import backends
+
+    if not backend.generator_group:
+        having = [b.name for b in backends.registered() if b.generator_group]
+        raise ConfigError(
+            f"rollout.placement=process on a cluster needs generator pods of their own, "
+            f"which the {backend.name} backend does not render yet",
+            hint=f"--backend {' or '.join(having)}, or rollout.placement=colocated (docs/async.md)",
+        )
+    learner = learner_shape(spec, shape, acc)
+    if learner.total_hosts > 1:
+        raise ConfigError(
+            "rollout.placement=process needs a learner of one process for now; "
+            f"{acc} x{shape.count} leaves {learner.total_hosts} learner hosts",
+            hint=f"-a '{acc} x2' (one learns, one generates), or "
+            "rollout.placement=colocated (docs/async.md)",
+        )
+    return (
+        f"rollout: process, the learner on one {acc} host and the generator "
+        f"on another (the workload's generator pods), weights and trajectories through "
+        f"the run store, at most {spec.rollout.max_staleness} version(s) behind"
+    )
 
 
 # --- an existing run ------------------------------------------------------------------
@@ -564,18 +597,26 @@ def list_store(clients: GcpClients, ref: ClusterRef) -> tuple[str, list[RunInfo]
     return store.uri, list_runs(store)
 
 
-def logs(clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100) -> LogTail:
+def logs(
+    clients: GcpClients, ref: ClusterRef, name: str, tail: int = 100, log: str = LOG
+) -> LogTail:
     """The last ``tail`` lines of the run's own log (train.log in its run store, which
     the pods' trainer appends to whatever the backend); before the trainer has written
-    one, those of its leading pod (``trainer_logs``)."""
+    one, those of its leading pod (``trainer_logs``). ``log`` = generator.log: the
+    generator pods' lines, which they keep in the run store too."""
     from rlctl.core.runs.run_log import read_log, tail_lines
-    from rlctl.core.store.base import LOG
 
     o = open_run(clients, ref, name)
     api = _require_cluster(o, "logs")
-    text = read_log(o.run)
+    text = read_log(o.run, log)
     if text is not None:
-        return LogTail(run=name, log=f"{o.run.uri}/{LOG}", lines=tail_lines(text, tail))
+        return LogTail(run=name, log=f"{o.run.uri}/{log}", lines=tail_lines(text, tail))
+    if log != LOG:
+        raise NotFoundError(
+            f"run {name!r} has no {log} in {o.run.uri}: only a run with "
+            "rollout.placement=process has generator pods, and they write it once started",
+            hint=f"'rlctl status {name}' says whether its pods run",
+        )
     pod, text = trainer_logs(api, name, tail, o.backend)
     return LogTail(run=name, pod=pod, lines=text.splitlines())
 
@@ -599,12 +640,14 @@ def follow_logs(
     interval: float = 2.0,
     sleep: Callable[[float], None] | None = None,
     window: int = 1000,
+    log: str = LOG,
 ) -> Iterator[str]:
     """Yield log lines as they appear, polling every ``interval`` seconds, until the
     workload has finished (completed, failed, gone). The run store's train.log once the
     trainer has written one (its whole lines, by offset), the leading pod's log until
     then. The workload's phase is read before the log each round, so every line written
-    before the end is shown. Ctrl-C is the caller's."""
+    before the end is shown. Ctrl-C is the caller's. ``log`` = generator.log: the
+    generator pods' lines in the store (no pod fallback: they write it as they start)."""
     from rlctl.core.runs.run_log import read_log
 
     o = open_run(clients, ref, name)
@@ -614,7 +657,9 @@ def follow_logs(
     first = True
     while True:
         ended = describe_workload(api, name, o.backend).phase.finished
-        text = read_log(o.run)
+        text = read_log(o.run, log)
+        if text is None and log != LOG:
+            text = ""  # not started yet: nothing to show, as an empty file
         if text is not None:
             if shown is None or len(text) < shown:  # first sight, or the file restarted
                 lines = text[: text.rfind("\n") + 1].splitlines()

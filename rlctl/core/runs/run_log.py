@@ -140,11 +140,12 @@ def _count_markers(path: Path) -> int:
 
 
 # --- reading it back: rlctl logs ----------------------------------------------------
-def read_log(run: RunDir) -> str | None:
+def read_log(run: RunDir, log: str = LOG) -> str | None:
     """The log's text (undecodable bytes as U+FFFD), or None when the run has none:
-    a run trained before rlctl kept logs."""
+    a run trained before rlctl kept logs. ``log``: train.log, or the generator's
+    (``rlctl logs --generator``)."""
     if isinstance(run, LocalRunDir):
-        p = run.path / LOG
+        p = run.path / log
         try:
             return p.read_bytes().decode("utf-8", errors="replace")
         except FileNotFoundError:
@@ -155,10 +156,10 @@ def read_log(run: RunDir) -> str | None:
             ) from None
         except OSError as e:
             raise ConfigError(f"cannot read {p} ({e.strerror or e})") from e
-    if not run.exists(LOG):
+    if not run.exists(log):
         return None
     try:
-        return run.read_text(LOG)
+        return run.read_text(log)
     except UnicodeDecodeError as e:
         return bytes(e.object).decode("utf-8", errors="replace")
 
@@ -168,7 +169,11 @@ def tail_lines(text: str, n: int) -> list[str]:
 
 
 def follow_log(
-    run: RunDir, tail: int, interval: float, sleep: Callable[[float], None] | None = None
+    run: RunDir,
+    tail: int,
+    interval: float,
+    sleep: Callable[[float], None] | None = None,
+    log: str = LOG,
 ) -> Iterator[str]:
     """The last ``tail`` lines, then each new line as it is written, until the run
     is no longer active (finished, failed, interrupted, or its process gone). The
@@ -186,7 +191,7 @@ def follow_log(
         if starting and (active or not _being_written(run)):
             starting = False
         ended = not active and not starting
-        text = read_log(run) or ""
+        text = read_log(run, log) or ""
         if len(text) < shown:  # the file was replaced by a shorter one: start over
             shown = 0
         cut = len(text) if ended else text.rfind("\n", shown) + 1  # whole lines only

@@ -84,6 +84,37 @@ def cluster_engine(requested: str, kind: str, image: str) -> Engine:
     return pick(requested, kind, image_vllm(kind), image=image)
 
 
+def learner_shape(spec: RunSpec, shape: SliceShape, name: str | None = None) -> SliceShape:
+    """The learner's part of ``shape``: all of it, but for a run whose generator has pods
+    of its own (``rollout.placement=process``), where one host of the accelerator
+    generates and the rest learn (``cluster.pipelined_notes`` refuses the shapes this
+    cannot split before anything renders). ``name``: the accelerator's catalog name, for
+    the hints."""
+    if spec.rollout.placement != "process":
+        return shape
+    kind = shape.strategy
+    if kind.multislice_needs_multi_host:
+        # its groups are slices: a single-host slice cannot be one of several pools
+        # (catalog.multislice_refusal), a multi-host one is more than the one host a
+        # generator process runs on
+        raise ConfigError(
+            f"rollout.placement=process on a cluster needs a {name or shape.accelerator} "
+            f"{kind.count_word} of one host of its own beside the learner's, which a "
+            f"{kind.name.upper()} cluster cannot have (GKE's Multislice joins "
+            "multi-host slices only)",
+            hint="rollout.placement=split (one host, one process) or colocated, or a GPU "
+            "cluster (docs/async.md)",
+        )
+    if shape.count < 2:
+        raise ConfigError(
+            f"rollout.placement=process on a cluster needs a {kind.count_word} for the "
+            f"generator beside the learner's; this run has one",
+            hint=f"a cluster of {name or 'TYPE'} x2 (one learns, one generates), or "
+            "rollout.placement=colocated (docs/async.md)",
+        )
+    return shape.with_count(shape.count - 1)
+
+
 def build_view(
     spec: RunSpec,
     backend: Backend,
@@ -100,7 +131,8 @@ def build_view(
         backend=backend,
         image=opts.image,
         run_uri=run_uri,
-        shape=shape,
+        shape=learner_shape(spec, shape),
+        generator=spec.rollout.placement == "process",
         service_account=opts.service_account,
         hf_secret=hf_secret_name(spec.name) if with_hf_secret else None,
         max_restarts=opts.max_restarts,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rlctl.core.paths import RUNS_ROOT
 from rlctl.core.runs.results import LogTail
+from rlctl.core.store.base import LOG
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlctl.core.gcp.api import GcpClients
@@ -69,11 +70,12 @@ class Place(Protocol):
         """One run as ``status`` shows it, with its learning curve."""
         ...
 
-    def tail(self, name: str, n: int) -> tuple[LogTail, str | None]:
-        """(the last ``n`` lines of the run's log, a note for stderr or None)."""
+    def tail(self, name: str, n: int, log: str = LOG) -> tuple[LogTail, str | None]:
+        """(the last ``n`` lines of the run's log, a note for stderr or None). ``log``:
+        train.log, or the generator's (``generator.log``)."""
         ...
 
-    def follow(self, name: str, n: int, interval: float) -> Following:
+    def follow(self, name: str, n: int, interval: float, log: str = LOG) -> Following:
         """The last ``n`` lines, then each new one until the run has ended."""
         ...
 
@@ -133,23 +135,22 @@ class Local:
 
         return describe_run(open_store(self.known_root).existing(name), curve=True)
 
-    def tail(self, name: str, n: int) -> tuple[LogTail, str | None]:
+    def tail(self, name: str, n: int, log: str = LOG) -> tuple[LogTail, str | None]:
         from rlctl.core.runs.run_log import read_log, tail_lines
-        from rlctl.core.store.base import LOG
 
         run = self._run(name)
-        text = read_log(run)
-        tail = LogTail(run=run.name, log=f"{run.uri}/{LOG}", lines=tail_lines(text or "", n))
-        return tail, None if text is not None else _no_log(run)
+        text = read_log(run, log)
+        tail = LogTail(run=run.name, log=f"{run.uri}/{log}", lines=tail_lines(text or "", n))
+        return tail, None if text is not None else _no_log(run, log)
 
-    def follow(self, name: str, n: int, interval: float) -> Following:
+    def follow(self, name: str, n: int, interval: float, log: str = LOG) -> Following:
         from rlctl.core.runs.run_log import follow_log, read_log
         from rlctl.core.runs.status import run_phase
 
         run = self._run(name)
         return Following(
-            None if read_log(run) is not None else _no_log(run),
-            follow_log(run, n, interval),
+            None if read_log(run, log) is not None else _no_log(run, log),
+            follow_log(run, n, interval, log=log),
             lambda: f"run {run.name} is {run_phase(run)}: its log ends here",
         )
 
@@ -179,10 +180,14 @@ class Local:
         )
 
 
-def _no_log(run: RunDir) -> str:
-    """What ``logs`` says of a run that has no train.log (trained before rlctl kept one)."""
-    from rlctl.core.store.base import LOG
-
+def _no_log(run: RunDir, log: str = LOG) -> str:
+    """What ``logs`` says of a run that has no train.log (trained before rlctl kept one),
+    or no generator.log (its generator has not started, or it has none)."""
+    if log != LOG:
+        return (
+            f"run {run.name} has no {log}: only a run with rollout.placement=process has "
+            "a generator of its own, and it writes one once it starts"
+        )
     return (
         f"run {run.name} has no {LOG} yet: a run trained before rlctl kept one "
         f"shows its steps in 'rlctl status {run.name}'"
@@ -212,18 +217,18 @@ class OnCluster:
 
         return core.describe(self.clients, self.ref, name, curve=True)
 
-    def tail(self, name: str, n: int) -> tuple[LogTail, str | None]:
+    def tail(self, name: str, n: int, log: str = LOG) -> tuple[LogTail, str | None]:
         from rlctl.core.runs import cluster as core
 
-        got = core.logs(self.clients, self.ref, name, n)
+        got = core.logs(self.clients, self.ref, name, n, log=log)
         return got, got.source
 
-    def follow(self, name: str, n: int, interval: float) -> Following:
+    def follow(self, name: str, n: int, interval: float, log: str = LOG) -> Following:
         from rlctl.core.runs import cluster as core
 
         return Following(
             None,
-            core.follow_logs(self.clients, self.ref, name, n, interval),
+            core.follow_logs(self.clients, self.ref, name, n, interval, log=log),
             lambda: "the run's workload has ended",
         )
 

@@ -33,6 +33,7 @@ SPEC = "spec.yaml"
 STATUS = "status.json"
 METRICS = "metrics.jsonl"
 LOG = "train.log"
+GENERATOR_LOG = "generator.log"  # a generator process's (rollout.placement=process)
 TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
 EVAL = "eval"

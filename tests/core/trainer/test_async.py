@@ -150,6 +150,8 @@ def test_a_generator_process_with_staleness_zero_is_the_synchronous_run_exactly(
     assert not (tmp_path / "process0" / "pipeline").exists()
     log = (tmp_path / "process0" / "generator.log").read_text()
     assert "generator: ready (pid " in log
+    r = rlctl("logs", "process0", "--runs-dir", str(tmp_path), "--generator")
+    assert r.returncode == 0 and r.stdout.splitlines() == log.splitlines(), r.stderr
     status = json.loads((tmp_path / "process0" / "status.json").read_text())
     assert status["rollout"].startswith("process: generator in a process of its own")
 
@@ -201,3 +203,72 @@ def test_a_killed_generator_process_is_restarted_and_the_run_learns_as_if_it_was
     assert r.returncode == 0, r.stderr[-3000:]
     assert [x["staleness"] for x in metrics(tmp_path / "killed")] == [0, 1, 1, 1, 0, 1]
     assert not (tmp_path / "killed" / "pipeline").exists()
+
+
+def test_a_generator_pod_and_a_learner_pod_exchange_through_gs(
+    runs, tiny_model_dir, tmp_path, gcs, gcs_server_url
+):
+    """A cluster's split across pods, as processes here: the learner told the
+    generator runs in pods of its own (``RLCTL_GENERATOR=pods``, as the workload sets
+    it), the generator started by hand with ``--pod`` after it, both on a gs:// run
+    store (fake-gcs-server). Every figure equals the synchronous run's; the generator's
+    lines are in the store's generator.log; it stops once the learner is done; of the
+    exchange only the plan and the stop stay in the bucket."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from rlctl.core.store import open_store
+    from tests.core.trainer.test_train import REPO, TIMING
+
+    _, bucket = gcs
+    root = f"gs://{bucket}/runs"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "STORAGE_EMULATOR_HOST": gcs_server_url,
+        "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
+    }
+    learner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlctl",
+            *tiny_args(tiny_model_dir, tmp_path, "pods", "grpo"),
+            *COMMON,
+            *PROCESS,
+            "--runs-dir",
+            root,
+        ],
+        cwd=REPO,
+        env={**env, "RLCTL_GENERATOR": "pods"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    store = open_store(root)
+    deadline = time.time() + 300
+    while not store.run("pods").exists("spec.yaml") and learner.poll() is None:
+        assert time.time() < deadline, "the learner never wrote its spec"
+        time.sleep(0.1)
+    pod = ("--root", root, "--name", "pods", "--pod")
+    generator = subprocess.run(
+        [sys.executable, "-m", "rlctl.core.trainer.run.generate", *pod],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    _, err = learner.communicate(timeout=600)
+    assert learner.returncode == 0, err[-3000:]
+    assert generator.returncode == 0, generator.stderr[-3000:]
+    assert "the learner is done: stopping" in generator.stdout
+    run = store.run("pods")
+    rows = [json.loads(line) for line in run.read_text("metrics.jsonl").splitlines()]
+    drop = PIPELINE | set(TIMING)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in rows] == learned(runs / "sync")
+    log = run.read_text("generator.log")
+    assert "ready (pid" in log and "step 4 sampled from version 3" in log
+    assert run.list("pipeline") == ["plan.json", "stop"]  # what the generator pods read

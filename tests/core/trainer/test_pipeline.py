@@ -214,3 +214,14 @@ def test_the_host_device_count_is_given_only_while_the_backends_start(monkeypatc
     with host_devices(RolloutSpec(placement="split")):
         assert HOST_DEVICES_FLAG in os.environ["XLA_FLAGS"]
     assert "XLA_FLAGS" not in os.environ
+
+
+def test_a_generator_process_beside_a_learner_of_several_processes_is_refused():
+    """Every learner process would ask for each step: refused with what does run."""
+    from rlctl.core.trainer.rollout.placement import place
+
+    spec = RolloutSpec(placement="process", max_staleness=1)
+    assert place(spec, ["d0"], multi_process=False).process
+    with pytest.raises(ConfigError, match="needs a learner of one process") as e:
+        place(spec, ["d0"], multi_process=True)
+    assert "rollout.placement=colocated" in (e.value.hint or "")

@@ -110,6 +110,10 @@ class Backend(ABC):
     # Kueue has an integration for its kind (pkg/controller/jobs/): --queue and
     # --priority put it in a LocalQueue
     queueable: bool = True
+    # It renders a pipelined run's generator pods of their own (rollout.placement=process,
+    # WorkloadView.generator): one host beside the learner's, running
+    # ``python -m rlctl.core.trainer.run.generate --pod``
+    generator_group: bool = False
     # Its workload object ends when the trainer does; False (a LeaderWorkerSet): it keeps
     # its pods, and status says to delete the run once it is over
     finishes: bool = True

@@ -72,6 +72,13 @@ def place(spec: RolloutSpec, devices: Sequence[Any], multi_process: bool) -> Pla
     if spec.placement == "colocated":
         return Placement(devices, devices, split=False)
     if spec.placement == "process":  # the generator's devices are its own process's
+        if multi_process:  # every learner process would ask for each step
+            raise ConfigError(
+                "rollout.placement=process needs a learner of one process for now; "
+                "this run's learner has several",
+                hint="one learner host (a cluster of two: one learns, one generates), "
+                "or rollout.placement=colocated (docs/async.md)",
+            )
         return Placement(devices, (), split=False, process=True)
     if multi_process:
         raise ConfigError(

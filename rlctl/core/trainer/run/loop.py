@@ -112,12 +112,6 @@ class Trainer:
                     hint="--set rollout.placement=process, or --set rollout.engine=vanilla "
                     "(docs/async.md)",
                 )
-            if self.placement.process and "://" in self.run.uri:
-                raise ConfigError(
-                    "rollout.placement=process runs on a local run store for now; "
-                    f"this run's is {self.run.uri}",
-                    hint="--set rollout.placement=split (one process) or colocated",
-                )
             self._say(f"rollout: {self._rollout_status()['rollout']}")
         from rlctl.core.trainer.model.precision import choose
 
@@ -219,8 +213,10 @@ class Trainer:
 
             from rlctl.core.trainer.rollout.generator_process import GeneratorProcess
 
-            root = str(Path(self.run.uri).parent)  # the store the generator opens
-            generator = GeneratorProcess(self.run, root, s.rollout.max_staleness)
+            # the store the generator opens: a local folder, or gs://BUCKET/PREFIX
+            uri = self.run.uri
+            root = uri.rpartition("/")[0] if "://" in uri else str(Path(uri).parent)
+            generator = GeneratorProcess(self.run, root, s.rollout.max_staleness, say=self._say)
         from rlctl.core.trainer.run.pipelined import Pipelined
 
         return Pipelined(self, generator, start)

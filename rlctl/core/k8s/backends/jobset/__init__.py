@@ -32,6 +32,11 @@ EXCLUSIVE_KEY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 # The JobSet controller labels every pod of a JobSet with its name.
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
+# A pipelined run's generator pods (rollout.placement=process): not in the success
+# policy, so the JobSet completes with its learner and then deletes them
+# (jobset_controller.go reconcile: deleteJobs of the active jobs once finished, v0.12.0)
+GENERATOR_JOB = "generator"
+
 JOBSET_CONTROLLER = Controller(
     "jobset",
     "v0.12.0",
@@ -106,11 +111,12 @@ class JobSetBackend(Backend):
     help = "a JobSet, every host runs the trainer"
     crd_schema = "jobset-jobset.x-k8s.io-v1alpha2.json"
     controllers = (JOBSET_CONTROLLER,)
+    generator_group = True  # a replicated job "generator" (jobset.yaml.j2)
 
     def pod_groups(
         self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
     ) -> list[PodGroup]:
-        return jobset_groups(obj)
+        return jobset_groups(obj, {GENERATOR_JOB: "generator"})
 
     def phase(self, workload: dict[str, Any]) -> tuple[Phase | None, str | None]:
         return condition_phase(workload)
