@@ -103,8 +103,19 @@ class TestGeneratorPods:
     """rollout.placement=process on a cluster (issue 54): the generator in pods of its
     own, one host of the accelerator; the learner on the other, one process for now."""
 
-    @pytest.mark.parametrize("shape", ["a3-highgpu-8g x2", "a3-highgpu-8g x3"])
-    def test_dry_run_renders_both_groups_and_places_them(self, cli, fake, shape):
+    @pytest.mark.parametrize(
+        ("backend", "shape", "roles"),
+        [
+            ("jobset", "a3-highgpu-8g x2", ["trainer", "generator"]),
+            ("jobset", "a3-highgpu-8g x3", ["trainer", "generator"]),
+            (
+                "ray",
+                "a3-highgpu-8g x2",
+                ["ray-head", "ray-worker", "ray-generator", "ray-submitter"],
+            ),
+        ],
+    )
+    def test_dry_run_renders_both_groups_and_places_them(self, cli, fake, backend, shape, roles):
         seed_cluster(fake, "rl", [shape])
         if shape.endswith("x3"):  # two of its three hosts: one learns, one generates
             shape = "a3-highgpu-8g x2"
@@ -112,18 +123,19 @@ class TestGeneratorPods:
         else:
             sets_a = []
         sets = ["--set", "rollout.placement=process", "--set", "rollout.max_staleness=1"]
-        r = _train(cli, *sets, *sets_a, "--dry-run", "-o", "json")
+        r = _train(cli, "--backend", backend, *sets, *sets_a, "--dry-run", "-o", "json")
         assert r.exit_code == 0, r.stderr
         objs = json.loads(r.stdout)
         groups = pod_groups(objs)
-        assert [(g.role, g.total) for g in groups] == [("trainer", 1), ("generator", 1)]
+        assert [(g.role, g.total) for g in groups] == [(role, 1) for role in roles]
         assert check(groups, nodes_of_cluster(fake, "rl")).fits
         acc = shape.split()[0]
         assert (
             f"rollout: process, the learner on one {acc} host and the generator on another "
             "(the workload's generator pods)" in r.stderr
         )
-        assert "generator: 1 pod" in r.stderr
+        (gen,) = [g for g in groups if "generator" in g.role]
+        assert f"{gen.name}: 1 pod -> a3-highgpu-8g-0" in r.stderr  # one pool, 2 machines
 
     def test_a_cluster_of_one_host_has_none_for_the_generator(self, cli, fake, kube):
         seed_cluster(fake, "rl", ["a3-highgpu-8g x1"])
@@ -140,10 +152,9 @@ class TestGeneratorPods:
         assert "learner hosts" in r.stderr
         assert "-a 'a3-highgpu-8g x2'" in r.stderr
 
-    @pytest.mark.parametrize("backend", ["lws", "ray"])
-    def test_a_backend_without_generator_pods_names_one_with_them(self, cli, fake, backend):
+    def test_a_backend_without_generator_pods_names_those_with_them(self, cli, fake):
         seed_cluster(fake, "rl", ["a3-highgpu-8g x2"])
-        r = _train(cli, "--backend", backend, "--set", "rollout.placement=process", "--dry-run")
+        r = _train(cli, "--backend", "lws", "--set", "rollout.placement=process", "--dry-run")
         assert r.exit_code == 2
-        assert f"which the {backend} backend does not render yet" in r.stderr
-        assert "--backend jobset" in r.stderr
+        assert "which the lws backend does not render yet" in r.stderr
+        assert "--backend jobset or ray" in r.stderr

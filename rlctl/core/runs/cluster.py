@@ -440,7 +440,7 @@ def pipelined_notes(
     A split runs in one process: one host, or Pathways' single controller over every
     host. A generator process of its own (``placement=process``) runs in pods of its
     own, for a backend that renders them (``Backend.generator_group``: a JobSet's second
-    replicated job): one host of the run's accelerator, the learner on the others, which
+    replicated job, a RayJob's second worker group): one host of the run's accelerator, the learner on the others, which
     must be one process for now (docs/async.md). ``acc``: the accelerator's catalog
     name, for the lines."""
     r = spec.rollout

@@ -60,8 +60,9 @@ def _throwaway_key(path: Path) -> Path:
     return path
 
 
-def rendered_driver(spec, store, max_restarts: int = 0) -> str:
-    """ray_driver.py as ``submit`` renders it for a one-slice v6e-16 cluster."""
+def rendered_driver(spec, store, max_restarts: int = 0, shape=None) -> str:
+    """ray_driver.py as ``submit`` renders it for a one-slice v6e-16 cluster (or
+    ``shape``'s)."""
     from rlctl.core.k8s import backends
     from rlctl.core.runs.submit import ClusterOptions, render_run
     from tests.fakes.shapes import v6e_16
@@ -76,7 +77,7 @@ def rendered_driver(spec, store, max_restarts: int = 0) -> str:
     )
     # no restarts by default: a failing worker fails the job at once
     opts = ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=max_restarts)
-    objs = render_run(on_gcs, backends.get("ray"), v6e_16(1), store, opts)
+    objs = render_run(on_gcs, backends.get("ray"), shape or v6e_16(1), store, opts)
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     (rj,) = [o for o in objs if o["kind"] == "RayJob"]
     assert rj["spec"]["entrypoint"] == "python /etc/rlctl/ray_driver.py"
@@ -104,7 +105,9 @@ def write_run(spec, store) -> None:
     )
 
 
-def run_driver(driver: str, tmp_path: Path, gcs_url: str) -> subprocess.CompletedProcess:
+def run_driver(
+    driver: str, tmp_path: Path, gcs_url: str, **env_extra: str
+) -> subprocess.CompletedProcess:
     script = tmp_path / "ray_driver.py"
     script.write_text(driver)
     # Ray's sockets live under its temp dir: keep the path short (AF_UNIX's 107 bytes)
@@ -122,6 +125,7 @@ def run_driver(driver: str, tmp_path: Path, gcs_url: str) -> subprocess.Complete
             "RAY_TMPDIR": ray_tmp,
             "RAY_USAGE_STATS_ENABLED": "0",
             "PYTHONUNBUFFERED": "1",
+            **env_extra,
         }
     )
     try:
@@ -137,7 +141,7 @@ def run_driver(driver: str, tmp_path: Path, gcs_url: str) -> subprocess.Complete
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def tiny_spec(name: str, root: str, model: str | None = None):
+def tiny_spec(name: str, root: str, model: str | None = None, *overrides: str):
     """Two steps of GRPO, a checkpoint after each (the tiny model's run, as
     tests/core/trainer/test_train.py makes it), in the run store ``root``."""
     from rlctl.core.runs.spec import resolve_run_spec
@@ -148,6 +152,7 @@ def tiny_spec(name: str, root: str, model: str | None = None):
             'rewards=["tests.fakes.rewards.digit_count"]',
             "checkpoint.interval=1",
             "eval.size=0",
+            *overrides,
         ],
         flags={
             "name": name,
@@ -190,6 +195,46 @@ def test_rendered_ray_driver_trains_a_run_on_a_local_ray(
     # Ray Train kept its own run state under the run, in the same store
     assert list(client.list_blobs(bucket, prefix=f"runs/{RUN}/ray/"))
     print(f"driver took {took:.1f} s")
+
+
+def test_a_generator_task_serves_the_learner_on_its_own_worker(
+    gcs, gcs_server_url, tiny_model_dir, tmp_path
+):
+    """rollout.placement=process on the Ray backend (issue 54): the driver, as rendered
+    for two GPU machines, starts the generator (``generate --pod``) as a Ray task and
+    Ray Train's one learner worker beside it, on a real local Ray (CPU workers standing
+    in for the machines). The learner waits for the generator's trajectories through the
+    gs:// store (``RLCTL_GENERATOR=pods``, as the worker group's env sets it), the run
+    completes, the generator keeps its log in the store and stops once the learner is
+    done."""
+    from rlctl.core.config import catalog
+    from rlctl.core.k8s.shapes import slice_shape
+    from rlctl.core.store import open_store
+
+    _, bucket = gcs
+    store = open_store(f"gs://{bucket}/runs")
+    spec = tiny_spec(
+        "ray-gen",
+        store.uri,
+        str(tiny_model_dir),
+        "rollout.placement=process",
+        "rollout.max_staleness=1",
+    )
+    two_gpus = slice_shape(catalog.lookup("a3-highgpu-8g"), 2)
+    driver = rendered_driver(spec, store, shape=two_gpus)
+    assert "GENERATOR = True" in driver
+    write_run(spec, store)
+
+    r = run_driver(driver, tmp_path, gcs_server_url, RLCTL_GENERATOR="pods")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    run = store.run("ray-gen")
+    status = run.read_json("status.json")
+    assert (status["phase"], status["step"]) == ("completed", 2), status
+    rows = [json.loads(x) for x in run.read_text("metrics.jsonl").splitlines()]
+    assert [x["staleness"] for x in rows] == [0, 1]
+    log = run.read_text("generator.log")
+    assert "step 2 sampled from version 0" in log and "the learner is done: stopping" in log
 
 
 def test_a_failing_pod_entry_fails_the_ray_job_at_once(gcs, gcs_server_url, tmp_path):

@@ -112,7 +112,7 @@ class Backend(ABC):
     queueable: bool = True
     # It renders a pipelined run's generator pods of their own (rollout.placement=process,
     # WorkloadView.generator): one host beside the learner's, running
-    # ``python -m rlctl.core.trainer.run.generate --pod``
+    # ``python -m rlctl.core.trainer.run.generate --pod`` (a pod's command, a Ray task)
     generator_group: bool = False
     # Its workload object ends when the trainer does; False (a LeaderWorkerSet): it keeps
     # its pods, and status says to delete the run once it is over

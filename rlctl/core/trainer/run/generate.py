@@ -144,6 +144,7 @@ def serve(trainer: Any, parent: int | None) -> int:
             over = attempt is None or exchange.stopped() == attempt
             if over and live:
                 say("the learner is done: stopping")
+                say.upload()
                 return 0
             if over:  # none yet, or one that ended before this pod came: wait for the next
                 time.sleep(exchange.poll)

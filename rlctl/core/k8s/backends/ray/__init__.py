@@ -140,6 +140,15 @@ def _ray_pod(
     return {**spec, "containers": containers}
 
 
+# A pipelined run's generator (rollout.placement=process): a worker group of one host
+# whose Ray node offers this custom resource, and the learner's group LEARNER_RESOURCE, so
+# the driver's generator task and Ray Train's workers each land on their own hosts
+# (rayjob.yaml.j2, ray_driver.py.j2)
+GENERATOR_GROUP = "generator"
+GENERATOR_RESOURCE = "rlctl_generator"
+LEARNER_RESOURCE = "rlctl_learner"
+
+
 def rayjob_groups(
     rayjob: dict[str, Any], kuberay_version: tuple[int, ...] = (1, 5, 2)
 ) -> list[PodGroup]:
@@ -164,7 +173,7 @@ def rayjob_groups(
         out.append(
             group(
                 f"RayJob {name}, worker group {g['groupName']}",
-                "ray-worker",
+                "ray-generator" if g["groupName"] == GENERATOR_GROUP else "ray-worker",
                 t.get("metadata") or {},
                 _ray_pod(t["spec"], False, rv, kuberay_version),
                 jobs=int(g.get("replicas", 1)),
@@ -233,6 +242,8 @@ class RayBackend(Backend):
     def object_kinds(self) -> tuple[str, ...]:
         return (self.kind, "RayCluster")  # a RayCluster's templates validate the same way
 
+    generator_group = True  # a worker group "generator" and a Ray task on it
+
     def pod_groups(
         self, obj: dict[str, Any], controller_version: tuple[int, ...] | None = None
     ) -> list[PodGroup]:
@@ -265,6 +276,9 @@ class RayBackend(Backend):
         fields: dict[str, Any] = {
             "ray_version": image_ray_version(),
             "metrics_export_port": RAY_METRICS_EXPORT_PORT,
+            "generator_group": GENERATOR_GROUP,
+            "generator_resource": GENERATOR_RESOURCE,
+            "learner_resource": LEARNER_RESOURCE,
         }
         if view.shape.kind == "tpu":
             fields["accelerator_type"] = ray_accelerator_type(view.shape.accelerator)
