@@ -42,6 +42,13 @@ KindOpt = Annotated[
     str | None,
     typer.Option("--accelerator", "-a", help="tpu or gpu (default: the cluster's, else tpu)."),
 ]
+WithOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--with",
+        help="A flavour of the image: vllm (GPU: vLLM's CUDA wheel, for rollout.engine=vllm).",
+    ),
+]
 TagOpt = Annotated[
     list[str] | None,
     typer.Option("--tag", help="Another tag besides the content hash (repeatable), e.g. latest."),
@@ -71,6 +78,7 @@ def build(
     ctx: typer.Context,
     cluster: ClusterOpt = None,
     accelerator: KindOpt = None,
+    with_: WithOpt = None,
     tag: TagOpt = None,
     bucket: BucketOpt = None,
     local: LocalOpt = False,
@@ -89,6 +97,9 @@ def build(
     Cloud Build by default (the context goes to the cluster's bucket); --local: Docker/Podman.
 
     Prints the image URI, which 'train --cluster' then picks by itself.
+
+    --with vllm builds rlctl-gpu-vllm, which 'train --cluster' picks for a GPU run with
+    --set rollout.engine=vllm.
 
     Example: rlctl image build --cluster rl --region us-east5 --dry-run
     """
@@ -132,7 +143,7 @@ def build(
         clients = clients_for(ctx, project, region)
     out.info("packing the build context ...")
     target, context, plan = core.prepare(
-        clients, project, region, accelerator, cluster, bucket, tag, engine
+        clients, project, region, accelerator, cluster, bucket, tag, engine, flavour=with_
     )
     uri = target.uri(context.tag)
     run_plan(

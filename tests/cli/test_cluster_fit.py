@@ -158,3 +158,57 @@ class TestGeneratorPods:
         assert r.exit_code == 2
         assert "which the lws backend does not render yet" in r.stderr
         assert "--backend jobset or ray" in r.stderr
+
+
+class TestVllmOnAGpuCluster:
+    """rollout.engine=vllm on a GPU cluster (issue 55 point 3): train picks rlctl's vLLM
+    image flavour (rlctl-gpu-vllm, whose lock pins vLLM's CUDA wheel) unless --image names
+    another, renders and validates the run with it, and applies it to the cluster, here
+    with the generator in pods of their own (seed 004: vLLM generation on its own GPU
+    node). Applied to a cluster: tests/cli/test_cluster_runs.py."""
+
+    ARGS = (
+        "train",
+        "grpo",
+        "--cluster",
+        "rl",
+        "--project",
+        "p",
+        "--region",
+        "us-central1",
+        "--name",
+        "r1",
+        "--set",
+        "rollout.engine=vllm",
+        "--set",
+        "rollout.placement=process",
+        "--set",
+        "rollout.max_staleness=1",
+    )
+
+    def test_the_vllm_image_is_picked_rendered_and_applied(self, cli, fake, kube, cluster_bucket):
+        from rlctl.core.gcp.image import default_tag
+
+        seed_cluster(fake, "rl", ["a3-highgpu-8g x2"])
+        kube.seed_ready()
+        kube.nodes = nodes_of_cluster(fake, "rl")
+        tag = default_tag("gpu-vllm")
+        image = f"us-central1-docker.pkg.dev/p/rlctl/rlctl-gpu-vllm:{tag}"
+        r = cli(*self.ARGS, "--dry-run", "-o", "json")
+        assert r.exit_code == 0, r.stderr
+        objs = json.loads(r.stdout)
+        (workload,) = [o for o in objs if o["kind"] == "JobSet"]
+        pods = [
+            rj["template"]["spec"]["template"]["spec"] for rj in workload["spec"]["replicatedJobs"]
+        ]
+        assert {c["image"] for p in pods for c in p["containers"]} == {image}
+        assert workload["metadata"]["annotations"]["rlctl.dev/rollout-engine"] == "vllm"
+        assert "rollout engine: rollout.engine=vllm (vLLM 0.30.0 on gpu)" in r.stderr
+
+    def test_the_plain_gpu_image_says_to_build_the_vllm_one(self, cli, fake):
+        seed_cluster(fake, "rl", ["a3-highgpu-8g x2"])
+        plain = "us-central1-docker.pkg.dev/p/rlctl/rlctl-gpu:0.1.0-abc"
+        r = cli(*self.ARGS, "--image", plain, "--runs-dir", "gs://rl-runs/runs", "--dry-run")
+        assert r.exit_code == 2
+        assert "rlctl's gpu image carries no vLLM" in r.stderr
+        assert "rlctl image build -a gpu --with vllm" in r.stderr and "Traceback" not in r.stderr

@@ -964,3 +964,58 @@ class TestDeleteAliases:
         # the cluster still uses its networks: both spellings refuse the same way
         assert alias.exit_code == direct.exit_code == 4
         assert alias.stderr == direct.stderr and "rlctl cluster delete c" in alias.stderr
+
+
+def test_vllm_generator_pods_on_a_gpu_cluster_are_applied_with_the_vllm_image(
+    cli, fake, kube, clients
+):
+    """rollout.engine=vllm with the generator in pods of their own on a GPU cluster (seed
+    004's shape; issues 54 and 55): the submit says how to build rlctl-gpu-vllm while it is
+    missing and applies nothing, then applies the JobSet with it once built; both pod
+    groups are scheduled on the cluster's two machines."""
+    from rlctl.core.gcp.image import default_tag
+    from tests.fakes.seed import seed_cluster
+
+    seed_cluster(fake, "g", ("a3-highgpu-8g x2",), endpoint=kube.url, version="1.33.1-gke.1")
+    kube.nodes = nodes_of_cluster(fake, "g")
+    args = [
+        "train",
+        "grpo",
+        "--cluster",
+        "g",
+        *LOC,
+        "--runs-dir",
+        STORE,
+        "--name",
+        RUN,
+        "--steps",
+        "4",
+        "--set",
+        "rollout.engine=vllm",
+        "--set",
+        "rollout.placement=process",
+        "--set",
+        "rollout.max_staleness=1",
+    ]
+    r = cli(*args)
+    assert r.exit_code == 2 and kube.mutations() == []
+    assert "rlctl image build --cluster g --region us-central1 --accelerator gpu --with vllm'" in (
+        r.stderr
+    )
+    tag = default_tag("gpu-vllm")
+    fake.repositories[("us-central1", "rlctl")] = {
+        "name": "projects/p/locations/us-central1/repositories/rlctl"
+    }
+    fake.docker_images[("us-central1", "rlctl", "rlctl-gpu-vllm")] = {tag: "sha256:" + "3" * 64}
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    (jobset,) = [o for k, o in kube.objects.items() if o["kind"] == "JobSet"]
+    images = {
+        c["image"]
+        for rj in jobset["spec"]["replicatedJobs"]
+        for c in rj["template"]["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"us-central1-docker.pkg.dev/p/rlctl/rlctl-gpu-vllm:{tag}"}
+    assert [rj["name"] for rj in jobset["spec"]["replicatedJobs"]] == ["gpu", "generator"]
+    pods = kube.names("pods")
+    assert len(pods) == 2 and any("-generator-" in p for p in pods), pods

@@ -74,6 +74,26 @@ class TestBuild:
         assert len(err) == 1 and "at step 0" in err[0] and "logs: https://" in err[0]
         assert "Traceback" not in r.stderr
 
+    def test_the_vllm_flavour_is_its_own_image_on_its_own_lock(self, cli, fake, bucket):
+        """--with vllm: rlctl-gpu-vllm, whose context carries image-gpu-vllm.lock.txt."""
+        _seed_cluster(fake)
+        r = cli(
+            "image", "build", "--cluster", "rl", "--with", "vllm", *LOC, "--dry-run", "-o", "json"
+        )
+        assert r.exit_code == 0, r.stderr
+        plan = json.loads(r.stdout)
+        assert "/rlctl-gpu-vllm:" in plan["target"]
+        assert plan["changes"][1]["name"].startswith(
+            f"gs://{BUCKET}/rlctl/build-contexts/gpu-vllm-"
+        )
+        # vLLM on TPU (tpu-inference) cannot sit beside Tunix: one line, before any call
+        r = cli("image", "build", "--bucket", BUCKET, "-a", "tpu", "--with", "vllm", *LOC)
+        assert r.exit_code == 2 and "rlctl makes no tpu image with vllm" in r.stderr
+        assert "qwix 0.1.2" in r.stderr and "Traceback" not in r.stderr
+        r = cli("image", "build", "--bucket", BUCKET, "-a", "gpu", "--with", "cuda", *LOC)
+        assert r.exit_code == 2 and "rlctl makes no gpu image with cuda" in r.stderr
+        assert "its gpu images: gpu, gpu-vllm" in r.stderr
+
     def test_cloud_build_needs_a_bucket(self, cli):
         r = cli("image", "build", *LOC, "--dry-run")
         assert r.exit_code == 2 and "--cluster NAME (its run bucket) or --bucket" in r.stderr

@@ -63,7 +63,8 @@ def image_uri(
 
 
 def default_tag(accelerator: str) -> str:
-    """The content-hash tag of this rlctl's image for ``accelerator`` (tpu, gpu)."""
+    """The content-hash tag of this rlctl's image for ``accelerator`` (tpu, gpu, or a
+    flavour: gpu-vllm)."""
     from rlctl.core.image.context import build_context
 
     return build_context(accelerator).tag
@@ -440,14 +441,17 @@ def prepare(
     bucket: str | None = None,
     tags: list[str] | None = None,
     engine: str | None = None,
+    flavour: str | None = None,
 ) -> tuple[ImageTarget, BuildContext, Plan]:
     """Everything ``rlctl image build`` shows before it acts: where the image goes (the
-    accelerator and bucket from the cluster unless given), the context, the plan."""
+    accelerator and bucket from the cluster unless given; ``flavour``: vllm for
+    ``rlctl-gpu-vllm``), the context, the plan."""
     from rlctl.core.gcp.storage import runs_bucket
-    from rlctl.core.image.context import build_context
+    from rlctl.core.image.context import build_context, image_name
 
     if accelerator is None:
         accelerator = cluster_accelerator(clients, project, region, cluster) if cluster else "tpu"
+    accelerator = image_name(accelerator, flavour)  # before any cloud call: tpu + vllm fails
     if engine is None and not bucket:
         if not cluster:
             raise ConfigError(

@@ -32,6 +32,9 @@ from rlctl.core.install import self_install_command
 
 Accelerator = Literal["tpu", "gpu"]
 ACCELERATORS: tuple[Accelerator, ...] = ("tpu", "gpu")
+# An image is an accelerator kind's, plus a flavour for what only some runs need
+# (``gpu-vllm``: rollout.engine=vllm); images.yaml names each (``image_names``)
+FLAVOURS = ("vllm",)
 # The images' user and group (not root): the workloads' GCS FUSE mounts are owned by them
 IMAGE_UID = 1000
 # What a wheel of rlctl holds: its modules, templates and data, nothing else.
@@ -47,6 +50,11 @@ class ImagePins(BaseModel):
     extras: list[str]
     requirements: list[str]
     no_deps: list[str] = Field(default_factory=list, description="installed with --no-deps")
+    unpreferred: list[str] = Field(
+        default_factory=list,
+        description="packages whose constraints.txt version the image cannot take: the lock "
+        "resolves them freely (and the lock test lets them differ)",
+    )
 
 
 class ImagesFile(BaseModel):
@@ -76,9 +84,46 @@ def pins() -> ImagesFile:
     return ImagesFile(**raw)
 
 
-def image_pins(accelerator: str) -> ImagePins:
+def image_names() -> tuple[str, ...]:
+    """Every image images.yaml pins: ``tpu``, ``gpu``, and their flavours (``gpu-vllm``)."""
+    return tuple(pins().images)
+
+
+def image_name(accelerator: str, flavour: str | None = None) -> str:
+    """The image of ``accelerator`` (tpu, gpu) with ``flavour`` (vllm), if rlctl makes it."""
     if accelerator not in ACCELERATORS:
         raise ConfigError(f"--accelerator must be tpu or gpu, not {accelerator!r}")
+    if flavour is None:
+        return accelerator
+    name = f"{accelerator}-{flavour}"
+    if flavour not in FLAVOURS or name not in pins().images:
+        having = [n for n in image_names() if n.startswith(f"{accelerator}-")]
+        raise ConfigError(
+            f"rlctl makes no {accelerator} image with {flavour}",
+            hint=(f"its {accelerator} images: {', '.join([accelerator, *having])}")
+            + (
+                "; vLLM on TPU (tpu-inference) pins qwix 0.1.2 where Tunix 0.1.7 needs "
+                ">= 0.1.6: not built (docs/rollout-engines.md)"
+                if accelerator == "tpu" and flavour == "vllm"
+                else ""
+            ),
+        )
+    return name
+
+
+def image_kind(image: str) -> str:
+    """The accelerator kind an image (``gpu-vllm``) is for (``gpu``)."""
+    return image.split("-", 1)[0]
+
+
+def image_pins(accelerator: str) -> ImagePins:
+    """The pins of an image: ``tpu``, ``gpu`` or a flavour of one (``gpu-vllm``)."""
+    if accelerator not in pins().images:
+        raise ConfigError(
+            f"--accelerator must be tpu or gpu, not {accelerator!r}"
+            if "-" not in accelerator
+            else f"rlctl makes no image {accelerator!r} (its images: {', '.join(image_names())})"
+        )
     return pins().images[accelerator]
 
 
@@ -206,7 +251,7 @@ def render_dockerfile(accelerator: str) -> str:
     """The image's Dockerfile from ``rlctl/templates/Dockerfile.<accelerator>.j2``."""
     import jinja2
 
-    image_pins(accelerator)  # a clear error for anything but tpu or gpu
+    image_pins(accelerator)  # a clear error for an image rlctl does not make
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rlctl", "templates"),
         undefined=jinja2.StrictUndefined,
@@ -223,7 +268,8 @@ def render_dockerfile(accelerator: str) -> str:
         "accelerator": accelerator,
         "uid": IMAGE_UID,
     }
-    return env.get_template(f"Dockerfile.{accelerator}.j2").render(d=d)
+    # a flavour (gpu-vllm) is its kind's Dockerfile on its own lock
+    return env.get_template(f"Dockerfile.{image_kind(accelerator)}.j2").render(d=d)
 
 
 def requirements(accelerator: str) -> str:
@@ -236,7 +282,7 @@ class BuildContext(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    accelerator: Accelerator
+    accelerator: str = Field(description="the image: tpu, gpu or a flavour (gpu-vllm)")
     files: list[str] = Field(description="members of the archive, in order")
     archive: bytes = Field(repr=False, exclude=True)
     sha256: str
@@ -268,7 +314,7 @@ def build_context(accelerator: str) -> BuildContext:
     with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0, compresslevel=6) as gz:
         gz.write(tar_bytes)
     return BuildContext(
-        accelerator=accelerator,  # type: ignore[arg-type]  # checked by the caller
+        accelerator=accelerator,
         files=[n for n, _ in members],
         archive=packed.getvalue(),
         sha256=hashlib.sha256(tar_bytes).hexdigest(),

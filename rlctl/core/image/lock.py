@@ -40,9 +40,9 @@ from pathlib import Path
 
 from rlctl.core.errors import ConfigError
 from rlctl.core.image.context import (
-    ACCELERATORS,
     canonical,
     dist_name,
+    image_names,
     image_pins,
     lock_file,
     pins,
@@ -306,12 +306,34 @@ def default_constraints() -> Path | None:
     return here if here.is_file() else None
 
 
+def preferred(constraints: Path, unpreferred: list[str], workdir: Path) -> Path:
+    """``constraints`` without the packages an image cannot take at their version
+    (images.yaml ``unpreferred``), as a file in ``workdir``."""
+    drop = {canonical(n) for n in unpreferred}
+    keep = [
+        ln
+        for ln in constraints.read_text().splitlines()
+        if canonical(ln.split("#", 1)[0].strip().split("==")[0] or "#") not in drop
+    ]
+    out = workdir / f"preferred-{constraints.name}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(keep) + "\n")
+    return out
+
+
 def generate(accelerator: str, constraints: Path | None, workdir: Path) -> str:
     """The image's lock text, resolved now (network)."""
     check_host()
     reqs = inputs(accelerator, installed_requires_dist())
-    report = resolve(reqs, workdir, [constraints] if constraints else [])
-    return render_lock(accelerator, report, reqs, constraints.name if constraints else "")
+    unpreferred = image_pins(accelerator).unpreferred
+    used = (
+        preferred(constraints, unpreferred, workdir) if constraints and unpreferred else constraints
+    )
+    report = resolve(reqs, workdir, [used] if used else [])
+    note = ""
+    if constraints:
+        note = constraints.name + (f" but {', '.join(unpreferred)}" if unpreferred else "")
+    return render_lock(accelerator, report, reqs, note)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Regenerate rlctl/data/image-*.lock.txt.",
     )
     ap.add_argument(
-        "accelerators", nargs="*", metavar="{tpu,gpu}", help="the images to lock (default: all)"
+        "accelerators",
+        nargs="*",
+        metavar="IMAGE",
+        help=f"the images to lock: {', '.join(image_names())} (default: all)",
     )
     ap.add_argument(
         "--constraints",
@@ -333,10 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-constraints", action="store_true", help="prefer none")
     args = ap.parse_args(argv)
-    if bad := [a for a in args.accelerators if a not in ACCELERATORS]:
-        ap.error(f"not an image: {' '.join(bad)} (tpu or gpu)")
+    if bad := [a for a in args.accelerators if a not in image_names()]:
+        ap.error(f"not an image: {' '.join(bad)} ({', '.join(image_names())})")
     data = Path(str(resources.files("rlctl"))) / "data"
-    for acc in args.accelerators or ACCELERATORS:
+    for acc in args.accelerators or image_names():
         with tempfile.TemporaryDirectory(prefix="rlctl-lock-") as tmp:
             text = generate(acc, None if args.no_constraints else args.constraints, Path(tmp))
         (data / lock_file(acc)).write_text(text)

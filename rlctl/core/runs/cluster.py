@@ -51,10 +51,12 @@ from rlctl.core.runs.submit import (
     apply_delete_run,
     cluster_engine,
     describe_cluster_run,
+    image_for,
     learner_shape,
     plan_delete_run,
     render_run,
     resume_run,
+    rlctl_image,
     submit_run,
 )
 from rlctl.core.store import open_store
@@ -242,12 +244,15 @@ def _image_lines(
     """One line if the image is known to be missing (Artifact Registry images only)."""
     if image_exists(clients, image) is not False:
         return []
+    name = rlctl_image(image, shape.kind) or shape.kind  # gpu, or its flavour gpu-vllm
+    flavour = name[len(shape.kind) + 1 :]
     return [
         f"image {image} does not exist: run 'rlctl image build --cluster {target.name} "
-        f"--region {target.region} --accelerator {shape.kind}'"
+        f"--region {target.region} --accelerator {shape.kind}"
+        + (f" --with {flavour}'" if flavour else "'")
         + (
             ""
-            if image.rsplit(":", 1)[-1] == default_tag(shape.kind)
+            if image.rsplit(":", 1)[-1] == default_tag(name)
             else ", then pass the image it prints with --image (or leave --image out)"
         )
     ]
@@ -353,7 +358,8 @@ def submit(
     target = find_cluster(clients, project, region, ref.cluster)
     acc, shape = target.shape(ref.accelerator)
     # no --image: the one 'rlctl image build' makes of this rlctl for the accelerator
-    image = image or default_image(project, region, shape.kind)
+    # the vLLM flavour (rlctl-gpu-vllm) for a run that asks for vLLM, where rlctl makes one
+    image = image or default_image(project, region, image_for(shape.kind, spec.rollout.engine))
     runs_dir = ref.runs_dir or f"gs://{runs_bucket(clients, project, target.name)}/{RUNS_PREFIX}"
     store = _store(clients, runs_dir)
     if res.min_slices is not None and res.min_slices > shape.num_slices:
@@ -440,9 +446,9 @@ def pipelined_notes(
     A split runs in one process: one host, or Pathways' single controller over every
     host. A generator process of its own (``placement=process``) runs in pods of its
     own, for a backend that renders them (``Backend.generator_group``: a JobSet's second
-    replicated job, a RayJob's second worker group): one host of the run's accelerator, the learner on the others, which
-    must be one process for now (docs/async.md). ``acc``: the accelerator's catalog
-    name, for the lines."""
+    replicated job, a RayJob's second worker group): one host of the run's accelerator,
+    the learner on the others, which must be one process for now (docs/async.md).
+    ``acc``: the accelerator's catalog name, for the lines."""
     r = spec.rollout
     if not r.pipelined:
         return []

@@ -64,10 +64,24 @@ def hf_secret_name(run: str) -> str:
     return f"{run}-hf-token"
 
 
-def rlctl_image(image: str, kind: str) -> bool:
-    """Whether ``image`` is one ``rlctl image build`` makes for ``kind`` (its name is
-    ``rlctl-<kind>``, gcp/image.py ``image_uri``), whose lock says what it installs."""
-    return re.search(rf"/rlctl-{re.escape(kind)}(:[^/]*)?(@[^/]*)?$", image) is not None
+def rlctl_image(image: str, kind: str) -> str | None:
+    """Which of the images ``rlctl image build`` makes for ``kind`` ``image`` is (its
+    name is ``rlctl-<kind>[-<flavour>]``, gcp/image.py ``image_uri``): ``gpu``,
+    ``gpu-vllm``, whose lock says what it installs; None for another image."""
+    from rlctl.core.image.context import image_names
+
+    found = re.search(rf"/rlctl-({re.escape(kind)}(-[a-z0-9]+)?)(:[^/]*)?(@[^/]*)?$", image)
+    return found.group(1) if found and found.group(1) in image_names() else None
+
+
+def image_for(kind: str, engine: str) -> str:
+    """The rlctl image a run with ``rollout.engine=engine`` on ``kind`` runs by default:
+    the vLLM flavour when one asks for vLLM and rlctl makes it (gpu-vllm), else the
+    kind's."""
+    from rlctl.core.image.context import image_names
+
+    flavoured = f"{kind}-vllm"
+    return flavoured if engine == "vllm" and flavoured in image_names() else kind
 
 
 def cluster_engine(requested: str, kind: str, image: str) -> Engine:
@@ -76,12 +90,23 @@ def cluster_engine(requested: str, kind: str, image: str) -> Engine:
     (its lock). A run asking for vLLM where the image has none fails here, not after
     the slice has been provisioned. Another ``--image`` is the user's: what it carries is
     not known here, and the pods decide (the run's first lines say what they picked)."""
-    if not rlctl_image(image, kind):
+    name = rlctl_image(image, kind)
+    if name is None:
         return Engine(
             requested,
             f"rollout.engine={requested}: decided in the pods ({image} is not an rlctl image)",
         )
-    return pick(requested, kind, image_vllm(kind), image=image)
+    try:
+        return pick(requested, kind, image_vllm(name), image=image)
+    except ConfigError as e:
+        flavoured = image_for(kind, requested)
+        if flavoured == name:
+            raise
+        raise ConfigError(
+            e.message,
+            hint=f"build rlctl-{flavoured} ('rlctl image build -a {kind} --with vllm') and "
+            "leave --image out (train picks it), or --set rollout.engine=auto",
+        ) from None
 
 
 def learner_shape(spec: RunSpec, shape: SliceShape, name: str | None = None) -> SliceShape:

@@ -17,8 +17,8 @@ from rlctl import __version__
 from rlctl.core.errors import ConfigError
 from rlctl.core.image import context
 from rlctl.core.image.context import (
-    ACCELERATORS,
     build_context,
+    image_names,
     pins,
     read_lock,
     render_dockerfile,
@@ -30,7 +30,7 @@ def members(ctx) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore
 
 
-@pytest.mark.parametrize("acc", ACCELERATORS)
+@pytest.mark.parametrize("acc", image_names())
 class TestContext:
     def test_exactly_the_expected_files_and_nothing_else(self, acc):
         ctx = build_context(acc)
@@ -134,7 +134,7 @@ def test_the_test_extra_and_constraints_pin_the_images_ray():
     ]
     want = ray(extras["test"])
     assert "train" in want[1] and want[2].startswith("==")  # Ray Train, pinned
-    for acc in ACCELERATORS:
+    for acc in image_names():
         name, extras, version = ray(pins().images[acc].requirements)
         assert (name, version) == (want[0], want[2]) and extras >= want[1] | {"default"}, acc
     lines = (repo / "constraints.txt").read_text().splitlines()
@@ -142,13 +142,19 @@ def test_the_test_extra_and_constraints_pin_the_images_ray():
 
 
 def test_what_vllm_each_image_installs_comes_from_its_lock(monkeypatch):
-    """``train --cluster`` resolves ``rollout.engine`` against the image's lock: neither
-    image carries vLLM today (the TPU backend cannot be installed beside google-tunix
-    0.1.7: tpu-inference pins qwix==0.1.2, tunix needs qwix>=0.1.6;
-    docs/rollout-engines.md), and a lock that pins one is read."""
+    """``train --cluster`` resolves ``rollout.engine`` against the image's lock: the
+    gpu-vllm flavour carries vLLM's CUDA wheel (pyproject's ``vllm`` extra), the plain
+    images none (the TPU backend cannot be installed beside google-tunix 0.1.7:
+    tpu-inference pins qwix==0.1.2, tunix needs qwix>=0.1.6; docs/rollout-engines.md),
+    and a lock that pins one is read."""
     from rlctl.core.image import context
 
     assert context.image_vllm("tpu") is None and context.image_vllm("gpu") is None
+    assert context.image_vllm("gpu-vllm") == "0.30.0"
+    assert context.image_name("gpu", "vllm") == "gpu-vllm"
+    with pytest.raises(ConfigError, match="rlctl makes no tpu image with vllm") as e:
+        context.image_name("tpu", "vllm")
+    assert "qwix 0.1.2" in (e.value.hint or "")
     monkeypatch.setattr(
         context, "read_lock", lambda acc: "# vllm==9 in a comment\njax==0.10.2\nvllm_tpu==0.24.0\n"
     )
@@ -162,7 +168,7 @@ def test_the_images_ray_serves_the_rayjobs_probes_and_submitter():
     head never gets Ready and the RayJob never starts (.ci/ray-image runs it for real)."""
     from rlctl.core.image.lock import parse_lock
 
-    for acc in ACCELERATORS:
+    for acc in image_names():
         (req,) = [r for r in pins().images[acc].requirements if r.startswith("ray[")]
         assert "default" in req.split("]")[0], acc
         locked = parse_lock(read_lock(acc))
