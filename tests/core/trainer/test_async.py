@@ -243,8 +243,9 @@ def test_a_generator_pod_and_a_learner_pod_exchange_through_gs(
         ],
         cwd=REPO,
         env={**env, "RLCTL_GENERATOR": "pods"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        # files, not pipes: nobody reads the learner's output until the generator is done
+        stdout=(tmp_path / "learner.out").open("w"),
+        stderr=(tmp_path / "learner.err").open("w"),
         text=True,
     )
     store = open_store(root)
@@ -253,18 +254,26 @@ def test_a_generator_pod_and_a_learner_pod_exchange_through_gs(
         assert time.time() < deadline, "the learner never wrote its spec"
         time.sleep(0.1)
     pod = ("--root", root, "--name", "pods", "--pod")
-    generator = subprocess.run(
+    generator = subprocess.Popen(
         [sys.executable, "-m", "rlctl.core.trainer.run.generate", *pod],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdout=(tmp_path / "generator.out").open("w"),
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=600,
     )
-    _, err = learner.communicate(timeout=600)
-    assert learner.returncode == 0, err[-3000:]
-    assert generator.returncode == 0, generator.stderr[-3000:]
-    assert "the learner is done: stopping" in generator.stdout
+    try:
+        learner.wait(timeout=600)
+        err = (tmp_path / "learner.err").read_text()
+        assert learner.returncode == 0, err[-3000:]
+        generator.wait(timeout=60)  # it reads the learner's stop at its next look
+    finally:
+        for proc in (learner, generator):
+            if proc.poll() is None:
+                proc.kill()
+    said = (tmp_path / "generator.out").read_text()
+    assert generator.returncode == 0, said[-3000:]
+    assert "the learner is done: stopping" in said
     run = store.run("pods")
     rows = [json.loads(line) for line in run.read_text("metrics.jsonl").splitlines()]
     drop = PIPELINE | set(TIMING)
