@@ -96,6 +96,13 @@ class TestGeneratorPods:
             assert "generator" not in objs[-1]["spec"]["successPolicy"]["targetReplicatedJobs"]
         else:
             assert 'STORE_ROOT = \\"gs://bkt/runs\\"' in text and "GENERATOR = True" in text
+            # each group's custom resource, in the form Ray's KubeRay guide gives
+            # (cluster/kubernetes/user-guides/config.md: '"{\"Custom1\": 1}"')
+            groups = objs[-1]["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+            assert [g["rayStartParams"]["resources"] for g in groups] == [
+                '"{\\"rlctl_learner\\": 1}"',
+                '"{\\"rlctl_generator\\": 1}"',
+            ]
 
     def test_applied_both_groups_have_pods_and_the_runs_log_is_not_the_generators(
         self, b, accelerator, kube, api
