@@ -218,6 +218,12 @@ class WorkloadView(BaseModel):
 
     # derived names, one place
     @property
+    def store_root(self) -> str:
+        """The run store the run is in (``gs://BUCKET/PREFIX``), as a generator opens it
+        (``generate --root``)."""
+        return self.run_uri.rsplit("/", 1)[0]
+
+    @property
     def config_map(self) -> str:
         """The ConfigMap of the backend's extra files (mounted at /etc/rlctl)."""
         return f"{self.run}-config"
