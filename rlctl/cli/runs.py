@@ -223,6 +223,8 @@ def _run_view(r: RunInfo) -> str:
         lines.append(f"  disk        {_disk(r)}")
     if r.devices:
         lines.append(f"  devices     {r.devices} on {r.processes or 1} host(s)")
+    if r.resizes:
+        lines.append("  resized     " + "; ".join(x.text for x in r.resizes))
     if r.engine:
         lines.append(f"  engine      {r.engine}")
     if r.precision:

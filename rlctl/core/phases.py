@@ -107,6 +107,10 @@ class StatusUpdate(BaseModel):
     finished: str | None = None
     total_steps: int | None = None
     steps_changes: list[dict[str, Any]] | None = None  # each {from, to, by, at}
+    # each attempt that began on another count of hosts or devices than the one before
+    # (an elastic Ray job that grew or lost hosts): {step, hosts: [before, after],
+    # devices: [before, after], at}; the step is the checkpoint it resumed from
+    resizes: list[dict[str, Any]] | None = None
 
     def fields(self) -> dict[str, Any]:
         """The given fields, phase still a ``Phase`` (it serializes as its string)."""

@@ -212,8 +212,9 @@ def ray_start_command(
     """The ``ray start`` a Ray pod runs: ``common/pod.go`` ``setMissingRayStartParams``
     (workers' ``address``, the head's ``dashboard-host``, ``metrics-export-port`` 8080,
     ``block``, ``dashboard-agent-listen-port`` 52365, each unless given),
-    ``generateRayStartCommand`` (``num-cpus`` and ``memory`` from the container's limits,
-    unless given) and ``convertParamMap`` (keys sorted; "true" is a bare switch)."""
+    ``generateRayStartCommand`` (``num-cpus``, ``memory`` and ``num-gpus`` from the
+    container's limits, unless given) and ``convertParamMap`` (keys sorted; "true" is a
+    bare switch)."""
     from rlctl.core.units import quantity
 
     p = dict(params)
@@ -227,6 +228,11 @@ def ray_start_command(
         p["num-cpus"] = str(int(quantity(limits["cpu"])))
     if "memory" not in p and "memory" in limits:
         p["memory"] = str(int(quantity(limits["memory"])))
+    # addWellKnownAcceleratorResources (same file, v1.6.1): ``num-gpus`` from the first
+    # limit whose key ends in "gpu" (utils/resources.go IsGPUResourceKey), unless given
+    for key in sorted(limits):
+        if "num-gpus" not in p and key.endswith("gpu") and int(quantity(limits[key])):
+            p["num-gpus"] = str(int(quantity(limits[key])))
     flags = []
     for k in sorted(p):
         v = str(p[k])

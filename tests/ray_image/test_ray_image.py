@@ -68,9 +68,10 @@ def _installed(version, name: str) -> str | None:
         return None
 
 
-def _render(spec, store):
+def _render(spec, store, shape=None, max_restarts: int = 0):
     """The run's objects as ``render_run`` renders them, less its schema validation (the
-    image has no 'k8s' extra: that runs where rlctl submits, and in the main suite)."""
+    image has no 'k8s' extra: that runs where rlctl submits, and in the main suite), on
+    one v6e-16 slice unless ``shape`` is given."""
     from rlctl.core.k8s.render import render_workload
     from rlctl.core.runs.submit import ClusterOptions, _named, build_view
     from tests.fakes.shapes import v6e_16
@@ -90,9 +91,9 @@ def _render(spec, store):
         build_view(
             on_gcs,
             "ray",
-            v6e_16(1),
+            shape or v6e_16(1),
             store.run(spec.name).uri,
-            ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=0),
+            ClusterOptions(image="us-docker.pkg.dev/p/r/rlctl:1", max_restarts=max_restarts),
             False,
         )
     )

@@ -34,7 +34,7 @@ from rlctl.core.phases import Phase, StatusUpdate
 from rlctl.core.runs.results import TrainResult
 from rlctl.core.runs.run_log import RunLog
 from rlctl.core.runs.spec import check_name_free, local_paths_absolute, write_new_run
-from rlctl.core.runs.status import checked_metrics, read_status, steps_done
+from rlctl.core.runs.status import checked_metrics, read_resizes, read_status, steps_done
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
@@ -87,12 +87,42 @@ class StatusFile:
         # what the store holds, never a checkpoint that was set aside or lost since
         self.data["latest_checkpoint"] = latest_checkpoint_step(run)
 
-    def update(self, change: StatusUpdate | None = None, **fields: Any) -> None:
+    def update(self, change: StatusUpdate | None = None, **fields: Any) -> dict[str, Any] | None:
         """Write the fields ``change`` gives (or ``fields``, checked as a
-        ``StatusUpdate``) and ``updated``; the rest stay."""
+        ``StatusUpdate``) and ``updated``; the rest stay. Returns the resize this
+        change records (``resized``), or None."""
         change = change if change is not None else StatusUpdate(**fields)
-        self.data.update(change.fields(), updated=_now())
+        now = _now()
+        resize = resized(self.data, change, now)
+        if resize is not None:
+            history = self.data.get("resizes")
+            kept = history if isinstance(history, list) else []
+            change = StatusUpdate(**change.fields(), resizes=[*kept, resize])
+        self.data.update(change.fields(), updated=now)
         self.run.write_text(STATUS, status_text(self.data))  # checked by its reader
+        return resize
+
+
+def resized(before: dict[str, Any], change: StatusUpdate, at: str) -> dict[str, Any] | None:
+    """The resize ``change`` makes, or None: an attempt that starts on another count
+    of hosts or devices than the last one ran on. An elastic Ray job that gained or
+    lost hosts restarts its workers on the new count, and each resumes from the last
+    checkpoint; status.json keeps every such change (``resizes``), so ``status``
+    shows when the run grew or shrank, and from which step."""
+    if change.processes is None or change.devices is None:
+        return None
+    hosts, devices = before.get("processes"), before.get("devices")
+    if not isinstance(hosts, int) or not isinstance(devices, int):
+        return None  # the run's first attempt, or a status.json that lost them
+    if (hosts, devices) == (change.processes, change.devices):
+        return None
+    step = change.step if change.step is not None else before.get("step")
+    return {
+        "step": step,
+        "hosts": [hosts, change.processes],
+        "devices": [devices, change.devices],
+        "at": at,
+    }
 
 
 def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
@@ -403,7 +433,9 @@ def _execute(
     spec: RunSpec, run: RunDir, status: StatusFile, log: RunLog, recover: bool = False
 ) -> TrainResult:
     def on_status(change: StatusUpdate) -> None:
-        status.update(change)
+        resize = status.update(change)
+        for r in read_resizes([resize]) or []:  # this attempt's, said once
+            log({"event": "message", "message": f"resized: {r.text}"})
         # a stop signal whose KeyboardInterrupt was swallowed somewhere (one that a
         # step defers is the loop's to take, at its safe point)
         if stops.received() and not stops.deferring():

@@ -37,6 +37,23 @@ class EvalSummary(BaseModel):
     n: int | None = None
 
 
+class Resize(BaseModel):
+    """One attempt that began on another count of hosts or devices than the one before
+    (status.json's ``resizes``): an elastic Ray job that gained or lost hosts."""
+
+    step: int = Field(ge=0)  # the checkpoint the new attempt resumed from
+    hosts: tuple[int, int]  # (before, after)
+    devices: tuple[int, int]
+    at: str | None = None
+
+    @property
+    def text(self) -> str:
+        """'1 -> 2 hosts (8 -> 16 devices) at step 2'"""
+        (h0, h1), (d0, d1) = self.hosts, self.devices
+        counts = f"{h0} -> {h1} hosts" if h0 != h1 else f"{h1} hosts"
+        return f"{counts} ({d0} -> {d1} devices) at step {self.step}"
+
+
 class RunEvals(BaseModel):
     """The baseline and final evals a run has so far; one not run yet is left out of
     the JSON, as its file is absent from ``eval/``."""
@@ -73,6 +90,7 @@ class RunInfo(BaseModel):
     disk_bytes: int | None = None  # the run folder's (checkpoints, metrics, logs, eval)
     processes: int | None = None
     devices: int | None = None
+    resizes: list[Resize] | None = None  # each change of hosts or devices, oldest first
     engine: str | None = None  # the rollout engine (rollout.engine resolved)
     precision: str | None = None  # what the update's matmuls read (model.compute_dtype)
     sampling_precision: str | None = None  # the sampler's (rollout.compute_dtype resolved)

@@ -11,7 +11,7 @@ from rlctl.core.config.models import RunSpec
 from rlctl.core.errors import ConfigError
 from rlctl.core.phases import Phase
 from rlctl.core.runs.curve import Curve, build_curve
-from rlctl.core.runs.results import EVALS, EvalSummary, RunEvals, RunInfo
+from rlctl.core.runs.results import EVALS, EvalSummary, Resize, RunEvals, RunInfo
 from rlctl.core.store.base import (
     CHECKPOINTS,
     EVAL,
@@ -99,6 +99,20 @@ def read_curve(run: RunDir, rows: list[dict[str, Any]]) -> Curve:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_resizes(value: Any) -> list[Resize] | None:
+    """status.json's ``resizes`` as records; an entry that is not one is left out (a
+    hand-edited or damaged file must not break ``status``)."""
+    if not isinstance(value, list):
+        return None
+    out = []
+    for entry in value:
+        try:
+            out.append(Resize.model_validate(entry))
+        except ValueError:
+            continue
+    return out or None
 
 
 def _str(value: Any) -> str | None:
@@ -276,6 +290,7 @@ def describe_run(run: RunDir, curve: bool = False) -> RunInfo:
         disk_bytes=disk_bytes,
         processes=_int(status.get("processes")),
         devices=_int(status.get("devices")),
+        resizes=read_resizes(status.get("resizes")),
         engine=_str(status.get("engine")),
         precision=_str(status.get("precision")),
         sampling_precision=_str(status.get("sampling_precision")),

@@ -313,6 +313,19 @@ def test_a_shrink_to_one_slice_drops_the_stale_slice_coordinates(tmp_path):
     assert both == stale
 
 
+def test_a_slice_count_that_is_not_the_groups_is_refused_not_waited_on(tmp_path):
+    """A count no one fixed (a Ray that stopped writing them, a pod spec that sets
+    them) fails the worker with a line saying so, never retried, instead of libtpu
+    waiting for slices that are not there."""
+    driver = _driver_module(tmp_path, 2)  # v6e-16 x2: 4 hosts a slice
+    driver.check_slices({"MEGASCALE_NUM_SLICES": "2"}, world_size=8)  # Ray's own
+    driver.check_slices({}, world_size=4)  # one slice, dropped
+    with pytest.raises(RuntimeError, match="MEGASCALE_NUM_SLICES=2 on a worker group of 1 "):
+        driver.check_slices({"MEGASCALE_NUM_SLICES": "2"}, world_size=4)
+    with pytest.raises(RuntimeError, match=driver.NOT_RETRIED):
+        driver.check_slices({"MEGASCALE_NUM_SLICES": "3"}, world_size=8)
+
+
 JOINED_BY_RAY = """
 import socket
 from ray.train.v2.jax.config import _setup_jax_distributed_environment

@@ -244,6 +244,44 @@ def test_an_intact_status_keeps_its_created(tmp_path):
     assert json.loads((run.path / STATUS).read_text())["created"] == GOOD_STATUS["created"]
 
 
+def test_an_attempt_on_another_host_count_is_recorded_and_shown(tmp_path):
+    """An elastic Ray job that grew from one host to two, then lost one: each attempt
+    that starts on another count is kept in status.json and shown by ``status``."""
+    store = LocalRunStore(tmp_path)
+    run = make_run(store, "elastic")
+    spec = resolve_run_spec("grpo", flags={"name": "elastic", "output.root": str(tmp_path)})
+    status = StatusFile(run, spec)
+    first = status.update(phase=Phase.RUNNING, step=0, processes=1, devices=8)  # first attempt
+    same = status.update(phase=Phase.RUNNING, step=1, processes=1, devices=8)
+    grew = status.update(phase=Phase.RUNNING, step=2, processes=2, devices=16)
+    status.update(phase=Phase.STARTING)  # a new attempt names no count yet
+    shrank = StatusFile(run, spec).update(phase=Phase.RUNNING, step=4, processes=1, devices=8)
+    assert first is None and same is None
+    assert (grew["step"], grew["hosts"], grew["devices"]) == (2, [1, 2], [8, 16])
+    assert (shrank["step"], shrank["hosts"]) == (4, [2, 1])
+    saved = json.loads((run.path / STATUS).read_text())
+    assert [r["hosts"] for r in saved["resizes"]] == [[1, 2], [2, 1]]
+
+    info = describe_run(run)
+    assert [r.text for r in info.resizes] == [
+        "1 -> 2 hosts (8 -> 16 devices) at step 2",
+        "2 -> 1 hosts (16 -> 8 devices) at step 4",
+    ]
+    shown = CliRunner().invoke(app, ["status", "elastic", "--runs-dir", str(tmp_path)])
+    assert "resized     1 -> 2 hosts (8 -> 16 devices) at step 2; 2 -> 1 hosts" in shown.stdout
+    as_json = CliRunner().invoke(
+        app, ["status", "elastic", "--runs-dir", str(tmp_path), "-o", "json"]
+    )
+    assert json.loads(as_json.stdout)["resizes"][1]["hosts"] == [2, 1]
+
+
+def test_a_damaged_resize_entry_is_left_out(tmp_path):
+    run = make_run(LocalRunStore(tmp_path), "r1")
+    good = {"step": 2, "hosts": [1, 2], "devices": [1, 2], "at": "t"}
+    run.write_json(STATUS, {**GOOD_STATUS, "resizes": ["x", {"step": -1}, good, 7]})
+    assert [r.hosts for r in describe_run(run).resizes] == [(1, 2)]
+
+
 class TestLiveness:
     """A SIGKILLed run's status.json still says ``running``: ``status`` must not."""
 
