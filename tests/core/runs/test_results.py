@@ -67,6 +67,7 @@ class TestDumps:
             "disk_bytes",
             "processes",
             "devices",
+            "resizes",
             "engine",
             "precision",
             "sampling_precision",
