@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p for p in (REPO / "bench").glob("*.py") if p.name != "__init__.py")
+# the scripts and the modules of bench's own packages (bench/fuzz/: the fuzzer's parts)
+SCRIPTS = sorted(p for p in (REPO / "bench").rglob("*.py") if p.name != "__init__.py")
+
+
+def _module(path: Path) -> str:
+    """``bench/fuzz/loader.py`` -> ``bench.fuzz.loader``."""
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(REPO / "bench"))
 
 
 def _rlctl_names(tree: ast.Module) -> set[str]:
@@ -76,7 +86,7 @@ def offences(source: str) -> list[str]:
     return sorted(found, key=lambda line: int(line.split(":")[0]))
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", SCRIPTS, ids=_id)
 def test_no_bench_edits_the_path_or_rebinds_rlctl(script):
     assert offences(script.read_text()) == []
 
@@ -103,11 +113,9 @@ def test_the_check_catches_each_form():
     )
 
 
-@pytest.mark.parametrize(
-    "script", [p for p in SCRIPTS if not p.name.startswith("_")], ids=lambda p: p.name
-)
+@pytest.mark.parametrize("script", [p for p in SCRIPTS if not p.name.startswith("_")], ids=_id)
 def test_each_bench_imports_as_a_module_of_the_package(script):
-    importlib.import_module(f"bench.{script.stem}")
+    importlib.import_module(_module(script))
 
 
 def test_a_bench_run_by_its_path_runs_as_the_module():
