@@ -252,6 +252,16 @@ class RolloutSpec(Spec):
             "(each batch from the policy of k steps before)",
         ),
     ] = 0
+    correction: Annotated[
+        Literal["decoupled", "behaviour"],
+        Field(
+            description="with max_staleness >= 1, how the loss corrects for the older "
+            "policy that sampled a batch: decoupled (AReaL's: the ratio and its clipping "
+            "against the learner's policy of now, times the truncated importance weight "
+            "of now over the sampler's) or behaviour (the sampler's log-probs as the "
+            "ratio's denominator, clipped)",
+        ),
+    ] = "decoupled"
 
     @field_validator("devices")
     @classmethod

@@ -93,8 +93,33 @@ def test_staleness_one_samples_each_step_from_the_policy_before(runs):
     assert learned(runs / "split1")[0]["reward_mean"] == sync[0]["reward_mean"]
     # ... the later ones come from an older policy, so the rollouts differ
     assert [r["reward_mean"] for r in rows[1:]] != [r["reward_mean"] for r in sync[1:]]
-    # the ratio to the generator's log-probs is not 1 once the learner moved on
+    # the decoupled correction (the default): the ratio is the learner's own, so
+    # nothing is clipped with one update a batch, and the importance weight of the
+    # learner's policy over the sampler's is not 1 once the learner moved on
+    assert all(r["clip_fraction"] == 0 for r in rows)
+    assert all(abs(r["importance_weight"] - 1) > 1e-4 for r in rows[1:])
+
+
+def test_the_behaviour_correction_clips_against_the_samplers_log_probs(
+    runs, tiny_model_dir, tmp_path
+):
+    """rollout.correction=behaviour: the sampler's log-probs are pi_old, so the ratio
+    moves off 1 with the lag and is clipped, and no weight is reported."""
+    rows = in_process(
+        tiny_model_dir,
+        tmp_path,
+        "behaviour1",
+        "grpo",
+        *COMMON,
+        *STALE,
+        "--set",
+        "rollout.correction=behaviour",
+    )
     assert any(r["clip_fraction"] > 0 for r in rows[1:])
+    assert all("importance_weight" not in r for r in rows)
+    # the same rollouts as the decoupled run's (the same versions sample each step)
+    # until the two updates differ: step 1's batch and update are the same
+    assert rows[0]["reward_mean"] == metrics(runs / "split1")[0]["reward_mean"]
     # pushes until the last step that samples from a new version (step 2 of 4 needs 1,
     # step 3 needs 2; 3 is never sampled from)
     assert [("weight_push_seconds" in r) for r in rows] == [True, True, False, False]

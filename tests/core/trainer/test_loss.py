@@ -87,6 +87,38 @@ class TestPolicyLoss:
         diff = [policy_loss(logps, mask, adv, c, old_logps=old)[0] for c in (GRPO, GSPO)]
         assert abs(float(diff[0]) - float(diff[1])) > 1e-3
 
+    def test_decoupled_weights_each_token_by_the_learners_over_the_samplers(self):
+        """AReaL's decoupled objective with one update a batch: the ratio is 1 (the
+        learner's own policy), each token's term is weighted by pi_now / pi_sampler,
+        truncated at IMPORTANCE_CAP, and the weight carries no gradient."""
+        from rlctl.core.trainer.algorithm.loss import IMPORTANCE_CAP
+
+        logps = jnp.log(jnp.array([[0.5, 0.5, 0.5]]))
+        sampler = jnp.log(jnp.array([[0.25, 0.5, 0.05]]))  # weights 2, 1, 10 -> cap
+        mask, adv = jnp.ones((1, 3)), jnp.array([1.0])
+
+        def loss_of(lp):
+            return policy_loss(lp, mask, adv, GRPO, behaviour_logps=sampler)
+
+        (loss, aux), grad = jax.value_and_grad(loss_of, has_aux=True)(logps)
+        w = [2.0, 1.0, IMPORTANCE_CAP]
+        assert float(loss) == pytest.approx(-sum(w) / 3, rel=1e-5)
+        assert float(aux["clip_fraction"]) == 0.0
+        assert float(aux["importance_weight"]) == pytest.approx(sum(w) / 3, rel=1e-5)
+        np.testing.assert_allclose(grad, [[-x / 3 for x in w]], rtol=1e-5)
+        # no drift: the synchronous loss exactly
+        same, _ = policy_loss(logps, mask, adv, GRPO, behaviour_logps=logps)
+        assert float(same) == float(policy_loss(logps, mask, adv, GRPO)[0])
+
+    def test_decoupled_gspo_weights_each_sequence(self):
+        logps = jnp.log(jnp.array([[0.5, 0.5]]))
+        sampler = jnp.log(jnp.array([[0.25, 0.5]]))  # sequence weight sqrt(2)
+        loss, aux = policy_loss(
+            logps, jnp.ones((1, 2)), jnp.array([1.0]), GSPO, behaviour_logps=sampler
+        )
+        assert float(loss) == pytest.approx(-math.sqrt(2), rel=1e-5)
+        assert float(aux["importance_weight"]) == pytest.approx(math.sqrt(2), rel=1e-5)
+
     def test_kl_estimators(self):
         p, q = jnp.array([-1.0]), jnp.array([-1.5])
         assert float(kl_divergence(p, q, "k1")[0]) == pytest.approx(0.5)

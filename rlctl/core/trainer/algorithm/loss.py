@@ -25,6 +25,13 @@ class LossConfig:
     aggregation: str  # "token-mean" | "sequence-mean-token-mean" | "sequence-mean-token-sum"
 
 
+# the decoupled objective's importance weight pi_prox / pi_behaviour is cut at this
+# (truncated importance sampling: Yao et al. 2025's TIS and verl's rollout correction
+# use 2): one token (or, for GSPO, one sequence) sampled far more rarely than the
+# learner would sample it now cannot take over the batch's gradient
+IMPORTANCE_CAP = 2.0
+
+
 def group_advantages(rewards: np.ndarray, num_generations: int) -> np.ndarray:
     """(r - mean(group)) / (std(group, ddof=1) + 1e-6): the GRPO paper's outcome advantage."""
     r = np.asarray(rewards, np.float64).reshape(-1, num_generations)
@@ -94,9 +101,16 @@ def policy_loss(
     old_logps: jax.Array | None = None,
     ref_logps: jax.Array | None = None,
     norm: Norm | None = None,
+    behaviour_logps: jax.Array | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Clipped surrogate loss. With ``old_logps`` None the rollout policy *is* the
     current one (one update per batch): the ratio is 1 but its gradient is not.
+
+    ``behaviour_logps`` (a pipelined run's decoupled correction): the log-probs of the
+    older policy that sampled the batch. The ratio and its clipping stay against
+    ``old`` (the learner's proximal policy), and each token's term is weighted by
+    ``pi_old / pi_behaviour``, truncated at ``IMPORTANCE_CAP`` (per sequence for
+    GSPO, whose ratio is a sequence's): AReaL's decoupled PPO objective.
 
     Every figure is a sum divided by ``norm`` (default: this batch's own), so the
     figures of micro-batches add up to the whole batch's.
@@ -114,14 +128,25 @@ def policy_loss(
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon_high)
     per_token = jnp.maximum(unclipped, clipped)
-    loss = aggregate(per_token, mask, cfg.aggregation, norm)
     fmask = mask.astype(jnp.float32)
     denom = norm.tokens
+    weight = None
+    if behaviour_logps is not None:
+        prox = jax.lax.stop_gradient(old)
+        if cfg.algorithm == "gspo":
+            log_w = sequence_log_ratio(prox, behaviour_logps, mask)[:, None]
+        else:
+            log_w = jnp.clip(prox - behaviour_logps, -20.0, 20.0)
+        weight = jnp.minimum(jnp.exp(log_w), IMPORTANCE_CAP)
+        per_token = per_token * weight
+    loss = aggregate(per_token, mask, cfg.aggregation, norm)
     aux = {
         "clip_fraction": ((clipped > unclipped) * fmask).sum() / denom,
         "ratio_mean": (ratio * fmask).sum() / denom,
         "kl": jnp.float32(0.0),
     }
+    if weight is not None:
+        aux["importance_weight"] = (jnp.broadcast_to(weight, fmask.shape) * fmask).sum() / denom
     if ref_logps is not None:
         kl = kl_divergence(logps, ref_logps, cfg.kl_estimator)
         aux["kl"] = (kl * fmask).sum() / denom

@@ -84,6 +84,9 @@ class Batch:
     advantages: Any  # [P*G]
     ref_logps: Any = None  # [P*G, Lc] of the reference model, for the KL term
     old_logps: Any = None  # [P*G, Lc] of the rollout policy, frozen over iterations
+    # [P*G, Lc] of the older policy that sampled a pipelined run's batch, when the loss
+    # corrects for it by a weight (rollout.correction=decoupled); else None
+    behaviour_logps: Any = None
 
 
 @dataclass(frozen=True)

@@ -6,18 +6,26 @@ generator (``rollout/generator.py``) samples step ``j`` from policy version
 devices when split; the learner takes the trajectory, updates, and pushes the new
 version's weights to it.
 
-**The importance correction.** With ``k`` >= 1 a batch was sampled by a policy up to
-``k`` updates old. The loss then takes the generator's own log-probs of the sampled
-tokens as the old policy's, so GRPO's and GSPO's ratio ``pi_theta / pi_old`` is the
-importance weight of the behaviour policy and their clipping bounds it, as
-PipelineRL and AReaL's decoupled objective use the behaviour policy's log-probs. The
-alternative (verl's and NeMo-RL's default, recomputing ``pi_old`` with the learner's
-weights of now) costs a forward pass per batch and corrects only for the drift
-between the current and the behaviour policy by a separate truncated weight; the
-generator's log-probs need no pass and include any numeric difference between
-the sampler and the update (bfloat16 sampling), which is part of the behaviour too.
-With ``k`` = 0 the ratio is the synchronous run's (the current policy, gradient
-stopped), so its metrics are the synchronous run's exactly.
+**The importance correction** (``rollout.correction``). With ``k`` >= 1 a batch was
+sampled by a policy up to ``k`` updates old.
+
+* ``decoupled`` (the default; AReaL's decoupled PPO objective, Fu et al. 2025): the
+  ratio and its clipping are taken against the learner's policy of now (the proximal
+  one: with one update per batch the current policy, gradient stopped, as in a
+  synchronous run; with several, its log-probs before the first), and each token's
+  term is weighted by ``pi_now / pi_sampler``, truncated at 2 (TIS, as verl's rollout
+  correction). The trust region is the learner's own, so a lag does not clip updates
+  a synchronous run would take; the weight corrects the sampling.
+* ``behaviour``: the generator's log-probs are the old policy's, so the ratio
+  ``pi_theta / pi_sampler`` is the importance weight and its clipping bounds it
+  (PipelineRL's form). It needs no extra pass either, but the clip then bounds the
+  sampler's drift as well as the update, and on the default task it learned less than
+  the synchronous run (docs/async.md).
+
+Both read the generator's own log-probs of the sampled tokens, which include any
+numeric difference between the sampler and the update (bfloat16 sampling), part of
+the behaviour too. With ``k`` = 0 the ratio is the synchronous run's (the current
+policy, gradient stopped), so its metrics are the synchronous run's exactly.
 """
 
 from __future__ import annotations
@@ -97,8 +105,11 @@ class Pipelined:
         else:
             out, scores = self._sampled(step, version)
         batch = self.rollout.batch(out, scores)
-        if self.lag:  # the behaviour policy's log-probs: the ratio's denominator
+        if self.lag and self.spec.rollout.correction == "behaviour":
+            # the sampler's log-probs: the ratio's denominator
             batch = dataclasses.replace(batch, old_logps=out.logps)
+        elif self.lag:  # decoupled: the ratio against the learner's, weighted
+            batch = dataclasses.replace(batch, behaviour_logps=out.logps)
         return Trajectory(out, scores, batch, engine)
 
     def _received(self, step: int, version: int) -> tuple[Samples, Scores, dict[str, float]]:

@@ -95,13 +95,15 @@ def batch_shape(spec: RunSpec, prompt_len: int, ref: bool, sharding: Any = None)
     if iterations is None:
         raise ValueError("training.num_iterations is unset: not a validated RunSpec")
     logps = shape(rows, n, dtype=np.float32)
+    behaviour = r.correction == "behaviour"  # the sampler's log-probs as pi_old
     return Batch(
         prompt_ids=shape(t.prompts_per_step, prompt_len),
         completion_ids=shape(rows, n),
         mask=shape(rows, n),
         advantages=shape(rows, dtype=np.float32),
         ref_logps=logps if ref else None,
-        old_logps=logps if iterations > 1 or r.max_staleness > 0 else None,
+        old_logps=logps if iterations > 1 or (r.max_staleness > 0 and behaviour) else None,
+        behaviour_logps=logps if r.max_staleness > 0 and not behaviour else None,
     )
 
 
@@ -390,6 +392,7 @@ class Update:
                 old_logps=mb.old_logps,
                 ref_logps=mb.ref_logps,
                 norm=norm,
+                behaviour_logps=mb.behaviour_logps,
             )
             aux["entropy"] = (ent * mb.mask).sum() / norm.tokens
             return loss, aux
@@ -785,6 +788,9 @@ class StepMetrics:
     generator_busy: float | None = None
     learner_busy: float | None = None
     weight_push_bytes: int | None = None
+    # rollout.correction=decoupled with max_staleness >= 1: the mean truncated
+    # importance weight pi_learner / pi_sampler over the batch's tokens (1: no drift)
+    importance_weight: float | None = None
 
     @classmethod
     def measure(
@@ -828,6 +834,9 @@ class StepMetrics:
                 None if weight_push_seconds is None else round(weight_push_seconds, 3)
             ),
             peak_device_bytes=peak_device_bytes,
+            importance_weight=(
+                float(aux["importance_weight"]) if "importance_weight" in aux else None
+            ),
             **pipeline,
         )
 
@@ -853,4 +862,5 @@ _OPTIONAL = (
     "generator_busy",
     "learner_busy",
     "weight_push_bytes",
+    "importance_weight",
 )
