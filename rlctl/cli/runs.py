@@ -469,7 +469,15 @@ def resume(
             )
         out.result(record.model_dump(mode="json"), progress.summary(record))
         return
-    result = where.resume(run, image=image, recover=recover, steps=steps)
+    # a cluster run's checks first: its programs compiled for the accelerator again
+    with out.phases(f"checking run {run} before it is re-submitted ...") as say:
+        result = where.resume(
+            run,
+            image=image,
+            recover=recover,
+            steps=steps,
+            progress=lambda line: say(f"device memory: {line} ..."),
+        )
     for line in result.applied:
         out.info(f"  {line}")
     out.result(

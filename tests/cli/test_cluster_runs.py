@@ -879,6 +879,43 @@ class TestResume:
         assert "JobSet/r1 (applied)" in out["applied"]
         assert "status" not in kube.objects[JOBSET]  # a fresh JobSet, not the failed one
 
+    def test_a_run_that_no_longer_fits_is_refused_before_anything_is_applied(
+        self, cli, kube, clients, monkeypatch
+    ):
+        """The fit check runs again on resume (spec.yaml, the image or the cluster's
+        pools may have changed since the submit), with what it compiled on stderr."""
+        from rlctl.core.runs import device_fit
+        from rlctl.core.trainer.api import DeviceFit
+
+        assert _submit(cli).exit_code == 0
+        bucket = clients.storage.bucket(BUCKET)
+        bucket.blob(f"runs/{RUN}/checkpoints/2/COMMITTED").upload_from_string(
+            '{"step": 2, "files": []}'
+        )
+        kube.objects[JOBSET]["status"] = {
+            "conditions": [{"type": "Failed", "status": "True", "message": "preempted"}]
+        }
+        asked = []
+
+        def too_big(spec, acc, count, engine, on_line, storage):
+            asked.append((acc, count))
+            on_line("update compiled")
+            gib = 1 << 30
+            return DeviceFit(
+                target=f"{acc}", device="TPU v6e", devices=count * 4,
+                device_memory=32 * gib, usable=27 * gib, peak=40 * gib,
+                fits=False, fix="--set training.remat=true",
+            )  # fmt: skip
+
+        monkeypatch.setattr(device_fit, "check", too_big)
+        failed = dict(kube.objects[JOBSET])
+        r = cli("resume", RUN, "--runs-dir", STORE)
+        assert r.exit_code != 0 and asked, r.stderr
+        assert "error: the run does not fit" in r.stderr
+        assert "hint: --set training.remat=true" in r.stderr
+        assert "device memory: update compiled" in r.stderr
+        assert kube.objects[JOBSET] == failed  # nothing re-applied
+
 
 class TestDeleteRun:
     def test_lists_then_removes_only_this_runs_objects(self, cli, kube, clients):

@@ -698,9 +698,15 @@ def resume(
     name: str,
     hf_token: str | None = None,
     image: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> ResumeResult:
     """Re-submit a stopped cluster run from its latest complete checkpoint, with the
-    backend, image and accelerator recorded at submit (``image`` overrides)."""
+    backend, image and accelerator recorded at submit (``image`` overrides).
+
+    The checks of a submit run again first, since the image, the accelerator (a
+    cluster's pools change) or spec.yaml may have changed since: each pod has a node,
+    the engine suits the image, and the run's programs fit the accelerator's memory
+    (``device_fit``: ``on_progress`` hears each compile)."""
     o = open_run(clients, ref, name)
     api = _require_cluster(o, "this resume")
     assert o.target is not None and o.backend is not None
@@ -721,10 +727,15 @@ def resume(
     )
     from rlctl.core.runs.local import load_run_spec
 
-    objs = render_run(
-        load_run_spec(o.run), o.backend, shape, o.store, opts, with_hf_secret=bool(hf_token)
-    )
+    spec = load_run_spec(o.run)
+    engine = cluster_engine(spec.rollout.engine, shape.kind, image)
+    pipelined_notes(spec, shape, o.backend, engine.name, acc)  # refuses what pods would
+    objs = render_run(spec, o.backend, shape, o.store, opts, with_hf_secret=bool(hf_token))
     check_placement(objs, o.target.pools, o.target.unmodelled, o.target.name, o.target.region, acc)
+    learner = learner_shape(spec, shape, acc)
+    device_fit.refuse(
+        device_fit.check(spec, acc, learner.count, engine.name, on_progress, clients.storage)
+    )
     out = resume_run(name, o.backend, shape, api, o.store, opts, hf_token=hf_token)
     return out.model_copy(update={"cluster": o.target.name, "accelerator": acc})
 

@@ -254,7 +254,12 @@ class OnCluster:
                 hint="copy the run's folder here, resume it, then copy it back",
             )
         return core.resume(
-            self.clients, self.ref, name, hf_token=core.hf_token_from_env(), image=image
+            self.clients,
+            self.ref,
+            name,
+            hf_token=core.hf_token_from_env(),
+            image=image,
+            on_progress=progress,
         )
 
     def plan_delete(self, name: str, purge: bool) -> Deletion:
