@@ -106,6 +106,57 @@ def _env_of(container: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
 
 
+def _groups(rayjob: dict) -> tuple[dict, dict, dict, dict]:
+    """(the head group, its container, the one worker group, its container)."""
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    head = cluster["headGroupSpec"]
+    (group,) = cluster["workerGroupSpecs"]
+    return (
+        head,
+        head["template"]["spec"]["containers"][0],
+        group,
+        group["template"]["spec"]["containers"][0],
+    )
+
+
+def _mounted(rayjob: dict, files: dict[str, str], tmp_path: Path) -> str:
+    """The ConfigMap's files where the pods mount it (a folder here); the entrypoint
+    pointed there."""
+    etc = tmp_path / "etc-rlctl"
+    etc.mkdir()
+    for name, text in files.items():
+        (etc / name).write_text(text)
+    entry = rayjob["spec"]["entrypoint"].replace("/etc/rlctl/", f"{etc}/")
+    assert entry != rayjob["spec"]["entrypoint"]
+    return entry
+
+
+def _node_env(pod_env: dict[str, str], gcs_url: str, tmp_path: Path, ray_tmp: str) -> dict:
+    """The Ray nodes' environment: this one's (no RAY_*), the pods' own variables, and
+    the local stand-ins: the run store's endpoint and a throwaway key, the image venv's
+    ray on PATH, JAX on the CPU, a fresh home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(pod_env)
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHONPATH": str(REPO),  # tests.fakes.rewards in the workers
+            "JAX_PLATFORMS": "cpu",
+            "STORAGE_EMULATOR_HOST": gcs_url,
+            "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_url,
+            "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
+            "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
+            "RAY_TMPDIR": ray_tmp,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # a pod's fresh home: Ray 2.60 turns token auth on by itself where ~/.ray/auth_token
+            # exists (any local ray.init() writes one), which no pod of the image has
+            "HOME": str(tmp_path / "home"),
+        }
+    )
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env
+
+
 def _get(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -172,41 +223,12 @@ def test_the_rayjob_starts_probes_and_trains_from_the_images_lock(
     rayjob, files = _render(spec, store)
     write_run(spec, store)
 
-    cluster = rayjob["spec"]["rayClusterSpec"]
-    head = cluster["headGroupSpec"]
-    head_c = head["template"]["spec"]["containers"][0]
-    (group,) = cluster["workerGroupSpecs"]
-    worker_c = group["template"]["spec"]["containers"][0]
-
-    # the ConfigMap's files where the pods mount it, and the entrypoint pointed there
-    etc = tmp_path / "etc-rlctl"
-    etc.mkdir()
-    for name, text in files.items():
-        (etc / name).write_text(text)
-    entry = rayjob["spec"]["entrypoint"].replace("/etc/rlctl/", f"{etc}/")
-    assert entry != rayjob["spec"]["entrypoint"]
-
+    head, head_c, group, worker_c = _groups(rayjob)
+    entry = _mounted(rayjob, files, tmp_path)
     ray_tmp = tempfile.mkdtemp(prefix="rlimg")  # AF_UNIX paths stay short
-    (tmp_path / "home").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(_env_of(head_c))  # the pods' own env: RLCTL_RUN, JAX_PLATFORMS, ...
-    env.update(
-        {
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYTHONPATH": str(REPO),  # tests.fakes.rewards in the workers
-            "RLCTL_RAY_DEVICE": "cpu",
-            "JAX_PLATFORMS": "cpu",
-            "STORAGE_EMULATOR_HOST": gcs_server_url,
-            "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_server_url,
-            "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
-            "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
-            "RAY_TMPDIR": ray_tmp,
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # a pod's fresh home: Ray 2.60 turns token auth on by itself where ~/.ray/auth_token
-            # exists (any local ray.init() writes one), which no pod of the image has
-            "HOME": str(tmp_path / "home"),
-        }
-    )
+    # the pods' own env (RLCTL_RUN, ...); the driver's one-CPU-worker mode
+    env = _node_env(_env_of(head_c), gcs_server_url, tmp_path, ray_tmp)
+    env["RLCTL_RAY_DEVICE"] = "cpu"
     head_cmd = kuberay.ray_start_command(
         head["rayStartParams"], head=True, limits=head_c["resources"].get("limits")
     )

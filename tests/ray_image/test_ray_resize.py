@@ -38,15 +38,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.runs.test_ray_driver import _throwaway_key, tiny_spec, write_run
+from tests.core.runs.test_ray_driver import tiny_spec, write_run
 from tests.fakes import controllers as kuberay
 from tests.fakes.shapes import h100_8
 from tests.ray_image.test_ray_image import (
-    BIN,
-    REPO,
     _answers,
     _env_of,
     _free,
+    _groups,
+    _mounted,
+    _node_env,
     _probe_url,
     _render,
     _stop,
@@ -107,44 +108,25 @@ def test_an_elastic_job_grows_and_shrinks_and_keeps_every_step_once(
     rayjob, files = _render(spec, store, h100_8(1, 2), max_restarts=2)
     write_run(spec, store)
 
-    cluster = rayjob["spec"]["rayClusterSpec"]
-    head = cluster["headGroupSpec"]
-    head_c = head["template"]["spec"]["containers"][0]
-    (group,) = cluster["workerGroupSpecs"]
-    worker_c = group["template"]["spec"]["containers"][0]
+    head, head_c, group, worker_c = _groups(rayjob)
     assert (group["minReplicas"], group["maxReplicas"]) == (1, 2)
     driver = files["ray_driver.py"]
     assert "MIN_WORKERS = 1\n" in driver and "MAX_WORKERS = 2\n" in driver
     assert "use_gpu=True" in driver
 
-    etc = tmp_path / "etc-rlctl"
-    etc.mkdir()
-    for name, text in files.items():
-        (etc / name).write_text(text)
-    entry = rayjob["spec"]["entrypoint"].replace("/etc/rlctl/", f"{etc}/")
-
+    entry = _mounted(rayjob, files, tmp_path)
     pace = tmp_path / "pace"
     pace.touch()
     ray_tmp = tempfile.mkdtemp(prefix="rlel")  # AF_UNIX paths stay short
-    (tmp_path / "home").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(_env_of(worker_c))  # the worker pods' env: RLCTL_RUN, RAY_TRAIN_V2_ENABLED
+    # the worker pods' env (RLCTL_RUN, RAY_TRAIN_V2_ENABLED; JAX on the CPU standing in
+    # for the GPU hosts, see above)
+    env = _node_env(_env_of(worker_c), gcs_server_url, tmp_path, ray_tmp)
     env.update(
         {
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PYTHONPATH": str(REPO),  # tests.fakes.rewards in the workers
-            "JAX_PLATFORMS": "cpu",  # the stand-in for the GPU hosts (see above)
             "RLCTL_RAY_RESIZE_CHECK_S": "5",
             # the steps held at 2 s or more until the second host is gone (the tiny
             # model's steps take about 1 s here: the run would end before a resize)
             "RLCTL_TEST_PACE": str(pace),
-            "STORAGE_EMULATOR_HOST": gcs_server_url,
-            "CLOUD_STORAGE_EMULATOR_ENDPOINT": gcs_server_url,
-            "GOOGLE_APPLICATION_CREDENTIALS": str(_throwaway_key(tmp_path / "key.json")),
-            "RLCTL_STAGING_DIR": str(tmp_path / "staging"),
-            "RAY_TMPDIR": ray_tmp,
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "HOME": str(tmp_path / "home"),  # a pod's (test_ray_image.py says why)
         }
     )
     head_cmd = kuberay.ray_start_command(
