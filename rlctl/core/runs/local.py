@@ -31,10 +31,10 @@ from rlctl.core.errors import (
 )
 from rlctl.core.names import generate_run_name
 from rlctl.core.phases import Phase, StatusUpdate
-from rlctl.core.runs.results import TrainResult
+from rlctl.core.runs.results import Resize, TrainResult
 from rlctl.core.runs.run_log import RunLog
 from rlctl.core.runs.spec import check_name_free, local_paths_absolute, write_new_run
-from rlctl.core.runs.status import checked_metrics, read_resizes, read_status, steps_done
+from rlctl.core.runs.status import checked_metrics, read_status, steps_done
 from rlctl.core.store import open_store
 from rlctl.core.store.base import (
     SPEC,
@@ -87,7 +87,7 @@ class StatusFile:
         # what the store holds, never a checkpoint that was set aside or lost since
         self.data["latest_checkpoint"] = latest_checkpoint_step(run)
 
-    def update(self, change: StatusUpdate | None = None, **fields: Any) -> dict[str, Any] | None:
+    def update(self, change: StatusUpdate | None = None, **fields: Any) -> Resize | None:
         """Write the fields ``change`` gives (or ``fields``, checked as a
         ``StatusUpdate``) and ``updated``; the rest stay. Returns the resize this
         change records (``resized``), or None."""
@@ -97,13 +97,15 @@ class StatusFile:
         if resize is not None:
             history = self.data.get("resizes")
             kept = history if isinstance(history, list) else []
-            change = StatusUpdate(**change.fields(), resizes=[*kept, resize])
+            change = StatusUpdate(
+                **change.fields(), resizes=[*kept, resize.model_dump(mode="json")]
+            )
         self.data.update(change.fields(), updated=now)
         self.run.write_text(STATUS, status_text(self.data))  # checked by its reader
         return resize
 
 
-def resized(before: dict[str, Any], change: StatusUpdate, at: str) -> dict[str, Any] | None:
+def resized(before: dict[str, Any], change: StatusUpdate, at: str) -> Resize | None:
     """The resize ``change`` makes, or None: an attempt that starts on another count
     of hosts or devices than the last one ran on. An elastic Ray job that gained or
     lost hosts restarts its workers on the new count, and each resumes from the last
@@ -116,13 +118,14 @@ def resized(before: dict[str, Any], change: StatusUpdate, at: str) -> dict[str, 
         return None  # the run's first attempt, or a status.json that lost them
     if (hosts, devices) == (change.processes, change.devices):
         return None
-    step = change.step if change.step is not None else before.get("step")
-    return {
-        "step": step,
-        "hosts": [hosts, change.processes],
-        "devices": [devices, change.devices],
-        "at": at,
-    }
+    step = change.step if change.step is not None else _int_or_zero(before.get("step"))
+    return Resize(
+        step=step, hosts=(hosts, change.processes), devices=(devices, change.devices), at=at
+    )
+
+
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def train_local(spec: RunSpec, progress: Progress | None = None) -> TrainResult:
@@ -434,8 +437,8 @@ def _execute(
 ) -> TrainResult:
     def on_status(change: StatusUpdate) -> None:
         resize = status.update(change)
-        for r in read_resizes([resize]) or []:  # this attempt's, said once
-            log({"event": "message", "message": f"resized: {r.text}"})
+        if resize is not None:  # this attempt's, said once
+            log({"event": "message", "message": f"resized: {resize.text}"})
         # a stop signal whose KeyboardInterrupt was swallowed somewhere (one that a
         # step defers is the loop's to take, at its safe point)
         if stops.received() and not stops.deferring():

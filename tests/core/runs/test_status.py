@@ -257,8 +257,8 @@ def test_an_attempt_on_another_host_count_is_recorded_and_shown(tmp_path):
     status.update(phase=Phase.STARTING)  # a new attempt names no count yet
     shrank = StatusFile(run, spec).update(phase=Phase.RUNNING, step=4, processes=1, devices=8)
     assert first is None and same is None
-    assert (grew["step"], grew["hosts"], grew["devices"]) == (2, [1, 2], [8, 16])
-    assert (shrank["step"], shrank["hosts"]) == (4, [2, 1])
+    assert (grew.step, grew.hosts, grew.devices) == (2, (1, 2), (8, 16))
+    assert (shrank.step, shrank.hosts) == (4, (2, 1))
     saved = json.loads((run.path / STATUS).read_text())
     assert [r["hosts"] for r in saved["resizes"]] == [[1, 2], [2, 1]]
 
